@@ -1,0 +1,46 @@
+"""Timing and provenance for benchmarks: CUDA events, warm-up, median, inputs rotated past the L2 cache."""
+
+from __future__ import annotations
+
+import datetime
+import statistics
+
+import torch
+
+from . import toolchain
+
+
+def rotation_count(bytes_per_set: int, device=None) -> int:
+    """How many input sets to cycle through so that each call finds its inputs outside L2 (at least 2)."""
+    l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
+    return max(2, -(-3 * l2_bytes // max(bytes_per_set, 1)))
+
+
+def median_time_us(run, input_sets: list, warmup: int = 5, repeats: int = 30) -> float:
+    """Median over `repeats` of one call `run(*inputs)`, each timed with CUDA events on the current stream."""
+    for i in range(warmup):
+        run(*input_sets[i % len(input_sets)])
+    times = []
+    for i in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        inputs = input_sets[i % len(input_sets)]
+        start.record()
+        run(*inputs)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    return statistics.median(times)
+
+
+def environment(device=None) -> dict:
+    """Where a measurement was taken: the columns every results CSV carries."""
+    try:
+        nvcc = toolchain.nvcc_version()
+    except (FileNotFoundError, OSError):
+        nvcc = "none"
+    return {
+        "gpu": torch.cuda.get_device_name(device),
+        "nvcc": nvcc,
+        "torch": torch.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }

@@ -1,0 +1,251 @@
+"""Build kernel libraries and the torch binding into the cache; `python -m cutlass_ext.build --prebuild` builds ahead.
+
+Kernel libraries are torch-free: each is one generated translation unit compiled by nvcc (ninja runs them in
+parallel), keyed by its configs, the kernel sources, nvcc's version, the CUTLASS headers and the arch. The
+binding is the one translation unit that includes torch; `torch.utils.cpp_extension` builds it per torch version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import cache, codegen, toolchain
+from .config import INSTRUCTION_SHAPES, KernelConfig, default_configs
+
+BINDING_SOURCE = "torch_binding.cpp"
+
+
+@dataclass(frozen=True)
+class LibraryResult:
+    """Outcome of building one group of configs: `library` on success, `error` (the compiler's log) otherwise."""
+
+    configs: tuple[KernelConfig, ...]
+    library: Path | None
+    error: str | None = None
+    seconds: float = 0.0
+    cached: bool = False
+
+
+def _kernel_sources_digest() -> str:
+    """Every header and template a kernel library is made of (not the torch binding)."""
+    files = sorted(p for p in toolchain.kernels_dir().iterdir() if p.suffix in (".h", ".cuh", ".in"))
+    return cache.fingerprint(*(f"{p.name}:{p.read_text()}" for p in files))
+
+
+def _cutlass_digest() -> str:
+    return cache.fingerprint((toolchain.cutlass_root() / "include" / "cutlass" / "version.h").read_text())
+
+
+def library_key(configs: tuple[KernelConfig, ...], arch: str) -> str:
+    return cache.fingerprint(
+        *(c.fingerprint() for c in configs),
+        _kernel_sources_digest(),
+        _cutlass_digest(),
+        toolchain.nvcc_version(),
+        arch,
+        " ".join(toolchain.NVCC_FLAGS),
+    )
+
+
+def library_entry(configs: tuple[KernelConfig, ...], arch: str, key: str) -> Path:
+    label = configs[0].name if len(configs) == 1 else f"group{len(configs)}"
+    return cache.cache_root() / "kernels" / f"sm_{arch}" / f"{label}-{key[:16]}"
+
+
+def _ninja_path(path: Path) -> str:
+    return str(path).replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+
+
+def _write_ninja_file(staging_root: Path, jobs: list[tuple[Path, Path]], arch: str) -> Path:
+    includes = " ".join(f"-I{shlex.quote(str(d))}" for d in toolchain.include_dirs())
+    flags = " ".join(toolchain.NVCC_FLAGS)
+    lines = [
+        "ninja_required_version = 1.3",
+        f"nvcc = {toolchain.nvcc()}",
+        f"flags = {flags} {toolchain.gencode(arch)} {includes}",
+        "rule nvcc_library",
+        # Each library's compiler output goes to its own log, printed only when that library fails.
+        "  command = $nvcc $flags -o $out $in > $out.log 2>&1 || { cat $out.log; exit 1; }",
+        "  description = nvcc $out",
+    ]
+    for source, library in jobs:
+        lines.append(f"build {_ninja_path(library)}: nvcc_library {_ninja_path(source)}")
+    ninja_file = staging_root / "build.ninja"
+    ninja_file.write_text("\n".join(lines) + "\n")
+    return ninja_file
+
+
+def build_libraries(
+    groups: list[tuple[KernelConfig, ...]], arch: str, jobs: int | None = None, verbose: bool = True
+) -> list[LibraryResult]:
+    """Build (or find in the cache) one kernel library per group of configs for `arch`; failures are returned."""
+    groups = [tuple(g) for g in groups]
+    keys = [library_key(g, arch) for g in groups]
+    results: dict[int, LibraryResult] = {}
+
+    def cached_result(index: int) -> LibraryResult | None:
+        entry = library_entry(groups[index], arch, keys[index])
+        manifest = cache.read_manifest(entry, keys[index])
+        if manifest is None:
+            return None
+        return LibraryResult(groups[index], entry / manifest["library"], seconds=manifest["build_seconds"], cached=True)
+
+    for i in range(len(groups)):
+        if (found := cached_result(i)) is not None:
+            results[i] = found
+    if len(results) < len(groups):
+        with cache.build_lock("kernels"):
+            for i in range(len(groups)):
+                if i not in results and (found := cached_result(i)) is not None:
+                    results[i] = found  # another process built it while we waited
+            missing = [i for i in range(len(groups)) if i not in results]
+            if missing:
+                results.update(_compile(groups, keys, missing, arch, jobs, verbose))
+    return [results[i] for i in range(len(groups))]
+
+
+def _compile(groups, keys, missing, arch, jobs, verbose) -> dict[int, LibraryResult]:
+    staging_root = cache.staging_dir("kernels-")
+    work = []
+    for i in missing:
+        staged = staging_root / f"entry{i}"
+        staged.mkdir()
+        source = staged / "kernel.cu"
+        source.write_text(codegen.render_library(list(groups[i])))
+        work.append((i, staged, source, staged / cache.LIBRARY))
+    ninja_file = _write_ninja_file(staging_root, [(source, library) for _, _, source, library in work], arch)
+    jobs = jobs or os.cpu_count() or 1
+    if verbose:
+        names = ", ".join(groups[i][0].name + (f" +{len(groups[i]) - 1}" if len(groups[i]) > 1 else "") for i in missing)
+        print(f"cutlass_ext: building {len(missing)} kernel librar{'y' if len(missing) == 1 else 'ies'} "
+              f"for sm_{arch} with {jobs} jobs: {names}", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    completed = subprocess.run(
+        ["ninja", "-f", str(ninja_file), "-k", "0", "-j", str(jobs)], cwd=staging_root, capture_output=True, text=True
+    )
+    seconds = time.perf_counter() - start
+    if verbose:
+        print(f"cutlass_ext: kernel build finished in {seconds:.1f} s", file=sys.stderr, flush=True)
+
+    results = {}
+    for i, staged, source, library in work:
+        log = library.with_name(library.name + ".log")
+        if library.is_file():
+            metadata = {
+                "configs": [c.to_dict() for c in groups[i]],
+                "arch": arch,
+                "nvcc": toolchain.nvcc_version(),
+                "build_seconds": round(seconds, 2),
+                "resource_usage": log.read_text() if log.is_file() else "",
+            }
+            entry = library_entry(groups[i], arch, keys[i])
+            cache.commit(staged, entry, keys[i], metadata)
+            results[i] = LibraryResult(groups[i], entry / cache.LIBRARY, seconds=seconds)
+        else:
+            error = log.read_text() if log.is_file() else completed.stdout + completed.stderr
+            results[i] = LibraryResult(groups[i], None, error=error or f"ninja exited {completed.returncode}")
+    shutil.rmtree(staging_root, ignore_errors=True)
+    return results
+
+
+def load_binding(verbose: bool = True):
+    """Build (once per torch version) and import the torch binding module."""
+    import torch
+    from torch.utils import cpp_extension
+
+    kernels = toolchain.kernels_dir()
+    source = kernels / BINDING_SOURCE
+    key = cache.fingerprint(
+        source.read_text(),
+        (kernels / "launcher_abi.h").read_text(),
+        torch.__version__,
+        str(torch.version.cuda),
+        sys.version,
+    )
+    name = f"cutlass_ext_binding_{key[:12]}"
+    build_directory = cache.cache_root() / "binding" / name
+    build_directory.mkdir(parents=True, exist_ok=True)
+    already_built = (build_directory / f"{name}.so").is_file()
+    if verbose and not already_built:
+        print(f"cutlass_ext: building the torch binding ({name})", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+
+    if not torch.cuda.is_available():
+        # The binding holds no device code; cpp_extension still wants an arch list to compile without a GPU.
+        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+
+    def load():
+        return cpp_extension.load(
+            name=name,
+            sources=[str(source)],
+            extra_include_paths=[str(kernels)],
+            build_directory=str(build_directory),
+            extra_cflags=["-O2"],
+            extra_ldflags=["-ldl"],
+            with_cuda=True,
+            verbose=False,
+        )
+
+    try:
+        module = load()
+    except (ImportError, OSError):
+        if not already_built:
+            raise
+        # A damaged build (a crash while linking, a truncated file) is rebuilt, not trusted.
+        for path in build_directory.iterdir():
+            if path.is_file():
+                path.unlink()
+        module = load()
+    if verbose and not already_built:
+        print(f"cutlass_ext: torch binding built in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    return module
+
+
+def _parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m cutlass_ext.build", description=__doc__)
+    parser.add_argument("--prebuild", action="store_true", help="build the default kernels (and the binding) now")
+    parser.add_argument("--arch", action="append", help="target arch, e.g. 80 or 90a (repeatable); default: the GPU's")
+    parser.add_argument("--modes", nargs="+", default=sorted(INSTRUCTION_SHAPES), help="modes whose defaults to build")
+    parser.add_argument("--no-binding", action="store_true", help="build only the torch-free kernel libraries")
+    parser.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: all cores)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = _parse_args(argv)
+    if not args.prebuild:
+        print("nothing to do: pass --prebuild", file=sys.stderr)
+        return 2
+    archs = args.arch
+    if not archs:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("no CUDA device: name the target with --arch (e.g. --arch 90a)", file=sys.stderr)
+            return 2
+        archs = [toolchain.device_arch()]
+    configs = [c for mode in args.modes for c in default_configs(mode)]
+    failed = 0
+    for arch in archs:
+        for result in build_libraries([(c,) for c in configs], arch, jobs=args.jobs):
+            state = "cached" if result.cached else ("built" if result.library else "FAILED")
+            print(f"sm_{arch}  {result.configs[0].name:48s} {state}  {result.library or ''}")
+            if result.error:
+                failed += 1
+                print(result.error, file=sys.stderr)
+    if not args.no_binding:
+        load_binding()
+        print("binding ready")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""The on-disk build cache: entries appear whole or not at all, and a damaged entry is rebuilt, not loaded.
+
+An entry is a directory holding `manifest.json`, written last, which records the entry's key and the SHA-256
+of its library. Builds happen in a staging directory that is renamed into place, under a file lock so that
+concurrent processes build each entry once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from filelock import FileLock
+
+CACHE_ENV = "CUTLASS_EXT_CACHE"
+MANIFEST = "manifest.json"
+LIBRARY = "lib.so"
+
+
+def cache_root() -> Path:
+    root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "cutlass_ext")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def fingerprint(*parts: str) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build_lock(name: str = "build") -> FileLock:
+    return FileLock(str(cache_root() / f"{name}.lock"))
+
+
+def read_manifest(entry: Path, key: str) -> dict | None:
+    """The manifest of a complete, undamaged entry with this key; None for anything else."""
+    try:
+        manifest = json.loads((entry / MANIFEST).read_text())
+        library = entry / manifest["library"]
+        if manifest["key"] != key or file_sha256(library) != manifest["sha256"]:
+            return None
+        return manifest
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def staging_dir(prefix: str) -> Path:
+    staging = cache_root() / "staging"
+    staging.mkdir(exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=staging))
+
+
+def commit(staged: Path, entry: Path, key: str, metadata: dict, library: str = LIBRARY) -> dict:
+    """Seal `staged` with its manifest and move it to `entry`, replacing a damaged entry if one is there."""
+    manifest = {"key": key, "library": library, "sha256": file_sha256(staged / library), **metadata}
+    (staged / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    if entry.exists():
+        shutil.rmtree(entry)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staged, entry)
+    return manifest

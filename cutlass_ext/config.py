@@ -1,0 +1,95 @@
+"""`KernelConfig`: the one description of a kernel variant.
+
+The code generator renders it, its fingerprint keys the build cache, its fields become CSV columns, and the
+tuned tables map shapes to it. Its `name` is derived from the fields, never typed by hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+
+# Tensor Core instruction shape (m, n, k) of each mode's operands on the CUTLASS 2.x mma.sync path.
+INSTRUCTION_SHAPES = {"tf32": (16, 8, 8)}
+FAMILIES = ("sm80",)
+_NAME_PATTERN = re.compile(
+    r"(?P<mode>[a-z0-9]+)_(?P<family>sm\d+a?)_(?P<tb>\d+x\d+x\d+)_(?P<warp>\d+x\d+x\d+)_s(?P<stages>\d+)_a(?P<alignment>\d+)"
+)
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One CUTLASS kernel variant.
+
+    family: the instruction path, `sm80` = CUTLASS 2.x mma.sync (runs on sm80 and later).
+    threadblock, warp: (m, n, k) tiles. stages: software-pipeline depth.
+    alignment: elements per vector access of A, B and C; 4 (16 bytes of FP32) or 1 for any shape and stride.
+    """
+
+    mode: str
+    family: str = "sm80"
+    threadblock: tuple[int, int, int] = (128, 128, 32)
+    warp: tuple[int, int, int] = (64, 64, 32)
+    stages: int = 3
+    alignment: int = 4
+
+    def __post_init__(self):
+        if self.mode not in INSTRUCTION_SHAPES:
+            raise ValueError(f"mode={self.mode!r} is not one of {sorted(INSTRUCTION_SHAPES)}")
+        if self.family not in FAMILIES:
+            raise ValueError(f"family={self.family!r} is not one of {list(FAMILIES)}")
+        for field in ("threadblock", "warp"):
+            shape = getattr(self, field)
+            if len(shape) != 3 or not all(isinstance(v, int) and v > 0 for v in shape):
+                raise ValueError(f"{field}={shape!r} must be three positive integers (m, n, k)")
+        if self.alignment not in (1, 2, 4):
+            raise ValueError(f"alignment={self.alignment!r} must be 1, 2 or 4")
+
+    @property
+    def instruction(self) -> tuple[int, int, int]:
+        return INSTRUCTION_SHAPES[self.mode]
+
+    @property
+    def name(self) -> str:
+        tb, warp = self.threadblock, self.warp
+        return (
+            f"{self.mode}_{self.family}_{tb[0]}x{tb[1]}x{tb[2]}_{warp[0]}x{warp[1]}x{warp[2]}"
+            f"_s{self.stages}_a{self.alignment}"
+        )
+
+    @classmethod
+    def from_name(cls, name: str) -> KernelConfig:
+        """The config whose derived `name` this is (names travel through op arguments and CSV tables)."""
+        match = _NAME_PATTERN.fullmatch(name)
+        if match is None:
+            raise ValueError(f"{name!r} is not a kernel variant name such as {cls(mode='tf32').name!r}")
+
+        def shape(text):
+            return tuple(int(v) for v in text.split("x"))
+
+        config = cls(
+            mode=match["mode"],
+            family=match["family"],
+            threadblock=shape(match["tb"]),
+            warp=shape(match["warp"]),
+            stages=int(match["stages"]),
+            alignment=int(match["alignment"]),
+        )
+        if config.name != name:
+            raise ValueError(f"{name!r} is not in canonical form; did you mean {config.name!r}?")
+        return config
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def fingerprint(self) -> str:
+        """Stable hash of every field (not of Python's per-process `hash`)."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def default_configs(mode: str) -> list[KernelConfig]:
+    """Variants `ext.gemm` uses when no tuned table applies: the vectorized one first, then one for any shape."""
+    return [KernelConfig(mode=mode, alignment=4), KernelConfig(mode=mode, alignment=1)]

@@ -1,0 +1,39 @@
+// The C interface between generated kernel libraries and the torch binding. Plain C types only: kernel
+// translation units include no torch header, so they compile once per toolchain and arch, not per torch version.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CUTLASS_EXT_ABI_VERSION 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// D = alpha * A·B + beta * D for `batch` row-major problems; A is (m, k), B is (k, n), D is (m, n).
+// Leading dimensions and batch strides are in elements.
+typedef struct {
+  int64_t m, n, k, batch;
+  const void* a;
+  int64_t lda, batch_stride_a;
+  const void* b;
+  int64_t ldb, batch_stride_b;
+  void* d;
+  int64_t ldd, batch_stride_d;
+  float alpha, beta;
+} cutlass_ext_gemm_args;
+
+// Every variant `<name>` in a kernel library exports these three; 0 is success, other values are
+// cutlass::Status codes, spelled out by the library's cutlass_ext_status_string.
+typedef int (*cutlass_ext_can_implement_fn)(const cutlass_ext_gemm_args*);
+typedef size_t (*cutlass_ext_workspace_size_fn)(const cutlass_ext_gemm_args*);
+typedef int (*cutlass_ext_run_fn)(const cutlass_ext_gemm_args*, void* workspace, void* cuda_stream);
+
+// Every kernel library exports these once.
+typedef int (*cutlass_ext_abi_version_fn)(void);
+typedef const char* (*cutlass_ext_status_string_fn)(int status);
+
+#ifdef __cplusplus
+}
+#endif

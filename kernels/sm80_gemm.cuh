@@ -1,0 +1,85 @@
+// CUTLASS 2.x GEMM (mma.sync, sm80 and later) behind the C launcher interface of launcher_abi.h.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/thread/linear_combination.h"
+#include "cutlass/gemm/device/gemm_universal.h"
+#include "cutlass/gemm/threadblock/threadblock_swizzle.h"
+
+#include "launcher_abi.h"
+
+namespace cutlass_ext {
+
+// How each mode feeds the Tensor Core; the mode's MathOperator picks CUTLASS's warp-level MMA.
+struct ModeTf32 {
+  // float operands rounded to TF32 (RNA, CUTLASS's round_half_ulp_truncate), accumulated inside the Tensor Core.
+  using MathOperator = cutlass::arch::OpMultiplyAdd;
+};
+
+template <typename Mode, int BlockM, int BlockN, int BlockK, int WarpM, int WarpN, int WarpK, int InstM, int InstN,
+          int InstK, int Stages, int Alignment>
+struct Sm80Gemm {
+  using Layout = cutlass::layout::RowMajor;
+  using Epilogue = cutlass::epilogue::thread::LinearCombination<float, Alignment, float, float>;
+  using Gemm = cutlass::gemm::device::GemmUniversal<
+      float, Layout, float, Layout, float, Layout, float, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
+      cutlass::gemm::GemmShape<BlockM, BlockN, BlockK>, cutlass::gemm::GemmShape<WarpM, WarpN, WarpK>,
+      cutlass::gemm::GemmShape<InstM, InstN, InstK>, Epilogue,
+      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, Stages, Alignment, Alignment,
+      typename Mode::MathOperator>;
+
+  static typename Gemm::Arguments arguments(const cutlass_ext_gemm_args& args) {
+    auto mode = args.batch > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm;
+    cutlass::gemm::GemmCoord problem(int(args.m), int(args.n), int(args.k));
+    return typename Gemm::Arguments(mode, problem, int(args.batch), {args.alpha, args.beta}, args.a, args.b, args.d,
+                                    args.d, args.batch_stride_a, args.batch_stride_b, args.batch_stride_d,
+                                    args.batch_stride_d, args.lda, args.ldb, args.ldd, args.ldd);
+  }
+
+  // CUTLASS checks only the problem extents; vector loads also need aligned pointers, strides and batch strides.
+  static bool vector_aligned(const cutlass_ext_gemm_args& args) {
+    auto pointer_ok = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % (Alignment * sizeof(float)) == 0; };
+    auto stride_ok = [](int64_t s) { return s % Alignment == 0; };
+    return pointer_ok(args.a) && pointer_ok(args.b) && pointer_ok(args.d) && stride_ok(args.lda) &&
+           stride_ok(args.ldb) && stride_ok(args.ldd) && stride_ok(args.batch_stride_a) &&
+           stride_ok(args.batch_stride_b) && stride_ok(args.batch_stride_d);
+  }
+
+  static int can_implement(const cutlass_ext_gemm_args* args) {
+    if (!vector_aligned(*args)) return int(cutlass::Status::kErrorMisalignedOperand);
+    return int(Gemm::can_implement(arguments(*args)));
+  }
+
+  static size_t workspace_size(const cutlass_ext_gemm_args* args) { return Gemm::get_workspace_size(arguments(*args)); }
+
+  static int run(const cutlass_ext_gemm_args* args, void* workspace, void* stream) {
+    Gemm gemm;
+    auto cuda_stream = static_cast<cudaStream_t>(stream);
+    cutlass::Status status = gemm.initialize(arguments(*args), workspace, cuda_stream);
+    if (status != cutlass::Status::kSuccess) return int(status);
+    return int(gemm.run(cuda_stream));
+  }
+};
+
+}  // namespace cutlass_ext
+
+// Exports one variant's three launcher functions under C names prefixed with the variant's name.
+#define CUTLASS_EXT_EXPORT_GEMM(NAME, ...)                                                          \
+  extern "C" int NAME##_can_implement(const cutlass_ext_gemm_args* args) {                          \
+    return __VA_ARGS__::can_implement(args);                                                        \
+  }                                                                                                 \
+  extern "C" size_t NAME##_workspace_size(const cutlass_ext_gemm_args* args) {                      \
+    return __VA_ARGS__::workspace_size(args);                                                       \
+  }                                                                                                 \
+  extern "C" int NAME##_run(const cutlass_ext_gemm_args* args, void* workspace, void* stream) {     \
+    return __VA_ARGS__::run(args, workspace, stream);                                               \
+  }
+
+// Exported once per kernel library.
+#define CUTLASS_EXT_EXPORT_LIBRARY()                                                                \
+  extern "C" int cutlass_ext_abi_version() { return CUTLASS_EXT_ABI_VERSION; }                      \
+  extern "C" const char* cutlass_ext_status_string(int status) {                                    \
+    return cutlass::cutlassGetStatusString(cutlass::Status(status));                                \
+  }

@@ -1,0 +1,119 @@
+// The one translation unit that includes torch: validates tensors, picks a registered kernel variant that can
+// run the problem, and calls its C launcher on the current stream. The op schemas live in cutlass_ext/ops.py
+// (so torch.compile's fake kernels exist before this is built); this file gives them their CUDA implementation.
+#include <dlfcn.h>
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/extension.h>
+
+#include "launcher_abi.h"
+
+namespace {
+
+struct Variant {
+  std::string library;
+  cutlass_ext_can_implement_fn can_implement;
+  cutlass_ext_workspace_size_fn workspace_size;
+  cutlass_ext_run_fn run;
+  cutlass_ext_status_string_fn status_string;
+};
+
+std::mutex registry_mutex;
+std::unordered_map<std::string, Variant> registry;
+
+template <typename Fn>
+Fn find_symbol(void* handle, const std::string& symbol, const std::string& library) {
+  void* address = dlsym(handle, symbol.c_str());
+  TORCH_CHECK(address != nullptr, "kernel library ", library, " does not export ", symbol);
+  return reinterpret_cast<Fn>(address);
+}
+
+// Loads `library` (once per process) and records the launchers of variant `name` it exports.
+void register_variant(const std::string& name, const std::string& library) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto found = registry.find(name);
+  if (found != registry.end() && found->second.library == library) return;
+  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  TORCH_CHECK(handle != nullptr, "cannot load kernel library ", library, ": ", dlerror());
+  auto abi_version = find_symbol<cutlass_ext_abi_version_fn>(handle, "cutlass_ext_abi_version", library);
+  TORCH_CHECK(abi_version() == CUTLASS_EXT_ABI_VERSION, "kernel library ", library, " has launcher ABI ",
+              abi_version(), "; this binding speaks ", CUTLASS_EXT_ABI_VERSION, ": rebuild it");
+  registry[name] = Variant{
+      library,
+      find_symbol<cutlass_ext_can_implement_fn>(handle, name + "_can_implement", library),
+      find_symbol<cutlass_ext_workspace_size_fn>(handle, name + "_workspace_size", library),
+      find_symbol<cutlass_ext_run_fn>(handle, name + "_run", library),
+      find_symbol<cutlass_ext_status_string_fn>(handle, "cutlass_ext_status_string", library),
+  };
+}
+
+std::vector<std::string> registered_variants() {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  std::vector<std::string> names;
+  for (const auto& entry : registry) names.push_back(entry.first);
+  return names;
+}
+
+Variant lookup(const std::string& name) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto found = registry.find(name);
+  TORCH_CHECK(found != registry.end(), "kernel variant ", name,
+              " is not registered in this process; cutlass_ext.gemm builds and registers it");
+  return found->second;
+}
+
+// A view the row-major kernels read as is (unit stride along columns), or a contiguous copy of it.
+at::Tensor row_major(const at::Tensor& t) {
+  bool unit_columns = t.size(1) <= 1 || t.stride(1) == 1;
+  bool rows_apart = t.size(0) <= 1 || t.stride(0) >= t.size(1);
+  return unit_columns && rows_apart ? t : t.contiguous();
+}
+
+int64_t leading_dimension(const at::Tensor& t) { return t.size(0) > 1 ? t.stride(0) : t.size(1); }
+
+at::Tensor gemm_cuda(const at::Tensor& a_in, const at::Tensor& b_in, std::vector<std::string> variants) {
+  TORCH_CHECK(a_in.is_cuda() && b_in.is_cuda(), "a and b must be CUDA tensors");
+  TORCH_CHECK(a_in.device() == b_in.device(), "a and b must be on one device; got ", a_in.device(), " and ",
+              b_in.device());
+  TORCH_CHECK(a_in.scalar_type() == at::kFloat && b_in.scalar_type() == at::kFloat,
+              "a and b must be float32; got ", a_in.scalar_type(), " and ", b_in.scalar_type());
+  TORCH_CHECK(a_in.dim() == 2 && b_in.dim() == 2, "a and b must be 2-D");
+  TORCH_CHECK(a_in.size(1) == b_in.size(0), "a is ", a_in.sizes(), " and b is ", b_in.sizes(),
+              ": a.shape[1] must equal b.shape[0]");
+  c10::cuda::CUDAGuard device_guard(a_in.device());
+  at::Tensor a = row_major(a_in), b = row_major(b_in);
+  const int64_t m = a.size(0), n = b.size(1), k = a.size(1);
+  at::Tensor d = at::empty({m, n}, a.options());
+  if (m == 0 || n == 0) return d;
+  if (k == 0) return d.zero_();
+
+  cutlass_ext_gemm_args args{m, n, k, 1, a.data_ptr(), leading_dimension(a), 0, b.data_ptr(), leading_dimension(b), 0,
+                             d.data_ptr(), n, 0, 1.0f, 0.0f};
+  for (const auto& name : variants) {
+    Variant variant = lookup(name);
+    if (variant.can_implement(&args) != 0) continue;
+    size_t workspace_bytes = variant.workspace_size(&args);
+    at::Tensor workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, a.options().dtype(at::kByte));
+    int status = variant.run(&args, workspace_bytes ? workspace.data_ptr() : nullptr,
+                             c10::cuda::getCurrentCUDAStream().stream());
+    TORCH_CHECK(status == 0, "kernel ", name, " failed: ", variant.status_string(status));
+    return d;
+  }
+  TORCH_CHECK(false, "none of the kernel variants ", c10::Join(", ", variants), " can run a ", a.sizes(), " x ",
+              b.sizes(), " product with strides ", a.strides(), " and ", b.strides());
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(cutlass_ext, CUDA, m) { m.impl("gemm", &gemm_cuda); }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("register_variant", &register_variant, "Load a kernel library and register one of its variants");
+  m.def("registered_variants", &registered_variants, "Names of the variants registered in this process");
+}

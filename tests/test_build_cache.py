@@ -1,0 +1,101 @@
+"""The build cache: reuse, rebuild of damaged entries, one build under concurrency (compiler stubbed out)."""
+
+import threading
+import time
+
+import pytest
+
+from cutlass_ext import build, cache
+from cutlass_ext.config import KernelConfig
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(build.toolchain, "nvcc_version", lambda: "nvcc stub")
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def stub_compiler(monkeypatch):
+    """Replaces nvcc with a function that writes a fake library; records which configs it was asked for."""
+    calls = []
+
+    def compile_stub(groups, keys, missing, arch, jobs, verbose):
+        calls.append([groups[i][0].name for i in missing])
+        time.sleep(0.2)  # long enough for a concurrent caller to arrive
+        results = {}
+        for i in missing:
+            staged = cache.staging_dir("stub-")
+            (staged / cache.LIBRARY).write_bytes(f"library for {groups[i][0].name}".encode())
+            entry = build.library_entry(groups[i], arch, keys[i])
+            cache.commit(staged, entry, keys[i], {"build_seconds": 0.2})
+            results[i] = build.LibraryResult(groups[i], entry / cache.LIBRARY)
+        return results
+
+    monkeypatch.setattr(build, "_compile", compile_stub)
+    return calls
+
+
+CONFIG = KernelConfig(mode="tf32")
+
+
+def test_second_request_is_served_from_the_cache(cache_dir, stub_compiler):
+    first = build.build_libraries([(CONFIG,)], "90a", verbose=False)
+    second = build.build_libraries([(CONFIG,)], "90a", verbose=False)
+    assert len(stub_compiler) == 1
+    assert not first[0].cached and second[0].cached
+    assert first[0].library == second[0].library
+
+
+def test_key_separates_archs(cache_dir, stub_compiler):
+    build.build_libraries([(CONFIG,)], "80", verbose=False)
+    build.build_libraries([(CONFIG,)], "90a", verbose=False)
+    assert len(stub_compiler) == 2
+
+
+def test_damaged_library_is_rebuilt_not_loaded(cache_dir, stub_compiler):
+    library = build.build_libraries([(CONFIG,)], "90a", verbose=False)[0].library
+    library.write_bytes(b"truncated")
+    rebuilt = build.build_libraries([(CONFIG,)], "90a", verbose=False)[0]
+    assert len(stub_compiler) == 2 and not rebuilt.cached
+    assert rebuilt.library.read_bytes() == f"library for {CONFIG.name}".encode()
+
+
+@pytest.mark.parametrize("damage", ["delete manifest", "garble manifest", "other key"])
+def test_entry_without_a_sound_manifest_is_not_trusted(cache_dir, stub_compiler, damage):
+    library = build.build_libraries([(CONFIG,)], "90a", verbose=False)[0].library
+    manifest = library.parent / cache.MANIFEST
+    if damage == "delete manifest":
+        manifest.unlink()
+    elif damage == "garble manifest":
+        manifest.write_text("{not json")
+    else:
+        manifest.write_text(manifest.read_text().replace('"key": "', '"key": "x'))
+    build.build_libraries([(CONFIG,)], "90a", verbose=False)
+    assert len(stub_compiler) == 2
+
+
+def test_half_written_staging_is_invisible(cache_dir):
+    staged = cache.staging_dir("crashed-")
+    (staged / cache.LIBRARY).write_bytes(b"partial")
+    key = build.library_key((CONFIG,), "90a")
+    assert cache.read_manifest(build.library_entry((CONFIG,), "90a", key), key) is None
+
+
+def test_concurrent_callers_build_once(cache_dir, stub_compiler):
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(build.build_libraries([(CONFIG,)], "90a", verbose=False)))
+               for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(stub_compiler) == 1
+    assert len({r[0].library for r in results}) == 1
+
+
+def test_kernel_sources_are_part_of_the_key(cache_dir, monkeypatch):
+    before = build.library_key((CONFIG,), "90a")
+    monkeypatch.setattr(build, "_kernel_sources_digest", lambda: "edited headers")
+    assert build.library_key((CONFIG,), "90a") != before

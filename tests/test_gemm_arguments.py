@@ -1,0 +1,26 @@
+"""ext.gemm rejects bad arguments with errors that name them (checked before anything is built)."""
+
+import pytest
+import torch
+
+import cutlass_ext as ext
+
+
+@pytest.mark.parametrize(
+    "a, b, kwargs, error, message",
+    [
+        (torch.ones(4, 4), torch.ones(4, 4), {"mode": "fp64"}, ValueError, "mode='fp64'"),
+        (torch.ones(4, 4, dtype=torch.float16), torch.ones(4, 4), {}, TypeError, "a must be float32"),
+        (torch.ones(4, 4), torch.ones(4, 4, dtype=torch.float64), {}, TypeError, "b must be float32"),
+        (torch.ones(4, 4), torch.ones(4, 4), {}, ValueError, "a must be a CUDA tensor"),
+        ([[1.0]], torch.ones(4, 4), {}, TypeError, "a must be a torch.Tensor"),
+    ],
+)
+def test_bad_arguments_are_named(a, b, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        ext.gemm(a, b, **kwargs)
+
+
+def test_schema_and_fake_kernel_exist_without_a_build():
+    schema = torch.ops.cutlass_ext.gemm.default._schema
+    assert str(schema) == "cutlass_ext::gemm(Tensor a, Tensor b, str[] variants) -> Tensor"

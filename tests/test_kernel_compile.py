@@ -1,0 +1,49 @@
+"""nvcc compile check of the generated translation units, no GPU needed (CI's check of the kernels)."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from cutlass_ext import build, cache
+from cutlass_ext.config import default_configs
+
+have_nvcc = shutil.which("nvcc") is not None or os.path.exists("/usr/local/cuda/bin/nvcc")
+# CI must not pass by skipping the one check that compiles kernels.
+pytestmark = pytest.mark.skipif(not have_nvcc and not os.environ.get("CI"), reason="nvcc not installed")
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    previous = os.environ.get(cache.CACHE_ENV)
+    os.environ[cache.CACHE_ENV] = str(tmp_path_factory.mktemp("compile_cache"))
+    yield
+    if previous is None:
+        del os.environ[cache.CACHE_ENV]
+    else:
+        os.environ[cache.CACHE_ENV] = previous
+
+
+@pytest.mark.parametrize("arch", ["80", "90a"])
+def test_default_kernels_compile_and_export_launchers(cache_dir, arch):
+    configs = tuple(c for mode in ("tf32",) for c in default_configs(mode))
+    (result,) = build.build_libraries([configs], arch, verbose=False)
+    assert result.error is None, result.error
+    exported = subprocess.run(["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True,
+                              check=True).stdout
+    for symbol in ["cutlass_ext_abi_version", "cutlass_ext_status_string"] + [
+        f"{c.name}_{fn}" for c in configs for fn in ("can_implement", "workspace_size", "run")
+    ]:
+        assert f" T {symbol}\n" in exported
+    assert "0 bytes spill stores" in (result.library.parent / "manifest.json").read_text()
+    again = build.build_libraries([configs], arch, verbose=False)[0]
+    assert again.cached and again.library == result.library
+
+
+def test_compile_errors_are_reported_not_raised(cache_dir, monkeypatch):
+    monkeypatch.setattr(build.codegen, "render_library", lambda configs: "#error deliberately broken\n")
+    monkeypatch.setattr(build, "_kernel_sources_digest", lambda: "broken sources")
+    (result,) = build.build_libraries([tuple(default_configs("tf32")[:1])], "80", verbose=False)
+    assert result.library is None
+    assert "deliberately broken" in result.error
