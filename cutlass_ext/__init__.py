@@ -1,12 +1,13 @@
 """cutlass_ext: CUTLASS GEMM kernels that make low-precision Tensor Cores do full-precision work.
 
     import cutlass_ext as ext
-    c = ext.gemm(a, b, mode="tf32")
+    c = ext.gemm(a, b, mode="tf32tf32")      # FP32 accuracy on the Tensor Cores
+    layer = ext.nn.Linear(1024, 1024, mode="halfhalf")
 """
 
-from . import numerics
+from . import nn, numerics
 from .config import KernelConfig
 from .gemm import MODES, gemm
 
-__all__ = ["KernelConfig", "MODES", "gemm", "numerics"]
+__all__ = ["KernelConfig", "MODES", "gemm", "nn", "numerics"]
 __version__ = "0.1.0"

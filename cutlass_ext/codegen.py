@@ -7,7 +7,7 @@ from string import Template
 from .config import KernelConfig
 from .toolchain import kernels_dir
 
-_MODE_TAGS = {"tf32": "ModeTf32"}
+_MODE_TAGS = {"tf32": "ModeTf32", "tf32tf32": "ModeTf32Tf32", "halfhalf": "ModeHalfHalf", "markidis": "ModeMarkidis"}
 
 
 def _template(filename: str) -> Template:

@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass
 
 # Tensor Core instruction shape (m, n, k) of each mode's operands on the CUTLASS 2.x mma.sync path.
-INSTRUCTION_SHAPES = {"tf32": (16, 8, 8)}
+# The corrected modes read m16n8k8 FP32 fragments and multiply in TF32 or FP16 m16n8k8 (kernels/split_mma.h).
+INSTRUCTION_SHAPES = {"tf32": (16, 8, 8), "tf32tf32": (16, 8, 8), "halfhalf": (16, 8, 8), "markidis": (16, 8, 8)}
 FAMILIES = ("sm80",)
 _NAME_PATTERN = re.compile(
     r"(?P<mode>[a-z0-9]+)_(?P<family>sm\d+a?)_(?P<tb>\d+x\d+x\d+)_(?P<warp>\d+x\d+x\d+)_s(?P<stages>\d+)_a(?P<alignment>\d+)"
@@ -90,6 +91,18 @@ class KernelConfig:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
 
 
+# (threadblock, warp, stages) when no tuned table applies. The corrected modes hold hi and lo fragments and two
+# accumulators per MMA step, so their warp tiles are half as wide. halfhalf's pick: fastest of 7 tiles at
+# 4096 and 8192 on the H100 (sweeps/results/h100/NOTES.md).
+DEFAULT_TILES = {
+    "tf32": ((128, 128, 32), (64, 64, 32), 3),
+    "tf32tf32": ((128, 128, 32), (64, 32, 32), 3),
+    "halfhalf": ((128, 128, 32), (32, 64, 32), 3),
+    "markidis": ((128, 128, 32), (64, 32, 32), 3),
+}
+
+
 def default_configs(mode: str) -> list[KernelConfig]:
     """Variants `ext.gemm` uses when no tuned table applies: the vectorized one first, then one for any shape."""
-    return [KernelConfig(mode=mode, alignment=4), KernelConfig(mode=mode, alignment=1)]
+    threadblock, warp, stages = DEFAULT_TILES[mode]
+    return [KernelConfig(mode, "sm80", threadblock, warp, stages, alignment) for alignment in (4, 1)]

@@ -1,15 +1,16 @@
-"""`gemm`: FP32 matrix products on the Tensor Cores."""
+"""`gemm`: FP32 matrix products on the Tensor Cores, at TF32 accuracy or corrected to FP32 accuracy."""
 
 from __future__ import annotations
 
 import torch
 
-from . import ops, registry
+from . import ops, registry, scaling
 from .config import INSTRUCTION_SHAPES, default_configs
 
-MODES = tuple(sorted(INSTRUCTION_SHAPES))
+KERNEL_MODES = tuple(sorted(INSTRUCTION_SHAPES))
+MODES = KERNEL_MODES + ("fp32",)
 # Plain data, so that torch.compile reads it without tracing the config machinery.
-_DEFAULT_CONFIGS = {mode: default_configs(mode) for mode in MODES}
+_DEFAULT_CONFIGS = {mode: default_configs(mode) for mode in KERNEL_MODES}
 _DEFAULT_VARIANTS = {mode: [c.name for c in configs] for mode, configs in _DEFAULT_CONFIGS.items()}
 
 
@@ -25,23 +26,89 @@ def _check_operands(**operands) -> None:
         if tensor.device.type != "cuda":
             raise ValueError(f"{name} must be a CUDA tensor; got device {tensor.device}")
     for name, tensor in operands.items():
-        if tensor.dim() != 2:
-            raise ValueError(f"{name} must be 2-D; got shape {tuple(tensor.shape)}")
+        if tensor.dim() not in (2, 3):
+            raise ValueError(f"{name} must be 2-D, or 3-D for a batch; got shape {tuple(tensor.shape)}")
 
 
-def gemm(a: torch.Tensor, b: torch.Tensor, mode: str = "tf32") -> torch.Tensor:
-    """C = A·B for float32 CUDA tensors A (M, K) and B (K, N), computed by a CUTLASS kernel; returns (M, N).
+def _cublas_sgemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """cuBLAS SGEMM on the FP32 SIMT units, whatever the process-wide TF32 setting says."""
+    if torch.compiler.is_compiling():
+        return a @ b
+    previous = torch.backends.cuda.matmul.fp32_precision
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    try:
+        return a @ b
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = previous
 
-    mode: `tf32` rounds A and B to TF32 (RNA) and accumulates on the Tensor Core: the uncorrected baseline,
-    about 3e-4 relative error. Any M, N, K >= 0 and any strides; the first use builds and caches the kernels.
+
+def gemm(a: torch.Tensor, b: torch.Tensor, mode: str = "tf32tf32") -> torch.Tensor:
+    """C = A·B for float32 CUDA tensors A (M, K) and B (K, N), computed on the Tensor Cores; returns (M, N).
+
+    Batched: A (batch, M, K) and/or B (batch, K, N), a 2-D operand shared by every batch; returns (batch, M, N).
+
+    mode:
+      tf32tf32  TF32 hi + lo per operand, three products, hi·hi accumulated in FP32 round-to-nearest:
+                FP32 accuracy over FP32's whole exponent range (seed 000).
+      halfhalf  FP16 hi + lo·2^-11, the same correction on FP16 Tensor Cores. Rows of A and columns of B are
+                scaled by exact powers of two so FP16's range holds them. Within one row of A (or column of
+                B), values more than ~2^29 below the largest lose precision: use tf32tf32 for such data.
+      markidis  FP16 hi + lo, all four products accumulated inside the Tensor Core (baseline, loses accuracy
+                with K).
+      tf32      operands rounded to TF32 (RNA), no correction: ~3e-4 relative error, like cuBLAS TF32.
+      fp32      cuBLAS SGEMM on the FP32 units, for comparison.
+    Any M, N, K >= 0 and any strides; the first use builds and caches the kernels. Differentiable: dA and dB
+    are computed in the same mode. NaN propagates; Inf makes the outputs SGEMM makes Inf non-finite (NaN where
+    the finite factor's lo part is zero).
     """
-    if mode not in _DEFAULT_VARIANTS:
+    if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not one of {list(MODES)}")
     _check_operands(a=a, b=b)
     if a.device != b.device:
         raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"a is {tuple(a.shape)} and b is {tuple(b.shape)}: a.shape[1] must equal b.shape[0]")
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"a is {tuple(a.shape)} and b is {tuple(b.shape)}: a.shape[-1] must equal b.shape[-2]")
+    if a.dim() == 3 and b.dim() == 3 and a.shape[0] != b.shape[0]:
+        raise ValueError(f"a is {tuple(a.shape)} and b is {tuple(b.shape)}: batch sizes must match")
+    return _Gemm.apply(a, b, mode)
+
+
+def _product(a: torch.Tensor, b: torch.Tensor, mode: str) -> torch.Tensor:
+    """The forward product of validated operands."""
+    if mode == "fp32":
+        return _cublas_sgemm(a, b)
     if not torch.compiler.is_compiling():
         registry.ensure_registered(_DEFAULT_CONFIGS[mode], a.device)
+    if mode == "halfhalf" and a.numel() and b.numel():
+        a_scaled, b_scaled, row_shift, column_shift = scaling.scaled_operands(a, b)
+        return scaling.unscale(ops.gemm(a_scaled, b_scaled, _DEFAULT_VARIANTS[mode]), row_shift, column_shift)
     return ops.gemm(a, b, _DEFAULT_VARIANTS[mode])
+
+
+class _Gemm(torch.autograd.Function):
+    """dA = dC·Bᵀ and dB = Aᵀ·dC, both through the same mode (and, for halfhalf, the same range scaling)."""
+
+    @staticmethod
+    def forward(a, b, mode):
+        return _product(a, b, mode)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        a, b, ctx.mode = inputs
+        ctx.save_for_backward(a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        grad_a = grad_b = None
+        if ctx.needs_input_grad[0]:
+            if a.dim() == 2 and grad.dim() == 3:  # a shared by every batch: sum its gradient over the batch
+                grad_a = _product(grad.transpose(0, 1).reshape(grad.shape[1], -1), b.mT.reshape(-1, a.shape[1]), ctx.mode)
+            else:
+                grad_a = _product(grad, b.mT, ctx.mode)
+        if ctx.needs_input_grad[1]:
+            if b.dim() == 2 and grad.dim() == 3:
+                grad_b = _product(a.reshape(-1, a.shape[-1]).mT, grad.reshape(-1, grad.shape[-1]), ctx.mode)
+            else:
+                grad_b = _product(a.mT, grad, ctx.mode)
+        return grad_a, grad_b, None

@@ -155,6 +155,8 @@ def emulated_gemm(
     accumulate: str = "rz",
     mma_k: int = 8,
     accumulator_bits: int = 25,
+    fold: str = "end",
+    block_k: int = 32,
 ) -> torch.Tensor:
     """C = A·B for FP32 (M,K)×(K,N) as the Tensor Core computes it under `scheme`; returns float32 (M,N).
 
@@ -162,12 +164,20 @@ def emulated_gemm(
     (seed's mma_rz / mma_rn). mma_k: the instruction's k (8 for m16n8k8), the granularity of that rounding.
     Schemes:
       halfhalf, tf32tf32: per k-step, hi·hi into a fresh zero accumulator, added to C with an FP32 RN add
-        outside the Tensor Core; lo·hi + hi·lo accumulated inside in their own accumulator, scaled back once
-        at the end; lo·lo dropped (seed sections 3.2-3.4, Code 3).
+        outside the Tensor Core; lo·lo dropped (seed sections 3.2-3.4). fold="end": lo·hi + hi·lo accumulated
+        inside in their own accumulator over all of K, scaled back once at the end (seed Code 3). fold="step":
+        lo·hi + hi·lo into a fresh accumulator per k-step, folded in with C += fma(lo, 2^-s, hi·hi) in FP32 RN,
+        as the halfhalf kernel does it. fold="block" (unscaled lo only): lo·hi, hi·lo and hi·hi chained inside the
+        Tensor Core in a fresh accumulator per `block_k` slice of K, then added to C in FP32 RN, as the
+        tf32tf32 kernel does it with CUTLASS's staged accumulation (kernels/split_mma.h).
       markidis: all four products accumulated inside the Tensor Core, in Code 2's order.
       tf32, fp16: the operands rounded once (TF32 RNA as CUTLASS does it, FP16 RN), accumulated inside.
     """
     _lookup(dict.fromkeys(GEMM_SCHEMES), scheme, "scheme")
+    if fold not in ("end", "step", "block"):
+        raise ValueError(f"fold={fold!r} is not one of ['end', 'step', 'block']")
+    if fold == "block" and (scheme not in SPLIT_SCHEMES or LO_SCALE[scheme] != 1 or block_k % mma_k):
+        raise ValueError(f"fold='block' needs an unscaled split scheme and block_k a multiple of mma_k={mma_k}")
     if accumulate not in ("rn", "rz"):
         raise ValueError(f"accumulate={accumulate!r} is not one of ['rn', 'rz']")
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
@@ -197,8 +207,24 @@ def emulated_gemm(
                 c = step(a_part, b_part, c, start)
         return c
 
-    correction = torch.zeros_like(c)
     zero = torch.zeros_like(c)
+    if fold == "block":
+        for block_start in range(0, padded_k, block_k):
+            block = zero
+            for start in range(block_start, min(block_start + block_k, padded_k), mma_k):
+                for a_part, b_part in ((a_lo, b_hi), (a_hi, b_lo), (a_hi, b_hi)):
+                    block = step(a_part, b_part, block, start)
+            c = c + block  # seed 3.2: the running sum is FP32 RN; RZ stays inside one block
+        return c
+    if fold == "step":
+        for start in range(0, padded_k, mma_k):
+            lo_terms = step(a_hi, b_lo, step(a_lo, b_hi, zero, start), start)
+            hi_hi = step(a_hi, b_hi, zero, start)
+            # one FP32 rounding of lo·2^-s + hi·hi (an FMA), then one of the add to C
+            folded = (lo_terms.double() / LO_SCALE[scheme] + hi_hi.double()).to(torch.float32)
+            c = c + folded
+        return c
+    correction = torch.zeros_like(c)
     for start in range(0, padded_k, mma_k):
         correction = step(a_lo, b_hi, correction, start)
         correction = step(a_hi, b_lo, correction, start)

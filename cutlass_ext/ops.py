@@ -20,7 +20,8 @@ def _gemm_fake(a: torch.Tensor, b: torch.Tensor, variants: list[str]) -> torch.T
     # A compiled graph calls the real op later: have its kernels ready by then.
     if torch.cuda.is_available():
         registry.ensure_registered([KernelConfig.from_name(name) for name in variants], a.device)
-    return a.new_empty((a.shape[0], b.shape[1]))
+    batch = a.shape[:-2] or b.shape[:-2]
+    return a.new_empty((*batch, a.shape[-2], b.shape[-1]))
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, variants: list[str]) -> torch.Tensor:

@@ -5,14 +5,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CUTLASS_EXT_ABI_VERSION 1
+#define CUTLASS_EXT_ABI_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 // D = alpha * A·B + beta * D for `batch` row-major problems; A is (m, k), B is (k, n), D is (m, n).
-// Leading dimensions and batch strides are in elements.
+// Leading dimensions and batch strides are in elements. split_k: slices of K summed in turn into D (serial
+// split-K, batch 1 only); 0 lets the launcher choose from the SM count.
 typedef struct {
   int64_t m, n, k, batch;
   const void* a;
@@ -22,6 +23,7 @@ typedef struct {
   void* d;
   int64_t ldd, batch_stride_d;
   float alpha, beta;
+  int64_t split_k;
 } cutlass_ext_gemm_args;
 
 // Every variant `<name>` in a kernel library exports these three; 0 is success, other values are

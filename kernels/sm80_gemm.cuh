@@ -3,19 +3,31 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/thread/linear_combination.h"
 #include "cutlass/gemm/device/gemm_universal.h"
 #include "cutlass/gemm/threadblock/threadblock_swizzle.h"
 
 #include "launcher_abi.h"
+#include "split_mma.h"
 
 namespace cutlass_ext {
 
-// How each mode feeds the Tensor Core; the mode's MathOperator picks CUTLASS's warp-level MMA.
+// How each mode feeds the Tensor Core; the mode's MathOperator picks the warp-level MMA.
 struct ModeTf32 {
   // float operands rounded to TF32 (RNA, CUTLASS's round_half_ulp_truncate), accumulated inside the Tensor Core.
   using MathOperator = cutlass::arch::OpMultiplyAdd;
+};
+struct ModeTf32Tf32 {
+  using MathOperator = OpMultiplyAddSplit<SchemeTf32Tf32>;
+};
+struct ModeHalfHalf {
+  using MathOperator = OpMultiplyAddSplit<SchemeHalfHalf>;
+};
+struct ModeMarkidis {
+  using MathOperator = OpMultiplyAddSplit<SchemeMarkidis>;
 };
 
 template <typename Mode, int BlockM, int BlockN, int BlockK, int WarpM, int WarpN, int WarpK, int InstM, int InstN,
@@ -30,10 +42,27 @@ struct Sm80Gemm {
       cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, Stages, Alignment, Alignment,
       typename Mode::MathOperator>;
 
+  // Slices of K for serial split-K when the output tiles alone leave SMs idle; each slice keeps at least
+  // kMinSliceIterations mainloop iterations so the pipeline fills. Shorter sequential sums also cut rounding error.
+  static constexpr int kMinSliceIterations = 8;
+
+  static int split_k_slices(const cutlass_ext_gemm_args& args) {
+    if (args.split_k > 0) return int(args.split_k);
+    if (args.batch > 1) return 1;
+    int device = 0, sms = 1;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    int64_t tiles = ((args.m + BlockM - 1) / BlockM) * ((args.n + BlockN - 1) / BlockN);
+    int64_t by_occupancy = sms / tiles;
+    int64_t by_depth = args.k / (int64_t(BlockK) * kMinSliceIterations);
+    return int(std::max<int64_t>(1, std::min(by_occupancy, by_depth)));
+  }
+
   static typename Gemm::Arguments arguments(const cutlass_ext_gemm_args& args) {
     auto mode = args.batch > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm;
+    int batch_or_slices = args.batch > 1 ? int(args.batch) : split_k_slices(args);
     cutlass::gemm::GemmCoord problem(int(args.m), int(args.n), int(args.k));
-    return typename Gemm::Arguments(mode, problem, int(args.batch), {args.alpha, args.beta}, args.a, args.b, args.d,
+    return typename Gemm::Arguments(mode, problem, batch_or_slices, {args.alpha, args.beta}, args.a, args.b, args.d,
                                     args.d, args.batch_stride_a, args.batch_stride_b, args.batch_stride_d,
                                     args.batch_stride_d, args.lda, args.ldb, args.ldd, args.ldd);
   }

@@ -68,14 +68,17 @@ Variant lookup(const std::string& name) {
   return found->second;
 }
 
-// A view the row-major kernels read as is (unit stride along columns), or a contiguous copy of it.
+// A view whose matrices the row-major kernels read as they are (unit stride along columns), or a contiguous copy.
 at::Tensor row_major(const at::Tensor& t) {
-  bool unit_columns = t.size(1) <= 1 || t.stride(1) == 1;
-  bool rows_apart = t.size(0) <= 1 || t.stride(0) >= t.size(1);
+  bool unit_columns = t.size(-1) <= 1 || t.stride(-1) == 1;
+  bool rows_apart = t.size(-2) <= 1 || t.stride(-2) >= t.size(-1);
   return unit_columns && rows_apart ? t : t.contiguous();
 }
 
-int64_t leading_dimension(const at::Tensor& t) { return t.size(0) > 1 ? t.stride(0) : t.size(1); }
+int64_t leading_dimension(const at::Tensor& t) { return t.size(-2) > 1 ? t.stride(-2) : t.size(-1); }
+
+// 0 for a 2-D operand: every batch reads the same matrix.
+int64_t batch_stride(const at::Tensor& t) { return t.dim() == 3 && t.size(0) > 1 ? t.stride(0) : 0; }
 
 at::Tensor gemm_cuda(const at::Tensor& a_in, const at::Tensor& b_in, std::vector<std::string> variants) {
   TORCH_CHECK(a_in.is_cuda() && b_in.is_cuda(), "a and b must be CUDA tensors");
@@ -83,18 +86,37 @@ at::Tensor gemm_cuda(const at::Tensor& a_in, const at::Tensor& b_in, std::vector
               b_in.device());
   TORCH_CHECK(a_in.scalar_type() == at::kFloat && b_in.scalar_type() == at::kFloat,
               "a and b must be float32; got ", a_in.scalar_type(), " and ", b_in.scalar_type());
-  TORCH_CHECK(a_in.dim() == 2 && b_in.dim() == 2, "a and b must be 2-D");
-  TORCH_CHECK(a_in.size(1) == b_in.size(0), "a is ", a_in.sizes(), " and b is ", b_in.sizes(),
-              ": a.shape[1] must equal b.shape[0]");
+  TORCH_CHECK((a_in.dim() == 2 || a_in.dim() == 3) && (b_in.dim() == 2 || b_in.dim() == 3),
+              "a and b must be 2-D or 3-D (batched)");
+  TORCH_CHECK(a_in.size(-1) == b_in.size(-2), "a is ", a_in.sizes(), " and b is ", b_in.sizes(),
+              ": a.shape[-1] must equal b.shape[-2]");
+  int64_t batch = a_in.dim() == 3 ? a_in.size(0) : (b_in.dim() == 3 ? b_in.size(0) : 1);
+  TORCH_CHECK((a_in.dim() == 2 || a_in.size(0) == batch) && (b_in.dim() == 2 || b_in.size(0) == batch),
+              "a is ", a_in.sizes(), " and b is ", b_in.sizes(), ": batch sizes must match");
   c10::cuda::CUDAGuard device_guard(a_in.device());
   at::Tensor a = row_major(a_in), b = row_major(b_in);
-  const int64_t m = a.size(0), n = b.size(1), k = a.size(1);
-  at::Tensor d = at::empty({m, n}, a.options());
-  if (m == 0 || n == 0) return d;
+  const int64_t m = a.size(-2), n = b.size(-1), k = a.size(-1);
+  bool batched = a.dim() == 3 || b.dim() == 3;
+  at::Tensor d = batched ? at::empty({batch, m, n}, a.options()) : at::empty({m, n}, a.options());
+  if (m == 0 || n == 0 || batch == 0) return d;
   if (k == 0) return d.zero_();
 
-  cutlass_ext_gemm_args args{m, n, k, 1, a.data_ptr(), leading_dimension(a), 0, b.data_ptr(), leading_dimension(b), 0,
-                             d.data_ptr(), n, 0, 1.0f, 0.0f};
+  cutlass_ext_gemm_args args{m,
+                             n,
+                             k,
+                             batch,
+                             a.data_ptr(),
+                             leading_dimension(a),
+                             batch_stride(a),
+                             b.data_ptr(),
+                             leading_dimension(b),
+                             batch_stride(b),
+                             d.data_ptr(),
+                             n,
+                             m * n,
+                             1.0f,
+                             0.0f,
+                             /*split_k=*/0};
   for (const auto& name : variants) {
     Variant variant = lookup(name);
     if (variant.can_implement(&args) != 0) continue;

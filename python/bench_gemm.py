@@ -1,9 +1,10 @@
-"""Side-by-side GEMM benchmark: our kernels against cuBLAS FP32 and TF32, measured in one run.
+"""Side-by-side FP32 GEMM benchmark: our modes against cuBLAS FP32 / TF32 and Triton tf32x3, in one run.
 
-    python python/bench_gemm.py --sizes 1024 4096 8192 --out sweeps/results/h100/gemm_tf32.csv
+    python python/bench_gemm.py --out sweeps/results/h100/gemm_corrected.csv
 
 Each row: median time (CUDA events, warm-up, inputs rotated past L2), TFLOP/s, and the relative residual against
 an FP64 product of the same inputs. Prints the table with ratios to cuBLAS; writes it as CSV with provenance.
+`--variants NAME ...` adds rows for specific kernel variants (their kernel alone, for choosing defaults).
 """
 
 from __future__ import annotations
@@ -17,8 +18,20 @@ import pandas as pd
 import torch
 
 import cutlass_ext as ext
-from cutlass_ext import benchmark, numerics
+from cutlass_ext import benchmark, numerics, ops, registry
+from cutlass_ext.config import KernelConfig
 from cutlass_ext.gemm import _DEFAULT_VARIANTS
+
+DEFAULT_SHAPES = ["1024", "2048", "4096", "8192", "16384", "1024x1024x65536"]
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    values = [int(v) for v in text.split("x")]
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    if len(values) != 3:
+        raise argparse.ArgumentTypeError(f"shape {text!r} must be N or MxNxK")
+    return tuple(values)
 
 
 def cublas(precision):
@@ -33,16 +46,36 @@ def cublas(precision):
     return run
 
 
-def contenders(modes):
+def triton_tf32x3(input_sets, repeats):
+    """Triton's tf32x3 matmul with the fastest of its configs for this shape: (name, run)."""
+    import triton_peers
+
+    timed = []
+    for config in triton_peers.CONFIGS:
+        def run(a, b, config=config):
+            return triton_peers.matmul(a, b, config)
+        try:
+            timed.append((benchmark.median_time_us(run, input_sets, warmup=2, repeats=max(3, repeats // 3)), config, run))
+        except Exception as error:  # a config the shape or shared memory cannot take
+            print(f"triton config {config} skipped: {type(error).__name__}", file=sys.stderr)
+    _, config, run = min(timed, key=lambda entry: entry[0])
+    return "tl.dot tf32x3 " + "x".join(str(v) for v in config), run
+
+
+def contenders(modes, variants, input_sets, repeats):
     yield "cublas", "fp32", "torch.matmul ieee", cublas("ieee")
     yield "cublas", "tf32", "torch.matmul tf32", cublas("tf32")
+    yield ("triton", "tf32x3", *triton_tf32x3(input_sets, repeats))
     for mode in modes:
-        yield "cutlass_ext", mode, _DEFAULT_VARIANTS[mode][0], lambda a, b, mode=mode: ext.gemm(a, b, mode=mode)
+        name = _DEFAULT_VARIANTS[mode][0] if mode in _DEFAULT_VARIANTS else "cuBLAS passthrough"
+        yield "cutlass_ext", mode, name, lambda a, b, mode=mode: ext.gemm(a, b, mode=mode)
+    for name in variants:
+        yield "cutlass_ext_variant", KernelConfig.from_name(name).mode, name, lambda a, b, name=name: ops.gemm(a, b, [name])
 
 
-def measure(size, modes, repeats):
-    m = n = k = size
-    generator = torch.Generator(device="cuda").manual_seed(size)
+def measure(shape, modes, variants, repeats):
+    m, n, k = shape
+    generator = torch.Generator(device="cuda").manual_seed(m * 31 + n * 17 + k)
     bytes_per_set = 4 * (m * k + k * n + m * n)
     input_sets = [
         (torch.randn(m, k, device="cuda", generator=generator), torch.randn(k, n, device="cuda", generator=generator))
@@ -51,11 +84,13 @@ def measure(size, modes, repeats):
     a, b = input_sets[0]
     ref = a.double() @ b.double()
     rows = []
-    for family, mode, name, run in contenders(modes):
+    for family, mode, name, run in contenders(modes, variants, input_sets, repeats):
         relres = numerics.relative_residual(run(a, b), ref)
         time_us = benchmark.median_time_us(run, input_sets, repeats=repeats)
         rows.append(dict(family=family, mode=mode, name=name, m=m, n=n, k=k, batch=1, time_us=round(time_us, 2),
                          tflops=round(2 * m * n * k / time_us / 1e6, 2), relres=relres))
+        print(f"{m}x{n}x{k} {family:20s} {mode:9s} {rows[-1]['tflops']:8.1f} TFLOP/s relres {relres:.2e}",
+              file=sys.stderr, flush=True)
     del input_sets, ref
     torch.cuda.empty_cache()
     return rows
@@ -63,22 +98,28 @@ def measure(size, modes, repeats):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192], help="m = n = k values")
+    parser.add_argument("--shapes", type=parse_shape, nargs="+", default=[parse_shape(s) for s in DEFAULT_SHAPES],
+                        help="N (for N x N x N) or MxNxK")
     parser.add_argument("--modes", nargs="+", default=list(ext.MODES), help="our modes to run")
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--variants", nargs="*", default=[], help="kernel variant names to time on their own")
+    parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--out", type=Path, help="CSV to write")
     args = parser.parse_args(argv)
 
-    rows = [row for size in args.sizes for row in measure(size, args.modes, args.repeats)]
+    if args.variants:
+        registry.ensure_registered([KernelConfig.from_name(name) for name in args.variants], torch.device("cuda"))
+    rows = [row for shape in args.shapes for row in measure(shape, args.modes, args.variants, args.repeats)]
     table = pd.DataFrame(rows)
     for column, value in benchmark.environment().items():
         table[column] = value
     table["command"] = shlex.join(["python"] + sys.argv)
+    shape_key = table["m"].astype(str) + "x" + table["n"].astype(str) + "x" + table["k"].astype(str)
     for column, mode in (("vs_cublas_fp32", "fp32"), ("vs_cublas_tf32", "tf32")):
-        baseline = table[(table["family"] == "cublas") & (table["mode"] == mode)].set_index("m")["tflops"]
-        table[column] = (table["tflops"] / table["m"].map(baseline)).round(3)
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(table[["family", "mode", "m", "time_us", "tflops", "relres", "vs_cublas_fp32", "vs_cublas_tf32"]]
+        baseline = table[(table["family"] == "cublas") & (table["mode"] == mode)]
+        baseline_tflops = dict(zip(shape_key[baseline.index], baseline["tflops"]))
+        table[column] = (table["tflops"] / shape_key.map(baseline_tflops)).round(3)
+    with pd.option_context("display.width", 250, "display.max_columns", 20, "display.max_colwidth", 44):
+        print(table[["family", "mode", "name", "m", "n", "k", "tflops", "relres", "vs_cublas_fp32", "vs_cublas_tf32"]]
               .to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -22,9 +22,9 @@ python3 -c "$first_call" 2>&1 | grep -v '^W' | tee -a "$logs/cache.log"
 echo "== process 2 (warm cache)" | tee -a "$logs/cache.log"
 python3 -c "$first_call" 2>&1 | grep -v '^W' | tee -a "$logs/cache.log"
 
-python3 -m pytest -m gpu -q -rf tests 2>&1 | tee "$logs/pytest_gpu.log"
+CUTLASS_EXT_ACCURACY_CSV="$logs/accuracy.csv" python3 -m pytest -m gpu -q -rf tests 2>&1 | tee "$logs/pytest_gpu.log"
 tests_status=${PIPESTATUS[0]}
-python3 python/bench_gemm.py --out "$logs/gemm_tf32.csv" "${@:3}" 2>&1 | tee "$logs/bench.log"
+python3 python/bench_gemm.py --out "$logs/bench.csv" "${@:3}" 2>&1 | tee "$logs/bench.log"
 bench_status=${PIPESTATUS[0]}
 echo "gpu tests exit $tests_status, benchmark exit $bench_status"
 exit $(( tests_status || bench_status ))

@@ -24,3 +24,8 @@ def test_bad_arguments_are_named(a, b, kwargs, error, message):
 def test_schema_and_fake_kernel_exist_without_a_build():
     schema = torch.ops.cutlass_ext.gemm.default._schema
     assert str(schema) == "cutlass_ext::gemm(Tensor a, Tensor b, str[] variants) -> Tensor"
+
+
+def test_linear_rejects_unknown_mode():
+    with pytest.raises(ValueError, match="mode='bf16'"):
+        ext.nn.Linear(4, 4, mode="bf16")

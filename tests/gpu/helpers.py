@@ -6,13 +6,15 @@ import torch
 
 from cutlass_ext import numerics
 
-# name -> (A's distribution, B's distribution); the exp_rand pairs are the seed's Types 1, 3 and 4 (section 4.1.1).
+# name -> (A's distribution, B's distribution). The exp_rand pairs are the seed's Types 1-4 (section 4.1.1,
+# Figure 11): (-15,14) is held by halfhalf at full precision, (-35,-15) at less, (-100,-35) not at all unscaled.
 DISTRIBUTIONS = {
     "urand(-1,1)": ("urand", "urand"),
     "normal": ("normal", "normal"),
-    "type1 exp_rand(-15,14)": ((-15, 14), (-15, 14)),
-    "type3 exp_rand(-35,-15)": ((-35, -15), (-35, -15)),
-    "type4 exp_rand(-100,-35)": ((-100, -35), (-15, 14)),
+    "type1": ((-15, 14), (-15, 14)),
+    "type2": ((-15, 14), (-35, -15)),
+    "type3": ((-35, -15), (-35, -15)),
+    "type4": ((-100, -35), (-15, 14)),
 }
 
 

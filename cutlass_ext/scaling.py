@@ -1,0 +1,41 @@
+"""Exact power-of-two scaling that keeps halfhalf operands inside FP16's range (seed 4.1.1, Figure 9).
+
+Rows of A and columns of B are multiplied by 2^s with s chosen on the device so that each row's (column's)
+largest magnitude lands just under 2^15; the product is multiplied back by 2^-(s_row + s_col). Powers of two
+change no mantissa bit, nothing waits for the host, and NaN and Inf pass through.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Largest magnitudes land in [2^14, 2^15): hi stays under FP16's 65504 and lo = (x - hi)·2^11 under hi.
+_TARGET_EXPONENT = 15
+# Shifts stay where 2^shift is a normal FP32 number, and a sum of two shifts splits into two such halves.
+_SHIFT_LIMIT = 126
+
+
+def power_of_two(exponent: torch.Tensor) -> torch.Tensor:
+    """2^exponent as float32, built from the bits, for integer exponents in [-126, 127]."""
+    return ((exponent.to(torch.int32) + 127) << 23).view(torch.float32)
+
+
+def fp16_range_shift(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Per-slice shifts s (int32, reduced along `dim`, kept as size 1) with max|x|·2^s < 2^15."""
+    largest = x.abs().amax(dim=dim, keepdim=True)
+    _, exponent = torch.frexp(largest)  # largest < 2^exponent; 0 for an all-zero slice
+    return (_TARGET_EXPONENT - exponent).clamp(-_SHIFT_LIMIT, _SHIFT_LIMIT)
+
+
+def scaled_operands(a: torch.Tensor, b: torch.Tensor):
+    """(a·2^s_rows, b·2^s_cols, s_rows (M,1), s_cols (1,N)) for a (M,K) and b (K,N)."""
+    row_shift = fp16_range_shift(a, dim=-1)
+    column_shift = fp16_range_shift(b, dim=-2)
+    return a * power_of_two(row_shift), b * power_of_two(column_shift), row_shift, column_shift
+
+
+def unscale(c: torch.Tensor, row_shift: torch.Tensor, column_shift: torch.Tensor) -> torch.Tensor:
+    """c·2^-(s_row + s_col), in two exact steps so that no factor leaves FP32's normal range."""
+    total = -(row_shift + column_shift)
+    first = torch.div(total, 2, rounding_mode="floor")
+    return c * power_of_two(first) * power_of_two(total - first)

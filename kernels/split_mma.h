@@ -1,0 +1,239 @@
+// FP32-accurate GEMM on Tensor Cores (seed 000): a warp-level MMA that splits FP32 fragments into hi + lo in
+// registers after the shared-memory load and corrects the product. Modelled on CUTLASS's MmaTensorOpFastF32
+// (3xTF32); everything above the warp level is stock CUTLASS.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include "cutlass/arch/mma.h"
+#include "cutlass/arch/mma_sm75.h"
+#include "cutlass/arch/mma_sm80.h"
+#include "cutlass/gemm/warp/default_mma_tensor_op.h"
+#include "cutlass/gemm/warp/mma_tensor_op_policy.h"
+#include "cutlass/gemm/warp/mma_tensor_op_tile_iterator.h"
+#include "cutlass/gemm/warp/mma_tensor_op_tile_iterator_sm80.h"
+
+namespace cutlass_ext {
+
+// seed 3.3: TF32 hi/lo, both rounded RNA; same exponent range as FP32, no scaling, so each MMA step's three
+// products chain inside the Tensor Core in one fresh accumulator, added to the running sum in FP32 RN.
+struct SchemeTf32Tf32 {
+  using Element = cutlass::tfloat32_t;
+  static constexpr bool kCorrected = true;
+  static constexpr float kLoScale = 1.0f;
+  // RNA by adding half a TF32 ulp to the bits (a carry rounds into the exponent); the Tensor Core ignores the
+  // low 13 bits, and hi keeps them zero so that x - hi is exact. Integer ops, not the slow conversion unit.
+  CUTLASS_DEVICE static Element round(float x) { return Element::bitcast(__float_as_uint(x) + 0x1000u); }
+  CUTLASS_DEVICE static float exact(float x) { return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u); }
+};
+
+// seed eqs. 19-22: FP16 hi/lo, RN; lo scaled by 2^11 against underflow. The lo terms get their own fresh
+// accumulator each MMA step and are folded in with C += fma(lo, 2^-11, hi·hi).
+struct SchemeHalfHalf {
+  using Element = cutlass::half_t;
+  static constexpr bool kCorrected = true;
+  static constexpr float kLoScale = 2048.0f;
+};
+
+// seed eqs. 2-6: FP16 hi/lo, RN, unscaled; all four products accumulated inside the Tensor Core (baseline).
+struct SchemeMarkidis {
+  using Element = cutlass::half_t;
+  static constexpr bool kCorrected = false;
+  static constexpr float kLoScale = 1.0f;
+};
+
+// Math-operator tag that routes CUTLASS's DefaultMmaTensorOp to MmaTensorOpSplit.
+template <typename Scheme>
+struct OpMultiplyAddSplit {};
+
+// The Tensor Core instruction each scheme computes with: m16n8k8 in TF32 or FP16, FP32 accumulators.
+template <typename Element>
+using SplitInstruction =
+    cutlass::arch::Mma<cutlass::gemm::GemmShape<16, 8, 8>, 32, Element, cutlass::layout::RowMajor, Element,
+                       cutlass::layout::ColumnMajor, float, cutlass::layout::RowMajor, cutlass::arch::OpMultiplyAdd>;
+
+// Warp-level D = A·B + C for FP32 A, B read from shared memory with the TF32 m16n8k8 fragment layout.
+//
+// FP16 m16n8k8 takes per thread A at k = {2t, 2t+1} and B at k = {2t, 2t+1}; TF32 m16n8k8 holds A and B at
+// k = {t, t+4}. Feeding the FP16 instruction the TF32 elements in that order permutes k identically for A and B,
+// which leaves the product unchanged, so both precisions share CUTLASS's FP32 shared-memory iterators.
+template <typename Shape_, typename LayoutA_, typename LayoutB_, typename LayoutC_, typename Policy_, typename Scheme,
+          int PartitionsK_ = 1, bool AccumulatorsInRowMajor = false>
+class MmaTensorOpSplit {
+ public:
+  using Shape = Shape_;
+  using ElementA = float;
+  using LayoutA = LayoutA_;
+  using ElementB = float;
+  using LayoutB = LayoutB_;
+  using ElementC = float;
+  using LayoutC = LayoutC_;
+  using Policy = Policy_;
+  // The TF32 instruction fixes the fragment layouts; MathInstruction does the arithmetic.
+  using ArchMmaOperator = typename Policy::Operator;
+  using MathInstruction = SplitInstruction<typename Scheme::Element>;
+  using MathOperator = OpMultiplyAddSplit<Scheme>;
+  using ArchTag = typename ArchMmaOperator::ArchTag;
+  using OperatorClass = cutlass::arch::OpClassTensorOp;
+  using InstructionShape = typename ArchMmaOperator::Shape;
+  static cutlass::ComplexTransform const kTransformA = cutlass::ComplexTransform::kNone;
+  static cutlass::ComplexTransform const kTransformB = cutlass::ComplexTransform::kNone;
+  static int const kThreadCount = 32;
+  static int const kPartitionsK = PartitionsK_;
+
+  using IteratorA = cutlass::gemm::warp::MmaTensorOpMultiplicandTileIterator<
+      cutlass::MatrixShape<Shape::kM, Shape::kK>, cutlass::gemm::Operand::kA, ElementA, LayoutA,
+      cutlass::MatrixShape<ArchMmaOperator::Shape::kM, ArchMmaOperator::Shape::kK>, Policy::OpDelta::kRow,
+      kThreadCount, kPartitionsK>;
+  using FragmentA = typename IteratorA::Fragment;
+  // hi for every element of FragmentA, then lo for every element, in the math instruction's operand order.
+  using TransformedFragmentA = cutlass::Array<typename Scheme::Element, FragmentA::kElements * 2>;
+
+  using IteratorB = cutlass::gemm::warp::MmaTensorOpMultiplicandTileIterator<
+      cutlass::MatrixShape<Shape::kK, Shape::kN>, cutlass::gemm::Operand::kB, ElementB, LayoutB,
+      cutlass::MatrixShape<ArchMmaOperator::Shape::kK, ArchMmaOperator::Shape::kN>, Policy::OpDelta::kRow,
+      kThreadCount, kPartitionsK>;
+  using FragmentB = typename IteratorB::Fragment;
+  using TransformedFragmentB = cutlass::Array<typename Scheme::Element, FragmentB::kElements * 2>;
+
+  using IteratorC = cutlass::gemm::warp::MmaTensorOpAccumulatorTileIterator<
+      cutlass::MatrixShape<Shape::kM, Shape::kN>, ElementC, LayoutC, typename ArchMmaOperator::Shape,
+      typename Policy::OpDelta>;
+  using FragmentC = typename IteratorC::Fragment;
+
+  using MmaIterations = cutlass::MatrixShape<(Shape::kM + ArchMmaOperator::Shape::kM - 1) / ArchMmaOperator::Shape::kM,
+                                             (Shape::kN + ArchMmaOperator::Shape::kN - 1) / ArchMmaOperator::Shape::kN>;
+
+  static_assert(FragmentA::kElements == MmaIterations::kRow * 4, "one TF32 A operand (4 elements) per m-tile");
+  static_assert(FragmentB::kElements == MmaIterations::kColumn * 2, "one TF32 B operand (2 elements) per n-tile");
+
+  CUTLASS_DEVICE
+  MmaTensorOpSplit() {}
+
+  CUTLASS_DEVICE
+  void operator()(FragmentC &D, TransformedFragmentA const &A, TransformedFragmentB const &B,
+                  FragmentC const &C) const {
+    using OperandA = typename MathInstruction::FragmentA;
+    using OperandB = typename MathInstruction::FragmentB;
+    using Accumulator = typename MathInstruction::FragmentC;
+    OperandA const *a_hi = reinterpret_cast<OperandA const *>(&A);
+    OperandA const *a_lo = a_hi + MmaIterations::kRow;
+    OperandB const *b_hi = reinterpret_cast<OperandB const *>(&B);
+    OperandB const *b_lo = b_hi + MmaIterations::kColumn;
+    Accumulator const *c = reinterpret_cast<Accumulator const *>(&C);
+    Accumulator *d = reinterpret_cast<Accumulator *>(&D);
+    MathInstruction mma;
+
+    CUTLASS_PRAGMA_UNROLL
+    for (int m = 0; m < MmaIterations::kRow; ++m) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int n_step = 0; n_step < MmaIterations::kColumn; ++n_step) {
+        int n = (m % 2) ? (MmaIterations::kColumn - 1 - n_step) : n_step;  // serpentine: reuse B registers
+        int tile = AccumulatorsInRowMajor ? n + m * MmaIterations::kColumn : m + n * MmaIterations::kRow;
+        if constexpr (Scheme::kCorrected && Scheme::kLoScale == 1.0f) {
+          // seed 3.2: this step's products in a fresh accumulator, so the Tensor Core's RZ never touches the
+          // running sum; lo·lo dropped (seed 3.4)
+          Accumulator zero, step;
+          zero.clear();
+          mma(step, a_lo[m], b_hi[n], zero);
+          mma(step, a_hi[m], b_lo[n], step);
+          mma(step, a_hi[m], b_hi[n], step);
+          CUTLASS_PRAGMA_UNROLL
+          for (int e = 0; e < Accumulator::kElements; ++e) d[tile][e] = c[tile][e] + step[e];
+        } else if constexpr (Scheme::kCorrected) {
+          Accumulator zero;
+          zero.clear();
+          Accumulator hi_hi, lo_terms;
+          // seed 3.2: hi·hi in a fresh accumulator, so the Tensor Core's RZ never touches the running sum
+          mma(hi_hi, a_hi[m], b_hi[n], zero);
+          // seed 3.4: lo·hi + hi·lo in their own accumulator; lo·lo dropped
+          mma(lo_terms, a_lo[m], b_hi[n], zero);
+          mma(lo_terms, a_hi[m], b_lo[n], lo_terms);
+          CUTLASS_PRAGMA_UNROLL
+          for (int e = 0; e < Accumulator::kElements; ++e) {
+            // FP32 RN outside the Tensor Core; seed eq. 24's 2^-11 applied to this step's lo terms
+            d[tile][e] = c[tile][e] + fmaf(lo_terms[e], 1.0f / Scheme::kLoScale, hi_hi[e]);
+          }
+        } else {
+          Accumulator accumulator = c[tile];
+          mma(accumulator, a_lo[m], b_lo[n], accumulator);  // seed Code 2's order
+          mma(accumulator, a_lo[m], b_hi[n], accumulator);
+          mma(accumulator, a_hi[m], b_lo[n], accumulator);
+          mma(accumulator, a_hi[m], b_hi[n], accumulator);
+          d[tile] = accumulator;
+        }
+      }
+    }
+  }
+
+  // Split FP32 fragments into hi and lo (seed 3.5: in registers, not as extra copies in memory).
+  CUTLASS_DEVICE
+  void transform(TransformedFragmentA &dst_A, TransformedFragmentB &dst_B, FragmentA const &A,
+                 FragmentB const &B) const {
+    if constexpr (sizeof(typename Scheme::Element) == 4) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < FragmentA::kElements; ++i) split_tf32(A[i], dst_A[i], dst_A[FragmentA::kElements + i]);
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < FragmentB::kElements; ++i) split_tf32(B[i], dst_B[i], dst_B[FragmentB::kElements + i]);
+    } else {
+      // TF32 A order per m-tile is (g,t) (g+8,t) (g,t+4) (g+8,t+4); the FP16 registers pair (g,t)(g,t+4) and
+      // (g+8,t)(g+8,t+4). B pairs (t)(t+4) in both orders.
+      __half2 *a_hi = reinterpret_cast<__half2 *>(&dst_A);
+      __half2 *a_lo = a_hi + FragmentA::kElements / 2;
+      CUTLASS_PRAGMA_UNROLL
+      for (int tile = 0; tile < FragmentA::kElements / 4; ++tile) {
+        split_half2(A[4 * tile + 0], A[4 * tile + 2], a_hi[2 * tile + 0], a_lo[2 * tile + 0]);
+        split_half2(A[4 * tile + 1], A[4 * tile + 3], a_hi[2 * tile + 1], a_lo[2 * tile + 1]);
+      }
+      __half2 *b_hi = reinterpret_cast<__half2 *>(&dst_B);
+      __half2 *b_lo = b_hi + FragmentB::kElements / 2;
+      CUTLASS_PRAGMA_UNROLL
+      for (int pair = 0; pair < FragmentB::kElements / 2; ++pair) {
+        split_half2(B[2 * pair], B[2 * pair + 1], b_hi[pair], b_lo[pair]);
+      }
+    }
+  }
+
+ private:
+  // Infinite or NaN hi: the remainder is 0, so that Inf times a finite value stays Inf instead of Inf - Inf.
+  CUTLASS_DEVICE
+  static float remainder(float x, float hi) { return fabsf(hi) < INFINITY ? x - hi : 0.0f; }
+
+  template <typename Element>
+  CUTLASS_DEVICE static void split_tf32(float x, Element &hi, Element &lo) {
+    hi = Scheme::round(x);
+    lo = Scheme::round(remainder(x, Scheme::exact(x)));
+  }
+
+  // Two elements at once: one packed conversion per pair keeps the split off the slow conversion unit.
+  CUTLASS_DEVICE
+  static void split_half2(float x0, float x1, __half2 &hi, __half2 &lo) {
+    hi = __floats2half2_rn(x0, x1);
+    float2 hi_values = __half22float2(hi);
+    lo = __floats2half2_rn(remainder(x0, hi_values.x) * Scheme::kLoScale,
+                           remainder(x1, hi_values.y) * Scheme::kLoScale);
+  }
+};
+
+}  // namespace cutlass_ext
+
+namespace cutlass {
+namespace gemm {
+namespace warp {
+
+// FP32 operands with an OpMultiplyAddSplit math operator: read as TF32 m16n8k8 fragments, multiply by the scheme.
+template <typename WarpShape_, typename InstructionShape_, typename LayoutA, typename LayoutB, typename LayoutC,
+          typename Scheme, int PartitionsK, bool AccumulatorsInRowMajor>
+struct DefaultMmaTensorOp<WarpShape_, InstructionShape_, float, LayoutA, float, LayoutB, float, LayoutC,
+                          cutlass_ext::OpMultiplyAddSplit<Scheme>, PartitionsK, AccumulatorsInRowMajor> {
+  static_assert(InstructionShape_::kM == 16 && InstructionShape_::kN == 8 && InstructionShape_::kK == 8,
+                "the split MMA reads m16n8k8 fragments");
+  using Policy = cutlass::gemm::warp::MmaTensorOpPolicy<cutlass_ext::SplitInstruction<cutlass::tfloat32_t>,
+                                                        cutlass::MatrixShape<1, 1>>;
+  using Type = cutlass_ext::MmaTensorOpSplit<WarpShape_, LayoutA, LayoutB, LayoutC, Policy, Scheme, PartitionsK,
+                                             AccumulatorsInRowMajor>;
+};
+
+}  // namespace warp
+}  // namespace gemm
+}  // namespace cutlass
