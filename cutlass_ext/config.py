@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 
 # Tensor Core instruction shape (m, n, k) of each mode's operands on the CUTLASS 2.x mma.sync path.
-# The corrected modes read m16n8k8 FP32 fragments and multiply in TF32 or FP16 m16n8k8 (kernels/split_mma.h).
-INSTRUCTION_SHAPES = {"tf32": (16, 8, 8), "tf32tf32": (16, 8, 8), "halfhalf": (16, 8, 8), "markidis": (16, 8, 8)}
+# The split modes read FP32 fragments and multiply in TF32 m16n8k8 or FP16 m16n8k16 (kernels/split_mma.h).
+INSTRUCTION_SHAPES = {"tf32": (16, 8, 8), "tf32tf32": (16, 8, 8), "halfhalf": (16, 8, 16), "markidis": (16, 8, 16)}
 FAMILIES = ("sm80",)
 _NAME_PATTERN = re.compile(
     r"(?P<mode>[a-z0-9]+)_(?P<family>sm\d+a?)_(?P<tb>\d+x\d+x\d+)_(?P<warp>\d+x\d+x\d+)_s(?P<stages>\d+)_a(?P<alignment>\d+)"

@@ -46,17 +46,32 @@ struct SchemeMarkidis {
 template <typename Scheme>
 struct OpMultiplyAddSplit {};
 
-// The Tensor Core instruction each scheme computes with: m16n8k8 in TF32 or FP16, FP32 accumulators.
+// The Tensor Core instruction each scheme computes with, FP32 accumulators: TF32 m16n8k8, FP16 m16n8k16.
+template <typename Element>
+constexpr int kSplitInstructionK = sizeof(Element) == 2 ? 16 : 8;
+
 template <typename Element>
 using SplitInstruction =
-    cutlass::arch::Mma<cutlass::gemm::GemmShape<16, 8, 8>, 32, Element, cutlass::layout::RowMajor, Element,
-                       cutlass::layout::ColumnMajor, float, cutlass::layout::RowMajor, cutlass::arch::OpMultiplyAdd>;
+    cutlass::arch::Mma<cutlass::gemm::GemmShape<16, 8, kSplitInstructionK<Element>>, 32, Element,
+                       cutlass::layout::RowMajor, Element, cutlass::layout::ColumnMajor, float,
+                       cutlass::layout::RowMajor, cutlass::arch::OpMultiplyAdd>;
 
-// Warp-level D = A·B + C for FP32 A, B read from shared memory with the TF32 m16n8k8 fragment layout.
-//
-// FP16 m16n8k8 takes per thread A at k = {2t, 2t+1} and B at k = {2t, 2t+1}; TF32 m16n8k8 holds A and B at
-// k = {t, t+4}. Feeding the FP16 instruction the TF32 elements in that order permutes k identically for A and B,
-// which leaves the product unchanged, so both precisions share CUTLASS's FP32 shared-memory iterators.
+// Where CUTLASS's FP32 shared-memory iterators put each (row, k) of a k16 fragment, as the FP16 m16n8k16
+// operand registers want it. The FP32 fragment of one m-tile holds rows g, g+8 at k = t, t+4, t+8, t+12
+// (g = lane / 4, t = lane % 4); FP16 registers pair k = {2t, 2t+1} and {2t+8, 2t+9}. Reading k = t, t+4 as
+// 2t, 2t+1 (and t+8, t+12 as 2t+8, 2t+9) permutes k the same way for A and B, which leaves A·B unchanged.
+// The FP32 fragment element that goes to `position` of the FP16 operand (measured by kernels/probe_fragments.cu).
+CUTLASS_HOST_DEVICE constexpr int fragment_index_a(int position) {
+  constexpr int kSource[8] = {0, 1, 4, 5, 2, 3, 6, 7};
+  return kSource[position];
+}
+CUTLASS_HOST_DEVICE constexpr int fragment_index_b(int position) {
+  constexpr int kSource[4] = {0, 1, 2, 3};
+  return kSource[position];
+}
+
+// Warp-level D = A·B + C for FP32 A, B read from shared memory by CUTLASS's FP32 fragment iterators (with the
+// instruction's k), split in registers into the scheme's hi and lo, multiplied in TF32 or FP16.
 template <typename Shape_, typename LayoutA_, typename LayoutB_, typename LayoutC_, typename Policy_, typename Scheme,
           int PartitionsK_ = 1, bool AccumulatorsInRowMajor = false>
 class MmaTensorOpSplit {
@@ -69,9 +84,8 @@ class MmaTensorOpSplit {
   using ElementC = float;
   using LayoutC = LayoutC_;
   using Policy = Policy_;
-  // The TF32 instruction fixes the fragment layouts; MathInstruction does the arithmetic.
   using ArchMmaOperator = typename Policy::Operator;
-  using MathInstruction = SplitInstruction<typename Scheme::Element>;
+  using MathInstruction = ArchMmaOperator;
   using MathOperator = OpMultiplyAddSplit<Scheme>;
   using ArchTag = typename ArchMmaOperator::ArchTag;
   using OperatorClass = cutlass::arch::OpClassTensorOp;
@@ -104,8 +118,10 @@ class MmaTensorOpSplit {
   using MmaIterations = cutlass::MatrixShape<(Shape::kM + ArchMmaOperator::Shape::kM - 1) / ArchMmaOperator::Shape::kM,
                                              (Shape::kN + ArchMmaOperator::Shape::kN - 1) / ArchMmaOperator::Shape::kN>;
 
-  static_assert(FragmentA::kElements == MmaIterations::kRow * 4, "one TF32 A operand (4 elements) per m-tile");
-  static_assert(FragmentB::kElements == MmaIterations::kColumn * 2, "one TF32 B operand (2 elements) per n-tile");
+  static_assert(FragmentA::kElements == MmaIterations::kRow * MathInstruction::FragmentA::kElements,
+                "one instruction operand of A per m-tile");
+  static_assert(FragmentB::kElements == MmaIterations::kColumn * MathInstruction::FragmentB::kElements,
+                "one instruction operand of B per n-tile");
 
   CUTLASS_DEVICE
   MmaTensorOpSplit() {}
@@ -176,20 +192,29 @@ class MmaTensorOpSplit {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < FragmentB::kElements; ++i) split_tf32(B[i], dst_B[i], dst_B[FragmentB::kElements + i]);
     } else {
-      // TF32 A order per m-tile is (g,t) (g+8,t) (g,t+4) (g+8,t+4); the FP16 registers pair (g,t)(g,t+4) and
-      // (g+8,t)(g+8,t+4). B pairs (t)(t+4) in both orders.
+      constexpr int kPerTileA = MathInstruction::FragmentA::kElements;
+      constexpr int kPerTileB = MathInstruction::FragmentB::kElements;
       __half2 *a_hi = reinterpret_cast<__half2 *>(&dst_A);
       __half2 *a_lo = a_hi + FragmentA::kElements / 2;
       CUTLASS_PRAGMA_UNROLL
-      for (int tile = 0; tile < FragmentA::kElements / 4; ++tile) {
-        split_half2(A[4 * tile + 0], A[4 * tile + 2], a_hi[2 * tile + 0], a_lo[2 * tile + 0]);
-        split_half2(A[4 * tile + 1], A[4 * tile + 3], a_hi[2 * tile + 1], a_lo[2 * tile + 1]);
+      for (int tile = 0; tile < MmaIterations::kRow; ++tile) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int pair = 0; pair < kPerTileA / 2; ++pair) {
+          int reg = tile * kPerTileA / 2 + pair;
+          split_half2(A[tile * kPerTileA + fragment_index_a(2 * pair)],
+                      A[tile * kPerTileA + fragment_index_a(2 * pair + 1)], a_hi[reg], a_lo[reg]);
+        }
       }
       __half2 *b_hi = reinterpret_cast<__half2 *>(&dst_B);
       __half2 *b_lo = b_hi + FragmentB::kElements / 2;
       CUTLASS_PRAGMA_UNROLL
-      for (int pair = 0; pair < FragmentB::kElements / 2; ++pair) {
-        split_half2(B[2 * pair], B[2 * pair + 1], b_hi[pair], b_lo[pair]);
+      for (int tile = 0; tile < MmaIterations::kColumn; ++tile) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int pair = 0; pair < kPerTileB / 2; ++pair) {
+          int reg = tile * kPerTileB / 2 + pair;
+          split_half2(B[tile * kPerTileB + fragment_index_b(2 * pair)],
+                      B[tile * kPerTileB + fragment_index_b(2 * pair + 1)], b_hi[reg], b_lo[reg]);
+        }
       }
     }
   }
@@ -226,10 +251,11 @@ template <typename WarpShape_, typename InstructionShape_, typename LayoutA, typ
           typename Scheme, int PartitionsK, bool AccumulatorsInRowMajor>
 struct DefaultMmaTensorOp<WarpShape_, InstructionShape_, float, LayoutA, float, LayoutB, float, LayoutC,
                           cutlass_ext::OpMultiplyAddSplit<Scheme>, PartitionsK, AccumulatorsInRowMajor> {
-  static_assert(InstructionShape_::kM == 16 && InstructionShape_::kN == 8 && InstructionShape_::kK == 8,
-                "the split MMA reads m16n8k8 fragments");
-  using Policy = cutlass::gemm::warp::MmaTensorOpPolicy<cutlass_ext::SplitInstruction<cutlass::tfloat32_t>,
-                                                        cutlass::MatrixShape<1, 1>>;
+  using Instruction = cutlass_ext::SplitInstruction<typename Scheme::Element>;
+  static_assert(InstructionShape_::kM == 16 && InstructionShape_::kN == 8 &&
+                    InstructionShape_::kK == Instruction::Shape::kK,
+                "KernelConfig's instruction shape must be the scheme's: m16n8k8 for TF32, m16n8k16 for FP16");
+  using Policy = cutlass::gemm::warp::MmaTensorOpPolicy<Instruction, cutlass::MatrixShape<1, 1>>;
   using Type = cutlass_ext::MmaTensorOpSplit<WarpShape_, LayoutA, LayoutB, LayoutC, Policy, Scheme, PartitionsK,
                                              AccumulatorsInRowMajor>;
 };

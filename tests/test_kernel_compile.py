@@ -1,5 +1,6 @@
 """nvcc compile check of the generated translation units, no GPU needed (CI's check of the kernels)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -8,6 +9,7 @@ import pytest
 
 from cutlass_ext import build, cache
 from cutlass_ext.config import default_configs
+from cutlass_ext.gemm import KERNEL_MODES
 
 have_nvcc = shutil.which("nvcc") is not None or os.path.exists("/usr/local/cuda/bin/nvcc")
 # CI must not pass by skipping the one check that compiles kernels.
@@ -27,18 +29,21 @@ def cache_dir(tmp_path_factory):
 
 @pytest.mark.parametrize("arch", ["80", "90a"])
 def test_default_kernels_compile_and_export_launchers(cache_dir, arch):
-    configs = tuple(c for mode in ("tf32",) for c in default_configs(mode))
-    (result,) = build.build_libraries([configs], arch, verbose=False)
-    assert result.error is None, result.error
-    exported = subprocess.run(["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True,
-                              check=True).stdout
-    for symbol in ["cutlass_ext_abi_version", "cutlass_ext_status_string"] + [
-        f"{c.name}_{fn}" for c in configs for fn in ("can_implement", "workspace_size", "run")
-    ]:
-        assert f" T {symbol}\n" in exported
-    assert "0 bytes spill stores" in (result.library.parent / "manifest.json").read_text()
-    again = build.build_libraries([configs], arch, verbose=False)[0]
-    assert again.cached and again.library == result.library
+    groups = [tuple(default_configs(mode)) for mode in KERNEL_MODES]  # one library per mode, compiled in parallel
+    results = build.build_libraries(groups, arch, verbose=False)
+    for configs, result in zip(groups, results):
+        assert result.error is None, result.error
+        exported = subprocess.run(["nm", "-D", "--defined-only", str(result.library)], capture_output=True,
+                                  text=True, check=True).stdout
+        for symbol in ["cutlass_ext_abi_version", "cutlass_ext_status_string"] + [
+            f"{c.name}_{fn}" for c in configs for fn in ("can_implement", "workspace_size", "run")
+        ]:
+            assert f" T {symbol}\n" in exported
+        resource_usage = json.loads((result.library.parent / cache.MANIFEST).read_text())["resource_usage"]
+        spill_reports = [line for line in resource_usage.splitlines() if "spill stores" in line]
+        assert spill_reports and all(" 0 bytes spill stores" in line for line in spill_reports), spill_reports
+    again = build.build_libraries(groups, arch, verbose=False)
+    assert all(r.cached for r in again) and [r.library for r in again] == [r.library for r in results]
 
 
 def test_compile_errors_are_reported_not_raised(cache_dir, monkeypatch):
