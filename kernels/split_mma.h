@@ -139,45 +139,63 @@ class MmaTensorOpSplit {
     Accumulator const *c = reinterpret_cast<Accumulator const *>(&C);
     Accumulator *d = reinterpret_cast<Accumulator *>(&D);
     MathInstruction mma;
+    Accumulator zero;
+    zero.clear();
+    constexpr int kTiles = MmaIterations::kColumn;
 
+    // mma.sync is issued in program order (asm volatile), so loop product-major over one m-row of tiles:
+    // a product's MMA waits on the previous product of its tile, kTiles independent MMAs back.
     CUTLASS_PRAGMA_UNROLL
     for (int m = 0; m < MmaIterations::kRow; ++m) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int n_step = 0; n_step < MmaIterations::kColumn; ++n_step) {
-        int n = (m % 2) ? (MmaIterations::kColumn - 1 - n_step) : n_step;  // serpentine: reuse B registers
-        int tile = AccumulatorsInRowMajor ? n + m * MmaIterations::kColumn : m + n * MmaIterations::kRow;
-        if constexpr (Scheme::kCorrected && Scheme::kLoScale == 1.0f) {
-          // seed 3.2: this step's products in a fresh accumulator, so the Tensor Core's RZ never touches the
-          // running sum; lo·lo dropped (seed 3.4)
-          Accumulator zero, step;
-          zero.clear();
-          mma(step, a_lo[m], b_hi[n], zero);
-          mma(step, a_hi[m], b_lo[n], step);
-          mma(step, a_hi[m], b_hi[n], step);
+      auto tile = [m](int n) {
+        return AccumulatorsInRowMajor ? n + m * MmaIterations::kColumn : m + n * MmaIterations::kRow;
+      };
+      if constexpr (Scheme::kCorrected && Scheme::kLoScale == 1.0f) {
+        // seed 3.2: this step's products in a fresh accumulator, so the Tensor Core's RZ never touches the
+        // running sum; lo·lo dropped (seed 3.4)
+        Accumulator step[kTiles];
+        CUTLASS_PRAGMA_UNROLL
+        for (int n = 0; n < kTiles; ++n) mma(step[n], a_lo[m], b_hi[n], zero);
+        CUTLASS_PRAGMA_UNROLL
+        for (int n = 0; n < kTiles; ++n) mma(step[n], a_hi[m], b_lo[n], step[n]);
+        CUTLASS_PRAGMA_UNROLL
+        for (int n = 0; n < kTiles; ++n) mma(step[n], a_hi[m], b_hi[n], step[n]);
+        CUTLASS_PRAGMA_UNROLL
+        for (int n = 0; n < kTiles; ++n) {
           CUTLASS_PRAGMA_UNROLL
-          for (int e = 0; e < Accumulator::kElements; ++e) d[tile][e] = c[tile][e] + step[e];
-        } else if constexpr (Scheme::kCorrected) {
-          Accumulator zero;
-          zero.clear();
-          Accumulator hi_hi, lo_terms;
-          // seed 3.2: hi·hi in a fresh accumulator, so the Tensor Core's RZ never touches the running sum
-          mma(hi_hi, a_hi[m], b_hi[n], zero);
-          // seed 3.4: lo·hi + hi·lo in their own accumulator; lo·lo dropped
-          mma(lo_terms, a_lo[m], b_hi[n], zero);
-          mma(lo_terms, a_hi[m], b_lo[n], lo_terms);
+          for (int e = 0; e < Accumulator::kElements; ++e) d[tile(n)][e] = c[tile(n)][e] + step[n][e];
+        }
+      } else if constexpr (Scheme::kCorrected) {
+        // seed 3.2: hi·hi in a fresh accumulator; seed 3.4: lo·hi + hi·lo in their own, lo·lo dropped
+        Accumulator hi_hi[kTiles], lo_terms[kTiles];
+        CUTLASS_PRAGMA_UNROLL
+        for (int n = 0; n < kTiles; ++n) mma(lo_terms[n], a_lo[m], b_hi[n], zero);
+        CUTLASS_PRAGMA_UNROLL
+        for (int n = 0; n < kTiles; ++n) mma(hi_hi[n], a_hi[m], b_hi[n], zero);
+        CUTLASS_PRAGMA_UNROLL
+        for (int n = 0; n < kTiles; ++n) mma(lo_terms[n], a_hi[m], b_lo[n], lo_terms[n]);
+        CUTLASS_PRAGMA_UNROLL
+        for (int n = 0; n < kTiles; ++n) {
           CUTLASS_PRAGMA_UNROLL
           for (int e = 0; e < Accumulator::kElements; ++e) {
             // FP32 RN outside the Tensor Core; seed eq. 24's 2^-11 applied to this step's lo terms
-            d[tile][e] = c[tile][e] + fmaf(lo_terms[e], 1.0f / Scheme::kLoScale, hi_hi[e]);
+            d[tile(n)][e] = c[tile(n)][e] + fmaf(lo_terms[n][e], 1.0f / Scheme::kLoScale, hi_hi[n][e]);
           }
-        } else {
-          Accumulator accumulator = c[tile];
-          mma(accumulator, a_lo[m], b_lo[n], accumulator);  // seed Code 2's order
-          mma(accumulator, a_lo[m], b_hi[n], accumulator);
-          mma(accumulator, a_hi[m], b_lo[n], accumulator);
-          mma(accumulator, a_hi[m], b_hi[n], accumulator);
-          d[tile] = accumulator;
         }
+      } else {
+        Accumulator accumulator[kTiles];
+        CUTLASS_PRAGMA_UNROLL
+        for (int n = 0; n < kTiles; ++n) accumulator[n] = c[tile(n)];
+        CUTLASS_PRAGMA_UNROLL  // seed Code 2's order, all four products inside the Tensor Core
+        for (int n = 0; n < kTiles; ++n) mma(accumulator[n], a_lo[m], b_lo[n], accumulator[n]);
+        CUTLASS_PRAGMA_UNROLL
+        for (int n = 0; n < kTiles; ++n) mma(accumulator[n], a_lo[m], b_hi[n], accumulator[n]);
+        CUTLASS_PRAGMA_UNROLL
+        for (int n = 0; n < kTiles; ++n) mma(accumulator[n], a_hi[m], b_lo[n], accumulator[n]);
+        CUTLASS_PRAGMA_UNROLL
+        for (int n = 0; n < kTiles; ++n) mma(accumulator[n], a_hi[m], b_hi[n], accumulator[n]);
+        CUTLASS_PRAGMA_UNROLL
+        for (int n = 0; n < kTiles; ++n) d[tile(n)] = accumulator[n];
       }
     }
   }
