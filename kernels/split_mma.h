@@ -57,7 +57,8 @@ using SplitInstruction =
                        cutlass::layout::RowMajor, cutlass::arch::OpMultiplyAdd>;
 
 // Where CUTLASS's FP32 shared-memory iterators put each (row, k) of a k16 fragment, as the FP16 m16n8k16
-// operand registers want it. The FP32 fragment of one m-tile holds rows g, g+8 at k = t, t+4, t+8, t+12
+// operand registers want it, for the row-major A and B shared-memory layouts our kernels use (another layout
+// needs its own measurement). The FP32 fragment of one m-tile holds rows g, g+8 at k = t, t+4, t+8, t+12
 // (g = lane / 4, t = lane % 4); FP16 registers pair k = {2t, 2t+1} and {2t+8, 2t+9}. Reading k = t, t+4 as
 // 2t, 2t+1 (and t+8, t+12 as 2t+8, 2t+9) permutes k the same way for A and B, which leaves A·B unchanged.
 // The FP32 fragment element that goes to `position` of the FP16 operand (measured by kernels/probe_fragments.cu).
@@ -264,7 +265,8 @@ namespace cutlass {
 namespace gemm {
 namespace warp {
 
-// FP32 operands with an OpMultiplyAddSplit math operator: read as TF32 m16n8k8 fragments, multiply by the scheme.
+// FP32 operands with an OpMultiplyAddSplit math operator: FP32 fragments of the scheme's instruction shape,
+// multiplied by MmaTensorOpSplit.
 template <typename WarpShape_, typename InstructionShape_, typename LayoutA, typename LayoutB, typename LayoutC,
           typename Scheme, int PartitionsK, bool AccumulatorsInRowMajor>
 struct DefaultMmaTensorOp<WarpShape_, InstructionShape_, float, LayoutA, float, LayoutB, float, LayoutC,
