@@ -22,7 +22,7 @@ def power_of_two(exponent: torch.Tensor) -> torch.Tensor:
 
 def fp16_range_shift(x: torch.Tensor, dim: int) -> torch.Tensor:
     """Per-slice shifts s (int32, reduced along `dim`, kept as size 1) with max|x|·2^s < 2^15."""
-    largest = x.abs().amax(dim=dim, keepdim=True)
+    largest = torch.linalg.vector_norm(x, ord=float("inf"), dim=dim, keepdim=True)  # max |x| in one read
     _, exponent = torch.frexp(largest)  # largest < 2^exponent; 0 for an all-zero slice
     return (_TARGET_EXPONENT - exponent).clamp(-_SHIFT_LIMIT, _SHIFT_LIMIT)
 
@@ -35,7 +35,11 @@ def scaled_operands(a: torch.Tensor, b: torch.Tensor):
 
 
 def unscale(c: torch.Tensor, row_shift: torch.Tensor, column_shift: torch.Tensor) -> torch.Tensor:
-    """c·2^-(s_row + s_col), in two exact steps so that no factor leaves FP32's normal range."""
-    total = -(row_shift + column_shift)
-    first = torch.div(total, 2, rounding_mode="floor")
-    return c * power_of_two(first) * power_of_two(total - first)
+    """c·2^-(s_row + s_col): the factor is exact in float64 (|exponent| <= 252), so one rounding to float32."""
+    factor = _power_of_two_f64(-row_shift) * _power_of_two_f64(-column_shift)
+    return (c * factor).to(torch.float32)
+
+
+def _power_of_two_f64(exponent: torch.Tensor) -> torch.Tensor:
+    """2^exponent as float64, built from the bits, for integer exponents in [-1022, 1023]."""
+    return ((exponent.to(torch.int64) + 1023) << 52).view(torch.float64)
