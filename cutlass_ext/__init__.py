@@ -1,8 +1,8 @@
 """cutlass_ext: CUTLASS GEMM kernels that make low-precision Tensor Cores do full-precision work.
 
-    import cutlass_ext as ext
-    c = ext.gemm(a, b, mode="tf32tf32")      # FP32 accuracy on the Tensor Cores
-    layer = ext.nn.Linear(1024, 1024, mode="halfhalf")
+import cutlass_ext as ext
+c = ext.gemm(a, b, mode="tf32tf32")      # FP32 accuracy on the Tensor Cores
+layer = ext.nn.Linear(1024, 1024, mode="halfhalf")
 """
 
 from . import nn, numerics

@@ -124,9 +124,15 @@ def _compile(groups, keys, missing, arch, jobs, verbose) -> dict[int, LibraryRes
     ninja_file = _write_ninja_file(staging_root, [(source, library) for _, _, source, library in work], arch)
     jobs = jobs or os.cpu_count() or 1
     if verbose:
-        names = ", ".join(groups[i][0].name + (f" +{len(groups[i]) - 1}" if len(groups[i]) > 1 else "") for i in missing)
-        print(f"cutlass_ext: building {len(missing)} kernel librar{'y' if len(missing) == 1 else 'ies'} "
-              f"for sm_{arch} with {jobs} jobs: {names}", file=sys.stderr, flush=True)
+        names = ", ".join(
+            groups[i][0].name + (f" +{len(groups[i]) - 1}" if len(groups[i]) > 1 else "") for i in missing
+        )
+        print(
+            f"cutlass_ext: building {len(missing)} kernel librar{'y' if len(missing) == 1 else 'ies'} "
+            f"for sm_{arch} with {jobs} jobs: {names}",
+            file=sys.stderr,
+            flush=True,
+        )
     start = time.perf_counter()
     completed = subprocess.run(
         ["ninja", "-f", str(ninja_file), "-k", "0", "-j", str(jobs)], cwd=staging_root, capture_output=True, text=True

@@ -20,9 +20,15 @@ def render_instance(config: KernelConfig) -> str:
     return _template("sm80_gemm_instance.in").substitute(
         name=config.name,
         mode_tag=_MODE_TAGS[config.mode],
-        block_m=block_m, block_n=block_n, block_k=block_k,
-        warp_m=warp_m, warp_n=warp_n, warp_k=warp_k,
-        inst_m=inst_m, inst_n=inst_n, inst_k=inst_k,
+        block_m=block_m,
+        block_n=block_n,
+        block_k=block_k,
+        warp_m=warp_m,
+        warp_n=warp_n,
+        warp_k=warp_k,
+        inst_m=inst_m,
+        inst_n=inst_n,
+        inst_k=inst_k,
         stages=config.stages,
         alignment=config.alignment,
     )

@@ -103,7 +103,9 @@ class _Gemm(torch.autograd.Function):
         grad_a = grad_b = None
         if ctx.needs_input_grad[0]:
             if a.dim() == 2 and grad.dim() == 3:  # a shared by every batch: sum its gradient over the batch
-                grad_a = _product(grad.transpose(0, 1).reshape(grad.shape[1], -1), b.mT.reshape(-1, a.shape[1]), ctx.mode)
+                grad_a = _product(
+                    grad.transpose(0, 1).reshape(grad.shape[1], -1), b.mT.reshape(-1, a.shape[1]), ctx.mode
+                )
             else:
                 grad_a = _product(grad, b.mT, ctx.mode)
         if ctx.needs_input_grad[1]:

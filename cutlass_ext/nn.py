@@ -10,8 +10,9 @@ from .gemm import MODES, gemm
 class Linear(torch.nn.Linear):
     """`torch.nn.Linear` (float32) with y = x·Wᵀ + b computed by `gemm(..., mode=mode)`, forward and backward."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, mode: str = "tf32tf32",
-                 device=None, dtype=None):
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, mode: str = "tf32tf32", device=None, dtype=None
+    ):
         if mode not in MODES:
             raise ValueError(f"mode={mode!r} is not one of {list(MODES)}")
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)

@@ -64,9 +64,7 @@ def _lookup(table, key, argument: str):
     return table[key]
 
 
-def round_to(
-    x: torch.Tensor, fmt: str, mode: str = "rn", generator: torch.Generator | None = None
-) -> torch.Tensor:
+def round_to(x: torch.Tensor, fmt: str, mode: str = "rn", generator: torch.Generator | None = None) -> torch.Tensor:
     """Round `x` to format `fmt` with rounding `mode`; returns float32 holding the rounded values exactly.
 
     mode: `rn` nearest-even, `rna` nearest ties away from zero, `rz` toward zero, `sr` stochastic (rounds up
@@ -256,7 +254,7 @@ def mantissa_length_expectation(
 def exp_rand(
     shape, a: int, b: int, generator: torch.Generator | None = None, device: torch.device | str | None = None
 ) -> torch.Tensor:
-    """FP32 tensor with exponents uniform in [a, b], mantissas uniform over all 2^23 patterns, random signs (seed eq. 25)."""
+    """FP32 tensor: exponents uniform in [a, b], mantissas uniform over all 2^23 patterns, random signs (seed eq. 25)."""
     if not (-126 <= a <= b <= 127):
         raise ValueError(f"exponent range [a, b] = [{a}, {b}] must satisfy -126 <= a <= b <= 127")
     where = generator.device if generator is not None else device

@@ -13,7 +13,12 @@ CUTLASS_DIR_ENV = "CUTLASS_EXT_CUTLASS_DIR"
 
 # Flags every kernel library is built with. -DNDEBUG: without it ptxas serialises wgmma and CUTLASS asserts stay.
 NVCC_FLAGS = (
-    "-O3", "-DNDEBUG", "-std=c++17", "--expt-relaxed-constexpr", "-Xcompiler=-fPIC", "-shared",
+    "-O3",
+    "-DNDEBUG",
+    "-std=c++17",
+    "--expt-relaxed-constexpr",
+    "-Xcompiler=-fPIC",
+    "-shared",
     "--resource-usage",
 )
 

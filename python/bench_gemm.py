@@ -52,10 +52,14 @@ def triton_tf32x3(input_sets, repeats):
 
     timed = []
     for config in triton_peers.CONFIGS:
+
         def run(a, b, config=config):
             return triton_peers.matmul(a, b, config)
+
         try:
-            timed.append((benchmark.median_time_us(run, input_sets, warmup=2, repeats=max(3, repeats // 3)), config, run))
+            timed.append(
+                (benchmark.median_time_us(run, input_sets, warmup=2, repeats=max(3, repeats // 3)), config, run)
+            )
         except Exception as error:  # a config the shape or shared memory cannot take
             print(f"triton config {config} skipped: {type(error).__name__}", file=sys.stderr)
     _, config, run = min(timed, key=lambda entry: entry[0])
@@ -70,7 +74,12 @@ def contenders(modes, variants, input_sets, repeats):
         name = _DEFAULT_VARIANTS[mode][0] if mode in _DEFAULT_VARIANTS else "cuBLAS passthrough"
         yield "cutlass_ext", mode, name, lambda a, b, mode=mode: ext.gemm(a, b, mode=mode)
     for name in variants:
-        yield "cutlass_ext_variant", KernelConfig.from_name(name).mode, name, lambda a, b, name=name: ops.gemm(a, b, [name])
+        yield (
+            "cutlass_ext_variant",
+            KernelConfig.from_name(name).mode,
+            name,
+            lambda a, b, name=name: ops.gemm(a, b, [name]),
+        )
 
 
 def measure(shape, modes, variants, repeats):
@@ -87,10 +96,25 @@ def measure(shape, modes, variants, repeats):
     for family, mode, name, run in contenders(modes, variants, input_sets, repeats):
         relres = numerics.relative_residual(run(a, b), ref)
         time_us = benchmark.median_time_us(run, input_sets, repeats=repeats)
-        rows.append(dict(family=family, mode=mode, name=name, m=m, n=n, k=k, batch=1, time_us=round(time_us, 2),
-                         tflops=round(2 * m * n * k / time_us / 1e6, 2), relres=relres))
-        print(f"{m}x{n}x{k} {family:20s} {mode:9s} {rows[-1]['tflops']:8.1f} TFLOP/s relres {relres:.2e}",
-              file=sys.stderr, flush=True)
+        rows.append(
+            dict(
+                family=family,
+                mode=mode,
+                name=name,
+                m=m,
+                n=n,
+                k=k,
+                batch=1,
+                time_us=round(time_us, 2),
+                tflops=round(2 * m * n * k / time_us / 1e6, 2),
+                relres=relres,
+            )
+        )
+        print(
+            f"{m}x{n}x{k} {family:20s} {mode:9s} {rows[-1]['tflops']:8.1f} TFLOP/s relres {relres:.2e}",
+            file=sys.stderr,
+            flush=True,
+        )
     del input_sets, ref
     torch.cuda.empty_cache()
     return rows
@@ -98,8 +122,13 @@ def measure(shape, modes, variants, repeats):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shapes", type=parse_shape, nargs="+", default=[parse_shape(s) for s in DEFAULT_SHAPES],
-                        help="N (for N x N x N) or MxNxK")
+    parser.add_argument(
+        "--shapes",
+        type=parse_shape,
+        nargs="+",
+        default=[parse_shape(s) for s in DEFAULT_SHAPES],
+        help="N (for N x N x N) or MxNxK",
+    )
     parser.add_argument("--modes", nargs="+", default=list(ext.MODES), help="our modes to run")
     parser.add_argument("--variants", nargs="*", default=[], help="kernel variant names to time on their own")
     parser.add_argument("--repeats", type=int, default=20)
@@ -119,8 +148,11 @@ def main(argv=None):
         baseline_tflops = dict(zip(shape_key[baseline.index], baseline["tflops"]))
         table[column] = (table["tflops"] / shape_key.map(baseline_tflops)).round(3)
     with pd.option_context("display.width", 250, "display.max_columns", 20, "display.max_colwidth", 44):
-        print(table[["family", "mode", "name", "m", "n", "k", "tflops", "relres", "vs_cublas_fp32", "vs_cublas_tf32"]]
-              .to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+        print(
+            table[
+                ["family", "mode", "name", "m", "n", "k", "tflops", "relres", "vs_cublas_fp32", "vs_cublas_tf32"]
+            ].to_string(index=False, float_format=lambda v: f"{v:.3g}")
+        )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.out, index=False)

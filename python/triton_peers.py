@@ -11,8 +11,24 @@ CONFIGS = [(128, 128, 32, 8, 3), (128, 256, 32, 8, 3), (128, 64, 32, 4, 4), (64,
 
 
 @triton.jit
-def _matmul_kernel(a, b, c, m, n, k, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+def _matmul_kernel(
+    a,
+    b,
+    c,
+    m,
+    n,
+    k,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -20,13 +36,22 @@ def _matmul_kernel(a, b, c, m, n, k, stride_am, stride_ak, stride_bk, stride_bn,
     depth = tl.arange(0, BLOCK_K)
     accumulator = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, k, BLOCK_K):
-        a_tile = tl.load(a + rows[:, None] * stride_am + (k0 + depth)[None, :] * stride_ak,
-                         mask=(rows[:, None] < m) & ((k0 + depth)[None, :] < k), other=0.0)
-        b_tile = tl.load(b + (k0 + depth)[:, None] * stride_bk + cols[None, :] * stride_bn,
-                         mask=((k0 + depth)[:, None] < k) & (cols[None, :] < n), other=0.0)
+        a_tile = tl.load(
+            a + rows[:, None] * stride_am + (k0 + depth)[None, :] * stride_ak,
+            mask=(rows[:, None] < m) & ((k0 + depth)[None, :] < k),
+            other=0.0,
+        )
+        b_tile = tl.load(
+            b + (k0 + depth)[:, None] * stride_bk + cols[None, :] * stride_bn,
+            mask=((k0 + depth)[:, None] < k) & (cols[None, :] < n),
+            other=0.0,
+        )
         accumulator = tl.dot(a_tile, b_tile, accumulator, input_precision=PRECISION)
-    tl.store(c + rows[:, None] * stride_cm + cols[None, :] * stride_cn, accumulator,
-             mask=(rows[:, None] < m) & (cols[None, :] < n))
+    tl.store(
+        c + rows[:, None] * stride_cm + cols[None, :] * stride_cn,
+        accumulator,
+        mask=(rows[:, None] < m) & (cols[None, :] < n),
+    )
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, config, precision: str = "tf32x3") -> torch.Tensor:
@@ -35,7 +60,24 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config, precision: str = "tf32x3") 
     n = b.shape[1]
     c = torch.empty(m, n, device=a.device, dtype=torch.float32)
     grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n))
-    _matmul_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-                         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISION=precision,
-                         num_warps=warps, num_stages=stages)
+    _matmul_kernel[grid](
+        a,
+        b,
+        c,
+        m,
+        n,
+        k,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        c.stride(0),
+        c.stride(1),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        PRECISION=precision,
+        num_warps=warps,
+        num_stages=stages,
+    )
     return c

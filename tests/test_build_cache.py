@@ -85,8 +85,10 @@ def test_half_written_staging_is_invisible(cache_dir):
 
 def test_concurrent_callers_build_once(cache_dir, stub_compiler):
     results = []
-    threads = [threading.Thread(target=lambda: results.append(build.build_libraries([(CONFIG,)], "90a", verbose=False)))
-               for _ in range(3)]
+    threads = [
+        threading.Thread(target=lambda: results.append(build.build_libraries([(CONFIG,)], "90a", verbose=False)))
+        for _ in range(3)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -13,7 +13,9 @@ def test_name_is_derived_from_the_fields():
     assert config.name == "tf32_sm80_128x64x32_64x32x32_s4_a1"
 
 
-@pytest.mark.parametrize("config", default_configs("tf32") + [KernelConfig("tf32", "sm80", (64, 256, 16), (32, 64, 16), 5, 2)])
+@pytest.mark.parametrize(
+    "config", default_configs("tf32") + [KernelConfig("tf32", "sm80", (64, 256, 16), (32, 64, 16), 5, 2)]
+)
 def test_from_name_inverts_name(config):
     assert KernelConfig.from_name(config.name) == config
 
@@ -27,19 +29,32 @@ def test_from_name_rejects_other_strings(name):
 def test_fingerprint_is_stable_across_processes_and_differs_per_field():
     config = KernelConfig(mode="tf32")
     other_process = subprocess.run(
-        [sys.executable, "-c", "from cutlass_ext.config import KernelConfig; print(KernelConfig(mode='tf32').fingerprint())"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-c",
+            "from cutlass_ext.config import KernelConfig; print(KernelConfig(mode='tf32').fingerprint())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     assert other_process == config.fingerprint()
-    variants = [KernelConfig(mode="tf32", stages=4), KernelConfig(mode="tf32", alignment=1),
-                KernelConfig(mode="tf32", warp=(32, 64, 32))]
+    variants = [
+        KernelConfig(mode="tf32", stages=4),
+        KernelConfig(mode="tf32", alignment=1),
+        KernelConfig(mode="tf32", warp=(32, 64, 32)),
+    ]
     assert len({config.fingerprint(), *(v.fingerprint() for v in variants)}) == 4
 
 
 @pytest.mark.parametrize(
     "kwargs, argument",
-    [({"mode": "fp64"}, "mode="), ({"mode": "tf32", "family": "sm70"}, "family="),
-     ({"mode": "tf32", "threadblock": (128, 128)}, "threadblock="), ({"mode": "tf32", "alignment": 3}, "alignment=")],
+    [
+        ({"mode": "fp64"}, "mode="),
+        ({"mode": "tf32", "family": "sm70"}, "family="),
+        ({"mode": "tf32", "threadblock": (128, 128)}, "threadblock="),
+        ({"mode": "tf32", "alignment": 3}, "alignment="),
+    ],
 )
 def test_invalid_fields_are_named(kwargs, argument):
     with pytest.raises(ValueError, match=argument):

@@ -33,8 +33,9 @@ def test_default_kernels_compile_and_export_launchers(cache_dir, arch):
     results = build.build_libraries(groups, arch, verbose=False)
     for configs, result in zip(groups, results):
         assert result.error is None, result.error
-        exported = subprocess.run(["nm", "-D", "--defined-only", str(result.library)], capture_output=True,
-                                  text=True, check=True).stdout
+        exported = subprocess.run(
+            ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
+        ).stdout
         for symbol in ["cutlass_ext_abi_version", "cutlass_ext_status_string"] + [
             f"{c.name}_{fn}" for c in configs for fn in ("can_implement", "workspace_size", "run")
         ]:

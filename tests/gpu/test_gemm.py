@@ -12,8 +12,18 @@ from cutlass_ext import numerics
 
 from .helpers import DISTRIBUTIONS, cublas_precision, operands, poison_allocator, reference
 
-SHAPES = [(1, 1, 1), (17, 17, 17), (1000, 1000, 1000), (4097, 4097, 4097), (17, 1000, 4097), (4097, 17, 1),
-          (1, 4097, 17), (1000, 3, 1000), (256, 256, 4096), (512, 512, 512)]
+SHAPES = [
+    (1, 1, 1),
+    (17, 17, 17),
+    (1000, 1000, 1000),
+    (4097, 4097, 4097),
+    (17, 1000, 4097),
+    (4097, 17, 1),
+    (1, 4097, 17),
+    (1000, 3, 1000),
+    (256, 256, 4096),
+    (512, 512, 512),
+]
 
 
 @pytest.mark.parametrize("distribution", list(DISTRIBUTIONS))
@@ -54,7 +64,7 @@ def test_tf32_agrees_with_the_numerics_emulation():
     emulated = numerics.emulated_gemm(a, b, "tf32", accumulate="rz")
     kernel = ext.gemm(a, b, mode="tf32")
     assert numerics.relative_residual(kernel, emulated.double()) < 1e-5
-    truncated_inputs = (numerics.round_to(a, "tf32", "rz").double() @ numerics.round_to(b, "tf32", "rz").double())
+    truncated_inputs = numerics.round_to(a, "tf32", "rz").double() @ numerics.round_to(b, "tf32", "rz").double()
     assert numerics.relative_residual(truncated_inputs, emulated.double()) > 1e-4  # the check can tell RZ from RNA
     assert numerics.relative_residual(kernel, ref) > 1e-4
 
@@ -154,8 +164,16 @@ def test_empty_dimensions():
     [
         (lambda: torch.ones(4, 5, device="cuda"), lambda: torch.ones(4, 5, device="cuda"), r"a.shape\[-1\] must equal"),
         (lambda: torch.ones(4, 5, device="cuda"), lambda: torch.ones(5, 4), "b must be a CUDA tensor"),
-        (lambda: torch.ones(2, 2, 4, 5, device="cuda"), lambda: torch.ones(5, 4, device="cuda"), "a must be 2-D, or 3-D"),
-        (lambda: torch.ones(2, 4, 5, device="cuda"), lambda: torch.ones(3, 5, 4, device="cuda"), "batch sizes must match"),
+        (
+            lambda: torch.ones(2, 2, 4, 5, device="cuda"),
+            lambda: torch.ones(5, 4, device="cuda"),
+            "a must be 2-D, or 3-D",
+        ),
+        (
+            lambda: torch.ones(2, 4, 5, device="cuda"),
+            lambda: torch.ones(3, 5, 4, device="cuda"),
+            "batch sizes must match",
+        ),
     ],
 )
 def test_bad_arguments_raise_clear_errors(a, b, message):
@@ -194,8 +212,10 @@ def test_cuda_graph_capture_and_replay(mode):
 def test_second_process_reuses_the_cached_build():
     a, _ = operands("normal", 8, 8, 8, seed=7)
     ext.gemm(a, a)  # this process has built (or found) everything
-    program = ("import torch, cutlass_ext as ext; a = torch.randn(64, 64, device='cuda'); "
-               "[ext.gemm(a, a, mode=m) for m in ext.MODES]; torch.cuda.synchronize()")
+    program = (
+        "import torch, cutlass_ext as ext; a = torch.randn(64, 64, device='cuda'); "
+        "[ext.gemm(a, a, mode=m) for m in ext.MODES]; torch.cuda.synchronize()"
+    )
     completed = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=os.environ)
     assert completed.returncode == 0, completed.stderr
     assert "building" not in completed.stderr, completed.stderr

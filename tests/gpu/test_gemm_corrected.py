@@ -45,8 +45,19 @@ def mean_relres(mode, distribution, m, k):
         with cublas_precision("ieee"):
             cublas.append(numerics.relative_residual(a @ b, ref))
     result = statistics.mean(ours), statistics.mean(cublas)
-    _rows.append(dict(mode=mode, distribution=distribution, m=m, n=m, k=k, seeds=SEEDS, relres=result[0],
-                      cublas_fp32_relres=result[1], ratio=result[0] / result[1]))
+    _rows.append(
+        dict(
+            mode=mode,
+            distribution=distribution,
+            m=m,
+            n=m,
+            k=k,
+            seeds=SEEDS,
+            relres=result[0],
+            cublas_fp32_relres=result[1],
+            ratio=result[0] / result[1],
+        )
+    )
     return result
 
 
@@ -87,11 +98,13 @@ def test_markidis_kernel_loses_what_the_rz_model_predicts():
     a, b = operands("urand(-1,1)", 2048, 2048, 2048, seed=12)
     ref = reference(a, b)
     modelled = numerics.relative_residual(
-        numerics.emulated_gemm(a, b, "markidis", accumulate="rz", mma_k=MMA_K["markidis"]), ref)
+        numerics.emulated_gemm(a, b, "markidis", accumulate="rz", mma_k=MMA_K["markidis"]), ref
+    )
     measured = numerics.relative_residual(ext.gemm(a, b, mode="markidis"), ref)
     assert modelled / 3 < measured < 3 * modelled
     assert measured > 10 * numerics.relative_residual(
-        numerics.emulated_gemm(a, b, "markidis", accumulate="rn", mma_k=MMA_K["markidis"]), ref)
+        numerics.emulated_gemm(a, b, "markidis", accumulate="rn", mma_k=MMA_K["markidis"]), ref
+    )
 
 
 @pytest.mark.parametrize("mode", ["tf32tf32", "halfhalf", "markidis", "tf32"])
