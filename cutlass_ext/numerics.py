@@ -254,7 +254,7 @@ def mantissa_length_expectation(
 def exp_rand(
     shape, a: int, b: int, generator: torch.Generator | None = None, device: torch.device | str | None = None
 ) -> torch.Tensor:
-    """FP32 tensor: exponents uniform in [a, b], mantissas uniform over all 2^23 patterns, random signs (seed eq. 25)."""
+    """FP32 tensor: exponents uniform in [a, b], mantissas uniform over all 2^23 patterns, random sign (seed eq. 25)"""
     if not (-126 <= a <= b <= 127):
         raise ValueError(f"exponent range [a, b] = [{a}, {b}] must satisfy -126 <= a <= b <= 127")
     where = generator.device if generator is not None else device
