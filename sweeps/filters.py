@@ -1,0 +1,139 @@
+"""Named rules that remove impossible or hopeless configs before anything is compiled (seed 000 section 3.5.1).
+
+Each removed config is attributed to the first rule that removes it, so the per-rule counts add up. The rules only
+remove what cannot work or would surely spill; everything else goes to the compiler, whose failures the sweep
+records as rows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from cutlass_ext.config import KernelConfig
+
+# Opt-in shared memory per block, for --arch without a GPU (cudaDevAttrMaxSharedMemoryPerBlockOptin).
+SHARED_MEMORY_BYTES = {"80": 166912, "86": 101376, "87": 166912, "89": 101376, "90": 232448, "90a": 232448}
+BYTES_PER_ELEMENT = 4  # FP32 operands in shared memory
+# Accumulators plus a row of per-step temporaries above this many registers spilled in every measured variant
+# (ptxas reports for 2026-11-22 in sweeps/results/h100/NOTES.md: 128 with 238-248 registers in use, no spill).
+REGISTER_BUDGET = 160
+# Per n-tile (m16n8) of one warp row, the fresh accumulators each mode keeps while it issues a product across
+# the row (kernels/split_mma.h): tf32tf32 one, halfhalf two (hi·hi and lo terms), markidis one.
+_TEMPORARIES_PER_TILE = {"tf32": 0, "tf32tf32": 4, "halfhalf": 8, "markidis": 4}
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    arch: str
+    shared_memory_bytes: int
+
+    @classmethod
+    def for_arch(cls, arch: str) -> DeviceLimits:
+        if arch not in SHARED_MEMORY_BYTES:
+            raise ValueError(f"arch={arch!r} has no shared-memory table entry; known: {sorted(SHARED_MEMORY_BYTES)}")
+        return cls(arch, SHARED_MEMORY_BYTES[arch])
+
+    @classmethod
+    def from_device(cls, device=None) -> DeviceLimits:
+        import torch
+
+        from cutlass_ext.toolchain import device_arch
+
+        properties = torch.cuda.get_device_properties(device)
+        return cls(device_arch(device), properties.shared_memory_per_block_optin)
+
+
+def warp_count(config: KernelConfig) -> int:
+    (bm, bn, bk), (wm, wn, wk) = config.threadblock, config.warp
+    return (bm // wm) * (bn // wn) * (bk // wk)
+
+
+def shared_memory_bytes(config: KernelConfig) -> int:
+    bm, bn, bk = config.threadblock
+    return (bm * bk + bk * bn) * BYTES_PER_ELEMENT * config.stages
+
+
+def register_estimate(config: KernelConfig) -> int:
+    """FP32 accumulators of the warp tile plus the per-step temporaries of one row of n-tiles."""
+    wm, wn, _ = config.warp
+    return wm * wn // 32 + _TEMPORARIES_PER_TILE[config.mode] * (wn // 8)
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    why: str
+    removes: Callable[[KernelConfig, DeviceLimits], bool]
+
+
+def _warp_exceeds(c, _):
+    return any(w > b for w, b in zip(c.warp, c.threadblock))
+
+
+def _warp_does_not_divide(c, _):
+    return any(b % w for w, b in zip(c.warp, c.threadblock))
+
+
+def _instruction_does_not_divide(c, _):
+    return any(w % i for w, i in zip(c.warp, c.instruction))
+
+
+def _too_many_threads(c, _):
+    return warp_count(c) * 32 > 1024
+
+
+def _too_few_loads(c, _):
+    bm, bn, bk = c.threadblock
+    accesses_needed = warp_count(c) * 32 * c.alignment  # one vector access per thread per operand, at least
+    return bm * bk < accesses_needed or bk * bn < accesses_needed
+
+
+def _shared_memory_over_limit(c, limits):
+    return shared_memory_bytes(c) > limits.shared_memory_bytes
+
+
+def _register_estimate_over_budget(c, _):
+    return register_estimate(c) > REGISTER_BUDGET
+
+
+RULES = (
+    Rule("warp_exceeds_threadblock", "a warp tile larger than its threadblock tile (seed rule 1)", _warp_exceeds),
+    Rule("warp_does_not_divide_threadblock", "CUTLASS tiles a threadblock by whole warps", _warp_does_not_divide),
+    Rule(
+        "instruction_does_not_divide_warp", "a warp tile made of whole mma instructions", _instruction_does_not_divide
+    ),
+    Rule("too_many_threads", "more than 1024 threads per block", _too_many_threads),
+    Rule("too_few_loads", "fewer tile elements than threads × vector width", _too_few_loads),
+    Rule(
+        "shared_memory_over_limit",
+        "stages × tiles over the device's opt-in limit (seed rule 2)",
+        _shared_memory_over_limit,
+    ),
+    Rule(
+        "register_estimate_over_budget",
+        f"accumulators + temporaries > {REGISTER_BUDGET} registers: spills",
+        _register_estimate_over_budget,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class FilterResult:
+    survivors: list[KernelConfig]
+    removed: dict[KernelConfig, str]  # config -> the first rule that removed it
+    counts: Counter  # rule name -> configs it removed
+
+
+def apply_rules(configs: list[KernelConfig], limits: DeviceLimits) -> FilterResult:
+    survivors, removed = [], {}
+    for config in configs:
+        rule = next((r for r in RULES if r.removes(config, limits)), None)
+        if rule is None:
+            survivors.append(config)
+        else:
+            removed[config] = rule.name
+    counts = Counter({rule.name: 0 for rule in RULES})
+    counts.update(removed.values())
+    return FilterResult(survivors, removed, counts)

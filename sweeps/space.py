@@ -1,0 +1,116 @@
+"""Load sweep spaces and shape sets from YAML into `KernelConfig`s and (m, n, k, batch) tuples.
+
+A space file:
+
+    description: free text
+    family: sm80                 # KernelConfig.family
+    modes: [halfhalf, tf32tf32]  # one sub-space per mode
+    space:                       # every value is a list; the sweep takes their Cartesian product
+      threadblock: {m: [64, 128], n: [64, 128], k: [32]}   # tuple fields as {m, n, k}
+      warp: {m: [32, 64], n: [32, 64], k: [32]}
+      stages: [3, 4]
+      alignment: [4]
+
+A shape file: `shapes: [[m, n, k], [m, n, k, batch], ...]`. Errors name the file, the key and the bad value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+
+import yaml
+
+from cutlass_ext.config import FAMILIES, INSTRUCTION_SHAPES, KernelConfig
+
+_TUPLE_FIELDS = ("threadblock", "warp")
+_SCALAR_FIELDS = tuple(
+    f.name for f in dataclasses.fields(KernelConfig) if f.name not in _TUPLE_FIELDS + ("mode", "family")
+)
+_TOP_LEVEL_KEYS = {"description", "family", "modes", "space"}
+
+
+class SpaceError(ValueError):
+    """A sweep or shape file that cannot be used; the message names the file, key and value."""
+
+
+def _read(path: Path) -> dict:
+    try:
+        document = yaml.safe_load(Path(path).read_text())
+    except OSError as error:
+        raise SpaceError(f"{path}: cannot read: {error.strerror}") from error
+    except yaml.YAMLError as error:
+        raise SpaceError(f"{path}: not valid YAML: {error}") from error
+    if not isinstance(document, dict):
+        raise SpaceError(f"{path}: expected a mapping at the top level, got {type(document).__name__}")
+    return document
+
+
+def _positive_ints(path, key, values) -> list[int]:
+    if not isinstance(values, list) or not values:
+        raise SpaceError(f"{path}: {key}: expected a non-empty list of positive integers, got {values!r}")
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise SpaceError(f"{path}: {key}: {value!r} is not a positive integer")
+    return values
+
+
+def load_space(path: str | Path) -> list[KernelConfig]:
+    """Every KernelConfig of the space's Cartesian product, mode by mode, in a stable order."""
+    path = Path(path)
+    document = _read(path)
+    unknown = set(document) - _TOP_LEVEL_KEYS
+    if unknown:
+        raise SpaceError(f"{path}: unknown key(s) {sorted(unknown)}; expected {sorted(_TOP_LEVEL_KEYS)}")
+    family = document.get("family")
+    if family not in FAMILIES:
+        raise SpaceError(f"{path}: family: {family!r} is not one of {list(FAMILIES)}")
+    modes = document.get("modes")
+    if not isinstance(modes, list) or not modes:
+        raise SpaceError(f"{path}: modes: expected a non-empty list, got {modes!r}")
+    for mode in modes:
+        if mode not in INSTRUCTION_SHAPES:
+            raise SpaceError(f"{path}: modes: {mode!r} is not one of {sorted(INSTRUCTION_SHAPES)}")
+    space = document.get("space")
+    if not isinstance(space, dict):
+        raise SpaceError(f"{path}: space: expected a mapping of KernelConfig fields to lists, got {space!r}")
+
+    axes: dict[str, list] = {}
+    for key, values in space.items():
+        if key in _TUPLE_FIELDS:
+            if not isinstance(values, dict) or set(values) != {"m", "n", "k"}:
+                raise SpaceError(f"{path}: space.{key}: expected {{m: [...], n: [...], k: [...]}}, got {values!r}")
+            dims = [_positive_ints(path, f"space.{key}.{d}", values[d]) for d in "mnk"]
+            axes[key] = list(itertools.product(*dims))
+        elif key in _SCALAR_FIELDS:
+            axes[key] = _positive_ints(path, f"space.{key}", values)
+        else:
+            fields = sorted(_TUPLE_FIELDS + _SCALAR_FIELDS)
+            raise SpaceError(f"{path}: space.{key}: not a KernelConfig field; expected one of {fields}")
+
+    names = list(axes)
+    configs = []
+    for mode in modes:
+        for values in itertools.product(*(axes[name] for name in names)):
+            try:
+                configs.append(KernelConfig(mode=mode, family=family, **dict(zip(names, values))))
+            except ValueError as error:
+                raise SpaceError(f"{path}: {error}") from error
+    return configs
+
+
+def load_shapes(path: str | Path) -> list[tuple[int, int, int, int]]:
+    """The (m, n, k, batch) problems of a shape file; batch defaults to 1."""
+    path = Path(path)
+    document = _read(path)
+    shapes = document.get("shapes")
+    if not isinstance(shapes, list) or not shapes:
+        raise SpaceError(f"{path}: shapes: expected a non-empty list of [m, n, k] or [m, n, k, batch]")
+    problems = []
+    for index, shape in enumerate(shapes):
+        if not isinstance(shape, list) or len(shape) not in (3, 4):
+            raise SpaceError(f"{path}: shapes[{index}]: expected [m, n, k] or [m, n, k, batch], got {shape!r}")
+        values = _positive_ints(path, f"shapes[{index}]", shape)
+        problems.append(tuple(values) if len(values) == 4 else (*values, 1))
+    return problems

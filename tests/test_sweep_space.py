@@ -1,0 +1,143 @@
+"""Sweep spaces and shape sets from YAML: the seed's Table 3, and clear errors for bad files."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cutlass_ext.config import KernelConfig
+from sweeps import filters
+from sweeps.space import SpaceError, load_shapes, load_space
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def test_sm80_corrected_is_the_seeds_table_3():
+    configs = load_space(CONFIGS / "sm80_corrected.yaml")
+    assert len(configs) == 2 * 3456
+    assert {c.mode for c in configs} == {"halfhalf", "tf32tf32"}
+    assert len(set(configs)) == len(configs)
+    assert {c.threadblock[0] for c in configs} == {16, 32, 64, 128}
+    assert {c.warp[2] for c in configs} == {16, 32, 64}
+    assert {c.stages for c in configs} == {3, 4}
+
+
+@pytest.mark.parametrize("name", ["shapes_square.yaml", "shapes_figure14.yaml", "shapes_training.yaml"])
+def test_shape_sets_load(name):
+    shapes = load_shapes(CONFIGS / name)
+    assert shapes and all(len(s) == 4 and min(s) >= 1 for s in shapes)
+
+
+def write(tmp_path, text):
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    return path
+
+
+GOOD = "family: sm80\nmodes: [tf32tf32]\nspace:\n  threadblock: {m: [128], n: [128], k: [32]}\n  stages: [3]\n"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (GOOD.replace("family: sm80", "family: sm70"), "family: 'sm70'"),
+        (GOOD.replace("[tf32tf32]", "[fp64]"), "modes: 'fp64'"),
+        (GOOD.replace("stages: [3]", "stages: [three]"), "space.stages: 'three' is not a positive integer"),
+        (GOOD.replace("stages: [3]", "stages: []"), "space.stages: expected a non-empty list"),
+        (GOOD.replace("k: [32]}", "k: [32], z: [1]}"), r"space.threadblock: expected \{m"),
+        (GOOD + "  swizzle: [8]\n", "space.swizzle: not a KernelConfig field"),
+        (GOOD + "extra: 1\n", r"unknown key\(s\) \['extra'\]"),
+        ("family: [unclosed\n", "not valid YAML"),
+        ("- a list\n", "expected a mapping at the top level"),
+    ],
+)
+def test_bad_space_files_name_file_key_and_value(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(SpaceError, match=message) as raised:
+        load_space(path)
+    assert str(path) in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("shapes: [[1024, 1024]]\n", r"shapes\[0\]: expected \[m, n, k\]"),
+        ("shapes: [[1024, 0, 16]]\n", r"shapes\[0\]: 0 is not a positive integer"),
+        ("sizes: []\n", "shapes: expected a non-empty list"),
+    ],
+)
+def test_bad_shape_files_name_file_key_and_value(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(SpaceError, match=message):
+        load_shapes(path)
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(SpaceError, match="cannot read"):
+        load_space(tmp_path / "absent.yaml")
+
+
+H100 = filters.DeviceLimits.for_arch("90a")
+
+
+@pytest.mark.parametrize(
+    "config, rule",
+    [
+        (KernelConfig("tf32tf32", threadblock=(32, 128, 32), warp=(64, 32, 32)), "warp_exceeds_threadblock"),
+        (KernelConfig("tf32tf32", threadblock=(128, 96, 32), warp=(64, 64, 32)), "warp_does_not_divide_threadblock"),
+        (KernelConfig("halfhalf", threadblock=(128, 128, 32), warp=(64, 32, 8)), "instruction_does_not_divide_warp"),
+        (KernelConfig("tf32tf32", threadblock=(128, 128, 128), warp=(16, 16, 64)), "too_many_threads"),
+        (KernelConfig("tf32tf32", threadblock=(128, 128, 16), warp=(16, 32, 16)), "too_few_loads"),
+        (
+            KernelConfig("tf32tf32", threadblock=(128, 128, 128), warp=(64, 64, 128), stages=4),
+            "shared_memory_over_limit",
+        ),
+        (KernelConfig("halfhalf", threadblock=(128, 128, 32), warp=(64, 64, 32)), "register_estimate_over_budget"),
+    ],
+)
+def test_each_rule_removes_what_it_names(config, rule):
+    result = filters.apply_rules([config], H100)
+    assert result.removed == {config: rule}
+    assert result.counts[rule] == 1 and sum(result.counts.values()) == 1
+
+
+def test_shipped_defaults_survive_and_every_survivor_obeys_every_rule():
+    from cutlass_ext.config import default_configs
+    from cutlass_ext.gemm import KERNEL_MODES
+
+    defaults = [c for mode in KERNEL_MODES for c in default_configs(mode)]
+    assert filters.apply_rules(defaults, H100).survivors == defaults
+    result = filters.apply_rules(load_space(CONFIGS / "sm80_corrected.yaml"), H100)
+    assert sum(result.counts.values()) + len(result.survivors) == 2 * 3456
+    assert not any(rule.removes(c, H100) for c in result.survivors for rule in filters.RULES)
+
+
+def test_smaller_shared_memory_removes_more():
+    configs = load_space(CONFIGS / "sm80_corrected.yaml")
+    on_h100 = filters.apply_rules(configs, H100).counts["shared_memory_over_limit"]
+    on_ada = filters.apply_rules(configs, filters.DeviceLimits.for_arch("89")).counts["shared_memory_over_limit"]
+    assert on_ada > on_h100
+
+
+def test_dry_run_prints_per_rule_counts_without_a_gpu():
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sweeps.run",
+            str(CONFIGS / "sm80_corrected.yaml"),
+            "--arch",
+            "90a",
+            "--dry-run",
+            "--shapes",
+            str(CONFIGS / "shapes_square.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=CONFIGS.parent,
+    )
+    assert completed.returncode == 0, completed.stderr
+    for rule in filters.RULES:
+        assert rule.name in completed.stdout
+    assert "survivors:" in completed.stdout and "(variant, shape) rows" in completed.stdout
