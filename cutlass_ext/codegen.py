@@ -7,6 +7,7 @@ from string import Template
 from .config import KernelConfig
 from .toolchain import kernels_dir
 
+_LAYOUT_TYPES = {"row": "RowMajor", "col": "ColumnMajor"}
 _MODE_TAGS = {"tf32": "ModeTf32", "tf32tf32": "ModeTf32Tf32", "halfhalf": "ModeHalfHalf", "markidis": "ModeMarkidis"}
 
 
@@ -31,6 +32,8 @@ def render_instance(config: KernelConfig) -> str:
         inst_k=inst_k,
         stages=config.stages,
         alignment=config.alignment,
+        layout_a=_LAYOUT_TYPES[config.layout_a],
+        layout_b=_LAYOUT_TYPES[config.layout_b],
     )
 
 

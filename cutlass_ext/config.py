@@ -16,8 +16,11 @@ from dataclasses import dataclass
 # The split modes read FP32 fragments and multiply in TF32 m16n8k8 or FP16 m16n8k16 (kernels/split_mma.h).
 INSTRUCTION_SHAPES = {"tf32": (16, 8, 8), "tf32tf32": (16, 8, 8), "halfhalf": (16, 8, 16), "markidis": (16, 8, 16)}
 FAMILIES = ("sm80",)
+LAYOUTS = ("row", "col")  # how A (m, k) and B (k, n) are stored: unit stride along rows or down columns
+_LAYOUT_LETTERS = {layout[0]: layout for layout in LAYOUTS}
 _NAME_PATTERN = re.compile(
-    r"(?P<mode>[a-z0-9]+)_(?P<family>sm\d+a?)_(?P<tb>\d+x\d+x\d+)_(?P<warp>\d+x\d+x\d+)_s(?P<stages>\d+)_a(?P<alignment>\d+)"
+    r"(?P<mode>[a-z0-9]+)_(?P<family>sm\d+a?)_(?P<tb>\d+x\d+x\d+)_(?P<warp>\d+x\d+x\d+)"
+    r"_s(?P<stages>\d+)_a(?P<alignment>\d+)(?:_(?P<layouts>[rc]{2}))?"
 )
 
 
@@ -28,6 +31,8 @@ class KernelConfig:
     family: the instruction path, `sm80` = CUTLASS 2.x mma.sync (runs on sm80 and later).
     threadblock, warp: (m, n, k) tiles. stages: software-pipeline depth.
     alignment: elements per vector access of A, B and C; 4 (16 bytes of FP32) or 1 for any shape and stride.
+    layout_a, layout_b: `row` or `col`, how the kernel reads A and B (C is row-major); the name carries them as
+    a suffix (`_cr`, `_rc`, `_cc`) unless both are `row`.
     """
 
     mode: str
@@ -36,6 +41,8 @@ class KernelConfig:
     warp: tuple[int, int, int] = (64, 64, 32)
     stages: int = 3
     alignment: int = 4
+    layout_a: str = "row"
+    layout_b: str = "row"
 
     def __post_init__(self):
         if self.mode not in INSTRUCTION_SHAPES:
@@ -48,6 +55,9 @@ class KernelConfig:
                 raise ValueError(f"{field}={shape!r} must be three positive integers (m, n, k)")
         if self.alignment not in (1, 2, 4):
             raise ValueError(f"alignment={self.alignment!r} must be 1, 2 or 4")
+        for field in ("layout_a", "layout_b"):
+            if getattr(self, field) not in LAYOUTS:
+                raise ValueError(f"{field}={getattr(self, field)!r} is not one of {list(LAYOUTS)}")
 
     @property
     def instruction(self) -> tuple[int, int, int]:
@@ -56,9 +66,10 @@ class KernelConfig:
     @property
     def name(self) -> str:
         tb, warp = self.threadblock, self.warp
+        layouts = "" if self.layout_a == self.layout_b == "row" else f"_{self.layout_a[0]}{self.layout_b[0]}"
         return (
             f"{self.mode}_{self.family}_{tb[0]}x{tb[1]}x{tb[2]}_{warp[0]}x{warp[1]}x{warp[2]}"
-            f"_s{self.stages}_a{self.alignment}"
+            f"_s{self.stages}_a{self.alignment}{layouts}"
         )
 
     @classmethod
@@ -78,6 +89,11 @@ class KernelConfig:
             warp=shape(match["warp"]),
             stages=int(match["stages"]),
             alignment=int(match["alignment"]),
+            **(
+                {"layout_a": _LAYOUT_LETTERS[match["layouts"][0]], "layout_b": _LAYOUT_LETTERS[match["layouts"][1]]}
+                if match["layouts"]
+                else {}
+            ),
         )
         if config.name != name:
             raise ValueError(f"{name!r} is not in canonical form; did you mean {config.name!r}?")
@@ -102,7 +118,14 @@ DEFAULT_TILES = {
 }
 
 
-def default_configs(mode: str) -> list[KernelConfig]:
+# halfhalf reading B column-major spills with 32x64 and 64x32 warps (ptxas, sm_80 and sm_90a): smaller warps.
+_COLUMN_MAJOR_B_TILES = {"halfhalf": ((128, 64, 32), (32, 32, 32), 4)}
+
+
+def default_configs(mode: str, layout_a: str = "row", layout_b: str = "row") -> list[KernelConfig]:
     """Variants `ext.gemm` uses when no tuned table applies: the vectorized one first, then one for any shape."""
-    threadblock, warp, stages = DEFAULT_TILES[mode]
-    return [KernelConfig(mode, "sm80", threadblock, warp, stages, alignment) for alignment in (4, 1)]
+    override = _COLUMN_MAJOR_B_TILES.get(mode) if layout_b == "col" else None
+    threadblock, warp, stages = override or DEFAULT_TILES[mode]
+    return [
+        KernelConfig(mode, "sm80", threadblock, warp, stages, alignment, layout_a, layout_b) for alignment in (4, 1)
+    ]

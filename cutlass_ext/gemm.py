@@ -5,13 +5,19 @@ from __future__ import annotations
 import torch
 
 from . import ops, registry, scaling
-from .config import INSTRUCTION_SHAPES, default_configs
+from .config import INSTRUCTION_SHAPES, LAYOUTS, default_configs
 
 KERNEL_MODES = tuple(sorted(INSTRUCTION_SHAPES))
 MODES = KERNEL_MODES + ("fp32",)
-# Plain data, so that torch.compile reads it without tracing the config machinery.
-_DEFAULT_CONFIGS = {mode: default_configs(mode) for mode in KERNEL_MODES}
-_DEFAULT_VARIANTS = {mode: [c.name for c in configs] for mode, configs in _DEFAULT_CONFIGS.items()}
+# Per (mode, layout of A, layout of B): the variants that read such operands as stored, then the row-major ones
+# the binding falls back to with contiguous copies. Plain data, so torch.compile reads it without tracing.
+_DEFAULT_CONFIGS = {
+    (mode, layout_a, layout_b): list(dict.fromkeys(default_configs(mode, layout_a, layout_b) + default_configs(mode)))
+    for mode in KERNEL_MODES
+    for layout_a in LAYOUTS
+    for layout_b in LAYOUTS
+}
+_DEFAULT_VARIANTS = {key: [c.name for c in configs] for key, configs in _DEFAULT_CONFIGS.items()}
 
 
 def _check_operands(**operands) -> None:
@@ -73,16 +79,29 @@ def gemm(a: torch.Tensor, b: torch.Tensor, mode: str = "tf32tf32") -> torch.Tens
     return _Gemm.apply(a, b, mode)
 
 
+def _layout(t: torch.Tensor) -> str:
+    """`col` for matrices stored down their columns (a transposed view), else `row` (copied if not row-major)."""
+    rows, columns = t.shape[-2], t.shape[-1]
+    row_major = (columns <= 1 or t.stride(-1) == 1) and (rows <= 1 or t.stride(-2) >= columns)
+    column_major = (rows <= 1 or t.stride(-2) == 1) and (columns <= 1 or t.stride(-1) >= rows)
+    return "col" if column_major and not row_major else "row"
+
+
 def _product(a: torch.Tensor, b: torch.Tensor, mode: str) -> torch.Tensor:
     """The forward product of validated operands."""
     if mode == "fp32":
         return _cublas_sgemm(a, b)
-    if not torch.compiler.is_compiling():
-        registry.ensure_registered(_DEFAULT_CONFIGS[mode], a.device)
     if mode == "halfhalf" and a.numel() and b.numel():
-        a_scaled, b_scaled, row_shift, column_shift = scaling.scaled_operands(a, b)
-        return scaling.unscale(ops.gemm(a_scaled, b_scaled, _DEFAULT_VARIANTS[mode]), row_shift, column_shift)
-    return ops.gemm(a, b, _DEFAULT_VARIANTS[mode])
+        a, b, row_shift, column_shift = scaling.scaled_operands(a, b)
+        return scaling.unscale(_kernel_product(a, b, mode), row_shift, column_shift)
+    return _kernel_product(a, b, mode)
+
+
+def _kernel_product(a: torch.Tensor, b: torch.Tensor, mode: str) -> torch.Tensor:
+    key = (mode, _layout(a), _layout(b))
+    if not torch.compiler.is_compiling():
+        registry.ensure_registered(_DEFAULT_CONFIGS[key], a.device)
+    return ops.gemm(a, b, _DEFAULT_VARIANTS[key])
 
 
 class _Gemm(torch.autograd.Function):

@@ -5,14 +5,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CUTLASS_EXT_ABI_VERSION 2
+#define CUTLASS_EXT_ABI_VERSION 3
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-// D = alpha * A·B + beta * D for `batch` row-major problems; A is (m, k), B is (k, n), D is (m, n).
-// Leading dimensions and batch strides are in elements. split_k: slices of K summed in turn into D (serial
+// D = alpha * A·B + beta * D for `batch` problems; A is (m, k), B is (k, n), D is (m, n) row-major. A and B are
+// row- or column-major as the variant's layouts say; lda / ldb are the strides between their rows (row-major)
+// or columns (column-major). Leading dimensions and batch strides are in elements. split_k: slices of K summed in turn into D (serial
 // split-K, batch 1 only); 0 lets the launcher choose from the SM count.
 typedef struct {
   int64_t m, n, k, batch;
@@ -26,8 +27,12 @@ typedef struct {
   int64_t split_k;
 } cutlass_ext_gemm_args;
 
-// Every variant `<name>` in a kernel library exports these three; 0 is success, other values are
-// cutlass::Status codes, spelled out by the library's cutlass_ext_status_string.
+// Every variant `<name>` in a kernel library exports these four; 0 is success, other values are
+// cutlass::Status codes, spelled out by the library's cutlass_ext_status_string. `layouts` tells which operands
+// the variant reads column-major (A (m, k) with unit stride down its rows, or B likewise).
+#define CUTLASS_EXT_A_COLUMN_MAJOR 1
+#define CUTLASS_EXT_B_COLUMN_MAJOR 2
+typedef int (*cutlass_ext_layouts_fn)(void);
 typedef int (*cutlass_ext_can_implement_fn)(const cutlass_ext_gemm_args*);
 typedef size_t (*cutlass_ext_workspace_size_fn)(const cutlass_ext_gemm_args*);
 typedef int (*cutlass_ext_run_fn)(const cutlass_ext_gemm_args*, void* workspace, void* cuda_stream);

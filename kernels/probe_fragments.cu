@@ -8,18 +8,22 @@
 #include "split_mma.h"
 
 constexpr int kM = 128, kN = 128, kK = 32;
-using Core = cutlass::gemm::threadblock::DefaultMmaCore<
-    cutlass::gemm::GemmShape<kM, kN, kK>, cutlass::gemm::GemmShape<32, 64, kK>, cutlass::gemm::GemmShape<16, 8, 16>,
-    float, cutlass::layout::RowMajor, float, cutlass::layout::RowMajor, float, cutlass::layout::RowMajor,
-    cutlass::arch::OpClassTensorOp, 3, cutlass_ext::OpMultiplyAddSplit<cutlass_ext::SchemeHalfHalf>>;
-using WarpMma = Core::MmaPolicy::Operator;
 constexpr int kShownA = 16, kShownB = 8;  // two m-tiles of A, two n-tiles of B
 
+template <typename LayoutA, typename LayoutB>
+using Core = cutlass::gemm::threadblock::DefaultMmaCore<
+    cutlass::gemm::GemmShape<kM, kN, kK>, cutlass::gemm::GemmShape<32, 64, kK>, cutlass::gemm::GemmShape<16, 8, 16>,
+    float, LayoutA, float, LayoutB, float, cutlass::layout::RowMajor, cutlass::arch::OpClassTensorOp, 3,
+    cutlass_ext::OpMultiplyAddSplit<cutlass_ext::SchemeHalfHalf>>;
+
+template <typename LayoutA, typename LayoutB>
 __global__ void probe(float *a_out, float *b_out) {
+  using MmaCore = Core<LayoutA, LayoutB>;
+  using WarpMma = typename MmaCore::MmaPolicy::Operator;
   __shared__ float smem_a[kM * kK];
   __shared__ float smem_b[kK * kN];
-  auto layout_a = Core::SmemLayoutA::packed({kM, kK});
-  auto layout_b = Core::SmemLayoutB::packed({kK, kN});
+  auto layout_a = MmaCore::SmemLayoutA::packed({kM, kK});
+  auto layout_b = MmaCore::SmemLayoutB::packed({kK, kN});
   for (int i = threadIdx.x; i < kM * kK; i += blockDim.x) smem_a[layout_a({i / kK, i % kK})] = (i / kK) * 100 + i % kK;
   for (int i = threadIdx.x; i < kK * kN; i += blockDim.x) smem_b[layout_b({i / kN, i % kN})] = (i / kN) * 1000 + i % kN;
   __syncthreads();
@@ -35,17 +39,19 @@ __global__ void probe(float *a_out, float *b_out) {
   }
 }
 
-int main() {
+template <typename LayoutA, typename LayoutB>
+int report(const char *label) {
   float *device_a, *device_b, a[32 * kShownA], b[32 * kShownB];
   cudaMalloc(&device_a, sizeof(a));
   cudaMalloc(&device_b, sizeof(b));
-  probe<<<1, 256>>>(device_a, device_b);
+  probe<LayoutA, LayoutB><<<1, 256>>>(device_a, device_b);
   if (cudaMemcpy(a, device_a, sizeof(a), cudaMemcpyDeviceToHost) != cudaSuccess ||
       cudaMemcpy(b, device_b, sizeof(b), cudaMemcpyDeviceToHost) != cudaSuccess) {
     std::printf("probe failed: %s\n", cudaGetErrorString(cudaGetLastError()));
     return 1;
   }
-  for (int lane : {0, 1, 2, 4, 5, 9}) {
+  std::printf("== %s\n", label);
+  for (int lane : {0, 1, 4, 5}) {
     std::printf("lane %2d (g=%d t=%d) A (row,k):", lane, lane / 4, lane % 4);
     for (int i = 0; i < kShownA; ++i) std::printf(" (%d,%d)", int(a[lane * kShownA + i]) / 100, int(a[lane * kShownA + i]) % 100);
     std::printf("\n        B (k,n):");
@@ -53,4 +59,11 @@ int main() {
     std::printf("\n");
   }
   return 0;
+}
+
+int main() {
+  using cutlass::layout::ColumnMajor;
+  using cutlass::layout::RowMajor;
+  return report<RowMajor, RowMajor>("A row-major, B row-major") | report<ColumnMajor, RowMajor>("A column-major") |
+         report<RowMajor, ColumnMajor>("B column-major");
 }

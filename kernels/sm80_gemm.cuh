@@ -30,13 +30,13 @@ struct ModeMarkidis {
   using MathOperator = OpMultiplyAddSplit<SchemeMarkidis>;
 };
 
-template <typename Mode, int BlockM, int BlockN, int BlockK, int WarpM, int WarpN, int WarpK, int InstM, int InstN,
-          int InstK, int Stages, int Alignment>
+template <typename Mode, typename LayoutA, typename LayoutB, int BlockM, int BlockN, int BlockK, int WarpM, int WarpN,
+          int WarpK, int InstM, int InstN, int InstK, int Stages, int Alignment>
 struct Sm80Gemm {
-  using Layout = cutlass::layout::RowMajor;
+  using LayoutC = cutlass::layout::RowMajor;
   using Epilogue = cutlass::epilogue::thread::LinearCombination<float, Alignment, float, float>;
   using Gemm = cutlass::gemm::device::GemmUniversal<
-      float, Layout, float, Layout, float, Layout, float, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
+      float, LayoutA, float, LayoutB, float, LayoutC, float, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
       cutlass::gemm::GemmShape<BlockM, BlockN, BlockK>, cutlass::gemm::GemmShape<WarpM, WarpN, WarpK>,
       cutlass::gemm::GemmShape<InstM, InstN, InstK>, Epilogue,
       cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, Stages, Alignment, Alignment,
@@ -83,6 +83,12 @@ struct Sm80Gemm {
 
   static size_t workspace_size(const cutlass_ext_gemm_args* args) { return Gemm::get_workspace_size(arguments(*args)); }
 
+  static int layouts() {
+    bool a_columns = cutlass::platform::is_same<LayoutA, cutlass::layout::ColumnMajor>::value;
+    bool b_columns = cutlass::platform::is_same<LayoutB, cutlass::layout::ColumnMajor>::value;
+    return (a_columns ? CUTLASS_EXT_A_COLUMN_MAJOR : 0) | (b_columns ? CUTLASS_EXT_B_COLUMN_MAJOR : 0);
+  }
+
   static int run(const cutlass_ext_gemm_args* args, void* workspace, void* stream) {
     Gemm gemm;
     auto cuda_stream = static_cast<cudaStream_t>(stream);
@@ -94,8 +100,9 @@ struct Sm80Gemm {
 
 }  // namespace cutlass_ext
 
-// Exports one variant's three launcher functions under C names prefixed with the variant's name.
+// Exports one variant's launcher functions under C names prefixed with the variant's name.
 #define CUTLASS_EXT_EXPORT_GEMM(NAME, ...)                                                          \
+  extern "C" int NAME##_layouts() { return __VA_ARGS__::layouts(); }                               \
   extern "C" int NAME##_can_implement(const cutlass_ext_gemm_args* args) {                          \
     return __VA_ARGS__::can_implement(args);                                                        \
   }                                                                                                 \

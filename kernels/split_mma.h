@@ -57,19 +57,25 @@ using SplitInstruction =
                        cutlass::layout::RowMajor, cutlass::arch::OpMultiplyAdd>;
 
 // Where CUTLASS's FP32 shared-memory iterators put each (row, k) of a k16 fragment, as the FP16 m16n8k16
-// operand registers want it, for the row-major A and B shared-memory layouts our kernels use (another layout
-// needs its own measurement). The FP32 fragment of one m-tile holds rows g, g+8 at k = t, t+4, t+8, t+12
-// (g = lane / 4, t = lane % 4); FP16 registers pair k = {2t, 2t+1} and {2t+8, 2t+9}. Reading k = t, t+4 as
-// 2t, 2t+1 (and t+8, t+12 as 2t+8, 2t+9) permutes k the same way for A and B, which leaves A·B unchanged.
-// The FP32 fragment element that goes to `position` of the FP16 operand (measured by kernels/probe_fragments.cu).
+// operand registers want it (measured by kernels/probe_fragments.cu for each operand layout). The FP32 fragment
+// of one m-tile holds rows g, g+8 at k = t, t+4, t+8, t+12 (g = lane / 4, t = lane % 4); FP16 registers pair
+// k = {2t, 2t+1} and {2t+8, 2t+9}. Reading k = t, t+4 as 2t, 2t+1 (and t+8, t+12 as 2t+8, 2t+9) permutes k the
+// same way for A and B, which leaves A·B unchanged. Row-major A orders the fragment (g,t) (g,t+4) (g,t+8)
+// (g,t+12) (g+8,t)...; column-major A (g,t) (g+8,t) (g,t+4) (g+8,t+4)...; B is (t) (t+4) (t+8) (t+12) in both.
+template <typename SmemLayout>
+struct IsRowMajorCrosswise : cutlass::platform::false_type {};
+template <int ElementSize, int Crosswise>
+struct IsRowMajorCrosswise<cutlass::layout::RowMajorTensorOpMultiplicandCrosswise<ElementSize, Crosswise>>
+    : cutlass::platform::true_type {};
+
+// The FP32 fragment element that goes to `position` of the FP16 operand, for A's shared-memory layout:
+template <typename SmemLayoutA>
 CUTLASS_HOST_DEVICE constexpr int fragment_index_a(int position) {
-  constexpr int kSource[8] = {0, 1, 4, 5, 2, 3, 6, 7};
-  return kSource[position];
+  constexpr int kRowMajorSource[8] = {0, 1, 4, 5, 2, 3, 6, 7};
+  constexpr int kColumnMajorSource[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+  return IsRowMajorCrosswise<SmemLayoutA>::value ? kRowMajorSource[position] : kColumnMajorSource[position];
 }
-CUTLASS_HOST_DEVICE constexpr int fragment_index_b(int position) {
-  constexpr int kSource[4] = {0, 1, 2, 3};
-  return kSource[position];
-}
+CUTLASS_HOST_DEVICE constexpr int fragment_index_b(int position) { return position; }
 
 // Warp-level D = A·B + C for FP32 A, B read from shared memory by CUTLASS's FP32 fragment iterators (with the
 // instruction's k), split in registers into the scheme's hi and lo, multiplied in TF32 or FP16.
@@ -220,8 +226,8 @@ class MmaTensorOpSplit {
         CUTLASS_PRAGMA_UNROLL
         for (int pair = 0; pair < kPerTileA / 2; ++pair) {
           int reg = tile * kPerTileA / 2 + pair;
-          split_half2(A[tile * kPerTileA + fragment_index_a(2 * pair)],
-                      A[tile * kPerTileA + fragment_index_a(2 * pair + 1)], a_hi[reg], a_lo[reg]);
+          split_half2(A[tile * kPerTileA + fragment_index_a<LayoutA>(2 * pair)],
+                      A[tile * kPerTileA + fragment_index_a<LayoutA>(2 * pair + 1)], a_hi[reg], a_lo[reg]);
         }
       }
       __half2 *b_hi = reinterpret_cast<__half2 *>(&dst_B);

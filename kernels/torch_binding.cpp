@@ -18,6 +18,7 @@ namespace {
 
 struct Variant {
   std::string library;
+  int layouts;  // CUTLASS_EXT_A_COLUMN_MAJOR | CUTLASS_EXT_B_COLUMN_MAJOR
   cutlass_ext_can_implement_fn can_implement;
   cutlass_ext_workspace_size_fn workspace_size;
   cutlass_ext_run_fn run;
@@ -46,6 +47,7 @@ void register_variant(const std::string& name, const std::string& library) {
               abi_version(), "; this binding speaks ", CUTLASS_EXT_ABI_VERSION, ": rebuild it");
   registry[name] = Variant{
       library,
+      find_symbol<cutlass_ext_layouts_fn>(handle, name + "_layouts", library)(),
       find_symbol<cutlass_ext_can_implement_fn>(handle, name + "_can_implement", library),
       find_symbol<cutlass_ext_workspace_size_fn>(handle, name + "_workspace_size", library),
       find_symbol<cutlass_ext_run_fn>(handle, name + "_run", library),
@@ -68,65 +70,78 @@ Variant lookup(const std::string& name) {
   return found->second;
 }
 
-// A view whose matrices the row-major kernels read as they are (unit stride along columns), or a contiguous copy.
-at::Tensor row_major(const at::Tensor& t) {
-  bool unit_columns = t.size(-1) <= 1 || t.stride(-1) == 1;
-  bool rows_apart = t.size(-2) <= 1 || t.stride(-2) >= t.size(-1);
-  return unit_columns && rows_apart ? t : t.contiguous();
+// Whether a kernel reading `column_major` (unit stride down each column) or row-major matrices can read the
+// matrices of t as they are stored.
+bool readable(const at::Tensor& t, bool column_major) {
+  int64_t rows = t.size(-2), columns = t.size(-1);
+  if (column_major) return (rows <= 1 || t.stride(-2) == 1) && (columns <= 1 || t.stride(-1) >= rows);
+  return (columns <= 1 || t.stride(-1) == 1) && (rows <= 1 || t.stride(-2) >= columns);
 }
 
-int64_t leading_dimension(const at::Tensor& t) { return t.size(-2) > 1 ? t.stride(-2) : t.size(-1); }
+// The stride between rows (row-major) or columns (column-major); any valid value where there is only one.
+int64_t leading_dimension(const at::Tensor& t, bool column_major) {
+  if (column_major) return t.size(-1) > 1 ? t.stride(-1) : t.size(-2);
+  return t.size(-2) > 1 ? t.stride(-2) : t.size(-1);
+}
 
 // 0 for a 2-D operand: every batch reads the same matrix.
 int64_t batch_stride(const at::Tensor& t) { return t.dim() == 3 && t.size(0) > 1 ? t.stride(0) : 0; }
 
-at::Tensor gemm_cuda(const at::Tensor& a_in, const at::Tensor& b_in, std::vector<std::string> variants) {
-  TORCH_CHECK(a_in.is_cuda() && b_in.is_cuda(), "a and b must be CUDA tensors");
-  TORCH_CHECK(a_in.device() == b_in.device(), "a and b must be on one device; got ", a_in.device(), " and ",
-              b_in.device());
-  TORCH_CHECK(a_in.scalar_type() == at::kFloat && b_in.scalar_type() == at::kFloat,
-              "a and b must be float32; got ", a_in.scalar_type(), " and ", b_in.scalar_type());
-  TORCH_CHECK((a_in.dim() == 2 || a_in.dim() == 3) && (b_in.dim() == 2 || b_in.dim() == 3),
-              "a and b must be 2-D or 3-D (batched)");
-  TORCH_CHECK(a_in.size(-1) == b_in.size(-2), "a is ", a_in.sizes(), " and b is ", b_in.sizes(),
-              ": a.shape[-1] must equal b.shape[-2]");
-  int64_t batch = a_in.dim() == 3 ? a_in.size(0) : (b_in.dim() == 3 ? b_in.size(0) : 1);
-  TORCH_CHECK((a_in.dim() == 2 || a_in.size(0) == batch) && (b_in.dim() == 2 || b_in.size(0) == batch),
-              "a is ", a_in.sizes(), " and b is ", b_in.sizes(), ": batch sizes must match");
-  c10::cuda::CUDAGuard device_guard(a_in.device());
-  at::Tensor a = row_major(a_in), b = row_major(b_in);
+// Runs the first variant that reads a and b as stored and can implement the problem; false if none could.
+bool run_first_fitting(const std::vector<std::string>& variants, const at::Tensor& a, const at::Tensor& b,
+                       at::Tensor& d, int64_t batch) {
   const int64_t m = a.size(-2), n = b.size(-1), k = a.size(-1);
-  bool batched = a.dim() == 3 || b.dim() == 3;
-  at::Tensor d = batched ? at::empty({batch, m, n}, a.options()) : at::empty({m, n}, a.options());
-  if (m == 0 || n == 0 || batch == 0) return d;
-  if (k == 0) return d.zero_();
-
-  cutlass_ext_gemm_args args{m,
-                             n,
-                             k,
-                             batch,
-                             a.data_ptr(),
-                             leading_dimension(a),
-                             batch_stride(a),
-                             b.data_ptr(),
-                             leading_dimension(b),
-                             batch_stride(b),
-                             d.data_ptr(),
-                             n,
-                             m * n,
-                             1.0f,
-                             0.0f,
-                             /*split_k=*/0};
   for (const auto& name : variants) {
     Variant variant = lookup(name);
+    bool a_columns = variant.layouts & CUTLASS_EXT_A_COLUMN_MAJOR, b_columns = variant.layouts & CUTLASS_EXT_B_COLUMN_MAJOR;
+    if (!readable(a, a_columns) || !readable(b, b_columns)) continue;
+    cutlass_ext_gemm_args args{m,
+                               n,
+                               k,
+                               batch,
+                               a.data_ptr(),
+                               leading_dimension(a, a_columns),
+                               batch_stride(a),
+                               b.data_ptr(),
+                               leading_dimension(b, b_columns),
+                               batch_stride(b),
+                               d.data_ptr(),
+                               n,
+                               m * n,
+                               1.0f,
+                               0.0f,
+                               /*split_k=*/0};
     if (variant.can_implement(&args) != 0) continue;
     size_t workspace_bytes = variant.workspace_size(&args);
     at::Tensor workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, a.options().dtype(at::kByte));
     int status = variant.run(&args, workspace_bytes ? workspace.data_ptr() : nullptr,
                              c10::cuda::getCurrentCUDAStream().stream());
     TORCH_CHECK(status == 0, "kernel ", name, " failed: ", variant.status_string(status));
-    return d;
+    return true;
   }
+  return false;
+}
+
+at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::vector<std::string> variants) {
+  TORCH_CHECK(a.is_cuda() && b.is_cuda(), "a and b must be CUDA tensors");
+  TORCH_CHECK(a.device() == b.device(), "a and b must be on one device; got ", a.device(), " and ", b.device());
+  TORCH_CHECK(a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat, "a and b must be float32; got ",
+              a.scalar_type(), " and ", b.scalar_type());
+  TORCH_CHECK((a.dim() == 2 || a.dim() == 3) && (b.dim() == 2 || b.dim() == 3), "a and b must be 2-D or 3-D (batched)");
+  TORCH_CHECK(a.size(-1) == b.size(-2), "a is ", a.sizes(), " and b is ", b.sizes(),
+              ": a.shape[-1] must equal b.shape[-2]");
+  int64_t batch = a.dim() == 3 ? a.size(0) : (b.dim() == 3 ? b.size(0) : 1);
+  TORCH_CHECK((a.dim() == 2 || a.size(0) == batch) && (b.dim() == 2 || b.size(0) == batch), "a is ", a.sizes(),
+              " and b is ", b.sizes(), ": batch sizes must match");
+  c10::cuda::CUDAGuard device_guard(a.device());
+  const int64_t m = a.size(-2), n = b.size(-1), k = a.size(-1);
+  bool batched = a.dim() == 3 || b.dim() == 3;
+  at::Tensor d = batched ? at::empty({batch, m, n}, a.options()) : at::empty({m, n}, a.options());
+  if (m == 0 || n == 0 || batch == 0) return d;
+  if (k == 0) return d.zero_();
+  // Views the variants read as stored run without a copy; anything else is made contiguous (row-major).
+  if (run_first_fitting(variants, a, b, d, batch)) return d;
+  if (run_first_fitting(variants, a.contiguous(), b.contiguous(), d, batch)) return d;
   TORCH_CHECK(false, "none of the kernel variants ", c10::Join(", ", variants), " can run a ", a.sizes(), " x ",
               b.sizes(), " product with strides ", a.strides(), " and ", b.strides());
 }

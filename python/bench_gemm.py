@@ -19,8 +19,7 @@ import torch
 
 import cutlass_ext as ext
 from cutlass_ext import benchmark, numerics, ops, registry
-from cutlass_ext.config import KernelConfig
-from cutlass_ext.gemm import _DEFAULT_VARIANTS
+from cutlass_ext.config import KernelConfig, default_configs
 
 DEFAULT_SHAPES = ["1024", "2048", "4096", "8192", "16384", "1024x1024x65536"]
 
@@ -71,7 +70,7 @@ def contenders(modes, variants, input_sets, repeats):
     yield "cublas", "tf32", "torch.matmul tf32", cublas("tf32")
     yield ("triton", "tf32x3", *triton_tf32x3(input_sets, repeats))
     for mode in modes:
-        name = _DEFAULT_VARIANTS[mode][0] if mode in _DEFAULT_VARIANTS else "cuBLAS passthrough"
+        name = "cuBLAS passthrough" if mode == "fp32" else default_configs(mode)[0].name
         yield "cutlass_ext", mode, name, lambda a, b, mode=mode: ext.gemm(a, b, mode=mode)
     for name in variants:
         yield (
@@ -82,12 +81,20 @@ def contenders(modes, variants, input_sets, repeats):
         )
 
 
-def measure(shape, modes, variants, repeats):
+def stored(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """The same matrix, stored row-major (`r`) or column-major (`c`, a transposed view)."""
+    return t.t().contiguous().t() if layout == "c" else t
+
+
+def measure(shape, modes, variants, repeats, layouts="rr"):
     m, n, k = shape
     generator = torch.Generator(device="cuda").manual_seed(m * 31 + n * 17 + k)
     bytes_per_set = 4 * (m * k + k * n + m * n)
     input_sets = [
-        (torch.randn(m, k, device="cuda", generator=generator), torch.randn(k, n, device="cuda", generator=generator))
+        (
+            stored(torch.randn(m, k, device="cuda", generator=generator), layouts[0]),
+            stored(torch.randn(k, n, device="cuda", generator=generator), layouts[1]),
+        )
         for _ in range(benchmark.rotation_count(bytes_per_set))
     ]
     a, b = input_sets[0]
@@ -101,6 +108,7 @@ def measure(shape, modes, variants, repeats):
                 family=family,
                 mode=mode,
                 name=name,
+                layouts=layouts,
                 m=m,
                 n=n,
                 k=k,
@@ -132,17 +140,31 @@ def main(argv=None):
     parser.add_argument("--modes", nargs="+", default=list(ext.MODES), help="our modes to run")
     parser.add_argument("--variants", nargs="*", default=[], help="kernel variant names to time on their own")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument(
+        "--layouts",
+        nargs="+",
+        default=["rr"],
+        choices=["rr", "rc", "cr", "cc"],
+        help="how A and B are stored: r row-major, c column-major (a transposed view)",
+    )
     parser.add_argument("--out", type=Path, help="CSV to write")
     args = parser.parse_args(argv)
 
     if args.variants:
         registry.ensure_registered([KernelConfig.from_name(name) for name in args.variants], torch.device("cuda"))
-    rows = [row for shape in args.shapes for row in measure(shape, args.modes, args.variants, args.repeats)]
+    rows = [
+        row
+        for layouts in args.layouts
+        for shape in args.shapes
+        for row in measure(shape, args.modes, args.variants, args.repeats, layouts)
+    ]
     table = pd.DataFrame(rows)
     for column, value in benchmark.environment().items():
         table[column] = value
     table["command"] = shlex.join(["python"] + sys.argv)
-    shape_key = table["m"].astype(str) + "x" + table["n"].astype(str) + "x" + table["k"].astype(str)
+    shape_key = (
+        table["layouts"] + ":" + table["m"].astype(str) + "x" + table["n"].astype(str) + "x" + table["k"].astype(str)
+    )
     for column, mode in (("vs_cublas_fp32", "fp32"), ("vs_cublas_tf32", "tf32")):
         baseline = table[(table["family"] == "cublas") & (table["mode"] == mode)]
         baseline_tflops = dict(zip(shape_key[baseline.index], baseline["tflops"]))

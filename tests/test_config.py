@@ -11,6 +11,7 @@ from cutlass_ext.config import KernelConfig, default_configs
 def test_name_is_derived_from_the_fields():
     config = KernelConfig(mode="tf32", threadblock=(128, 64, 32), warp=(64, 32, 32), stages=4, alignment=1)
     assert config.name == "tf32_sm80_128x64x32_64x32x32_s4_a1"
+    assert KernelConfig("tf32tf32", layout_a="col").name.endswith("_s3_a4_cr")
 
 
 @pytest.mark.parametrize(
@@ -20,7 +21,15 @@ def test_from_name_inverts_name(config):
     assert KernelConfig.from_name(config.name) == config
 
 
-@pytest.mark.parametrize("name", ["tf32", "tf32_sm80_128x128x32_64x64x32_s3", "tf32_sm80_0128x128x32_64x64x32_s3_a4"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tf32",
+        "tf32_sm80_128x128x32_64x64x32_s3",
+        "tf32_sm80_0128x128x32_64x64x32_s3_a4",
+        "tf32_sm80_128x128x32_64x64x32_s3_a4_rr",
+    ],
+)
 def test_from_name_rejects_other_strings(name):
     with pytest.raises(ValueError):
         KernelConfig.from_name(name)

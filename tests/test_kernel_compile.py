@@ -29,7 +29,10 @@ def cache_dir(tmp_path_factory):
 
 @pytest.mark.parametrize("arch", ["80", "90a"])
 def test_default_kernels_compile_and_export_launchers(cache_dir, arch):
-    groups = [tuple(default_configs(mode)) for mode in KERNEL_MODES]  # one library per mode, compiled in parallel
+    # one library per mode, compiled in parallel; halfhalf also in every layout (its fragment order depends on it)
+    groups = [tuple(default_configs(mode)) for mode in KERNEL_MODES] + [
+        tuple(default_configs("halfhalf", a, b)) for a, b in (("col", "row"), ("row", "col"), ("col", "col"))
+    ]
     results = build.build_libraries(groups, arch, verbose=False)
     for configs, result in zip(groups, results):
         assert result.error is None, result.error

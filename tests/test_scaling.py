@@ -1,0 +1,27 @@
+"""halfhalf's exact power-of-two range scaling (cutlass_ext.scaling), on the CPU."""
+
+import torch
+
+from cutlass_ext import numerics, scaling
+
+
+def test_scaled_operands_fit_fp16_and_keep_their_layout():
+    generator = torch.Generator().manual_seed(0)
+    a = numerics.exp_rand((64, 48), -100, -35, generator=generator).t()  # a transposed view, far below FP16
+    b = numerics.exp_rand((64, 32), 20, 60, generator=generator)  # far above FP16
+    a_scaled, b_scaled, row_shift, column_shift = scaling.scaled_operands(a, b)
+    assert a_scaled.stride() == a.stride() and b_scaled.stride() == b.stride()  # column-major kernels still apply
+    for scaled in (a_scaled, b_scaled):
+        assert scaled.abs().max() < 2**15 and torch.isfinite(scaled.half()).all()
+    assert row_shift.shape == (48, 1) and column_shift.shape == (1, 32)
+
+
+def test_scaling_then_unscaling_is_exact():
+    generator = torch.Generator().manual_seed(1)
+    a = numerics.exp_rand((40, 24), -60, 60, generator=generator)
+    b = numerics.exp_rand((24, 16), -60, 60, generator=generator)
+    a_scaled, b_scaled, row_shift, column_shift = scaling.scaled_operands(a, b)
+    product = a_scaled.double() @ b_scaled.double()
+    unscaled = scaling.unscale(product.float(), row_shift, column_shift)
+    assert torch.equal(unscaled, (product.float().double() * 2.0 ** -(row_shift + column_shift).double()).float())
+    assert numerics.relative_residual(unscaled, a.double() @ b.double()) < 1e-7
