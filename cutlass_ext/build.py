@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import cache, codegen, toolchain
-from .config import INSTRUCTION_SHAPES, LAYOUTS, KernelConfig, default_configs
+from .config import INSTRUCTION_SHAPES, KernelConfig
 
 BINDING_SOURCE = "torch_binding.cpp"
 
@@ -238,7 +238,9 @@ def main(argv=None) -> int:
             print("no CUDA device: name the target with --arch (e.g. --arch 90a)", file=sys.stderr)
             return 2
         archs = [toolchain.device_arch()]
-    configs = [c for mode in args.modes for a in LAYOUTS for b in LAYOUTS for c in default_configs(mode, a, b)]
+    from .gemm import dispatch_configs
+
+    configs = dispatch_configs(args.modes)
     failed = 0
     for arch in archs:
         for result in build_libraries([(c,) for c in configs], arch, jobs=args.jobs):

@@ -9,15 +9,34 @@ from .config import INSTRUCTION_SHAPES, LAYOUTS, default_configs
 
 KERNEL_MODES = tuple(sorted(INSTRUCTION_SHAPES))
 MODES = KERNEL_MODES + ("fp32",)
-# Per (mode, layout of A, layout of B): the variants that read such operands as stored, then the row-major ones
-# the binding falls back to with contiguous copies. Plain data, so torch.compile reads it without tracing.
+# halfhalf's column-major kernels run at 50-57 TFLOP/s where copying to row-major and its row-major kernel give
+# 67 (8192^3 on the H100, sweeps/results/h100/NOTES.md), so halfhalf copies views; the other modes read them.
+_COPIES_VIEWS = {"halfhalf"}
+
+
+def _configs_for(mode: str, layout_a: str, layout_b: str) -> list:
+    """The variants that read such operands as stored, then the row-major ones the binding falls back to with
+    contiguous copies."""
+    if mode in _COPIES_VIEWS:
+        layout_a = layout_b = "row"
+    return list(dict.fromkeys(default_configs(mode, layout_a, layout_b) + default_configs(mode)))
+
+
+# Per (mode, layout of A, layout of B); plain data, so torch.compile reads it without tracing.
 _DEFAULT_CONFIGS = {
-    (mode, layout_a, layout_b): list(dict.fromkeys(default_configs(mode, layout_a, layout_b) + default_configs(mode)))
+    (mode, layout_a, layout_b): _configs_for(mode, layout_a, layout_b)
     for mode in KERNEL_MODES
     for layout_a in LAYOUTS
     for layout_b in LAYOUTS
 }
 _DEFAULT_VARIANTS = {key: [c.name for c in configs] for key, configs in _DEFAULT_CONFIGS.items()}
+
+
+def dispatch_configs(modes=KERNEL_MODES) -> list:
+    """Every kernel variant `gemm` may run for these modes (what `python -m cutlass_ext.build --prebuild` builds)."""
+    return list(
+        dict.fromkeys(c for (mode, _, _), configs in _DEFAULT_CONFIGS.items() if mode in modes for c in configs)
+    )
 
 
 def _check_operands(**operands) -> None:

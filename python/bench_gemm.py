@@ -172,7 +172,7 @@ def main(argv=None):
     with pd.option_context("display.width", 250, "display.max_columns", 20, "display.max_colwidth", 44):
         print(
             table[
-                ["family", "mode", "name", "m", "n", "k", "tflops", "relres", "vs_cublas_fp32", "vs_cublas_tf32"]
+                ["family", "mode", "layouts", "m", "n", "k", "tflops", "relres", "vs_cublas_fp32", "vs_cublas_tf32"]
             ].to_string(index=False, float_format=lambda v: f"{v:.3g}")
         )
     if args.out:
