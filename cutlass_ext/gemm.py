@@ -9,8 +9,8 @@ from .config import INSTRUCTION_SHAPES, LAYOUTS, default_configs
 
 KERNEL_MODES = tuple(sorted(INSTRUCTION_SHAPES))
 MODES = KERNEL_MODES + ("fp32",)
-# halfhalf's column-major kernels run at 50-57 TFLOP/s where copying to row-major and its row-major kernel give
-# 67 (8192^3 on the H100, sweeps/results/h100/NOTES.md), so halfhalf copies views; the other modes read them.
+# halfhalf's column-major kernels run at 50-57 TFLOP/s where its row-major kernel gives 67 (8192^3 on the H100,
+# sweeps/results/h100/NOTES.md); its scaling pass writes row-major operands anyway. The other modes read views.
 _COPIES_VIEWS = {"halfhalf"}
 
 

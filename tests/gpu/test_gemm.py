@@ -107,8 +107,8 @@ def test_views_give_the_same_result_as_contiguous_inputs(make_a, make_b, mode):
 @pytest.mark.parametrize("mode", ["tf32", "tf32tf32", "markidis"])
 @pytest.mark.parametrize("transpose_a, transpose_b", [(True, False), (False, True), (True, True)])
 def test_transposed_views_are_read_without_a_copy(mode, transpose_a, transpose_b):
-    """Transposed views run on column-major kernels: no operand-sized temporary appears. (halfhalf's scaled
-    operands keep the views' strides: tests/test_scaling.py.)"""
+    """Transposed views run on column-major kernels: no operand-sized temporary appears. (halfhalf scales views
+    into row-major copies in one pass: tests/test_scaling.py.)"""
     m = n = k = 1024
     a, b = operands("normal", m, n, k, seed=3)
     a_view = a.t().contiguous().t() if transpose_a else a
