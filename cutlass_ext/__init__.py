@@ -9,5 +9,5 @@ from . import nn, numerics
 from .config import KernelConfig
 from .gemm import MODES, gemm
 
-__all__ = ["KernelConfig", "MODES", "gemm", "nn", "numerics"]
+__all__ = ["MODES", "KernelConfig", "gemm", "nn", "numerics"]
 __version__ = "0.1.0"

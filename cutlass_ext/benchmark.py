@@ -42,5 +42,5 @@ def environment(device=None) -> dict:
         "gpu": torch.cuda.get_device_name(device),
         "nvcc": nvcc,
         "torch": torch.__version__,
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }

@@ -135,7 +135,11 @@ def _compile(groups, keys, missing, arch, jobs, verbose) -> dict[int, LibraryRes
         )
     start = time.perf_counter()
     completed = subprocess.run(
-        ["ninja", "-f", str(ninja_file), "-k", "0", "-j", str(jobs)], cwd=staging_root, capture_output=True, text=True
+        ["ninja", "-f", str(ninja_file), "-k", "0", "-j", str(jobs)],
+        cwd=staging_root,
+        capture_output=True,
+        text=True,
+        check=False,  # failures are per library, read from their logs
     )
     seconds = time.perf_counter() - start
     if verbose:

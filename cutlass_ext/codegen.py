@@ -8,7 +8,13 @@ from .config import KernelConfig
 from .toolchain import kernels_dir
 
 _LAYOUT_TYPES = {"row": "RowMajor", "col": "ColumnMajor"}
-_MODE_TAGS = {"tf32": "ModeTf32", "tf32tf32": "ModeTf32Tf32", "halfhalf": "ModeHalfHalf", "markidis": "ModeMarkidis"}
+_MODE_TAGS = {
+    ("tf32", "fp32"): "ModeTf32",
+    ("tf32tf32", "fp32"): "ModeTf32Tf32",
+    ("halfhalf", "fp32"): "ModeHalfHalf",
+    ("halfhalf", "packed"): "ModeHalfHalfPacked",
+    ("markidis", "fp32"): "ModeMarkidis",
+}
 
 
 def _template(filename: str) -> Template:
@@ -20,7 +26,7 @@ def render_instance(config: KernelConfig) -> str:
     inst_m, inst_n, inst_k = config.instruction
     return _template("sm80_gemm_instance.in").substitute(
         name=config.name,
-        mode_tag=_MODE_TAGS[config.mode],
+        mode_tag=_MODE_TAGS[config.mode, config.operands],
         block_m=block_m,
         block_n=block_n,
         block_k=block_k,

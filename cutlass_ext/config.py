@@ -17,10 +17,14 @@ from dataclasses import dataclass
 INSTRUCTION_SHAPES = {"tf32": (16, 8, 8), "tf32tf32": (16, 8, 8), "halfhalf": (16, 8, 16), "markidis": (16, 8, 16)}
 FAMILIES = ("sm80",)
 LAYOUTS = ("row", "col")  # how A (m, k) and B (k, n) are stored: unit stride along rows or down columns
+# What the kernel reads: FP32 operands split in registers, or (halfhalf) FP16 hi and lo·2^11 packed in each
+# 32-bit word by a pass over memory before the GEMM (kernels/halfhalf_operands.cuh).
+OPERANDS = ("fp32", "packed")
+_PACKABLE_MODES = ("halfhalf",)
 _LAYOUT_LETTERS = {layout[0]: layout for layout in LAYOUTS}
 _NAME_PATTERN = re.compile(
     r"(?P<mode>[a-z0-9]+)_(?P<family>sm\d+a?)_(?P<tb>\d+x\d+x\d+)_(?P<warp>\d+x\d+x\d+)"
-    r"_s(?P<stages>\d+)_a(?P<alignment>\d+)(?:_(?P<layouts>[rc]{2}))?"
+    r"_s(?P<stages>\d+)_a(?P<alignment>\d+)(?:_(?P<layouts>[rc]{2}))?(?P<packed>_packed)?"
 )
 
 
@@ -33,6 +37,7 @@ class KernelConfig:
     alignment: elements per vector access of A, B and C; 4 (16 bytes of FP32) or 1 for any shape and stride.
     layout_a, layout_b: `row` or `col`, how the kernel reads A and B (C is row-major); the name carries them as
     a suffix (`_cr`, `_rc`, `_cc`) unless both are `row`.
+    operands: `fp32`, or `packed` (halfhalf only: hi/lo split by a pass over memory; the name ends `_packed`).
     """
 
     mode: str
@@ -43,6 +48,7 @@ class KernelConfig:
     alignment: int = 4
     layout_a: str = "row"
     layout_b: str = "row"
+    operands: str = "fp32"
 
     def __post_init__(self):
         if self.mode not in INSTRUCTION_SHAPES:
@@ -58,6 +64,10 @@ class KernelConfig:
         for field in ("layout_a", "layout_b"):
             if getattr(self, field) not in LAYOUTS:
                 raise ValueError(f"{field}={getattr(self, field)!r} is not one of {list(LAYOUTS)}")
+        if self.operands not in OPERANDS:
+            raise ValueError(f"operands={self.operands!r} is not one of {list(OPERANDS)}")
+        if self.operands == "packed" and self.mode not in _PACKABLE_MODES:
+            raise ValueError(f"operands='packed' is for modes {list(_PACKABLE_MODES)}; got mode={self.mode!r}")
 
     @property
     def instruction(self) -> tuple[int, int, int]:
@@ -69,7 +79,7 @@ class KernelConfig:
         layouts = "" if self.layout_a == self.layout_b == "row" else f"_{self.layout_a[0]}{self.layout_b[0]}"
         return (
             f"{self.mode}_{self.family}_{tb[0]}x{tb[1]}x{tb[2]}_{warp[0]}x{warp[1]}x{warp[2]}"
-            f"_s{self.stages}_a{self.alignment}{layouts}"
+            f"_s{self.stages}_a{self.alignment}{layouts}{'_packed' if self.operands == 'packed' else ''}"
         )
 
     @classmethod
@@ -94,6 +104,7 @@ class KernelConfig:
                 if match["layouts"]
                 else {}
             ),
+            operands="packed" if match["packed"] else "fp32",
         )
         if config.name != name:
             raise ValueError(f"{name!r} is not in canonical form; did you mean {config.name!r}?")
@@ -118,14 +129,22 @@ DEFAULT_TILES = {
 }
 
 
-# halfhalf reading B column-major spills with 32x64 and 64x32 warps (ptxas, sm_80 and sm_90a): smaller warps.
+# The dispatch default per mode: halfhalf's pre-split packed operands beat its in-register split (NOTES.md).
+DEFAULT_OPERANDS = {"halfhalf": "packed"}
+
+# halfhalf (packed or not) spills with 32x64 and 64x32 warps reading B column-major (ptxas, sm_80 and sm_90a):
+# smaller warps.
 _COLUMN_MAJOR_B_TILES = {"halfhalf": ((128, 64, 32), (32, 32, 32), 4)}
 
 
-def default_configs(mode: str, layout_a: str = "row", layout_b: str = "row") -> list[KernelConfig]:
+def default_configs(
+    mode: str, layout_a: str = "row", layout_b: str = "row", operands: str | None = None
+) -> list[KernelConfig]:
     """Variants `ext.gemm` uses when no tuned table applies: the vectorized one first, then one for any shape."""
+    operands = operands or DEFAULT_OPERANDS.get(mode, "fp32")
     override = _COLUMN_MAJOR_B_TILES.get(mode) if layout_b == "col" else None
     threadblock, warp, stages = override or DEFAULT_TILES[mode]
     return [
-        KernelConfig(mode, "sm80", threadblock, warp, stages, alignment, layout_a, layout_b) for alignment in (4, 1)
+        KernelConfig(mode, "sm80", threadblock, warp, stages, alignment, layout_a, layout_b, operands)
+        for alignment in (4, 1)
     ]

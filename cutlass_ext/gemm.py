@@ -9,16 +9,11 @@ from .config import INSTRUCTION_SHAPES, LAYOUTS, default_configs
 
 KERNEL_MODES = tuple(sorted(INSTRUCTION_SHAPES))
 MODES = KERNEL_MODES + ("fp32",)
-# halfhalf's column-major kernels run at 50-57 TFLOP/s where its row-major kernel gives 67 (8192^3 on the H100,
-# sweeps/results/h100/NOTES.md); its scaling pass writes row-major operands anyway. The other modes read views.
-_COPIES_VIEWS = {"halfhalf"}
 
 
 def _configs_for(mode: str, layout_a: str, layout_b: str) -> list:
     """The variants that read such operands as stored, then the row-major ones the binding falls back to with
     contiguous copies."""
-    if mode in _COPIES_VIEWS:
-        layout_a = layout_b = "row"
     return list(dict.fromkeys(default_configs(mode, layout_a, layout_b) + default_configs(mode)))
 
 
@@ -111,16 +106,24 @@ def _product(a: torch.Tensor, b: torch.Tensor, mode: str) -> torch.Tensor:
     if mode == "fp32":
         return _cublas_sgemm(a, b)
     if mode == "halfhalf" and a.numel() and b.numel():
-        a, b, row_shift, column_shift = scaling.scaled_operands(a, b)
-        return scaling.unscale(_kernel_product(a, b, mode), row_shift, column_shift)
-    return _kernel_product(a, b, mode)
+        a, b = _dense(a), _dense(b)  # the layouts the packing pass writes
+        variants = _variants(a, b, mode)  # loaded before the packing pass, which the kernel libraries export
+        a, b, row_shift, column_shift = scaling.packed_operands(a, b)
+        return scaling.unscaled_product(ops.gemm(a, b, variants), row_shift, column_shift)
+    return ops.gemm(a, b, _variants(a, b, mode))
 
 
-def _kernel_product(a: torch.Tensor, b: torch.Tensor, mode: str) -> torch.Tensor:
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """t if its matrices are dense row- or column-major (with dense batches), else a row-major copy."""
+    return t if t.is_contiguous() or t.mT.is_contiguous() else t.contiguous()
+
+
+def _variants(a: torch.Tensor, b: torch.Tensor, mode: str) -> list[str]:
+    """The kernel variants for these operands' layouts, built and loaded (cheap once done)."""
     key = (mode, _layout(a), _layout(b))
     if not torch.compiler.is_compiling():
         registry.ensure_registered(_DEFAULT_CONFIGS[key], a.device)
-    return ops.gemm(a, b, _DEFAULT_VARIANTS[key])
+    return _DEFAULT_VARIANTS[key]
 
 
 class _Gemm(torch.autograd.Function):

@@ -13,6 +13,10 @@ from .config import KernelConfig
 _library = torch.library.Library("cutlass_ext", "DEF")
 # variants: kernel variant names in order of preference; the first that can run the problem runs it.
 _library.define("gemm(Tensor a, Tensor b, str[] variants) -> Tensor")
+# halfhalf's passes around its GEMM (kernels/halfhalf_operands.cuh): x·2^shift split into FP16 hi and lo·2^11,
+# packed per 32-bit word (float32-typed, in x's row- or column-major layout); and c·2^-(row_shift + column_shift).
+_library.define("halfhalf_pack(Tensor x, Tensor shift) -> Tensor")
+_library.define("halfhalf_unscale(Tensor c, Tensor row_shift, Tensor column_shift) -> Tensor")
 
 
 @torch.library.register_fake("cutlass_ext::gemm")
@@ -26,3 +30,28 @@ def _gemm_fake(a: torch.Tensor, b: torch.Tensor, variants: list[str]) -> torch.T
 
 def gemm(a: torch.Tensor, b: torch.Tensor, variants: list[str]) -> torch.Tensor:
     return torch.ops.cutlass_ext.gemm(a, b, variants)
+
+
+def _dense_like(x: torch.Tensor) -> torch.Tensor:
+    """An empty tensor laid out as halfhalf_pack writes x: column-major matrices stay so, all else row-major."""
+    if not x.is_contiguous() and x.mT.is_contiguous():
+        return x.mT.new_empty(x.mT.shape).mT
+    return x.new_empty(x.shape)
+
+
+@torch.library.register_fake("cutlass_ext::halfhalf_pack")
+def _halfhalf_pack_fake(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    return _dense_like(x)
+
+
+@torch.library.register_fake("cutlass_ext::halfhalf_unscale")
+def _halfhalf_unscale_fake(c: torch.Tensor, row_shift: torch.Tensor, column_shift: torch.Tensor) -> torch.Tensor:
+    return c.new_empty(c.shape)
+
+
+def halfhalf_pack(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    return torch.ops.cutlass_ext.halfhalf_pack(x, shift)
+
+
+def halfhalf_unscale(c: torch.Tensor, row_shift: torch.Tensor, column_shift: torch.Tensor) -> torch.Tensor:
+    return torch.ops.cutlass_ext.halfhalf_unscale(c, row_shift, column_shift)

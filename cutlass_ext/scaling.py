@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from . import ops
+
 # Largest magnitudes land in [2^14, 2^15): hi stays under FP16's 65504 and lo = (x - hi)·2^11 under hi.
 _TARGET_EXPONENT = 15
 # Shifts stay where 2^shift is a normal FP32 number, and a sum of two shifts splits into two such halves.
@@ -27,12 +29,27 @@ def fp16_range_shift(x: torch.Tensor, dim: int) -> torch.Tensor:
     return (_TARGET_EXPONENT - exponent).clamp(-_SHIFT_LIMIT, _SHIFT_LIMIT)
 
 
-def scaled_operands(a: torch.Tensor, b: torch.Tensor):
-    """(a·2^s_rows, b·2^s_cols, s_rows (M,1), s_cols (1,N)) for a (M,K) and b (K,N).
+def packed_operands(a: torch.Tensor, b: torch.Tensor):
+    """(pack(a·2^s_rows), pack(b·2^s_cols), s_rows (…,M,1), s_cols (…,1,N)) for CUDA a (…,M,K) and b (…,K,N).
 
-    The scaled operands are written row-major whatever the inputs' strides: a transposed view is copied in the
-    same pass that scales it, for halfhalf's row-major kernels (the fastest it has).
+    pack splits each scaled element into FP16 hi and lo·2^11 in one 32-bit word (ops.halfhalf_pack), in one
+    pass that keeps a dense row- or column-major operand's layout; the kernels regroup the halves.
     """
+    row_shift = fp16_range_shift(a, dim=-1)
+    column_shift = fp16_range_shift(b, dim=-2)
+    return ops.halfhalf_pack(a, row_shift), ops.halfhalf_pack(b, column_shift), row_shift, column_shift
+
+
+def unscaled_product(c: torch.Tensor, row_shift: torch.Tensor, column_shift: torch.Tensor) -> torch.Tensor:
+    """c·2^-(s_row + s_col), rounded once, in one pass on the GPU (ops.halfhalf_unscale)."""
+    return ops.halfhalf_unscale(c, row_shift, column_shift)
+
+
+# The torch reference of the scaling the CUDA passes above fuse (the tests compare them).
+
+
+def scaled_operands(a: torch.Tensor, b: torch.Tensor):
+    """(a·2^s_rows, b·2^s_cols, s_rows (M,1), s_cols (1,N)) for a (M,K) and b (K,N), written row-major."""
     row_shift = fp16_range_shift(a, dim=-1)
     column_shift = fp16_range_shift(b, dim=-2)
     a_scaled = torch.mul(a, power_of_two(row_shift), out=torch.empty(a.shape, dtype=a.dtype, device=a.device))

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CUTLASS_EXT_ABI_VERSION 3
+#define CUTLASS_EXT_ABI_VERSION 4
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,6 +40,34 @@ typedef int (*cutlass_ext_run_fn)(const cutlass_ext_gemm_args*, void* workspace,
 // Every kernel library exports these once.
 typedef int (*cutlass_ext_abi_version_fn)(void);
 typedef const char* (*cutlass_ext_status_string_fn)(int status);
+
+// halfhalf's operand pass: out = pack(x · 2^shift) for a dense x of outer × middle lines of `inner` unit-stride
+// elements (a row-major or column-major matrix, or a batch of them); each 32-bit word of out holds FP16 hi in its
+// low half and FP16 lo·2^11 in its high half. shift (int32) is indexed by the three strides (0 where it is
+// broadcast). `vectorized` is the launcher's to set.
+typedef struct {
+  const float* x;
+  void* out;
+  int64_t outer, middle, inner;
+  const int32_t* shift;
+  int64_t shift_stride_outer, shift_stride_middle, shift_stride_inner;
+  int vectorized;
+} cutlass_ext_pack_args;
+
+// out = c · 2^-(row_shift + column_shift) for `batch` row-major (m, n) matrices c, rounded once.
+typedef struct {
+  const float* c;
+  float* out;
+  int64_t batch, m, n;
+  const int32_t* row_shift;
+  int64_t row_shift_batch_stride, row_shift_stride;
+  const int32_t* column_shift;
+  int64_t column_shift_batch_stride, column_shift_stride;
+} cutlass_ext_unscale_args;
+
+// Both return 0 or a cudaError_t.
+typedef int (*cutlass_ext_halfhalf_pack_fn)(const cutlass_ext_pack_args* args, void* cuda_stream);
+typedef int (*cutlass_ext_halfhalf_unscale_fn)(const cutlass_ext_unscale_args* args, void* cuda_stream);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 #include "cutlass/gemm/device/gemm_universal.h"
 #include "cutlass/gemm/threadblock/threadblock_swizzle.h"
 
+#include "halfhalf_operands.cuh"
 #include "launcher_abi.h"
 #include "split_mma.h"
 
@@ -25,6 +26,10 @@ struct ModeTf32Tf32 {
 };
 struct ModeHalfHalf {
   using MathOperator = OpMultiplyAddSplit<SchemeHalfHalf>;
+};
+// FP16 hi and lo·2^11 already split and packed in each 32-bit word by halfhalf_pack (halfhalf_operands.cuh).
+struct ModeHalfHalfPacked {
+  using MathOperator = OpMultiplyAddSplit<SchemeHalfHalfPacked>;
 };
 struct ModeMarkidis {
   using MathOperator = OpMultiplyAddSplit<SchemeMarkidis>;
@@ -118,4 +123,5 @@ struct Sm80Gemm {
   extern "C" int cutlass_ext_abi_version() { return CUTLASS_EXT_ABI_VERSION; }                      \
   extern "C" const char* cutlass_ext_status_string(int status) {                                    \
     return cutlass::cutlassGetStatusString(cutlass::Status(status));                                \
-  }
+  }                                                                                                 \
+  CUTLASS_EXT_EXPORT_HALFHALF_OPERANDS()

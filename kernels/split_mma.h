@@ -18,6 +18,7 @@ namespace cutlass_ext {
 // seed 3.3: TF32 hi/lo, both rounded RNA; same exponent range as FP32, no scaling, so each MMA step's three
 // products chain inside the Tensor Core in one fresh accumulator, added to the running sum in FP32 RN.
 struct SchemeTf32Tf32 {
+  static constexpr bool kPacked = false;  // FP32 operands, split here
   using Element = cutlass::tfloat32_t;
   static constexpr bool kCorrected = true;
   static constexpr float kLoScale = 1.0f;
@@ -30,13 +31,23 @@ struct SchemeTf32Tf32 {
 // seed eqs. 19-22: FP16 hi/lo, RN; lo scaled by 2^11 against underflow. The lo terms get their own fresh
 // accumulator each MMA step and are folded in with C += fma(lo, 2^-11, hi·hi).
 struct SchemeHalfHalf {
+  static constexpr bool kPacked = false;  // FP32 operands, split here
   using Element = cutlass::half_t;
   static constexpr bool kCorrected = true;
   static constexpr float kLoScale = 2048.0f;
 };
 
+// SchemeHalfHalf with the split done once per element in memory (halfhalf_pack): each 32-bit fragment element
+// holds FP16 hi (low half) and lo·2^11 (high half), so the warp only regroups halves (one byte permute per
+// register) instead of converting every element it loads. Measured: the in-register split was the kernel's
+// largest cost (sweeps/results/h100/NOTES.md).
+struct SchemeHalfHalfPacked : SchemeHalfHalf {
+  static constexpr bool kPacked = true;
+};
+
 // seed eqs. 2-6: FP16 hi/lo, RN, unscaled; all four products accumulated inside the Tensor Core (baseline).
 struct SchemeMarkidis {
+  static constexpr bool kPacked = false;  // FP32 operands, split here
   using Element = cutlass::half_t;
   static constexpr bool kCorrected = false;
   static constexpr float kLoScale = 1.0f;
@@ -207,7 +218,8 @@ class MmaTensorOpSplit {
     }
   }
 
-  // Split FP32 fragments into hi and lo (seed 3.5: in registers, not as extra copies in memory).
+  // Split FP32 fragments into hi and lo (seed 3.5: in registers, not as extra copies in memory), or regroup
+  // the halves of packed ones.
   CUTLASS_DEVICE
   void transform(TransformedFragmentA &dst_A, TransformedFragmentB &dst_B, FragmentA const &A,
                  FragmentB const &B) const {
@@ -226,8 +238,8 @@ class MmaTensorOpSplit {
         CUTLASS_PRAGMA_UNROLL
         for (int pair = 0; pair < kPerTileA / 2; ++pair) {
           int reg = tile * kPerTileA / 2 + pair;
-          split_half2(A[tile * kPerTileA + fragment_index_a<LayoutA>(2 * pair)],
-                      A[tile * kPerTileA + fragment_index_a<LayoutA>(2 * pair + 1)], a_hi[reg], a_lo[reg]);
+          split_pair(A[tile * kPerTileA + fragment_index_a<LayoutA>(2 * pair)],
+                     A[tile * kPerTileA + fragment_index_a<LayoutA>(2 * pair + 1)], a_hi[reg], a_lo[reg]);
         }
       }
       __half2 *b_hi = reinterpret_cast<__half2 *>(&dst_B);
@@ -237,8 +249,8 @@ class MmaTensorOpSplit {
         CUTLASS_PRAGMA_UNROLL
         for (int pair = 0; pair < kPerTileB / 2; ++pair) {
           int reg = tile * kPerTileB / 2 + pair;
-          split_half2(B[tile * kPerTileB + fragment_index_b(2 * pair)],
-                      B[tile * kPerTileB + fragment_index_b(2 * pair + 1)], b_hi[reg], b_lo[reg]);
+          split_pair(B[tile * kPerTileB + fragment_index_b(2 * pair)],
+                     B[tile * kPerTileB + fragment_index_b(2 * pair + 1)], b_hi[reg], b_lo[reg]);
         }
       }
     }
@@ -255,13 +267,21 @@ class MmaTensorOpSplit {
     lo = Scheme::round(remainder(x, Scheme::exact(x)));
   }
 
-  // Two elements at once: one packed conversion per pair keeps the split off the slow conversion unit.
+  // Two elements at once into FP16 pairs (x0 in the low half, as the instruction's k order wants).
   CUTLASS_DEVICE
-  static void split_half2(float x0, float x1, __half2 &hi, __half2 &lo) {
-    hi = __floats2half2_rn(x0, x1);
-    float2 hi_values = __half22float2(hi);
-    lo = __floats2half2_rn(remainder(x0, hi_values.x) * Scheme::kLoScale,
-                           remainder(x1, hi_values.y) * Scheme::kLoScale);
+  static void split_pair(float x0, float x1, __half2 &hi, __half2 &lo) {
+    if constexpr (Scheme::kPacked) {
+      uint32_t w0 = __float_as_uint(x0), w1 = __float_as_uint(x1);
+      uint32_t hi_bits = __byte_perm(w0, w1, 0x5410), lo_bits = __byte_perm(w0, w1, 0x7632);
+      hi = *reinterpret_cast<__half2 *>(&hi_bits);
+      lo = *reinterpret_cast<__half2 *>(&lo_bits);
+    } else {
+      // one packed conversion per pair keeps the split off the slow conversion unit
+      hi = __floats2half2_rn(x0, x1);
+      float2 hi_values = __half22float2(hi);
+      lo = __floats2half2_rn(remainder(x0, hi_values.x) * Scheme::kLoScale,
+                             remainder(x1, hi_values.y) * Scheme::kLoScale);
+    }
   }
 };
 

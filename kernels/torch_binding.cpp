@@ -27,6 +27,9 @@ struct Variant {
 
 std::mutex registry_mutex;
 std::unordered_map<std::string, Variant> registry;
+// halfhalf's operand passes; every kernel library exports them, the first one loaded serves.
+cutlass_ext_halfhalf_pack_fn halfhalf_pack_launcher = nullptr;
+cutlass_ext_halfhalf_unscale_fn halfhalf_unscale_launcher = nullptr;
 
 template <typename Fn>
 Fn find_symbol(void* handle, const std::string& symbol, const std::string& library) {
@@ -45,6 +48,11 @@ void register_variant(const std::string& name, const std::string& library) {
   auto abi_version = find_symbol<cutlass_ext_abi_version_fn>(handle, "cutlass_ext_abi_version", library);
   TORCH_CHECK(abi_version() == CUTLASS_EXT_ABI_VERSION, "kernel library ", library, " has launcher ABI ",
               abi_version(), "; this binding speaks ", CUTLASS_EXT_ABI_VERSION, ": rebuild it");
+  if (halfhalf_pack_launcher == nullptr) {
+    halfhalf_pack_launcher = find_symbol<cutlass_ext_halfhalf_pack_fn>(handle, "cutlass_ext_halfhalf_pack", library);
+    halfhalf_unscale_launcher =
+        find_symbol<cutlass_ext_halfhalf_unscale_fn>(handle, "cutlass_ext_halfhalf_unscale", library);
+  }
   registry[name] = Variant{
       library,
       find_symbol<cutlass_ext_layouts_fn>(handle, name + "_layouts", library)(),
@@ -146,9 +154,85 @@ at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::vector<std::
               b.sizes(), " product with strides ", a.strides(), " and ", b.strides());
 }
 
+template <typename Launcher>
+Launcher loaded(Launcher launcher) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  TORCH_CHECK(launcher != nullptr, "no kernel library is loaded yet; cutlass_ext.gemm loads them");
+  return launcher;
+}
+
+void check_launch(int status, const char* what) {
+  TORCH_CHECK(status == 0, what, " failed: ", cudaGetErrorString(cudaError_t(status)));
+}
+
+// x (float32, 2-D or 3-D) · 2^shift, split into FP16 hi and lo·2^11 packed per 32-bit word; shift (int32)
+// broadcasts against x. The result keeps x's layout when x is a dense row- or column-major matrix (or batch).
+at::Tensor halfhalf_pack_cuda(const at::Tensor& x, const at::Tensor& shift) {
+  TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && (x.dim() == 2 || x.dim() == 3),
+              "x must be a 2-D or 3-D float32 CUDA tensor; got ", x.scalar_type(), " ", x.sizes(), " on ", x.device());
+  TORCH_CHECK(shift.device() == x.device() && shift.scalar_type() == at::kInt && shift.dim() == x.dim(),
+              "shift must be an int32 tensor on x's device with x's number of dimensions; got ", shift.scalar_type(),
+              " ", shift.sizes(), " on ", shift.device());
+  c10::cuda::CUDAGuard device_guard(x.device());
+  bool column_major = !x.is_contiguous() && x.mT().is_contiguous();
+  at::Tensor source = column_major ? x : x.contiguous();
+  at::Tensor out = at::empty_like(source);  // same strides for a dense source
+  at::Tensor shifts = shift.expand(x.sizes());
+  int inner_dim = column_major ? x.dim() - 2 : x.dim() - 1, middle_dim = column_major ? x.dim() - 1 : x.dim() - 2;
+  cutlass_ext_pack_args args{};
+  args.x = source.data_ptr<float>();
+  args.out = out.data_ptr();
+  args.outer = x.dim() == 3 ? x.size(0) : 1;
+  args.middle = x.size(middle_dim);
+  args.inner = x.size(inner_dim);
+  args.shift = shifts.data_ptr<int32_t>();
+  args.shift_stride_outer = x.dim() == 3 ? shifts.stride(0) : 0;
+  args.shift_stride_middle = shifts.stride(middle_dim);
+  args.shift_stride_inner = shifts.stride(inner_dim);
+  check_launch(loaded(halfhalf_pack_launcher)(&args, c10::cuda::getCurrentCUDAStream().stream()), "halfhalf_pack");
+  return out;
+}
+
+// c · 2^-(row_shift + column_shift) for c (m, n) or (batch, m, n); row_shift broadcasts as (…, m, 1) and
+// column_shift as (…, 1, n).
+at::Tensor halfhalf_unscale_cuda(const at::Tensor& c, const at::Tensor& row_shift, const at::Tensor& column_shift) {
+  TORCH_CHECK(c.is_cuda() && c.scalar_type() == at::kFloat && (c.dim() == 2 || c.dim() == 3),
+              "c must be a 2-D or 3-D float32 CUDA tensor; got ", c.scalar_type(), " ", c.sizes());
+  for (const at::Tensor* shift : {&row_shift, &column_shift}) {
+    TORCH_CHECK(shift->device() == c.device() && shift->scalar_type() == at::kInt && shift->dim() >= 2 &&
+                    shift->dim() <= c.dim(),
+                "shifts must be 2-D or 3-D int32 tensors on c's device, at most as many dimensions as c; got ",
+                shift->scalar_type(), " ", shift->sizes());
+  }
+  c10::cuda::CUDAGuard device_guard(c.device());
+  at::Tensor source = c.contiguous();
+  at::Tensor out = at::empty_like(source);
+  const int64_t batch = c.dim() == 3 ? c.size(0) : 1, m = c.size(-2), n = c.size(-1);
+  at::Tensor rows = row_shift.expand({batch, m, 1}), columns = column_shift.expand({batch, 1, n});
+  cutlass_ext_unscale_args args{};
+  args.c = source.data_ptr<float>();
+  args.out = out.data_ptr<float>();
+  args.batch = batch;
+  args.m = m;
+  args.n = n;
+  args.row_shift = rows.data_ptr<int32_t>();
+  args.row_shift_batch_stride = rows.stride(0);
+  args.row_shift_stride = rows.stride(1);
+  args.column_shift = columns.data_ptr<int32_t>();
+  args.column_shift_batch_stride = columns.stride(0);
+  args.column_shift_stride = columns.stride(2);
+  check_launch(loaded(halfhalf_unscale_launcher)(&args, c10::cuda::getCurrentCUDAStream().stream()),
+               "halfhalf_unscale");
+  return out;
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(cutlass_ext, CUDA, m) { m.impl("gemm", &gemm_cuda); }
+TORCH_LIBRARY_IMPL(cutlass_ext, CUDA, m) {
+  m.impl("gemm", &gemm_cuda);
+  m.impl("halfhalf_pack", &halfhalf_pack_cuda);
+  m.impl("halfhalf_unscale", &halfhalf_unscale_cuda);
+}
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("register_variant", &register_variant, "Load a kernel library and register one of its variants");

@@ -59,7 +59,7 @@ def triton_tf32x3(input_sets, repeats):
             timed.append(
                 (benchmark.median_time_us(run, input_sets, warmup=2, repeats=max(3, repeats // 3)), config, run)
             )
-        except Exception as error:  # a config the shape or shared memory cannot take
+        except Exception as error:  # noqa: BLE001 - whatever Triton raises for a config the shape or shared memory cannot take
             print(f"triton config {config} skipped: {type(error).__name__}", file=sys.stderr)
     _, config, run = min(timed, key=lambda entry: entry[0])
     return "tl.dot tf32x3 " + "x".join(str(v) for v in config), run
@@ -104,19 +104,19 @@ def measure(shape, modes, variants, repeats, layouts="rr"):
         relres = numerics.relative_residual(run(a, b), ref)
         time_us = benchmark.median_time_us(run, input_sets, repeats=repeats)
         rows.append(
-            dict(
-                family=family,
-                mode=mode,
-                name=name,
-                layouts=layouts,
-                m=m,
-                n=n,
-                k=k,
-                batch=1,
-                time_us=round(time_us, 2),
-                tflops=round(2 * m * n * k / time_us / 1e6, 2),
-                relres=relres,
-            )
+            {
+                "family": family,
+                "mode": mode,
+                "name": name,
+                "layouts": layouts,
+                "m": m,
+                "n": n,
+                "k": k,
+                "batch": 1,
+                "time_us": round(time_us, 2),
+                "tflops": round(2 * m * n * k / time_us / 1e6, 2),
+                "relres": relres,
+            }
         )
         print(
             f"{m}x{n}x{k} {family:20s} {mode:9s} {rows[-1]['tflops']:8.1f} TFLOP/s relres {relres:.2e}",

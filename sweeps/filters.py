@@ -8,8 +8,8 @@ records as rows.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from cutlass_ext.config import KernelConfig
 

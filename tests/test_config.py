@@ -12,10 +12,19 @@ def test_name_is_derived_from_the_fields():
     config = KernelConfig(mode="tf32", threadblock=(128, 64, 32), warp=(64, 32, 32), stages=4, alignment=1)
     assert config.name == "tf32_sm80_128x64x32_64x32x32_s4_a1"
     assert KernelConfig("tf32tf32", layout_a="col").name.endswith("_s3_a4_cr")
+    assert KernelConfig("halfhalf", layout_b="col", operands="packed").name.endswith("_s3_a4_rc_packed")
+
+
+def test_halfhalf_dispatches_packed_operands_by_default():
+    assert all(c.operands == "packed" for c in default_configs("halfhalf", "col", "row"))
+    assert all(c.operands == "fp32" for c in default_configs("halfhalf", operands="fp32"))
 
 
 @pytest.mark.parametrize(
-    "config", default_configs("tf32") + [KernelConfig("tf32", "sm80", (64, 256, 16), (32, 64, 16), 5, 2)]
+    "config",
+    default_configs("tf32")
+    + default_configs("halfhalf", "row", "col")
+    + [KernelConfig("tf32", "sm80", (64, 256, 16), (32, 64, 16), 5, 2)],
 )
 def test_from_name_inverts_name(config):
     assert KernelConfig.from_name(config.name) == config
@@ -28,6 +37,7 @@ def test_from_name_inverts_name(config):
         "tf32_sm80_128x128x32_64x64x32_s3",
         "tf32_sm80_0128x128x32_64x64x32_s3_a4",
         "tf32_sm80_128x128x32_64x64x32_s3_a4_rr",
+        "tf32_sm80_128x128x32_64x64x32_s3_a4_packed",
     ],
 )
 def test_from_name_rejects_other_strings(name):
@@ -63,6 +73,8 @@ def test_fingerprint_is_stable_across_processes_and_differs_per_field():
         ({"mode": "tf32", "family": "sm70"}, "family="),
         ({"mode": "tf32", "threadblock": (128, 128)}, "threadblock="),
         ({"mode": "tf32", "alignment": 3}, "alignment="),
+        ({"mode": "halfhalf", "operands": "fp16"}, "operands="),
+        ({"mode": "tf32tf32", "operands": "packed"}, "operands="),
     ],
 )
 def test_invalid_fields_are_named(kwargs, argument):

@@ -29,17 +29,23 @@ def cache_dir(tmp_path_factory):
 
 @pytest.mark.parametrize("arch", ["80", "90a"])
 def test_default_kernels_compile_and_export_launchers(cache_dir, arch):
-    # one library per mode, compiled in parallel; halfhalf also in every layout (its fragment order depends on it)
-    groups = [tuple(default_configs(mode)) for mode in KERNEL_MODES] + [
-        tuple(default_configs("halfhalf", a, b)) for a, b in (("col", "row"), ("row", "col"), ("col", "col"))
-    ]
+    # one library per mode, compiled in parallel; halfhalf also in every layout (its fragment order depends on
+    # it) and splitting FP32 operands in registers as well as reading packed ones
+    groups = (
+        [tuple(default_configs(mode)) for mode in KERNEL_MODES]
+        + [tuple(default_configs("halfhalf", a, b)) for a, b in (("col", "row"), ("row", "col"), ("col", "col"))]
+        + [tuple(default_configs("halfhalf", operands="fp32"))]
+    )
     results = build.build_libraries(groups, arch, verbose=False)
     for configs, result in zip(groups, results):
         assert result.error is None, result.error
         exported = subprocess.run(
             ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
         ).stdout
-        for symbol in ["cutlass_ext_abi_version", "cutlass_ext_status_string"] + [
+        library_symbols = ["cutlass_ext_abi_version", "cutlass_ext_status_string"] + [
+            f"cutlass_ext_halfhalf_{fn}" for fn in ("pack", "unscale")
+        ]
+        for symbol in library_symbols + [
             f"{c.name}_{fn}" for c in configs for fn in ("can_implement", "workspace_size", "run")
         ]:
             assert f" T {symbol}\n" in exported

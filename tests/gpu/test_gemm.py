@@ -104,11 +104,11 @@ def test_views_give_the_same_result_as_contiguous_inputs(make_a, make_b, mode):
     assert viewed <= 1.5 * contiguous + 1e-7
 
 
-@pytest.mark.parametrize("mode", ["tf32", "tf32tf32", "markidis"])
+@pytest.mark.parametrize("mode", ["tf32", "tf32tf32", "markidis", "halfhalf"])
 @pytest.mark.parametrize("transpose_a, transpose_b", [(True, False), (False, True), (True, True)])
 def test_transposed_views_are_read_without_a_copy(mode, transpose_a, transpose_b):
-    """Transposed views run on column-major kernels: no operand-sized temporary appears. (halfhalf scales views
-    into row-major copies in one pass: tests/test_scaling.py.)"""
+    """Transposed views run on column-major kernels: no operand-sized temporary appears beyond what the mode
+    needs (halfhalf: its packed operands, in the views' layouts, and the product before unscaling)."""
     m = n = k = 1024
     a, b = operands("normal", m, n, k, seed=3)
     a_view = a.t().contiguous().t() if transpose_a else a
@@ -120,6 +120,8 @@ def test_transposed_views_are_read_without_a_copy(mode, transpose_a, transpose_b
     c = ext.gemm(a_view, b_view, mode=mode)
     torch.cuda.synchronize()
     extra = torch.cuda.max_memory_allocated() - before - c.numel() * 4
+    if mode == "halfhalf":
+        extra -= (m * k + k * n + m * n) * 4
     assert extra < m * k * 4 // 2, f"{extra} bytes beyond the output: an operand was copied"
     assert numerics.relative_residual(c, reference(a, b)) < (1e-3 if mode in ("tf32", "markidis") else 1e-6)
 
@@ -240,6 +242,8 @@ def test_second_process_reuses_the_cached_build():
         "import torch, cutlass_ext as ext; a = torch.randn(64, 64, device='cuda'); "
         "[ext.gemm(a, a, mode=m) for m in ext.MODES]; torch.cuda.synchronize()"
     )
-    completed = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=os.environ)
+    completed = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, env=os.environ, check=False
+    )
     assert completed.returncode == 0, completed.stderr
     assert "building" not in completed.stderr, completed.stderr

@@ -1,0 +1,89 @@
+"""halfhalf's passes around its GEMM (kernels/halfhalf_operands.cuh) against their torch references, and the
+packed-operand kernels against the kernels that split FP32 operands in registers."""
+
+import pytest
+import torch
+
+from cutlass_ext import numerics, ops, registry, scaling
+from cutlass_ext.config import default_configs
+
+from .helpers import operands
+
+
+@pytest.fixture(scope="module", autouse=True)
+def libraries_loaded():
+    # the passes are exported by every kernel library: load the ones these tests compare with
+    for layout_a in ("row", "col"):
+        for layout_b in ("row", "col"):
+            for packing in ("packed", "fp32"):
+                registry.ensure_registered(
+                    default_configs("halfhalf", layout_a, layout_b, packing), torch.device("cuda")
+                )
+
+
+def unpack(packed: torch.Tensor):
+    """(hi, lo·2^11) as float16 tensors from the packed words."""
+    halves = packed.contiguous().view(torch.int16).view(*packed.shape, 2).view(torch.float16)
+    return halves[..., 0], halves[..., 1]
+
+
+def reference_split(x: torch.Tensor):
+    hi = x.half()
+    remainder = torch.where(hi.float().isfinite(), x - hi.float(), torch.zeros_like(x))
+    return hi, (remainder * 2048).half()
+
+
+LAYOUTS = {
+    "row": lambda t: t,
+    "col": lambda t: t.mT.contiguous().mT,
+    "strided": lambda t: torch.cat([t, t], dim=-1)[..., ::2],
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("shape, shift_dim", [((37, 53), -1), ((37, 53), -2), ((3, 17, 9), -1), ((3, 17, 9), -2)])
+def test_pack_equals_the_torch_split_of_the_scaled_values(layout, shape, shift_dim):
+    generator = torch.Generator(device="cuda").manual_seed(21)
+    x = LAYOUTS[layout](numerics.exp_rand(shape, -40, 40, generator=generator))
+    x[..., 0, 0] = float("nan")
+    x[..., 0, 1] = float("inf")
+    shift = scaling.fp16_range_shift(x, dim=shift_dim)
+    packed = ops.halfhalf_pack(x, shift)
+    assert packed.shape == x.shape and packed.dtype == torch.float32
+    # a column-major matrix stays column-major (the GEMM reads it so), anything not dense becomes row-major
+    column_major = layout == "col" and not x.is_contiguous()
+    assert packed.mT.is_contiguous() if column_major else packed.is_contiguous()
+    hi, lo = unpack(packed)
+    expected_hi, expected_lo = reference_split(x * scaling.power_of_two(shift))
+    assert torch.equal(hi.view(torch.int16), expected_hi.view(torch.int16))
+    assert torch.equal(lo.view(torch.int16), expected_lo.view(torch.int16))
+    assert hi.isfinite()[x.isfinite()].all(), "scaled values must fit FP16"
+
+
+@pytest.mark.parametrize("batch", [None, 3])
+def test_unscale_is_exact_over_the_whole_shift_range(batch):
+    generator = torch.Generator(device="cuda").manual_seed(22)
+    shape = (batch, 45, 61) if batch else (45, 61)
+    c = numerics.exp_rand(shape, -60, 60, generator=generator)
+    row_shift = torch.randint(-126, 127, (*shape[:-1], 1), generator=generator, device="cuda", dtype=torch.int32)
+    column_shift = torch.randint(-126, 127, (1, shape[-1]), generator=generator, device="cuda", dtype=torch.int32)
+    ours = ops.halfhalf_unscale(c, row_shift, column_shift)
+    expected = scaling.unscale(c, row_shift, column_shift)  # float64 factor, one rounding
+    assert torch.equal(ours, expected)
+    assert (ours != 0).any() and ours.isfinite().any() and (ours.abs() < 2**-126).any()  # subnormals reached
+
+
+@pytest.mark.parametrize("layout_a", ["row", "col"])
+@pytest.mark.parametrize("layout_b", ["row", "col"])
+@pytest.mark.parametrize("m, n, k", [(256, 384, 512), (67, 45, 1031)])
+def test_packed_kernels_equal_the_register_split_kernels_bit_for_bit(layout_a, layout_b, m, n, k):
+    a, b = operands("type1", m, n, k, seed=23)
+    a, b = LAYOUTS[layout_a](a), LAYOUTS[layout_b](b)
+    zero_a = torch.zeros((*a.shape[:-1], 1), dtype=torch.int32, device="cuda")
+    zero_b = torch.zeros((1, b.shape[-1]), dtype=torch.int32, device="cuda")
+    register_split = [c.name for c in default_configs("halfhalf", layout_a, layout_b, "fp32")]
+    packed = [c.name for c in default_configs("halfhalf", layout_a, layout_b, "packed")]
+    expected = ops.gemm(a, b, register_split)
+    ours = ops.gemm(ops.halfhalf_pack(a, zero_a), ops.halfhalf_pack(b, zero_b), packed)
+    assert torch.isfinite(ours).all() and ours.abs().max() > 0
+    assert torch.equal(ours, expected)
