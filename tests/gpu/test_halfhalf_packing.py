@@ -57,7 +57,9 @@ def test_pack_equals_the_torch_split_of_the_scaled_values(layout, shape, shift_d
     expected_hi, expected_lo = reference_split(x * scaling.power_of_two(shift))
     assert torch.equal(hi.view(torch.int16), expected_hi.view(torch.int16))
     assert torch.equal(lo.view(torch.int16), expected_lo.view(torch.int16))
-    assert hi.isfinite()[x.isfinite()].all(), "scaled values must fit FP16"
+    # a slice holding Inf or NaN makes its outputs non-finite anyway; every other slice must fit FP16
+    finite_slices = x.isfinite().all(dim=shift_dim, keepdim=True).expand(x.shape)
+    assert finite_slices.any() and hi.isfinite()[finite_slices].all(), "scaled values must fit FP16"
 
 
 @pytest.mark.parametrize("batch", [None, 3])
