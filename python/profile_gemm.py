@@ -12,12 +12,11 @@ import argparse
 import time
 
 import torch
+from bench_gemm import parse_shape
 from torch.profiler import ProfilerActivity, profile
 
 import cutlass_ext as ext
 from cutlass_ext import benchmark
-
-from bench_gemm import parse_shape
 
 
 def host_us_per_call(run, calls: int) -> float:
