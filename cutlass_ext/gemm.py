@@ -9,11 +9,16 @@ from .config import INSTRUCTION_SHAPES, LAYOUTS, default_configs
 
 KERNEL_MODES = tuple(sorted(INSTRUCTION_SHAPES))
 MODES = KERNEL_MODES + ("fp32",)
+# halfhalf's packing pass writes row-major operands from any strides (its row-major kernels are its fastest:
+# sweeps/results/h100/NOTES.md); the other modes read transposed views through column-major kernels.
+_PACKS_ROW_MAJOR = {"halfhalf"}
 
 
 def _configs_for(mode: str, layout_a: str, layout_b: str) -> list:
     """The variants that read such operands as stored, then the row-major ones the binding falls back to with
     contiguous copies."""
+    if mode in _PACKS_ROW_MAJOR:
+        layout_a = layout_b = "row"
     return list(dict.fromkeys(default_configs(mode, layout_a, layout_b) + default_configs(mode)))
 
 
@@ -106,16 +111,10 @@ def _product(a: torch.Tensor, b: torch.Tensor, mode: str) -> torch.Tensor:
     if mode == "fp32":
         return _cublas_sgemm(a, b)
     if mode == "halfhalf" and a.numel() and b.numel():
-        a, b = _dense(a), _dense(b)  # the layouts the packing pass writes
         variants = _variants(a, b, mode)  # loaded before the packing pass, which the kernel libraries export
         a, b, row_shift, column_shift = scaling.packed_operands(a, b)
         return scaling.unscaled_product(ops.gemm(a, b, variants), row_shift, column_shift)
     return ops.gemm(a, b, _variants(a, b, mode))
-
-
-def _dense(t: torch.Tensor) -> torch.Tensor:
-    """t if its matrices are dense row- or column-major (with dense batches), else a row-major copy."""
-    return t if t.is_contiguous() or t.mT.is_contiguous() else t.contiguous()
 
 
 def _variants(a: torch.Tensor, b: torch.Tensor, mode: str) -> list[str]:

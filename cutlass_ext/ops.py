@@ -14,7 +14,7 @@ _library = torch.library.Library("cutlass_ext", "DEF")
 # variants: kernel variant names in order of preference; the first that can run the problem runs it.
 _library.define("gemm(Tensor a, Tensor b, str[] variants) -> Tensor")
 # halfhalf's passes around its GEMM (kernels/halfhalf_operands.cuh): x·2^shift split into FP16 hi and lo·2^11,
-# packed per 32-bit word (float32-typed, in x's row- or column-major layout); and c·2^-(row_shift + column_shift).
+# packed per 32-bit word (float32-typed, row-major whatever x's strides); and c·2^-(row_shift + column_shift).
 _library.define("halfhalf_pack(Tensor x, Tensor shift) -> Tensor")
 _library.define("halfhalf_unscale(Tensor c, Tensor row_shift, Tensor column_shift) -> Tensor")
 
@@ -32,16 +32,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, variants: list[str]) -> torch.Tensor:
     return torch.ops.cutlass_ext.gemm(a, b, variants)
 
 
-def _dense_like(x: torch.Tensor) -> torch.Tensor:
-    """An empty tensor laid out as halfhalf_pack writes x: column-major matrices stay so, all else row-major."""
-    if not x.is_contiguous() and x.mT.is_contiguous():
-        return x.mT.new_empty(x.mT.shape).mT
-    return x.new_empty(x.shape)
-
-
 @torch.library.register_fake("cutlass_ext::halfhalf_pack")
 def _halfhalf_pack_fake(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-    return _dense_like(x)
+    return x.new_empty(x.shape)  # row-major, whatever x's strides
 
 
 @torch.library.register_fake("cutlass_ext::halfhalf_unscale")

@@ -33,7 +33,7 @@ def packed_operands(a: torch.Tensor, b: torch.Tensor):
     """(pack(a·2^s_rows), pack(b·2^s_cols), s_rows (…,M,1), s_cols (…,1,N)) for CUDA a (…,M,K) and b (…,K,N).
 
     pack splits each scaled element into FP16 hi and lo·2^11 in one 32-bit word (ops.halfhalf_pack), in one
-    pass that keeps a dense row- or column-major operand's layout; the kernels regroup the halves.
+    pass that writes row-major whatever the inputs' strides; the kernels regroup the halves.
     """
     row_shift = fp16_range_shift(a, dim=-1)
     column_shift = fp16_range_shift(b, dim=-2)

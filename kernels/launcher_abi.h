@@ -41,17 +41,16 @@ typedef int (*cutlass_ext_run_fn)(const cutlass_ext_gemm_args*, void* workspace,
 typedef int (*cutlass_ext_abi_version_fn)(void);
 typedef const char* (*cutlass_ext_status_string_fn)(int status);
 
-// halfhalf's operand pass: out = pack(x · 2^shift) for a dense x of outer × middle lines of `inner` unit-stride
-// elements (a row-major or column-major matrix, or a batch of them); each 32-bit word of out holds FP16 hi in its
-// low half and FP16 lo·2^11 in its high half. shift (int32) is indexed by the three strides (0 where it is
-// broadcast). `vectorized` is the launcher's to set.
+// halfhalf's operand pass: out = pack(x · 2^shift) for x of `batch` (rows, columns) matrices with any strides
+// (in elements); out is written row-major and dense. Each 32-bit word of out holds FP16 hi in its low half and
+// FP16 lo·2^11 in its high half. shift (int32) is indexed by its three strides (0 where it is broadcast).
 typedef struct {
   const float* x;
-  void* out;
-  int64_t outer, middle, inner;
+  int64_t batch, rows, columns;
+  int64_t x_stride_batch, x_stride_row, x_stride_column;
   const int32_t* shift;
-  int64_t shift_stride_outer, shift_stride_middle, shift_stride_inner;
-  int vectorized;
+  int64_t shift_stride_batch, shift_stride_row, shift_stride_column;
+  void* out;
 } cutlass_ext_pack_args;
 
 // out = c · 2^-(row_shift + column_shift) for `batch` row-major (m, n) matrices c, rounded once.

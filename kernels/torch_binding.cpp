@@ -165,8 +165,8 @@ void check_launch(int status, const char* what) {
   TORCH_CHECK(status == 0, what, " failed: ", cudaGetErrorString(cudaError_t(status)));
 }
 
-// x (float32, 2-D or 3-D) · 2^shift, split into FP16 hi and lo·2^11 packed per 32-bit word; shift (int32)
-// broadcasts against x. The result keeps x's layout when x is a dense row- or column-major matrix (or batch).
+// x (float32, 2-D or 3-D, any strides) · 2^shift, split into FP16 hi and lo·2^11 packed per 32-bit word, written
+// row-major; shift (int32) broadcasts against x.
 at::Tensor halfhalf_pack_cuda(const at::Tensor& x, const at::Tensor& shift) {
   TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && (x.dim() == 2 || x.dim() == 3),
               "x must be a 2-D or 3-D float32 CUDA tensor; got ", x.scalar_type(), " ", x.sizes(), " on ", x.device());
@@ -174,21 +174,21 @@ at::Tensor halfhalf_pack_cuda(const at::Tensor& x, const at::Tensor& shift) {
               "shift must be an int32 tensor on x's device with x's number of dimensions; got ", shift.scalar_type(),
               " ", shift.sizes(), " on ", shift.device());
   c10::cuda::CUDAGuard device_guard(x.device());
-  bool column_major = !x.is_contiguous() && x.mT().is_contiguous();
-  at::Tensor source = column_major ? x : x.contiguous();
-  at::Tensor out = at::empty_like(source);  // same strides for a dense source
-  at::Tensor shifts = shift.expand(x.sizes());
-  int inner_dim = column_major ? x.dim() - 2 : x.dim() - 1, middle_dim = column_major ? x.dim() - 1 : x.dim() - 2;
-  cutlass_ext_pack_args args{};
-  args.x = source.data_ptr<float>();
-  args.out = out.data_ptr();
-  args.outer = x.dim() == 3 ? x.size(0) : 1;
-  args.middle = x.size(middle_dim);
-  args.inner = x.size(inner_dim);
-  args.shift = shifts.data_ptr<int32_t>();
-  args.shift_stride_outer = x.dim() == 3 ? shifts.stride(0) : 0;
-  args.shift_stride_middle = shifts.stride(middle_dim);
-  args.shift_stride_inner = shifts.stride(inner_dim);
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  const at::Tensor source = x.dim() == 3 ? x : x.unsqueeze(0);
+  const at::Tensor shifts = (shift.dim() == 3 ? shift : shift.unsqueeze(0)).expand(source.sizes());
+  cutlass_ext_pack_args args{source.data_ptr<float>(),
+                             source.size(0),
+                             source.size(1),
+                             source.size(2),
+                             source.stride(0),
+                             source.stride(1),
+                             source.stride(2),
+                             shifts.data_ptr<int32_t>(),
+                             shifts.stride(0),
+                             shifts.stride(1),
+                             shifts.stride(2),
+                             out.data_ptr()};
   check_launch(loaded(halfhalf_pack_launcher)(&args, c10::cuda::getCurrentCUDAStream().stream()), "halfhalf_pack");
   return out;
 }

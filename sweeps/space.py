@@ -22,11 +22,14 @@ from pathlib import Path
 
 import yaml
 
-from cutlass_ext.config import FAMILIES, INSTRUCTION_SHAPES, KernelConfig
+from cutlass_ext.config import DEFAULT_OPERANDS, FAMILIES, INSTRUCTION_SHAPES, LAYOUTS, OPERANDS, KernelConfig
 
 _TUPLE_FIELDS = ("threadblock", "warp")
+_CHOICE_FIELDS = {"layout_a": LAYOUTS, "layout_b": LAYOUTS, "operands": OPERANDS}
 _SCALAR_FIELDS = tuple(
-    f.name for f in dataclasses.fields(KernelConfig) if f.name not in _TUPLE_FIELDS + ("mode", "family")
+    f.name
+    for f in dataclasses.fields(KernelConfig)
+    if f.name not in _TUPLE_FIELDS + ("mode", "family") + tuple(_CHOICE_FIELDS)
 )
 _TOP_LEVEL_KEYS = {"description", "family", "modes", "space"}
 
@@ -85,16 +88,22 @@ def load_space(path: str | Path) -> list[KernelConfig]:
             axes[key] = list(itertools.product(*dims))
         elif key in _SCALAR_FIELDS:
             axes[key] = _positive_ints(path, f"space.{key}", values)
+        elif key in _CHOICE_FIELDS:
+            if not isinstance(values, list) or not values or any(v not in _CHOICE_FIELDS[key] for v in values):
+                raise SpaceError(f"{path}: space.{key}: expected a non-empty list of {list(_CHOICE_FIELDS[key])}")
+            axes[key] = values
         else:
-            fields = sorted(_TUPLE_FIELDS + _SCALAR_FIELDS)
+            fields = sorted(_TUPLE_FIELDS + _SCALAR_FIELDS + tuple(_CHOICE_FIELDS))
             raise SpaceError(f"{path}: space.{key}: not a KernelConfig field; expected one of {fields}")
 
     names = list(axes)
     configs = []
     for mode in modes:
+        # a mode's dispatch default (halfhalf: packed operands) unless the space sweeps the field
+        defaults = {} if "operands" in axes else {"operands": DEFAULT_OPERANDS.get(mode, "fp32")}
         for values in itertools.product(*(axes[name] for name in names)):
             try:
-                configs.append(KernelConfig(mode=mode, family=family, **dict(zip(names, values))))
+                configs.append(KernelConfig(mode=mode, family=family, **defaults, **dict(zip(names, values))))
             except ValueError as error:
                 raise SpaceError(f"{path}: {error}") from error
     return configs
