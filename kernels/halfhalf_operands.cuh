@@ -8,6 +8,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "cutlass/cutlass.h"
+
 #include "launcher_abi.h"
 
 namespace cutlass_ext {
@@ -37,42 +39,77 @@ __device__ __forceinline__ uint32_t pack_halfhalf(float x) {
 
 __global__ void halfhalf_pack_kernel(cutlass_ext_pack_args args) {
   __shared__ float tile[kTile][kTile + 1];  // [column][row] of a column-major input; +1 against bank conflicts
-  const int64_t column0 = int64_t(blockIdx.x) * kTile;
+  constexpr int kRowsPerThread = kTile / kTileRowsPerPass;
+  const int64_t column = int64_t(blockIdx.x) * kTile + threadIdx.x;
+  const bool column_in = column < args.columns;
   // A column-major input is read down its columns (unit stride) and transposed through shared memory.
   const bool transpose = args.x_stride_row == 1 && args.x_stride_column != 1;
+  const float* __restrict__ x_all = args.x;
+  const int32_t* __restrict__ shift_all = args.shift;
+  uint32_t* __restrict__ out_all = static_cast<uint32_t*>(args.out);
   CUTLASS_EXT_FOR_EACH_TILE(args.batch, args.rows) {
-    const float* x = args.x + batch * args.x_stride_batch;
+    const float* __restrict__ x = x_all + batch * args.x_stride_batch;
+    float values[kRowsPerThread];
+    int shifts[kRowsPerThread];
     if (transpose) {
       __syncthreads();  // the previous tile's readers are done
-      for (int j = threadIdx.y; j < kTile; j += kTileRowsPerPass) {
-        int64_t row = row0 + threadIdx.x, column = column0 + j;
-        if (row < args.rows && column < args.columns) tile[j][threadIdx.x] = x[row + column * args.x_stride_column];
+      const int64_t read_row = row0 + threadIdx.x;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kRowsPerThread; ++j) {
+        int64_t read_column = int64_t(blockIdx.x) * kTile + threadIdx.y + j * kTileRowsPerPass;
+        if (read_row < args.rows && read_column < args.columns) {
+          tile[threadIdx.y + j * kTileRowsPerPass][threadIdx.x] = x[read_row + read_column * args.x_stride_column];
+        }
       }
       __syncthreads();
     }
-    for (int i = threadIdx.y; i < kTile; i += kTileRowsPerPass) {
-      int64_t row = row0 + i, column = column0 + threadIdx.x;
-      if (row >= args.rows || column >= args.columns) continue;
-      float value = transpose ? tile[threadIdx.x][i] : x[row * args.x_stride_row + column * args.x_stride_column];
-      int shift = args.shift[batch * args.shift_stride_batch + row * args.shift_stride_row +
-                             column * args.shift_stride_column];
-      static_cast<uint32_t*>(args.out)[(batch * args.rows + row) * args.columns + column] =
-          pack_halfhalf(value * power_of_two(shift));
+    // every load of the tile first (independent, in flight together), then the stores
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kRowsPerThread; ++j) {
+      int i = threadIdx.y + j * kTileRowsPerPass;
+      int64_t row = row0 + i;
+      bool in = column_in && row < args.rows;
+      values[j] = !in ? 0.0f
+                      : (transpose ? tile[threadIdx.x][i] : x[row * args.x_stride_row + column * args.x_stride_column]);
+      shifts[j] = in ? shift_all[batch * args.shift_stride_batch + row * args.shift_stride_row +
+                                 column * args.shift_stride_column]
+                     : 0;
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kRowsPerThread; ++j) {
+      int64_t row = row0 + threadIdx.y + j * kTileRowsPerPass;
+      if (column_in && row < args.rows) {
+        out_all[(batch * args.rows + row) * args.columns + column] = pack_halfhalf(values[j] * power_of_two(shifts[j]));
+      }
     }
   }
 }
 
 // c · 2^-(row_shift + column_shift) with one rounding: the factor (|exponent| <= 252) is exact in FP64.
 __global__ void halfhalf_unscale_kernel(cutlass_ext_unscale_args args) {
+  constexpr int kRowsPerThread = kTile / kTileRowsPerPass;
   const int64_t column = int64_t(blockIdx.x) * kTile + threadIdx.x;
   if (column >= args.n) return;
+  const float* __restrict__ c = args.c;
+  float* __restrict__ out = args.out;
   CUTLASS_EXT_FOR_EACH_TILE(args.batch, args.m) {
     int column_shift = args.column_shift[batch * args.column_shift_batch_stride + column * args.column_shift_stride];
-    for (int i = threadIdx.y; i < kTile && row0 + i < args.m; i += kTileRowsPerPass) {
-      int64_t row = row0 + i, index = (batch * args.m + row) * args.n + column;
-      int shift = args.row_shift[batch * args.row_shift_batch_stride + row * args.row_shift_stride] + column_shift;
-      double factor = __longlong_as_double((long long)(1023 - shift) << 52);
-      args.out[index] = float(double(args.c[index]) * factor);
+    float values[kRowsPerThread];
+    int shifts[kRowsPerThread];
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kRowsPerThread; ++j) {
+      int64_t row = row0 + threadIdx.y + j * kTileRowsPerPass;
+      bool in = row < args.m;
+      values[j] = in ? c[(batch * args.m + row) * args.n + column] : 0.0f;
+      shifts[j] = in ? args.row_shift[batch * args.row_shift_batch_stride + row * args.row_shift_stride] : 0;
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kRowsPerThread; ++j) {
+      int64_t row = row0 + threadIdx.y + j * kTileRowsPerPass;
+      if (row < args.m) {
+        double factor = __longlong_as_double((long long)(1023 - shifts[j] - column_shift) << 52);
+        out[(batch * args.m + row) * args.n + column] = float(double(values[j]) * factor);
+      }
     }
   }
 }
