@@ -76,7 +76,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, mode: str = "tf32tf32") -> torch.Tens
       tf32tf32  TF32 hi + lo per operand, three products, hi·hi accumulated in FP32 round-to-nearest:
                 FP32 accuracy over FP32's whole exponent range (seed 000).
       halfhalf  FP16 hi + lo·2^-11, the same correction on FP16 Tensor Cores. Rows of A and columns of B are
-                scaled by exact powers of two so FP16's range holds them. Within one row of A (or column of
+                scaled by exact powers of two so FP16's range holds them, and split once per element in that
+                pass (hi and lo packed in one 32-bit word). Within one row of A (or column of
                 B), values more than ~2^29 below the largest lose precision: use tf32tf32 for such data.
       markidis  FP16 hi + lo, all four products accumulated inside the Tensor Core (baseline, loses accuracy
                 with K).

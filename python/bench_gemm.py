@@ -4,7 +4,8 @@
 
 Each row: median time (CUDA events, warm-up, inputs rotated past L2), TFLOP/s, and the relative residual against
 an FP64 product of the same inputs. Prints the table with ratios to cuBLAS; writes it as CSV with provenance.
-`--variants NAME ...` adds rows for specific kernel variants (their kernel alone, for choosing defaults).
+`--variants NAME ...` adds rows for specific kernel variants (their kernel alone, for choosing defaults; packed
+variants read operands packed beforehand).
 """
 
 from __future__ import annotations
@@ -65,19 +66,28 @@ def triton_tf32x3(input_sets, repeats):
     return "tl.dot tf32x3 " + "x".join(str(v) for v in config), run
 
 
+def packed_inputs(a, b):
+    """halfhalf's packed operands of inputs that fit FP16 unscaled (normal draws): what a packed variant reads."""
+    zero = torch.zeros((), dtype=torch.int32, device=a.device)
+    return ops.halfhalf_pack(a, zero.expand(a.shape[0], 1)), ops.halfhalf_pack(b, zero.expand(1, b.shape[1]))
+
+
 def contenders(modes, variants, input_sets, repeats):
-    yield "cublas", "fp32", "torch.matmul ieee", cublas("ieee")
-    yield "cublas", "tf32", "torch.matmul tf32", cublas("tf32")
-    yield ("triton", "tf32x3", *triton_tf32x3(input_sets, repeats))
+    """(family, mode, name, run, prepare): prepare, if not None, turns each (a, b) into what run reads."""
+    yield "cublas", "fp32", "torch.matmul ieee", cublas("ieee"), None
+    yield "cublas", "tf32", "torch.matmul tf32", cublas("tf32"), None
+    yield ("triton", "tf32x3", *triton_tf32x3(input_sets, repeats), None)
     for mode in modes:
         name = "cuBLAS passthrough" if mode == "fp32" else default_configs(mode)[0].name
-        yield "cutlass_ext", mode, name, lambda a, b, mode=mode: ext.gemm(a, b, mode=mode)
+        yield "cutlass_ext", mode, name, lambda a, b, mode=mode: ext.gemm(a, b, mode=mode), None
     for name in variants:
+        config = KernelConfig.from_name(name)
         yield (
             "cutlass_ext_variant",
-            KernelConfig.from_name(name).mode,
+            config.mode,
             name,
             lambda a, b, name=name: ops.gemm(a, b, [name]),
+            packed_inputs if config.operands == "packed" else None,
         )
 
 
@@ -100,9 +110,11 @@ def measure(shape, modes, variants, repeats, layouts="rr"):
     a, b = input_sets[0]
     ref = a.double() @ b.double()
     rows = []
-    for family, mode, name, run in contenders(modes, variants, input_sets, repeats):
-        relres = numerics.relative_residual(run(a, b), ref)
-        time_us = benchmark.median_time_us(run, input_sets, repeats=repeats)
+    for family, mode, name, run, prepare in contenders(modes, variants, input_sets, repeats):
+        sets = [prepare(*inputs) for inputs in input_sets] if prepare else input_sets
+        relres = numerics.relative_residual(run(*sets[0]), ref)
+        time_us = benchmark.median_time_us(run, sets, repeats=repeats)
+        del sets
         rows.append(
             {
                 "family": family,
