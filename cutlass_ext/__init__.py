@@ -8,6 +8,7 @@ layer = ext.nn.Linear(1024, 1024, mode="halfhalf")
 from . import nn, numerics
 from .config import KernelConfig
 from .gemm import MODES, gemm
+from .tuned import set_tuned_table
 
-__all__ = ["MODES", "KernelConfig", "gemm", "nn", "numerics"]
+__all__ = ["MODES", "KernelConfig", "gemm", "nn", "numerics", "set_tuned_table"]
 __version__ = "0.1.0"

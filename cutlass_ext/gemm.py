@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from . import ops, registry, scaling
+from . import ops, registry, scaling, tuned
 from .config import INSTRUCTION_SHAPES, LAYOUTS, default_configs
 
 KERNEL_MODES = tuple(sorted(INSTRUCTION_SHAPES))
@@ -33,10 +35,10 @@ _DEFAULT_VARIANTS = {key: [c.name for c in configs] for key, configs in _DEFAULT
 
 
 def dispatch_configs(modes=KERNEL_MODES) -> list:
-    """Every kernel variant `gemm` may run for these modes (what `python -m cutlass_ext.build --prebuild` builds)."""
-    return list(
-        dict.fromkeys(c for (mode, _, _), configs in _DEFAULT_CONFIGS.items() if mode in modes for c in configs)
-    )
+    """Every kernel variant `gemm` may run for these modes (what `python -m cutlass_ext.build --prebuild` builds):
+    the defaults and the shipped tuned tables' winners."""
+    defaults = [c for (mode, _, _), configs in _DEFAULT_CONFIGS.items() if mode in modes for c in configs]
+    return list(dict.fromkeys(defaults + [c for c in tuned.shipped_configs() if c.mode in modes]))
 
 
 def _check_operands(**operands) -> None:
@@ -119,11 +121,29 @@ def _product(a: torch.Tensor, b: torch.Tensor, mode: str) -> torch.Tensor:
 
 
 def _variants(a: torch.Tensor, b: torch.Tensor, mode: str) -> list[str]:
-    """The kernel variants for these operands' layouts, built and loaded (cheap once done)."""
+    """The tuned variant for this shape (if the GPU's tuned table has one for these layouts), then the defaults
+    for the operands' layouts; built and loaded (cheap once done)."""
     key = (mode, _layout(a), _layout(b))
+    shape = (a.shape[-2], b.shape[-1], a.shape[-1])
+    best = _tuned_variant(a.device.index or 0, *key, *shape) if all(isinstance(v, int) for v in shape) else None
+    variants = _DEFAULT_VARIANTS[key] if best is None else [best] + [v for v in _DEFAULT_VARIANTS[key] if v != best]
     if not torch.compiler.is_compiling():
-        registry.ensure_registered(_DEFAULT_CONFIGS[key], a.device)
-    return _DEFAULT_VARIANTS[key]
+        registry.ensure_names_registered(variants, a.device)
+    return variants
+
+
+@torch.compiler.assume_constant_result
+def _tuned_variant(device_index: int, mode: str, layout_a: str, layout_b: str, m: int, n: int, k: int) -> str | None:
+    """The tuned table's variant name for the nearest shape, or None (a constant to torch.compile)."""
+    config = tuned.lookup(_device_name(device_index), mode, m, n, k)
+    if config is None or (config.layout_a, config.layout_b) != (layout_a, layout_b):
+        return None
+    return config.name
+
+
+@functools.cache
+def _device_name(device_index: int) -> str:
+    return torch.cuda.get_device_name(device_index)
 
 
 class _Gemm(torch.autograd.Function):

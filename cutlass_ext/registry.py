@@ -24,6 +24,12 @@ def binding():
         return _binding
 
 
+def ensure_names_registered(names: list[str], device: torch.device) -> None:
+    """ensure_registered by variant names (parsed only when one is missing)."""
+    if not all(name in _registered for name in names):
+        ensure_registered([KernelConfig.from_name(name) for name in names], device)
+
+
 def ensure_registered(configs: list[KernelConfig], device: torch.device) -> None:
     """Build what the cache lacks and load every variant in `configs` for `device`'s arch (cheap once done)."""
     if all(c.name in _registered for c in configs):
@@ -42,3 +48,13 @@ def ensure_registered(configs: list[KernelConfig], device: torch.device) -> None
                 raise RuntimeError(f"building kernel {name} for sm_{arch} failed:\n{result.error}")
             module.register_variant(name, str(result.library))
             _registered.add(name)
+
+
+def register_library(configs: list[KernelConfig], library) -> None:
+    """Load variants from a library built elsewhere (the sweep builds several variants per library)."""
+    module = binding()
+    with _lock:
+        for config in configs:
+            if config.name not in _registered:
+                module.register_variant(config.name, str(library))
+                _registered.add(config.name)

@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 
 import cutlass_ext as ext
-from cutlass_ext import benchmark, numerics, ops, registry
+from cutlass_ext import benchmark, numerics, ops, peers, registry, scaling
 from cutlass_ext.config import KernelConfig, default_configs
 
 DEFAULT_SHAPES = ["1024", "2048", "4096", "8192", "16384", "1024x1024x65536"]
@@ -34,49 +34,11 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return tuple(values)
 
 
-def cublas(precision):
-    def run(a, b):
-        previous = torch.backends.cuda.matmul.fp32_precision
-        torch.backends.cuda.matmul.fp32_precision = precision
-        try:
-            return a @ b
-        finally:
-            torch.backends.cuda.matmul.fp32_precision = previous
-
-    return run
-
-
-def triton_tf32x3(input_sets, repeats):
-    """Triton's tf32x3 matmul with the fastest of its configs for this shape: (name, run)."""
-    import triton_peers
-
-    timed = []
-    for config in triton_peers.CONFIGS:
-
-        def run(a, b, config=config):
-            return triton_peers.matmul(a, b, config)
-
-        try:
-            timed.append(
-                (benchmark.median_time_us(run, input_sets, warmup=2, repeats=max(3, repeats // 3)), config, run)
-            )
-        except Exception as error:  # noqa: BLE001 - whatever Triton raises for a config the shape or shared memory cannot take
-            print(f"triton config {config} skipped: {type(error).__name__}", file=sys.stderr)
-    _, config, run = min(timed, key=lambda entry: entry[0])
-    return "tl.dot tf32x3 " + "x".join(str(v) for v in config), run
-
-
-def packed_inputs(a, b):
-    """halfhalf's packed operands of inputs that fit FP16 unscaled (normal draws): what a packed variant reads."""
-    zero = torch.zeros((), dtype=torch.int32, device=a.device)
-    return ops.halfhalf_pack(a, zero.expand(a.shape[0], 1)), ops.halfhalf_pack(b, zero.expand(1, b.shape[1]))
-
-
 def contenders(modes, variants, input_sets, repeats):
     """(family, mode, name, run, prepare): prepare, if not None, turns each (a, b) into what run reads."""
-    yield "cublas", "fp32", "torch.matmul ieee", cublas("ieee"), None
-    yield "cublas", "tf32", "torch.matmul tf32", cublas("tf32"), None
-    yield ("triton", "tf32x3", *triton_tf32x3(input_sets, repeats), None)
+    yield "cublas", "fp32", "torch.matmul ieee", peers.cublas("ieee"), None
+    yield "cublas", "tf32", "torch.matmul tf32", peers.cublas("tf32"), None
+    yield ("triton", "tf32x3", *peers.triton_tf32x3(input_sets, repeats), None)
     for mode in modes:
         name = "cuBLAS passthrough" if mode == "fp32" else default_configs(mode)[0].name
         yield "cutlass_ext", mode, name, lambda a, b, mode=mode: ext.gemm(a, b, mode=mode), None
@@ -87,7 +49,7 @@ def contenders(modes, variants, input_sets, repeats):
             config.mode,
             name,
             lambda a, b, name=name: ops.gemm(a, b, [name]),
-            packed_inputs if config.operands == "packed" else None,
+            scaling.packed_unscaled if config.operands == "packed" else None,
         )
 
 

@@ -1,18 +1,23 @@
-"""python -m sweeps.run SPACE.yaml [--shapes SHAPES.yaml] [--arch 90a] --dry-run
+"""python -m sweeps.run SPACE.yaml [--shapes SHAPES.yaml] [--out DIR] [--jobs N] [--dry-run]
 
-Enumerates the space, applies the named filter rules, and prints how many each rule removed and what survives.
-Building, the accuracy gate, benchmarking and the CSV tables are the sweep's GPU stages (not in this version:
-`--dry-run` is required).
+Enumerates the space, applies the named filter rules (printing what each removed), builds the survivors in
+parallel, gates them on accuracy against FP64, times them beside cuBLAS and Triton on the same inputs, samples
+board power for each mode's fastest variants, and appends every row to a CSV as it finishes: a killed sweep
+resumes where it stopped. The winners per shape go to the tuned table that `ext.gemm` dispatches from.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections import Counter
+from pathlib import Path
 
 from . import filters
 from .space import SpaceError, load_shapes, load_space
+
+DEFAULT_SHAPES = Path(__file__).resolve().parents[1] / "configs" / "shapes_sweep.yaml"
 
 
 def _limits(arch: str | None) -> filters.DeviceLimits:
@@ -25,26 +30,47 @@ def _limits(arch: str | None) -> filters.DeviceLimits:
     return filters.DeviceLimits.from_device()
 
 
-def main(argv=None) -> int:
+def _first_per_mode(configs, limit: int) -> list:
+    taken = Counter()
+    kept = []
+    for config in configs:
+        taken[config.mode] += 1
+        if taken[config.mode] <= limit:
+            kept.append(config)
+    return kept
+
+
+def _parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="python -m sweeps.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("space", help="a sweep space YAML file (configs/*.yaml)")
-    parser.add_argument("--shapes", help="a shape set YAML file (configs/shapes_*.yaml)")
-    parser.add_argument("--arch", help="target arch when no GPU is present, e.g. 80 or 90a")
-    parser.add_argument("--dry-run", action="store_true", help="list what would be built and measured")
+    parser.add_argument("--shapes", default=str(DEFAULT_SHAPES), help="a shape set YAML file (configs/shapes_*.yaml)")
+    parser.add_argument("--arch", help="target arch for --dry-run without a GPU, e.g. 80 or 90a")
+    parser.add_argument("--dry-run", action="store_true", help="list what would be built and measured, no GPU")
     parser.add_argument("--list", action="store_true", help="with --dry-run: print every surviving variant name")
-    args = parser.parse_args(argv)
-    if not args.dry_run:
-        parser.error("this version plans sweeps only: pass --dry-run (building and measuring are the GPU stages)")
+    parser.add_argument("--out", type=Path, help="results folder (default sweeps/results/<gpu>/)")
+    parser.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: all cores)")
+    parser.add_argument("--group-size", type=int, default=4, help="variants per translation unit")
+    parser.add_argument("--repeats", type=int, default=15, help="timed calls per row (median)")
+    parser.add_argument(
+        "--power-top", type=int, default=3, help="per mode and shape, how many of the fastest get power"
+    )
+    parser.add_argument("--power-seconds", type=float, default=2.0, help="power sampling window (at least 2 s)")
+    parser.add_argument("--tuned-out", type=Path, help="tuned table to write (default cutlass_ext/tuned/<gpu>.csv)")
+    parser.add_argument("--limit", type=int, help="measure only the first N survivors per mode (smoke runs)")
+    return parser.parse_args(argv)
 
+
+def main(argv=None) -> int:
+    args = _parse_args(argv)
     try:
         configs = load_space(args.space)
-        shapes = load_shapes(args.shapes) if args.shapes else []
+        shapes = load_shapes(args.shapes)
     except SpaceError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    limits = _limits(args.arch)
+    limits = _limits(args.arch if args.dry_run or args.arch else None)
     result = filters.apply_rules(configs, limits)
 
     print(
@@ -53,13 +79,32 @@ def main(argv=None) -> int:
     )
     for rule in filters.RULES:
         print(f"  {rule.name:34s} removed {result.counts[rule.name]:5d}   {rule.why}")
-    per_mode = Counter(c.mode for c in result.survivors)
-    print(f"  survivors: {len(result.survivors)} ({', '.join(f'{m} {n}' for m, n in sorted(per_mode.items()))})")
-    if shapes:
-        print(f"{args.shapes}: {len(shapes)} shapes -> {len(result.survivors) * len(shapes)} (variant, shape) rows")
-    if args.list:
-        for config in result.survivors:
-            print(config.name)
+    survivors = result.survivors
+    per_mode = Counter(c.mode for c in survivors)
+    print(f"  survivors: {len(survivors)} ({', '.join(f'{m} {n}' for m, n in sorted(per_mode.items()))})")
+    if args.limit:
+        survivors = _first_per_mode(survivors, args.limit)
+        print(f"  --limit {args.limit}: measuring {len(survivors)} of them")
+    print(f"{args.shapes}: {len(shapes)} shapes -> {len(survivors) * len(shapes)} (variant, shape) rows")
+    if args.dry_run:
+        if args.list:
+            for config in survivors:
+                print(config.name)
+        return 0
+
+    from .sweep import Sweep
+
+    sweep = Sweep(args, limits)
+    started = time.perf_counter()
+    build_seconds = sweep.build(survivors, shapes)
+    measure_seconds = sweep.measure(shapes)
+    tuned = sweep.write_tuned()
+    total = time.perf_counter() - started
+    print(
+        f"build {build_seconds:.0f} s, measure {measure_seconds:.0f} s, total {total / 60:.1f} min "
+        f"(goal: 15 min cold, 2 min warm); table {sweep.table.path}; tuned table {tuned}"
+    )
+    sweep.print_summary()
     return 0
 
 

@@ -1,10 +1,16 @@
-"""Triton's FP32-accurate peer: a plain tiled matmul with tl.dot(..., input_precision="tf32x3")."""
+"""The peers every benchmark runs beside our kernels: cuBLAS (through torch.matmul) in FP32 or TF32, and
+Triton's FP32-accurate matmul, a plain tiled kernel with tl.dot(..., input_precision="tf32x3"), best of a few
+configs per shape. Imports triton: load it only to benchmark."""
 
 from __future__ import annotations
+
+import sys
 
 import torch
 import triton
 import triton.language as tl
+
+from . import benchmark
 
 # (block_m, block_n, block_k, warps, stages); the benchmark keeps the fastest per shape.
 CONFIGS = [(128, 128, 32, 8, 3), (128, 256, 32, 8, 3), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4), (256, 128, 32, 8, 3)]
@@ -81,3 +87,35 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config, precision: str = "tf32x3") 
         num_stages=stages,
     )
     return c
+
+
+def cublas(precision: str):
+    """torch.matmul on float32 with cuBLAS in `ieee` (SGEMM) or `tf32` precision, whatever the global setting."""
+
+    def run(a, b):
+        previous = torch.backends.cuda.matmul.fp32_precision
+        torch.backends.cuda.matmul.fp32_precision = precision
+        try:
+            return a @ b
+        finally:
+            torch.backends.cuda.matmul.fp32_precision = previous
+
+    return run
+
+
+def triton_tf32x3(input_sets, repeats: int):
+    """(name, run) of Triton's tf32x3 matmul with the fastest of CONFIGS on these inputs."""
+    timed = []
+    for config in CONFIGS:
+
+        def run(a, b, config=config):
+            return matmul(a, b, config)
+
+        try:
+            timed.append(
+                (benchmark.median_time_us(run, input_sets, warmup=2, repeats=max(3, repeats // 3)), config, run)
+            )
+        except Exception as error:  # noqa: BLE001 - whatever Triton raises for a config the shape or shared memory cannot take
+            print(f"triton config {config} skipped: {type(error).__name__}", file=sys.stderr)
+    _, config, run = min(timed, key=lambda entry: entry[0])
+    return "tl.dot tf32x3 " + "x".join(str(v) for v in config), run

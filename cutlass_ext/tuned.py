@@ -1,0 +1,107 @@
+"""Tuned tables: per GPU, the sweep's fastest variant per (mode, shape), which `ext.gemm` dispatches from.
+
+A table is a CSV with columns mode, m, n, k, batch, name, tflops (and provenance). Lookup takes the entry of
+the nearest shape (distance in log2 of m, n and k). The table used is, in order: the one given to
+`set_tuned_table(path)`, the file named by the environment variable CUTLASS_EXT_TUNED_TABLE, the one shipped for
+this GPU (cutlass_ext/tuned/<gpu>.csv, e.g. h100.csv); with none, `ext.gemm` uses its default variants.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from .config import DEFAULT_OPERANDS, KernelConfig
+
+TUNED_DIR = Path(__file__).resolve().parent / "tuned"
+TABLE_ENV = "CUTLASS_EXT_TUNED_TABLE"
+COLUMNS = ["mode", "m", "n", "k", "batch", "name", "tflops", "gpu", "date"]
+PEER_FAMILIES = ("cublas", "triton")
+
+_override: Path | None = None
+_loaded: dict[str, list[tuple] | None] = {}  # gpu name -> [(mode, m, n, k, name)] or None
+
+
+def gpu_key(gpu_name: str) -> str:
+    """Table name of a GPU: `NVIDIA H100 80GB HBM3` -> `h100`, `NVIDIA A100-SXM4-80GB` -> `a100`."""
+    tokens = [t for t in re.split(r"[^a-z0-9]+", gpu_name.lower()) if t and t != "nvidia"]
+    for token in tokens:
+        if re.fullmatch(r"[a-z]+\d+[a-z]*", token):
+            return token
+    return "_".join(tokens) or "unknown"
+
+
+def set_tuned_table(path: str | os.PathLike | None) -> None:
+    """Dispatch from this table (None: back to the environment variable or the shipped table)."""
+    global _override
+    if path is not None and not Path(path).is_file():
+        raise FileNotFoundError(f"tuned table {path} does not exist")
+    _override = Path(path) if path is not None else None
+    _loaded.clear()
+
+
+def winners(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (mode, m, n, k, batch) the fastest variant of a sweep table that passed the accuracy gate."""
+    ours = frame[~frame["family"].isin(PEER_FAMILIES) & (frame["status"] == "ok")]
+    if ours.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    best = ours.sort_values("tflops", ascending=False).groupby(["mode", "m", "n", "k", "batch"]).head(1)
+    return best[COLUMNS].sort_values(["mode", "m", "n", "k", "batch"]).reset_index(drop=True)
+
+
+def write_table(table: pd.DataFrame, path: Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    table[COLUMNS].to_csv(path, index=False)
+    _loaded.clear()
+
+
+def _table_path(gpu_name: str) -> Path | None:
+    if _override is not None:
+        return _override
+    if os.environ.get(TABLE_ENV):
+        return Path(os.environ[TABLE_ENV])
+    shipped = TUNED_DIR / f"{gpu_key(gpu_name)}.csv"
+    return shipped if shipped.is_file() else None
+
+
+def _entries(gpu_name: str) -> list[tuple] | None:
+    if gpu_name not in _loaded:
+        path = _table_path(gpu_name)
+        if path is None:
+            _loaded[gpu_name] = None
+        else:
+            table = pd.read_csv(path)
+            missing = [c for c in ("mode", "m", "n", "k", "name") if c not in table.columns]
+            if missing:
+                raise ValueError(f"tuned table {path} lacks columns {missing}")
+            _loaded[gpu_name] = [
+                (mode, int(m), int(n), int(k), name)
+                for mode, m, n, k, name in table[["mode", "m", "n", "k", "name"]].itertuples(index=False)
+            ]
+    return _loaded[gpu_name]
+
+
+def lookup(gpu_name: str, mode: str, m: int, n: int, k: int) -> KernelConfig | None:
+    """The tuned variant for the nearest shape of `mode`, if this GPU has a table with one for that mode."""
+    entries = [e for e in (_entries(gpu_name) or []) if e[0] == mode]
+    if not entries:
+        return None
+
+    def distance(entry):
+        return sum(abs(math.log2(max(a, 1)) - math.log2(max(b, 1))) for a, b in zip(entry[1:4], (m, n, k)))
+
+    config = KernelConfig.from_name(min(entries, key=distance)[4])
+    # the mode's operand format is fixed by its pipeline (halfhalf packs): a table for another is not for us
+    return config if config.operands == DEFAULT_OPERANDS.get(mode, "fp32") else None
+
+
+def shipped_configs() -> list[KernelConfig]:
+    """Every variant named by a shipped table (what `--prebuild` builds besides the defaults)."""
+    configs = []
+    for path in sorted(TUNED_DIR.glob("*.csv")):
+        configs.extend(KernelConfig.from_name(name) for name in pd.read_csv(path)["name"])
+    return list(dict.fromkeys(configs))

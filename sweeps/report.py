@@ -1,0 +1,104 @@
+"""python -m sweeps.report SWEEP.csv [--out DIR]: the ranked table, and PNG plots of a sweep table.
+
+throughput.png: per shape, each mode's fastest variant against cuBLAS FP32 / TF32 and Triton (seed 000
+Figure 14). power.png: GFLOP/s per W of the rows whose power was sampled (seed Figure 16). Needs matplotlib
+(`pip install -e ".[report]"`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+PEERS = ("cublas", "triton")
+
+
+def best_per_shape(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (shape, family, mode) the fastest row that passed the gate, with its ratio to cuBLAS FP32."""
+    ok = frame[frame["status"] == "ok"].copy()
+    ok["shape"] = ok["m"].astype(str) + "x" + ok["n"].astype(str) + "x" + ok["k"].astype(str)
+    best = ok.sort_values("tflops", ascending=False).groupby(["shape", "family", "mode"]).head(1)
+    fp32 = best[(best["family"] == "cublas") & (best["mode"] == "fp32")].set_index("shape")["tflops"]
+    best["vs_cublas_fp32"] = (best["tflops"] / best["shape"].map(fp32)).round(2)
+    best["size"] = (best["m"] * best["n"] * best["k"]) ** (1 / 3)
+    return best.sort_values(["size", "tflops"], ascending=[True, False])
+
+
+def ranked(frame: pd.DataFrame, top: int) -> pd.DataFrame:
+    ok = frame[frame["status"] == "ok"]
+    return ok.sort_values("tflops", ascending=False).groupby(["m", "n", "k", "mode"]).head(top)
+
+
+def _label(row) -> str:
+    return f"{row['family']} {row['mode']}" if row["family"] in PEERS else f"ours {row['mode']}"
+
+
+def plot(best: pd.DataFrame, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    best = best.assign(label=best.apply(_label, axis=1))
+    shapes = list(dict.fromkeys(best["shape"]))
+    figure, axis = plt.subplots(figsize=(8, 5))
+    for label, group in best.groupby("label"):
+        axis.plot([shapes.index(s) for s in group["shape"]], group["tflops"], marker="o", label=label)
+    axis.set_xticks(range(len(shapes)), shapes, rotation=20)
+    axis.set_xlabel("m x n x k")
+    axis.set_ylabel("TFLOP/s")
+    axis.set_title(f"Fastest variant per mode, {best['gpu'].iloc[0]}")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    written.append(out / "throughput.png")
+    figure.savefig(written[-1], dpi=120)
+
+    powered = best[best["watts"].notna()]
+    if not powered.empty:
+        figure, axis = plt.subplots(figsize=(8, 5))
+        for label, group in powered.groupby("label"):
+            axis.plot([shapes.index(s) for s in group["shape"]], group["gflops_per_watt"], marker="s", label=label)
+        axis.set_xticks(range(len(shapes)), shapes, rotation=20)
+        axis.set_xlabel("m x n x k")
+        axis.set_ylabel("GFLOP/s per W")
+        axis.set_title("Energy efficiency (NVML board power, >= 2 s per point)")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+        figure.tight_layout()
+        written.append(out / "power.png")
+        figure.savefig(written[-1], dpi=120)
+    return written
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sweeps.report", description=__doc__)
+    parser.add_argument("table", type=Path, help="a sweep CSV (sweeps/results/<gpu>/sweep_*.csv)")
+    parser.add_argument("--out", type=Path, help="where the PNGs go (default: beside the table)")
+    parser.add_argument("--top", type=int, default=5, help="rows per (shape, mode) in the ranked table")
+    parser.add_argument("--no-plots", action="store_true")
+    args = parser.parse_args(argv)
+    frame = pd.read_csv(args.table)
+    print(f"{args.table}: {len(frame)} rows; status counts: {frame['status'].value_counts().to_dict()}")
+    columns = ["m", "n", "k", "family", "mode", "name", "tflops", "relres", "watts", "gflops_per_watt"]
+    with pd.option_context("display.width", 220, "display.max_colwidth", 52):
+        print(ranked(frame, args.top)[columns].to_string(index=False))
+        best = best_per_shape(frame)
+        print("\nfastest per shape and mode:")
+        print(best[["shape", "family", "mode", "name", "tflops", "vs_cublas_fp32", "watts"]].to_string(index=False))
+    if not args.no_plots:
+        try:
+            written = plot(best, args.out or args.table.parent)
+        except ImportError:
+            print("matplotlib is not installed: pip install -e '.[report]' for the plots", file=sys.stderr)
+            return 1
+        print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""One sweep on the GPU: build the survivors, then per shape the peers and every variant, rows appended to a
+resumable table; power for each mode's fastest; winners to the tuned table."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from cutlass_ext import benchmark, peers, registry, tuned
+from cutlass_ext.config import KernelConfig
+
+from . import build_stage, measure
+from .power import mean_watts
+from .table import ResumableTable, config_columns
+
+
+class Sweep:
+    def __init__(self, args, limits):
+        self.args = args
+        self.arch = limits.arch
+        self.environment = benchmark.environment()
+        self.gpu = self.environment["gpu"]
+        out = args.out or Path("sweeps") / "results" / tuned.gpu_key(self.gpu)
+        self.table = ResumableTable(Path(out) / f"sweep_{Path(args.space).stem}.csv")
+        self.runnable: list[KernelConfig] = []
+
+    def _row(self, config, family, mode, name, problem_shape, measured) -> dict:
+        m, n, k, batch = problem_shape
+        return {
+            "family": family,
+            "mode": mode,
+            "name": name,
+            "m": m,
+            "n": n,
+            "k": k,
+            "batch": batch,
+            **measured,
+            **{key: self.environment[key] for key in ("gpu", "nvcc", "torch", "date")},
+            **config_columns(config),
+        }
+
+    def _pending(self, config_name: str, shapes) -> list:
+        return [s for s in shapes if not self.table.done(config_name, *s, self.gpu)]
+
+    def build(self, survivors: list[KernelConfig], shapes) -> float:
+        """Build what still has rows to measure; a variant that fails to compile gets a row per shape."""
+        todo = [c for c in survivors if self._pending(c.name, shapes)]
+        print(f"{len(survivors) - len(todo)} variants already measured; building {len(todo)}")
+        if not todo:
+            return 0.0
+        jobs = self.args.jobs or os.cpu_count() or 1
+        built, seconds = build_stage.build_all(todo, self.arch, jobs, self.args.group_size)
+        failed = 0
+        for item in built:
+            if item.library is None:
+                failed += 1
+                for shape in self._pending(item.config.name, shapes):
+                    self.table.append(
+                        self._row(
+                            item.config,
+                            item.config.family,
+                            item.config.mode,
+                            item.config.name,
+                            shape,
+                            {"status": "build_failed", "detail": item.error},
+                        )
+                    )
+            else:
+                registry.register_library([item.config], item.library)
+                self.runnable.append(item.config)
+        print(f"built {len(built) - failed} variants in {seconds:.0f} s; {failed} failed to compile (in the table)")
+        return seconds
+
+    def measure(self, shapes) -> float:
+        start = time.perf_counter()
+        for shape in shapes:
+            configs = [c for c in self.runnable if not self.table.done(c.name, *shape, self.gpu)]
+            problem = measure.make_problem(*shape)
+            peer_list = list(self._peers(problem))
+            for family, mode, name, run in peer_list:
+                if not self.table.done(name, *shape, self.gpu):
+                    measured = measure.measure(mode, run, None, problem, self.args.repeats, None)
+                    self.table.append(self._row(None, family, mode, name, shape, measured))
+            label = "x".join(str(v) for v in shape[:3])
+            for config in tqdm(configs, desc=f"measure {label}", unit="variant"):
+                run, prepare = measure.kernel_runner(config)
+                measured = measure.measure(config.mode, run, prepare, problem, self.args.repeats, None)
+                self.table.append(self._row(config, config.family, config.mode, config.name, shape, measured))
+            self._power(problem, shape, {name: run for _, _, name, run in peer_list})
+            del problem
+            torch.cuda.empty_cache()
+        return time.perf_counter() - start
+
+    def _peers(self, problem):
+        yield "cublas", "fp32", "torch.matmul ieee", peers.cublas("ieee")
+        yield "cublas", "tf32", "torch.matmul tf32", peers.cublas("tf32")
+        if problem.batch == 1:
+            name, run = peers.triton_tf32x3(problem.input_sets, self.args.repeats)
+            yield "triton", "tf32x3", "triton " + name, run
+
+    def _power(self, problem, shape, peer_runs: dict) -> None:
+        """Power for the peers and each mode's fastest variants of this shape that have none yet; the table is
+        rewritten in place (atomically), so an interrupted run fills in the rest on resume."""
+        if self.args.power_top <= 0:
+            return
+        frame = self.table.frame()
+        here = frame[
+            (frame["m"] == shape[0])
+            & (frame["n"] == shape[1])
+            & (frame["k"] == shape[2])
+            & (frame["batch"] == shape[3])
+            & (frame["gpu"] == self.gpu)
+            & (frame["status"] == "ok")
+        ]
+        chosen = here.sort_values("tflops", ascending=False).groupby(["family", "mode"]).head(self.args.power_top)
+        chosen = chosen[chosen["watts"].isna()]
+        runnable = {c.name: c for c in self.runnable}
+        for index, row in tqdm(list(chosen.iterrows()), desc="power", unit="row"):
+            if row["name"] in runnable:
+                run, prepare = measure.kernel_runner(runnable[row["name"]])
+            elif row["name"] in peer_runs:
+                run, prepare = peer_runs[row["name"]], None
+            else:
+                continue  # measured by an earlier run whose variant is not built in this one
+            inputs = prepare(*problem.input_sets[0]) if prepare else problem.input_sets[0]
+            watts = mean_watts(run, inputs, seconds=self.args.power_seconds)
+            frame.loc[index, "watts"] = round(watts, 1)
+            frame.loc[index, "gflops_per_watt"] = round(row["tflops"] * 1e3 / watts, 2)
+        self.table.rewrite(frame)
+
+    def write_tuned(self) -> Path | None:
+        frame = self.table.frame()
+        winners = tuned.winners(frame[frame["gpu"] == self.gpu])
+        if winners.empty:
+            return None
+        path = self.args.tuned_out or tuned.TUNED_DIR / f"{tuned.gpu_key(self.gpu)}.csv"
+        tuned.write_table(winners, path)
+        return path
+
+    def print_summary(self) -> None:
+        frame = self.table.frame()
+        frame = frame[(frame["gpu"] == self.gpu) & (frame["status"] == "ok")]
+        best = frame.sort_values("tflops", ascending=False).groupby(["m", "n", "k", "family", "mode"]).head(1)
+        fp32 = best[(best["family"] == "cublas") & (best["mode"] == "fp32")].set_index(["m", "n", "k"])["tflops"]
+        best = best.assign(
+            vs_cublas_fp32=[
+                round(t / fp32.get((m, n, k), float("nan")), 2) for m, n, k, t in best[["m", "n", "k", "tflops"]].values
+            ]
+        )
+        columns = ["m", "n", "k", "family", "mode", "name", "tflops", "relres", "watts", "vs_cublas_fp32"]
+        with pd.option_context("display.width", 200, "display.max_colwidth", 50):
+            print(
+                best.sort_values(["m", "n", "k", "tflops"], ascending=[True, True, True, False])[columns].to_string(
+                    index=False
+                )
+            )

@@ -1,0 +1,84 @@
+"""The sweep's CSV table: one row per (variant, shape), appended and flushed as each finishes, so that Ctrl-C or
+a crash loses no finished row and a rerun skips what is already there."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from cutlass_ext.config import KernelConfig
+
+# The measured columns, then provenance, then every KernelConfig field (sweeps/README.md documents them).
+MEASURED = [
+    "family",
+    "mode",
+    "name",
+    "m",
+    "n",
+    "k",
+    "batch",
+    "time_us",
+    "tflops",
+    "relres",
+    "watts",
+    "gflops_per_watt",
+    "status",
+    "detail",
+]
+PROVENANCE = ["gpu", "nvcc", "torch", "date"]
+CONFIG_FIELDS = ["threadblock", "warp", "stages", "alignment", "layout_a", "layout_b", "operands"]
+COLUMNS = MEASURED + PROVENANCE + CONFIG_FIELDS
+KEY = ["name", "m", "n", "k", "batch", "gpu"]
+
+
+def config_columns(config: KernelConfig | None) -> dict:
+    """KernelConfig fields as CSV cells (tiles written as MxNxK); empty for peers."""
+    if config is None:
+        return dict.fromkeys(CONFIG_FIELDS, "")
+    fields = config.to_dict()
+    return {
+        name: "x".join(str(v) for v in fields[name]) if isinstance(fields[name], (tuple, list)) else fields[name]
+        for name in CONFIG_FIELDS
+    }
+
+
+class ResumableTable:
+    """Rows already in `path` are kept; `done(...)` says whether a (variant, shape) was finished before."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._done = set()
+        if self.path.is_file() and self.path.stat().st_size:
+            existing = pd.read_csv(self.path, dtype=str, keep_default_na=False)
+            missing = [c for c in COLUMNS if c not in existing.columns]
+            if missing:
+                raise ValueError(f"{self.path}: not a sweep table (no columns {missing}); choose another --out")
+            self._done = {tuple(row) for row in existing[KEY].itertuples(index=False)}
+        else:
+            with self.path.open("w", newline="") as file:
+                csv.writer(file).writerow(COLUMNS)
+
+    def done(self, name: str, m: int, n: int, k: int, batch: int, gpu: str) -> bool:
+        return (name, str(m), str(n), str(k), str(batch), gpu) in self._done
+
+    def append(self, row: dict) -> None:
+        unknown = set(row) - set(COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown columns {sorted(unknown)}")
+        with self.path.open("a", newline="") as file:
+            csv.writer(file).writerow(["" if row.get(c) is None else row.get(c) for c in COLUMNS])
+            file.flush()
+        self._done.add(tuple(str(row[c]) for c in KEY))
+
+    def frame(self) -> pd.DataFrame:
+        return pd.read_csv(self.path)
+
+    def rewrite(self, frame: pd.DataFrame) -> None:
+        """Replace the file with `frame` (same rows, cells filled in) atomically: a crash keeps one or the other."""
+        staging = self.path.with_suffix(".csv.tmp")
+        frame[COLUMNS].to_csv(staging, index=False)
+        os.replace(staging, self.path)

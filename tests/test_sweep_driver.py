@@ -1,0 +1,144 @@
+"""The sweep driver's CPU-side logic: resumable tables, resuming a killed sweep, winners and tuned dispatch."""
+
+import argparse
+import os
+
+import pandas as pd
+import pytest
+
+from cutlass_ext import tuned
+from cutlass_ext.config import KernelConfig
+from sweeps import sweep as sweep_module
+from sweeps.table import COLUMNS, ResumableTable
+
+ENVIRONMENT = {"gpu": "NVIDIA H100 80GB HBM3", "nvcc": "13.0", "torch": "2.11", "date": "2026-11-22T00:00:00Z"}
+CONFIGS = [
+    KernelConfig("tf32tf32", threadblock=(128, 128, 32), warp=(64, 32, 32)),
+    KernelConfig("tf32tf32", threadblock=(128, 64, 32), warp=(64, 32, 32)),
+    KernelConfig("halfhalf", warp=(32, 64, 32), stages=4, operands="packed"),
+]
+SHAPES = [(1024, 1024, 1024, 1), (4096, 4096, 4096, 1)]
+
+
+def make_sweep(tmp_path, monkeypatch, measured_calls, kill_after=None):
+    monkeypatch.setattr(sweep_module.benchmark, "environment", lambda: dict(ENVIRONMENT))
+
+    def fake_measure(mode, run, prepare, problem, repeats, power_seconds):
+        measured_calls.append((run, problem.m))
+        if kill_after is not None and len(measured_calls) > kill_after:
+            raise KeyboardInterrupt  # Ctrl-C in the middle of a shape
+        return {"relres": 1e-7, "status": "ok", "time_us": 100.0, "tflops": float(len(measured_calls))}
+
+    monkeypatch.setattr(
+        sweep_module.measure, "make_problem", lambda m, n, k, batch: argparse.Namespace(m=m, batch=batch)
+    )
+    monkeypatch.setattr(sweep_module.measure, "measure", fake_measure)
+    monkeypatch.setattr(sweep_module.measure, "kernel_runner", lambda config: (config.name, None))
+    monkeypatch.setattr(
+        sweep_module.Sweep, "_peers", lambda self, problem: iter([("cublas", "fp32", "torch.matmul ieee", "sgemm")])
+    )
+    args = argparse.Namespace(out=tmp_path, space="configs/sm80_corrected.yaml", repeats=3, power_top=0, tuned_out=None)
+    sweep = sweep_module.Sweep(args, argparse.Namespace(arch="90a"))
+    sweep.runnable = list(CONFIGS)
+    return sweep
+
+
+def test_a_killed_sweep_resumes_without_redoing_finished_rows(tmp_path, monkeypatch):
+    calls = []
+    with pytest.raises(KeyboardInterrupt):
+        make_sweep(tmp_path, monkeypatch, calls, kill_after=5).measure(SHAPES)
+    table = pd.read_csv(tmp_path / "sweep_sm80_corrected.csv")
+    assert len(table) == 5  # every row measured before the interrupt was kept
+    resumed_calls = []
+    make_sweep(tmp_path, monkeypatch, resumed_calls).measure(SHAPES)
+    table = pd.read_csv(tmp_path / "sweep_sm80_corrected.csv")
+    assert len(table) == len(SHAPES) * (len(CONFIGS) + 1)  # peers are rows too
+    assert len(resumed_calls) == len(table) - 5  # nothing finished was measured again
+    assert not table.duplicated(["name", "m", "n", "k", "batch", "gpu"]).any()
+    assert set(table.columns) == set(COLUMNS)
+    packed = table[table["name"] == CONFIGS[2].name].iloc[0]
+    assert packed["operands"] == "packed" and packed["threadblock"] == "128x128x32"
+
+
+def test_table_refuses_a_file_that_is_not_a_sweep_table(tmp_path):
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="not a sweep table"):
+        ResumableTable(other)
+
+
+def sweep_frame():
+    rows = []
+    for name, mode, m, tflops, status in [
+        (CONFIGS[0].name, "tf32tf32", 1024, 40.0, "ok"),
+        (CONFIGS[1].name, "tf32tf32", 1024, 45.0, "ok"),
+        (CONFIGS[1].name, "tf32tf32", 8192, 50.0, "inaccurate"),
+        (CONFIGS[0].name, "tf32tf32", 8192, 57.0, "ok"),
+        ("torch.matmul ieee", "fp32", 8192, 51.0, "ok"),
+        (CONFIGS[2].name, "halfhalf", 8192, 104.0, "ok"),
+    ]:
+        family = "cublas" if name.startswith("torch") else "sm80"
+        rows.append(
+            {
+                "family": family,
+                "mode": mode,
+                "name": name,
+                "m": m,
+                "n": m,
+                "k": m,
+                "batch": 1,
+                "tflops": tflops,
+                "status": status,
+                **ENVIRONMENT,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def test_winners_are_the_fastest_gated_variants_per_shape():
+    winners = tuned.winners(sweep_frame())
+    picked = {(r.mode, r.m): r.name for r in winners.itertuples()}
+    assert picked == {
+        ("tf32tf32", 1024): CONFIGS[1].name,
+        ("tf32tf32", 8192): CONFIGS[0].name,  # the faster one failed the accuracy gate
+        ("halfhalf", 8192): CONFIGS[2].name,
+    }
+
+
+def test_dispatch_takes_the_nearest_shape_of_the_chosen_table(tmp_path, monkeypatch):
+    path = tmp_path / "mine.csv"
+    tuned.write_table(tuned.winners(sweep_frame()), path)
+    monkeypatch.delenv(tuned.TABLE_ENV, raising=False)
+    tuned.set_tuned_table(path)
+    try:
+        gpu = ENVIRONMENT["gpu"]
+        assert tuned.lookup(gpu, "tf32tf32", 1500, 1000, 900).name == CONFIGS[1].name
+        assert tuned.lookup(gpu, "tf32tf32", 6000, 9000, 8192).name == CONFIGS[0].name
+        assert tuned.lookup(gpu, "halfhalf", 64, 64, 64).name == CONFIGS[2].name
+        assert tuned.lookup(gpu, "markidis", 1024, 1024, 1024) is None  # no entry: the defaults apply
+    finally:
+        tuned.set_tuned_table(None)
+    monkeypatch.setenv(tuned.TABLE_ENV, os.fspath(path))
+    tuned.set_tuned_table(None)
+    assert tuned.lookup("Some Other GPU", "tf32tf32", 1024, 1024, 1024).name == CONFIGS[1].name
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        tuned.set_tuned_table(tmp_path / "missing.csv")
+
+
+def test_a_halfhalf_entry_that_splits_in_registers_is_not_used(tmp_path):
+    frame = sweep_frame()
+    frame.loc[frame["mode"] == "halfhalf", "name"] = KernelConfig("halfhalf", operands="fp32").name
+    path = tmp_path / "fp32_operands.csv"
+    tuned.write_table(tuned.winners(frame), path)
+    tuned.set_tuned_table(path)
+    try:
+        assert tuned.lookup(ENVIRONMENT["gpu"], "halfhalf", 8192, 8192, 8192) is None  # halfhalf packs its operands
+    finally:
+        tuned.set_tuned_table(None)
+
+
+@pytest.mark.parametrize(
+    "gpu, key", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA H200", "h200")]
+)
+def test_gpu_keys(gpu, key):
+    assert tuned.gpu_key(gpu) == key
