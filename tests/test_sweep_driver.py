@@ -142,3 +142,12 @@ def test_a_halfhalf_entry_that_splits_in_registers_is_not_used(tmp_path):
 )
 def test_gpu_keys(gpu, key):
     assert tuned.gpu_key(gpu) == key
+
+
+def test_the_shipped_h100_table_names_buildable_winners():
+    path = tuned.TUNED_DIR / "h100.csv"
+    table = pd.read_csv(path)
+    assert {"tf32tf32", "halfhalf"} <= set(table["mode"])
+    for name in table["name"]:
+        config = KernelConfig.from_name(name)
+        assert config.operands == ("packed" if config.mode == "halfhalf" else "fp32")
