@@ -17,22 +17,30 @@
 namespace cutlass_ext {
 
 // How each mode feeds the Tensor Core; the mode's MathOperator picks the warp-level MMA.
+// kMaxSliceK: the longest K one output tile sums in sequence before serial split-K adds the slices in FP32 RN
+// (0: no limit). tf32tf32's error grows with that chain: on exp_rand Types 1 and 4 it passed 1.1x cuBLAS
+// SGEMM's relres with chains up to 2048 and failed with 4096 (1.12-1.77x; sweeps/results/h100/NOTES.md).
 struct ModeTf32 {
   // float operands rounded to TF32 (RNA, CUTLASS's round_half_ulp_truncate), accumulated inside the Tensor Core.
   using MathOperator = cutlass::arch::OpMultiplyAdd;
+  static constexpr int kMaxSliceK = 0;
 };
 struct ModeTf32Tf32 {
   using MathOperator = OpMultiplyAddSplit<SchemeTf32Tf32>;
+  static constexpr int kMaxSliceK = 2048;
 };
 struct ModeHalfHalf {
   using MathOperator = OpMultiplyAddSplit<SchemeHalfHalf>;
+  static constexpr int kMaxSliceK = 0;
 };
 // FP16 hi and lo·2^11 already split and packed in each 32-bit word by halfhalf_pack (halfhalf_operands.cuh).
 struct ModeHalfHalfPacked {
   using MathOperator = OpMultiplyAddSplit<SchemeHalfHalfPacked>;
+  static constexpr int kMaxSliceK = 0;
 };
 struct ModeMarkidis {
   using MathOperator = OpMultiplyAddSplit<SchemeMarkidis>;
+  static constexpr int kMaxSliceK = 0;
 };
 
 template <typename Mode, typename LayoutA, typename LayoutB, int BlockM, int BlockN, int BlockK, int WarpM, int WarpN,
@@ -47,8 +55,9 @@ struct Sm80Gemm {
       cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, Stages, Alignment, Alignment,
       typename Mode::MathOperator>;
 
-  // Slices of K for serial split-K when the output tiles alone leave SMs idle; each slice keeps at least
-  // kMinSliceIterations mainloop iterations so the pipeline fills. Shorter sequential sums also cut rounding error.
+  // Slices of K for serial split-K when the output tiles alone leave SMs idle, each keeping at least
+  // kMinSliceIterations mainloop iterations so the pipeline fills; and at least enough slices that none sums more
+  // than the mode's kMaxSliceK (shorter sequential sums cut rounding error).
   static constexpr int kMinSliceIterations = 8;
 
   static int split_k_slices(const cutlass_ext_gemm_args& args) {
@@ -60,7 +69,8 @@ struct Sm80Gemm {
     int64_t tiles = ((args.m + BlockM - 1) / BlockM) * ((args.n + BlockN - 1) / BlockN);
     int64_t by_occupancy = sms / tiles;
     int64_t by_depth = args.k / (int64_t(BlockK) * kMinSliceIterations);
-    return int(std::max<int64_t>(1, std::min(by_occupancy, by_depth)));
+    int64_t by_accuracy = Mode::kMaxSliceK ? (args.k + Mode::kMaxSliceK - 1) / Mode::kMaxSliceK : 1;
+    return int(std::max<int64_t>({1, std::min(by_occupancy, by_depth), by_accuracy}));
   }
 
   static typename Gemm::Arguments arguments(const cutlass_ext_gemm_args& args) {

@@ -59,6 +59,7 @@ def _parse_args(argv):
     parser.add_argument("--power-seconds", type=float, default=2.0, help="power sampling window (at least 2 s)")
     parser.add_argument("--tuned-out", type=Path, help="tuned table to write (default cutlass_ext/tuned/<gpu>.csv)")
     parser.add_argument("--limit", type=int, help="measure only the first N survivors per mode (smoke runs)")
+    parser.add_argument("--no-report", action="store_true", help="skip the ranked table and plots at the end")
     return parser.parse_args(argv)
 
 
@@ -105,6 +106,10 @@ def main(argv=None) -> int:
         f"(goal: 15 min cold, 2 min warm); table {sweep.table.path}; tuned table {tuned}"
     )
     sweep.print_summary()
+    if not args.no_report:
+        from . import report
+
+        report.main([str(sweep.table.path), "--top", "3"])
     return 0
 
 
