@@ -1,7 +1,7 @@
 """Tuned tables: per GPU, the sweep's fastest variant per (mode, shape), which `ext.gemm` dispatches from.
 
 A table is a CSV with columns mode, m, n, k, batch, name, tflops (and provenance). Lookup takes the entry of
-the nearest shape (distance in log2 of m, n and k). The table used is, in order: the one given to
+the nearest shape (distance in log2 of m, n and k) among those within a factor of 4 in each. The table used is, in order: the one given to
 `set_tuned_table(path)`, the file named by the environment variable CUTLASS_EXT_TUNED_TABLE, the one shipped for
 this GPU (cutlass_ext/tuned/<gpu>.csv, e.g. h100.csv); with none, `ext.gemm` uses its default variants.
 """
@@ -85,16 +85,23 @@ def _entries(gpu_name: str) -> list[tuple] | None:
     return _loaded[gpu_name]
 
 
+# A table entry serves shapes within this factor of it in each of m, n and k; farther shapes (a deep-K product
+# near a square bucket, say) get the defaults: a tile's speed and its split-K, which sets tf32tf32's summation
+# length, were measured for the bucket's proportions only.
+MAX_RATIO = 4.0
+
+
 def lookup(gpu_name: str, mode: str, m: int, n: int, k: int) -> KernelConfig | None:
-    """The tuned variant for the nearest shape of `mode`, if this GPU has a table with one for that mode."""
-    entries = [e for e in (_entries(gpu_name) or []) if e[0] == mode]
+    """The tuned variant for the nearest shape of `mode` within MAX_RATIO per dimension, if this GPU has one."""
+
+    def gaps(entry):
+        return [abs(math.log2(max(a, 1)) - math.log2(max(b, 1))) for a, b in zip(entry[1:4], (m, n, k))]
+
+    limit = math.log2(MAX_RATIO)
+    entries = [e for e in (_entries(gpu_name) or []) if e[0] == mode and max(gaps(e)) <= limit]
     if not entries:
         return None
-
-    def distance(entry):
-        return sum(abs(math.log2(max(a, 1)) - math.log2(max(b, 1))) for a, b in zip(entry[1:4], (m, n, k)))
-
-    config = KernelConfig.from_name(min(entries, key=distance)[4])
+    config = KernelConfig.from_name(min(entries, key=lambda e: sum(gaps(e)))[4])
     # the mode's operand format is fixed by its pipeline (halfhalf packs): a table for another is not for us
     return config if config.operands == DEFAULT_OPERANDS.get(mode, "fp32") else None
 

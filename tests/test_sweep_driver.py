@@ -114,7 +114,9 @@ def test_dispatch_takes_the_nearest_shape_of_the_chosen_table(tmp_path, monkeypa
         gpu = ENVIRONMENT["gpu"]
         assert tuned.lookup(gpu, "tf32tf32", 1500, 1000, 900).name == CONFIGS[1].name
         assert tuned.lookup(gpu, "tf32tf32", 6000, 9000, 8192).name == CONFIGS[0].name
-        assert tuned.lookup(gpu, "halfhalf", 64, 64, 64).name == CONFIGS[2].name
+        assert tuned.lookup(gpu, "halfhalf", 4096, 2048, 16384).name == CONFIGS[2].name
+        assert tuned.lookup(gpu, "halfhalf", 1024, 1024, 1024) is None  # 8x from the only entry: defaults
+        assert tuned.lookup(gpu, "tf32tf32", 256, 256, 16384) is None  # deep K near a square bucket: defaults
         assert tuned.lookup(gpu, "markidis", 1024, 1024, 1024) is None  # no entry: the defaults apply
     finally:
         tuned.set_tuned_table(None)
