@@ -91,23 +91,8 @@ struct Sm80Gemm {
            stride_ok(args.batch_stride_b) && stride_ok(args.batch_stride_d);
   }
 
-  // Whether a block's registers fit the register file: a variant with many warps can compile but not launch.
-  static bool launchable() {
-    static const bool fits = [] {
-      cudaFuncAttributes attributes{};
-      if (cudaFuncGetAttributes(&attributes, cutlass::Kernel2<typename Gemm::GemmKernel>) != cudaSuccess) return false;
-      int device = 0, registers_per_block = 0;
-      cudaGetDevice(&device);
-      cudaDeviceGetAttribute(&registers_per_block, cudaDevAttrMaxRegistersPerBlock, device);
-      int per_thread = (attributes.numRegs + 7) / 8 * 8;  // allocated per warp in units of 256
-      return per_thread * Gemm::GemmKernel::kThreadCount <= registers_per_block;
-    }();
-    return fits;
-  }
-
   static int can_implement(const cutlass_ext_gemm_args* args) {
     if (!vector_aligned(*args)) return int(cutlass::Status::kErrorMisalignedOperand);
-    if (!launchable()) return int(cutlass::Status::kErrorNotSupported);
     return int(Gemm::can_implement(arguments(*args)));
   }
 
