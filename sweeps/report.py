@@ -42,36 +42,30 @@ def plot(best: pd.DataFrame, out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    written = []
     best = best.assign(label=best.apply(_label, axis=1))
     shapes = list(dict.fromkeys(best["shape"]))
-    figure, axis = plt.subplots(figsize=(8, 5))
-    for label, group in best.groupby("label"):
-        axis.plot([shapes.index(s) for s in group["shape"]], group["tflops"], marker="o", label=label)
-    axis.set_xticks(range(len(shapes)), shapes, rotation=20)
-    axis.set_xlabel("m x n x k")
-    axis.set_ylabel("TFLOP/s")
-    axis.set_title(f"Fastest variant per mode, {best['gpu'].iloc[0]}")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    written.append(out / "throughput.png")
-    figure.savefig(written[-1], dpi=120)
 
-    powered = best[best["watts"].notna()]
-    if not powered.empty:
+    def line_plot(rows, column, ylabel, title, marker, path):
         figure, axis = plt.subplots(figsize=(8, 5))
-        for label, group in powered.groupby("label"):
-            axis.plot([shapes.index(s) for s in group["shape"]], group["gflops_per_watt"], marker="s", label=label)
+        for label, group in rows.groupby("label"):
+            axis.plot([shapes.index(s) for s in group["shape"]], group[column], marker=marker, label=label)
         axis.set_xticks(range(len(shapes)), shapes, rotation=20)
         axis.set_xlabel("m x n x k")
-        axis.set_ylabel("GFLOP/s per W")
-        axis.set_title("Energy efficiency (NVML board power, >= 2 s per point)")
+        axis.set_ylabel(ylabel)
+        axis.set_title(title)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
         figure.tight_layout()
-        written.append(out / "power.png")
-        figure.savefig(written[-1], dpi=120)
+        figure.savefig(path, dpi=120)
+        plt.close(figure)
+        return path
+
+    title = f"Fastest variant per mode, {best['gpu'].iloc[0]}"
+    written = [line_plot(best, "tflops", "TFLOP/s", title, "o", out / "throughput.png")]
+    powered = best[best["watts"].notna()]
+    if not powered.empty:
+        title = "Energy efficiency (NVML board power, >= 2 s per point)"
+        written.append(line_plot(powered, "gflops_per_watt", "GFLOP/s per W", title, "s", out / "power.png"))
     return written
 
 
