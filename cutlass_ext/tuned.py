@@ -24,6 +24,12 @@ PEER_FAMILIES = ("cublas", "triton")
 
 _override: Path | None = None
 _loaded: dict[str, list[tuple] | None] = {}  # gpu name -> [(mode, m, n, k, name)] or None
+_chosen: dict[tuple, KernelConfig | None] = {}  # (gpu name, mode, m, n, k) -> lookup's answer: ext.gemm asks per call
+
+
+def _forget() -> None:
+    _loaded.clear()
+    _chosen.clear()
 
 
 def gpu_key(gpu_name: str) -> str:
@@ -41,7 +47,7 @@ def set_tuned_table(path: str | os.PathLike | None) -> None:
     if path is not None and not Path(path).is_file():
         raise FileNotFoundError(f"tuned table {path} does not exist")
     _override = Path(path) if path is not None else None
-    _loaded.clear()
+    _forget()
 
 
 def winners(frame: pd.DataFrame) -> pd.DataFrame:
@@ -56,7 +62,7 @@ def winners(frame: pd.DataFrame) -> pd.DataFrame:
 def write_table(table: pd.DataFrame, path: Path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     table[COLUMNS].to_csv(path, index=False)
-    _loaded.clear()
+    _forget()
 
 
 def _table_path(gpu_name: str) -> Path | None:
@@ -93,6 +99,13 @@ MAX_RATIO = 4.0
 
 def lookup(gpu_name: str, mode: str, m: int, n: int, k: int) -> KernelConfig | None:
     """The tuned variant for the nearest shape of `mode` within MAX_RATIO per dimension, if this GPU has one."""
+    key = (gpu_name, mode, m, n, k)
+    if key not in _chosen:
+        _chosen[key] = _nearest(gpu_name, mode, m, n, k)
+    return _chosen[key]
+
+
+def _nearest(gpu_name: str, mode: str, m: int, n: int, k: int) -> KernelConfig | None:
 
     def gaps(entry):
         return [abs(math.log2(max(a, 1)) - math.log2(max(b, 1))) for a, b in zip(entry[1:4], (m, n, k))]
