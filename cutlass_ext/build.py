@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from . import cache, codegen, toolchain
 from .config import INSTRUCTION_SHAPES, KernelConfig
 
 BINDING_SOURCE = "torch_binding.cpp"
+_NINJA_STATUS = re.compile(r"^\[(?P<finished>\d+)/(?P<total>\d+)\] ")
 
 
 @dataclass(frozen=True)
@@ -84,9 +87,16 @@ def _write_ninja_file(staging_root: Path, jobs: list[tuple[Path, Path]], arch: s
 
 
 def build_libraries(
-    groups: list[tuple[KernelConfig, ...]], arch: str, jobs: int | None = None, verbose: bool = True
+    groups: list[tuple[KernelConfig, ...]],
+    arch: str,
+    jobs: int | None = None,
+    verbose: bool = True,
+    on_finished: Callable[[int], None] | None = None,
 ) -> list[LibraryResult]:
-    """Build (or find in the cache) one kernel library per group of configs for `arch`; failures are returned."""
+    """Build (or find in the cache) one kernel library per group of configs for `arch`; failures are returned.
+
+    `on_finished(n)` is told how many of the libraries to compile have finished, as ninja reports them.
+    """
     groups = [tuple(g) for g in groups]
     keys = [library_key(g, arch) for g in groups]
     results: dict[int, LibraryResult] = {}
@@ -108,11 +118,30 @@ def build_libraries(
                     results[i] = found  # another process built it while we waited
             missing = [i for i in range(len(groups)) if i not in results]
             if missing:
-                results.update(_compile(groups, keys, missing, arch, jobs, verbose))
+                results.update(_compile(groups, keys, missing, arch, jobs, verbose, on_finished))
     return [results[i] for i in range(len(groups))]
 
 
-def _compile(groups, keys, missing, arch, jobs, verbose) -> dict[int, LibraryResult]:
+def _run_ninja(ninja_file: Path, jobs: int, on_finished) -> str:
+    """ninja over every library at once (no idle cores between batches); its status lines feed `on_finished`."""
+    environment = {**os.environ, "NINJA_STATUS": "[%f/%t] "}
+    output = []
+    with subprocess.Popen(
+        ["ninja", "-f", str(ninja_file), "-k", "0", "-j", str(jobs)],
+        cwd=ninja_file.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=environment,
+    ) as process:
+        for line in process.stdout:
+            output.append(line)
+            if on_finished and (status := _NINJA_STATUS.match(line)):
+                on_finished(int(status["finished"]))
+    return "".join(output)  # failures are per library, read from their logs
+
+
+def _compile(groups, keys, missing, arch, jobs, verbose, on_finished=None) -> dict[int, LibraryResult]:
     staging_root = cache.staging_dir("kernels-")
     work = []
     for i in missing:
@@ -134,13 +163,9 @@ def _compile(groups, keys, missing, arch, jobs, verbose) -> dict[int, LibraryRes
             flush=True,
         )
     start = time.perf_counter()
-    completed = subprocess.run(
-        ["ninja", "-f", str(ninja_file), "-k", "0", "-j", str(jobs)],
-        cwd=staging_root,
-        capture_output=True,
-        text=True,
-        check=False,  # failures are per library, read from their logs
-    )
+    ninja_output = _run_ninja(ninja_file, jobs, on_finished)
+    if on_finished:
+        on_finished(len(missing))
     seconds = time.perf_counter() - start
     if verbose:
         print(f"cutlass_ext: kernel build finished in {seconds:.1f} s", file=sys.stderr, flush=True)
@@ -160,8 +185,8 @@ def _compile(groups, keys, missing, arch, jobs, verbose) -> dict[int, LibraryRes
             cache.commit(staged, entry, keys[i], metadata)
             results[i] = LibraryResult(groups[i], entry / cache.LIBRARY, seconds=seconds)
         else:
-            error = log.read_text() if log.is_file() else completed.stdout + completed.stderr
-            results[i] = LibraryResult(groups[i], None, error=error or f"ninja exited {completed.returncode}")
+            error = log.read_text() if log.is_file() else ninja_output
+            results[i] = LibraryResult(groups[i], None, error=error or "ninja produced no library and no log")
     shutil.rmtree(staging_root, ignore_errors=True)
     return results
 

@@ -74,22 +74,26 @@ def gate(mode: str, relres: float, problem: Problem) -> tuple[str, str]:
     return "ok", ""
 
 
-def measure(mode: str, run, prepare, problem: Problem, repeats: int, power_seconds: float | None) -> dict:
-    """The measured columns of one row: relres and gate, then (if it passed) time, TFLOP/s and power."""
+def measure(mode: str, run, prepare, problem: Problem, repeats: int, warmup: int = 3) -> dict:
+    """The measured columns of one row: relres and gate, then (if it passed) time and TFLOP/s over `repeats`."""
     sets = [prepare(*inputs) for inputs in problem.input_sets] if prepare else problem.input_sets
     try:
         relres = numerics.relative_residual(run(*sets[0]), problem.reference)
-    except RuntimeError as error:  # the variant cannot run this problem (alignment, shape)
+    except RuntimeError as error:  # the variant cannot run this problem (alignment, shape, registers)
         return {"status": "cannot_run", "detail": str(error).splitlines()[0][:200]}
     status, detail = gate(mode, relres, problem)
     row = {"relres": relres, "status": status, "detail": detail}
-    if status != "ok":
-        return row
-    time_us = benchmark.median_time_us(run, sets, warmup=3, repeats=repeats)
-    row.update(time_us=round(time_us, 2), tflops=round(problem.flops / time_us / 1e6, 2))
-    if power_seconds:
-        from .power import mean_watts
-
-        watts = mean_watts(run, sets[0], seconds=power_seconds)
-        row.update(watts=round(watts, 1), gflops_per_watt=round(problem.flops / time_us / 1e3 / watts, 2))
+    if status == "ok":
+        row.update(timed(run, sets, problem, repeats, warmup))
     return row
+
+
+def retime(run, prepare, problem: Problem, repeats: int) -> dict:
+    """Time a row again with more repeats (a finalist of the screening pass)."""
+    sets = [prepare(*inputs) for inputs in problem.input_sets] if prepare else problem.input_sets
+    return timed(run, sets, problem, repeats, warmup=3)
+
+
+def timed(run, sets, problem: Problem, repeats: int, warmup: int) -> dict:
+    time_us = benchmark.median_time_us(run, sets, warmup=warmup, repeats=repeats)
+    return {"time_us": round(time_us, 2), "tflops": round(problem.flops / time_us / 1e6, 2), "repeats": repeats}

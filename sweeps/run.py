@@ -51,8 +51,12 @@ def _parse_args(argv):
     parser.add_argument("--list", action="store_true", help="with --dry-run: print every surviving variant name")
     parser.add_argument("--out", type=Path, help="results folder (default sweeps/results/<gpu>/)")
     parser.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: all cores)")
-    parser.add_argument("--group-size", type=int, default=4, help="variants per translation unit")
-    parser.add_argument("--repeats", type=int, default=15, help="timed calls per row (median)")
+    parser.add_argument(
+        "--group-size", type=int, help="variants per translation unit (default: one unit per core, at most 32)"
+    )
+    parser.add_argument("--screen-repeats", type=int, default=3, help="timed calls per row in the screening pass")
+    parser.add_argument("--finalists", type=int, default=5, help="per mode and shape, how many get --repeats calls")
+    parser.add_argument("--repeats", type=int, default=15, help="timed calls per peer and finalist row (median)")
     parser.add_argument(
         "--power-top", type=int, default=3, help="per mode and shape, how many of the fastest get power"
     )

@@ -77,24 +77,64 @@ class Sweep:
         return seconds
 
     def measure(self, shapes) -> float:
+        """Per shape: the peers, a short screening time of every variant, full timing of each mode's finalists,
+        then power."""
         start = time.perf_counter()
         for shape in shapes:
-            configs = [c for c in self.runnable if not self.table.done(c.name, *shape, self.gpu)]
             problem = measure.make_problem(*shape)
-            peer_list = list(self._peers(problem))
-            for family, mode, name, run in peer_list:
-                if not self.table.done(name, *shape, self.gpu):
-                    measured = measure.measure(mode, run, None, problem, self.args.repeats, None)
-                    self.table.append(self._row(None, family, mode, name, shape, measured))
-            label = "x".join(str(v) for v in shape[:3])
-            for config in tqdm(configs, desc=f"measure {label}", unit="variant"):
-                run, prepare = measure.kernel_runner(config)
-                measured = measure.measure(config.mode, run, prepare, problem, self.args.repeats, None)
-                self.table.append(self._row(config, config.family, config.mode, config.name, shape, measured))
-            self._power(problem, shape, {name: run for _, _, name, run in peer_list})
+            peer_runs = self._measure_peers(problem, shape)
+            self._screen(problem, shape)
+            self._finals(problem, shape)
+            self._power(problem, shape, peer_runs)
             del problem
             torch.cuda.empty_cache()
         return time.perf_counter() - start
+
+    def _measure_peers(self, problem, shape) -> dict:
+        peer_runs = {}
+        for family, mode, name, run in self._peers(problem):
+            peer_runs[name] = run
+            if not self.table.done(name, *shape, self.gpu):
+                measured = measure.measure(mode, run, None, problem, self.args.repeats)
+                self.table.append(self._row(None, family, mode, name, shape, measured))
+        return peer_runs
+
+    def _screen(self, problem, shape) -> None:
+        """Gate and time every variant with `--screen-repeats` calls: enough to rank them, cheap enough for all."""
+        configs = [c for c in self.runnable if not self.table.done(c.name, *shape, self.gpu)]
+        label = "x".join(str(v) for v in shape[:3])
+        for config in tqdm(configs, desc=f"measure {label}", unit="variant"):
+            run, prepare = measure.kernel_runner(config)
+            measured = measure.measure(config.mode, run, prepare, problem, self.args.screen_repeats, warmup=1)
+            self.table.append(self._row(config, config.family, config.mode, config.name, shape, measured))
+
+    def _finals(self, problem, shape) -> None:
+        """Each mode's `--finalists` fastest rows of this shape timed again with `--repeats` calls; the table is
+        rewritten after each (atomically), so an interrupted run finishes the rest on resume."""
+        frame = self.table.frame()
+        here = self._rows_of(frame, shape)
+        here = here[~here["family"].isin(tuned.PEER_FAMILIES)]
+        chosen = here.sort_values("tflops", ascending=False).groupby("mode").head(self.args.finalists)
+        chosen = chosen[~(chosen["repeats"] >= self.args.repeats)]  # an empty cell (older table) counts as short
+        runnable = {c.name: c for c in self.runnable}
+        for index, row in tqdm(list(chosen.iterrows()), desc="finalists", unit="row"):
+            if row["name"] not in runnable:
+                continue  # measured by an earlier run whose variant is not built in this one
+            run, prepare = measure.kernel_runner(runnable[row["name"]])
+            for column, value in measure.retime(run, prepare, problem, self.args.repeats).items():
+                frame.loc[index, column] = value
+            self.table.rewrite(frame)
+
+    def _rows_of(self, frame, shape):
+        """The rows of one shape on this GPU that passed the gate."""
+        return frame[
+            (frame["m"] == shape[0])
+            & (frame["n"] == shape[1])
+            & (frame["k"] == shape[2])
+            & (frame["batch"] == shape[3])
+            & (frame["gpu"] == self.gpu)
+            & (frame["status"] == "ok")
+        ]
 
     def _peers(self, problem):
         yield "cublas", "fp32", "torch.matmul ieee", peers.cublas("ieee")
@@ -109,14 +149,7 @@ class Sweep:
         if self.args.power_top <= 0:
             return
         frame = self.table.frame()
-        here = frame[
-            (frame["m"] == shape[0])
-            & (frame["n"] == shape[1])
-            & (frame["k"] == shape[2])
-            & (frame["batch"] == shape[3])
-            & (frame["gpu"] == self.gpu)
-            & (frame["status"] == "ok")
-        ]
+        here = self._rows_of(frame, shape)
         chosen = here.sort_values("tflops", ascending=False).groupby(["family", "mode"]).head(self.args.power_top)
         chosen = chosen[chosen["watts"].isna()]
         runnable = {c.name: c for c in self.runnable}
@@ -134,7 +167,10 @@ class Sweep:
         self.table.rewrite(frame)
 
     def write_tuned(self) -> Path | None:
-        frame = self.table.frame()
+        """Winners over every sweep table in this table's folder (this GPU's rows): a sweep of one space keeps the
+        faster variants that a sweep of another space found."""
+        tables = sorted(self.table.path.parent.glob("sweep_*.csv"))
+        frame = pd.concat([pd.read_csv(path) for path in tables], ignore_index=True)
         winners = tuned.winners(frame[frame["gpu"] == self.gpu])
         if winners.empty:
             return None

@@ -22,6 +22,7 @@ MEASURED = [
     "batch",
     "time_us",
     "tflops",
+    "repeats",
     "relres",
     "watts",
     "gflops_per_watt",
@@ -32,6 +33,8 @@ PROVENANCE = ["gpu", "nvcc", "torch", "date"]
 CONFIG_FIELDS = ["threadblock", "warp", "stages", "alignment", "layout_a", "layout_b", "operands"]
 COLUMNS = MEASURED + PROVENANCE + CONFIG_FIELDS
 KEY = ["name", "m", "n", "k", "batch", "gpu"]
+# Columns added after tables were first written: an older table gains them (empty) when it is opened.
+ADDED_LATER = {"repeats"}
 
 
 def config_columns(config: KernelConfig | None) -> dict:
@@ -55,8 +58,10 @@ class ResumableTable:
         if self.path.is_file() and self.path.stat().st_size:
             existing = pd.read_csv(self.path, dtype=str, keep_default_na=False)
             missing = [c for c in COLUMNS if c not in existing.columns]
-            if missing:
+            if set(missing) - ADDED_LATER:
                 raise ValueError(f"{self.path}: not a sweep table (no columns {missing}); choose another --out")
+            if missing:
+                self.rewrite(existing.assign(**dict.fromkeys(missing, "")))
             self._done = {tuple(row) for row in existing[KEY].itertuples(index=False)}
         else:
             with self.path.open("w", newline="") as file:

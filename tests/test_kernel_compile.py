@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from cutlass_ext import build, cache
-from cutlass_ext.config import default_configs
+from cutlass_ext.config import KernelConfig, default_configs
 from cutlass_ext.gemm import KERNEL_MODES
 
 have_nvcc = shutil.which("nvcc") is not None or os.path.exists("/usr/local/cuda/bin/nvcc")
@@ -62,3 +62,14 @@ def test_compile_errors_are_reported_not_raised(cache_dir, monkeypatch):
     (result,) = build.build_libraries([tuple(default_configs("tf32")[:1])], "80", verbose=False)
     assert result.library is None
     assert "deliberately broken" in result.error
+
+
+def test_the_smallest_table_3_survivors_compile(cache_dir):
+    # the filter rules' boundary: tiles one step from each CUTLASS rule (sweeps/filters.py), in one library
+    names = [
+        "halfhalf_sm80_16x32x32_16x16x32_s3_a4_packed",  # two mma steps per warp k, the fewest allowed
+        "tf32tf32_sm80_16x32x16_16x16x16_s3_a4",  # bn 32 = one 128-B line; warps split k, epilogue map still fits
+        "tf32tf32_sm80_16x32x32_16x32x16_s3_a4",  # bk 32 = one 128-B line
+    ]
+    (result,) = build.build_libraries([tuple(KernelConfig.from_name(n) for n in names)], "90a", verbose=False)
+    assert result.error is None, result.error

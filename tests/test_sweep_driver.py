@@ -20,24 +20,44 @@ CONFIGS = [
 SHAPES = [(1024, 1024, 1024, 1), (4096, 4096, 4096, 1)]
 
 
-def make_sweep(tmp_path, monkeypatch, measured_calls, kill_after=None):
+def make_sweep(tmp_path, monkeypatch, measured_calls, kill_after=None, retimed=None):
+    retimed = [] if retimed is None else retimed
     monkeypatch.setattr(sweep_module.benchmark, "environment", lambda: dict(ENVIRONMENT))
 
-    def fake_measure(mode, run, prepare, problem, repeats, power_seconds):
+    def fake_measure(mode, run, prepare, problem, repeats, warmup=3):
         measured_calls.append((run, problem.m))
         if kill_after is not None and len(measured_calls) > kill_after:
             raise KeyboardInterrupt  # Ctrl-C in the middle of a shape
-        return {"relres": 1e-7, "status": "ok", "time_us": 100.0, "tflops": float(len(measured_calls))}
+        return {
+            "relres": 1e-7,
+            "status": "ok",
+            "time_us": 100.0,
+            "tflops": float(len(measured_calls)),
+            "repeats": repeats,
+        }
+
+    def fake_retime(run, prepare, problem, repeats):
+        retimed.append((run, problem.m))
+        return {"time_us": 99.0, "tflops": 1000.0 + len(retimed), "repeats": repeats}
 
     monkeypatch.setattr(
         sweep_module.measure, "make_problem", lambda m, n, k, batch: argparse.Namespace(m=m, batch=batch)
     )
     monkeypatch.setattr(sweep_module.measure, "measure", fake_measure)
+    monkeypatch.setattr(sweep_module.measure, "retime", fake_retime)
     monkeypatch.setattr(sweep_module.measure, "kernel_runner", lambda config: (config.name, None))
     monkeypatch.setattr(
         sweep_module.Sweep, "_peers", lambda self, problem: iter([("cublas", "fp32", "torch.matmul ieee", "sgemm")])
     )
-    args = argparse.Namespace(out=tmp_path, space="configs/sm80_corrected.yaml", repeats=3, power_top=0, tuned_out=None)
+    args = argparse.Namespace(
+        out=tmp_path,
+        space="configs/sm80_corrected.yaml",
+        screen_repeats=2,
+        finalists=1,
+        repeats=5,
+        power_top=0,
+        tuned_out=None,
+    )
     sweep = sweep_module.Sweep(args, argparse.Namespace(arch="90a"))
     sweep.runnable = list(CONFIGS)
     return sweep
@@ -58,6 +78,31 @@ def test_a_killed_sweep_resumes_without_redoing_finished_rows(tmp_path, monkeypa
     assert set(table.columns) == set(COLUMNS)
     packed = table[table["name"] == CONFIGS[2].name].iloc[0]
     assert packed["operands"] == "packed" and packed["threadblock"] == "128x128x32"
+
+
+def test_each_modes_fastest_screened_rows_are_timed_again_with_full_repeats(tmp_path, monkeypatch):
+    calls, retimed = [], []
+    make_sweep(tmp_path, monkeypatch, calls, retimed=retimed).measure(SHAPES)
+    table = pd.read_csv(tmp_path / "sweep_sm80_corrected.csv")
+    ours = table[table["family"] == "sm80"]
+    # screening ranked the tf32tf32 variants by their (fake) speed: the later call was faster
+    finalists = ours[ours["repeats"] == 5]
+    assert sorted(zip(finalists["m"], finalists["name"])) == sorted(
+        [(m, CONFIGS[1].name) for m, *_ in SHAPES] + [(m, CONFIGS[2].name) for m, *_ in SHAPES]
+    )
+    assert (finalists["tflops"] > 1000).all()  # their times are the retimed ones
+    assert (ours[ours["repeats"] != 5]["repeats"] == 2).all()
+    assert (table[table["family"] == "cublas"]["repeats"] == 5).all()  # peers always get full repeats
+    again = []
+    make_sweep(tmp_path, monkeypatch, [], retimed=again).measure(SHAPES)
+    assert again == []  # a finished sweep times nothing again
+
+
+def test_an_older_table_gains_the_columns_added_since(tmp_path):
+    path = tmp_path / "old.csv"
+    pd.DataFrame([dict.fromkeys([c for c in COLUMNS if c != "repeats"], "x")]).to_csv(path, index=False)
+    ResumableTable(path)
+    assert list(pd.read_csv(path).columns) == COLUMNS
 
 
 def test_table_refuses_a_file_that_is_not_a_sweep_table(tmp_path):
@@ -103,6 +148,20 @@ def test_winners_are_the_fastest_gated_variants_per_shape():
         ("tf32tf32", 8192): CONFIGS[0].name,  # the faster one failed the accuracy gate
         ("halfhalf", 8192): CONFIGS[2].name,
     }
+
+
+def test_the_tuned_table_takes_winners_from_every_sweep_table_of_the_folder(tmp_path, monkeypatch):
+    sweep = make_sweep(tmp_path, monkeypatch, [])
+    sweep.measure(SHAPES[:1])
+    other = sweep_frame()  # another space's sweep: a faster tf32tf32 variant at 1024
+    other.loc[(other["name"] == CONFIGS[0].name) & (other["m"] == 1024), "tflops"] = 1e6
+    other.reindex(columns=COLUMNS).to_csv(tmp_path / "sweep_other_space.csv", index=False)
+    sweep.args.tuned_out = tmp_path / "tuned.csv"
+    table = pd.read_csv(sweep.write_tuned())
+    picked = {(r.mode, r.m): r.name for r in table.itertuples()}
+    assert picked[("tf32tf32", 1024)] == CONFIGS[0].name  # this sweep's own fastest was CONFIGS[1]
+    assert picked[("tf32tf32", 8192)] == CONFIGS[0].name  # a shape only the other table has
+    assert picked[("halfhalf", 1024)] == CONFIGS[2].name  # from this sweep's own table
 
 
 def test_dispatch_takes_the_nearest_shape_of_the_chosen_table(tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -87,10 +88,14 @@ H100 = filters.DeviceLimits.for_arch("90a")
         (KernelConfig("tf32tf32", threadblock=(32, 128, 32), warp=(64, 32, 32)), "warp_exceeds_threadblock"),
         (KernelConfig("tf32tf32", threadblock=(128, 96, 32), warp=(64, 64, 32)), "warp_does_not_divide_threadblock"),
         (KernelConfig("halfhalf", threadblock=(128, 128, 32), warp=(64, 32, 8)), "instruction_does_not_divide_warp"),
-        (KernelConfig("tf32tf32", threadblock=(128, 128, 128), warp=(16, 16, 64)), "too_many_threads"),
+        (KernelConfig.from_name("halfhalf_sm80_16x32x16_16x16x16_s3_a4_packed"), "warp_k_under_two_mma"),
+        (KernelConfig("tf32tf32", threadblock=(64, 64, 64), warp=(32, 32, 32)), "k_contiguous_tile_over_line"),
+        (KernelConfig("tf32tf32", threadblock=(64, 16, 32), warp=(32, 16, 32)), "mn_contiguous_tile_under_line"),
+        (KernelConfig.from_name("tf32tf32_sm80_16x32x32_16x16x16_s3_a4"), "epilogue_map_empty"),
+        (KernelConfig("tf32tf32", threadblock=(128, 128, 32), warp=(16, 16, 32)), "too_many_threads"),
         (KernelConfig("tf32tf32", threadblock=(128, 128, 16), warp=(16, 32, 16)), "too_few_loads"),
         (
-            KernelConfig("tf32tf32", threadblock=(128, 128, 128), warp=(64, 64, 128), stages=4),
+            KernelConfig("tf32tf32", threadblock=(256, 256, 32), warp=(64, 64, 32), stages=4),
             "shared_memory_over_limit",
         ),
         (KernelConfig("halfhalf", threadblock=(128, 128, 32), warp=(64, 64, 32)), "register_estimate_over_budget"),
@@ -110,6 +115,9 @@ def test_shipped_defaults_survive_and_every_survivor_obeys_every_rule():
     assert filters.apply_rules(defaults, H100).survivors == defaults
     result = filters.apply_rules(load_space(CONFIGS / "sm80_corrected.yaml"), H100)
     assert sum(result.counts.values()) + len(result.survivors) == 2 * 3456
+    # every (mode, threadblock, warp) of these survivors compiled with nvcc 13.0 and every one removed by a
+    # CUTLASS rule failed to (NOTES.md, 2026-11-22 third session): a change in the count needs that check again
+    assert Counter(c.mode for c in result.survivors) == {"halfhalf": 124, "tf32tf32": 316}
     assert not any(rule.removes(c, H100) for c in result.survivors for rule in filters.RULES)
 
 
