@@ -21,7 +21,7 @@ def stub_compiler(monkeypatch):
     """Replaces nvcc with a function that writes a fake library; records which configs it was asked for."""
     calls = []
 
-    def compile_stub(groups, keys, missing, arch, jobs, verbose):
+    def compile_stub(groups, keys, missing, arch, jobs, verbose, on_finished=None):
         calls.append([groups[i][0].name for i in missing])
         time.sleep(0.2)  # long enough for a concurrent caller to arrive
         results = {}
