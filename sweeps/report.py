@@ -1,7 +1,7 @@
 """python -m sweeps.report SWEEP.csv [--out DIR]: the ranked table, and PNG plots of a sweep table.
 
-throughput.png: per shape, each mode's fastest variant against cuBLAS FP32 / TF32 and Triton (seed 000
-Figure 14). power.png: GFLOP/s per W of the rows whose power was sampled (seed Figure 16). Needs matplotlib
+<table>_throughput.png: per shape, each mode's fastest variant against cuBLAS FP32 / TF32 and Triton (seed 000
+Figure 14). <table>_power.png: GFLOP/s per W of the rows whose power was sampled (seed Figure 16). Needs matplotlib
 (`pip install -e ".[report]"`).
 """
 
@@ -36,7 +36,8 @@ def _label(row) -> str:
     return f"{row['family']} {row['mode']}" if row["family"] in PEERS else f"ours {row['mode']}"
 
 
-def plot(best: pd.DataFrame, out: Path) -> list[Path]:
+def plot(best: pd.DataFrame, out: Path, stem: str) -> list[Path]:
+    """<stem>_throughput.png and <stem>_power.png in `out` (one pair per sweep table)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -61,11 +62,11 @@ def plot(best: pd.DataFrame, out: Path) -> list[Path]:
         return path
 
     title = f"Fastest variant per mode, {best['gpu'].iloc[0]}"
-    written = [line_plot(best, "tflops", "TFLOP/s", title, "o", out / "throughput.png")]
+    written = [line_plot(best, "tflops", "TFLOP/s", title, "o", out / f"{stem}_throughput.png")]
     powered = best[best["watts"].notna()]
     if not powered.empty:
         title = "Energy efficiency (NVML board power, >= 2 s per point)"
-        written.append(line_plot(powered, "gflops_per_watt", "GFLOP/s per W", title, "s", out / "power.png"))
+        written.append(line_plot(powered, "gflops_per_watt", "GFLOP/s per W", title, "s", out / f"{stem}_power.png"))
     return written
 
 
@@ -86,7 +87,9 @@ def main(argv=None) -> int:
         print(best[["shape", "family", "mode", "name", "tflops", "vs_cublas_fp32", "watts"]].to_string(index=False))
     if not args.no_plots:
         try:
-            written = plot(best, args.out or args.table.parent)
+            out = args.out or args.table.parent
+            out.mkdir(parents=True, exist_ok=True)
+            written = plot(best, out, args.table.stem)
         except ImportError:
             print("matplotlib is not installed: pip install -e '.[report]' for the plots", file=sys.stderr)
             return 1

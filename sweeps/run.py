@@ -58,7 +58,7 @@ def _parse_args(argv):
     parser.add_argument("--finalists", type=int, default=5, help="per mode and shape, how many get --repeats calls")
     parser.add_argument("--repeats", type=int, default=15, help="timed calls per peer and finalist row (median)")
     parser.add_argument(
-        "--power-top", type=int, default=3, help="per mode and shape, how many of the fastest get power"
+        "--power-top", type=int, default=1, help="per mode and shape, how many of the fastest get power"
     )
     parser.add_argument("--power-seconds", type=float, default=2.0, help="power sampling window (at least 2 s)")
     parser.add_argument("--tuned-out", type=Path, help="tuned table to write (default cutlass_ext/tuned/<gpu>.csv)")

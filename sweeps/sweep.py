@@ -105,7 +105,8 @@ class Sweep:
         label = "x".join(str(v) for v in shape[:3])
         for config in tqdm(configs, desc=f"measure {label}", unit="variant"):
             run, prepare = measure.kernel_runner(config)
-            measured = measure.measure(config.mode, run, prepare, problem, self.args.screen_repeats, warmup=1)
+            # the gate's call is the warm-up (module load, first launch)
+            measured = measure.measure(config.mode, run, prepare, problem, self.args.screen_repeats, warmup=0)
             self.table.append(self._row(config, config.family, config.mode, config.name, shape, measured))
 
     def _finals(self, problem, shape) -> None:
