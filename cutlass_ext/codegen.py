@@ -37,6 +37,7 @@ def render_instance(config: KernelConfig) -> str:
         inst_n=inst_n,
         inst_k=inst_k,
         stages=config.stages,
+        swizzle=config.swizzle,
         alignment=config.alignment,
         layout_a=_LAYOUT_TYPES[config.layout_a],
         layout_b=_LAYOUT_TYPES[config.layout_b],

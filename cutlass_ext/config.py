@@ -20,11 +20,12 @@ LAYOUTS = ("row", "col")  # how A (m, k) and B (k, n) are stored: unit stride al
 # What the kernel reads: FP32 operands split in registers, or (halfhalf) FP16 hi and lo·2^11 packed in each
 # 32-bit word by a pass over memory before the GEMM (kernels/halfhalf_operands.cuh).
 OPERANDS = ("fp32", "packed")
+SWIZZLES = (1, 2, 4, 8)
 _PACKABLE_MODES = ("halfhalf",)
 _LAYOUT_LETTERS = {layout[0]: layout for layout in LAYOUTS}
 _NAME_PATTERN = re.compile(
     r"(?P<mode>[a-z0-9]+)_(?P<family>sm\d+a?)_(?P<tb>\d+x\d+x\d+)_(?P<warp>\d+x\d+x\d+)"
-    r"_s(?P<stages>\d+)_a(?P<alignment>\d+)(?:_(?P<layouts>[rc]{2}))?(?P<packed>_packed)?"
+    r"_s(?P<stages>\d+)_a(?P<alignment>\d+)(?:_w(?P<swizzle>\d+))?(?:_(?P<layouts>[rc]{2}))?(?P<packed>_packed)?"
 )
 
 
@@ -38,6 +39,9 @@ class KernelConfig:
     layout_a, layout_b: `row` or `col`, how the kernel reads A and B (C is row-major); the name carries them as
     a suffix (`_cr`, `_rc`, `_cc`) unless both are `row`.
     operands: `fp32`, or `packed` (halfhalf only: hi/lo split by a pass over memory; the name ends `_packed`).
+    swizzle: CUTLASS's threadblock swizzle width (GemmIdentityThreadblockSwizzle<N>): N > 1 launches tiles in
+    groups of up to N columns, so that blocks running together share panels of A and B in L2; the name carries
+    `_wN` unless it is 1.
     """
 
     mode: str
@@ -49,6 +53,7 @@ class KernelConfig:
     layout_a: str = "row"
     layout_b: str = "row"
     operands: str = "fp32"
+    swizzle: int = 1
 
     def __post_init__(self):
         if self.mode not in INSTRUCTION_SHAPES:
@@ -64,6 +69,8 @@ class KernelConfig:
         for field in ("layout_a", "layout_b"):
             if getattr(self, field) not in LAYOUTS:
                 raise ValueError(f"{field}={getattr(self, field)!r} is not one of {list(LAYOUTS)}")
+        if self.swizzle not in SWIZZLES:
+            raise ValueError(f"swizzle={self.swizzle!r} must be one of {list(SWIZZLES)}")
         if self.operands not in OPERANDS:
             raise ValueError(f"operands={self.operands!r} is not one of {list(OPERANDS)}")
         if self.operands == "packed" and self.mode not in _PACKABLE_MODES:
@@ -79,7 +86,8 @@ class KernelConfig:
         layouts = "" if self.layout_a == self.layout_b == "row" else f"_{self.layout_a[0]}{self.layout_b[0]}"
         return (
             f"{self.mode}_{self.family}_{tb[0]}x{tb[1]}x{tb[2]}_{warp[0]}x{warp[1]}x{warp[2]}"
-            f"_s{self.stages}_a{self.alignment}{layouts}{'_packed' if self.operands == 'packed' else ''}"
+            f"_s{self.stages}_a{self.alignment}{f'_w{self.swizzle}' if self.swizzle != 1 else ''}{layouts}"
+            f"{'_packed' if self.operands == 'packed' else ''}"
         )
 
     @classmethod
@@ -105,6 +113,7 @@ class KernelConfig:
                 else {}
             ),
             operands="packed" if match["packed"] else "fp32",
+            swizzle=int(match["swizzle"]) if match["swizzle"] else 1,
         )
         if config.name != name:
             raise ValueError(f"{name!r} is not in canonical form; did you mean {config.name!r}?")

@@ -44,7 +44,7 @@ struct ModeMarkidis {
 };
 
 template <typename Mode, typename LayoutA, typename LayoutB, int BlockM, int BlockN, int BlockK, int WarpM, int WarpN,
-          int WarpK, int InstM, int InstN, int InstK, int Stages, int Alignment>
+          int WarpK, int InstM, int InstN, int InstK, int Stages, int Alignment, int Swizzle = 1>
 struct Sm80Gemm {
   using LayoutC = cutlass::layout::RowMajor;
   using Epilogue = cutlass::epilogue::thread::LinearCombination<float, Alignment, float, float>;
@@ -52,7 +52,7 @@ struct Sm80Gemm {
       float, LayoutA, float, LayoutB, float, LayoutC, float, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
       cutlass::gemm::GemmShape<BlockM, BlockN, BlockK>, cutlass::gemm::GemmShape<WarpM, WarpN, WarpK>,
       cutlass::gemm::GemmShape<InstM, InstN, InstK>, Epilogue,
-      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, Stages, Alignment, Alignment,
+      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<Swizzle>, Stages, Alignment, Alignment,
       typename Mode::MathOperator>;
 
   // Slices of K for serial split-K when the output tiles alone leave SMs idle, each keeping at least

@@ -30,11 +30,11 @@ MEASURED = [
     "detail",
 ]
 PROVENANCE = ["gpu", "nvcc", "torch", "date"]
-CONFIG_FIELDS = ["threadblock", "warp", "stages", "alignment", "layout_a", "layout_b", "operands"]
+CONFIG_FIELDS = ["threadblock", "warp", "stages", "alignment", "layout_a", "layout_b", "operands", "swizzle"]
 COLUMNS = MEASURED + PROVENANCE + CONFIG_FIELDS
 KEY = ["name", "m", "n", "k", "batch", "gpu"]
 # Columns added after tables were first written: an older table gains them (empty) when it is opened.
-ADDED_LATER = {"repeats"}
+ADDED_LATER = {"repeats", "swizzle"}
 
 
 def config_columns(config: KernelConfig | None) -> dict:

@@ -70,6 +70,7 @@ def test_the_smallest_table_3_survivors_compile(cache_dir):
         "halfhalf_sm80_16x32x32_16x16x32_s3_a4_packed",  # two mma steps per warp k, the fewest allowed
         "tf32tf32_sm80_16x32x16_16x16x16_s3_a4",  # bn 32 = one 128-B line; warps split k, epilogue map still fits
         "tf32tf32_sm80_16x32x32_16x32x16_s3_a4",  # bk 32 = one 128-B line
+        "halfhalf_sm80_128x128x32_64x32x32_s3_a4_w8_packed",  # a swizzled launch order
     ]
     (result,) = build.build_libraries([tuple(KernelConfig.from_name(n) for n in names)], "90a", verbose=False)
     assert result.error is None, result.error
