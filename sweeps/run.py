@@ -109,8 +109,9 @@ def main(argv=None) -> int:
         f"build {build_seconds:.0f} s, measure {measure_seconds:.0f} s, total {total / 60:.1f} min "
         f"(goal: 15 min cold, 2 min warm); table {sweep.table.path}; tuned table {tuned}"
     )
-    sweep.print_summary()
-    if not args.no_report:
+    if args.no_report:
+        sweep.print_summary()
+    else:  # the report prints the same summary, after the ranked table
         from . import report
 
         report.main([str(sweep.table.path), "--top", "3"])

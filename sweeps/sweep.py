@@ -161,7 +161,7 @@ class Sweep:
                 run, prepare = peer_runs[row["name"]], None
             else:
                 continue  # measured by an earlier run whose variant is not built in this one
-            inputs = prepare(*problem.input_sets[0]) if prepare else problem.input_sets[0]
+            inputs = problem.operands(prepare)[0]
             watts = mean_watts(run, inputs, seconds=self.args.power_seconds)
             frame.loc[index, "watts"] = round(watts, 1)
             frame.loc[index, "gflops_per_watt"] = round(row["tflops"] * 1e3 / watts, 2)
@@ -180,19 +180,11 @@ class Sweep:
         return path
 
     def print_summary(self) -> None:
+        """Each mode's fastest row per shape on this GPU, with its ratio to cuBLAS FP32 (report.best_per_shape)."""
+        from .report import best_per_shape
+
         frame = self.table.frame()
-        frame = frame[(frame["gpu"] == self.gpu) & (frame["status"] == "ok")]
-        best = frame.sort_values("tflops", ascending=False).groupby(["m", "n", "k", "family", "mode"]).head(1)
-        fp32 = best[(best["family"] == "cublas") & (best["mode"] == "fp32")].set_index(["m", "n", "k"])["tflops"]
-        best = best.assign(
-            vs_cublas_fp32=[
-                round(t / fp32.get((m, n, k), float("nan")), 2) for m, n, k, t in best[["m", "n", "k", "tflops"]].values
-            ]
-        )
-        columns = ["m", "n", "k", "family", "mode", "name", "tflops", "relres", "watts", "vs_cublas_fp32"]
+        best = best_per_shape(frame[frame["gpu"] == self.gpu])
+        columns = ["shape", "family", "mode", "name", "tflops", "relres", "watts", "vs_cublas_fp32"]
         with pd.option_context("display.width", 200, "display.max_colwidth", 50):
-            print(
-                best.sort_values(["m", "n", "k", "tflops"], ascending=[True, True, True, False])[columns].to_string(
-                    index=False
-                )
-            )
+            print(best[columns].to_string(index=False))

@@ -212,3 +212,22 @@ def test_the_shipped_h100_table_names_buildable_winners():
     for name in table["name"]:
         config = KernelConfig.from_name(name)
         assert config.operands == ("packed" if config.mode == "halfhalf" else "fp32")
+
+
+def test_a_problems_prepared_operands_are_made_once_per_shape():
+    import torch
+
+    from sweeps.measure import Problem
+
+    sets = [(torch.ones(2, 2), torch.ones(2, 2)), (torch.zeros(2, 2), torch.zeros(2, 2))]
+    problem = Problem(2, 2, 2, 1, sets, torch.ones(2, 2, dtype=torch.float64), 1e-7)
+    calls = []
+
+    def prepare(a, b):
+        calls.append(1)
+        return a + 1, b + 1
+
+    first = problem.operands(prepare)
+    assert problem.operands(prepare) is first and len(calls) == len(sets)  # every packed variant shares them
+    assert torch.equal(first[1][0], torch.ones(2, 2))
+    assert problem.operands(None) is sets
