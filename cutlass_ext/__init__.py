@@ -3,12 +3,26 @@
 import cutlass_ext as ext
 c = ext.gemm(a, b, mode="tf32tf32")      # FP32 accuracy on the Tensor Cores
 layer = ext.nn.Linear(1024, 1024, mode="halfhalf")
+a8, scale_a = ext.quantize_fp8(x, granularity="row")
+y = ext.gemm_fp8(a8, w8, scale_a, scale_w)  # FP8 on Hopper, y ≈ x @ w.T in bf16
 """
 
 from . import nn, numerics
 from .config import KernelConfig
+from .fp8 import gemm_fp8, quantize_fp8
+from .fp8_config import Fp8Config
 from .gemm import MODES, gemm
 from .tuned import set_tuned_table
 
-__all__ = ["MODES", "KernelConfig", "gemm", "nn", "numerics", "set_tuned_table"]
+__all__ = [
+    "MODES",
+    "Fp8Config",
+    "KernelConfig",
+    "gemm",
+    "gemm_fp8",
+    "nn",
+    "numerics",
+    "quantize_fp8",
+    "set_tuned_table",
+]
 __version__ = "0.1.0"

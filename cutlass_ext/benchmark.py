@@ -32,6 +32,32 @@ def median_time_us(run, input_sets: list, warmup: int = 5, repeats: int = 30) ->
     return statistics.median(times)
 
 
+def graph_time_us(run, input_sets: list, calls: int = 20, repeats: int = 10) -> float:
+    """Median time of one call when `calls` calls (cycling through the input sets) replay from one CUDA graph:
+    the GPU's time without the host's launch gaps (seed 003 section 5)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for inputs in input_sets[:2]:
+            run(*inputs)  # warm-up off the capture: builds, autotuning and workspace allocations happen here
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            run(*input_sets[i % len(input_sets)])
+    graph.replay()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / calls)
+    del graph
+    return statistics.median(times)
+
+
 def environment(device=None) -> dict:
     """Where a measurement was taken: the columns every results CSV carries."""
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from string import Template
 
 from .config import KernelConfig
+from .fp8_config import Fp8Config
 from .toolchain import kernels_dir
 
 _LAYOUT_TYPES = {"row": "RowMajor", "col": "ColumnMajor"}
@@ -44,14 +45,49 @@ def render_instance(config: KernelConfig) -> str:
     )
 
 
-def render_library(configs: list[KernelConfig]) -> str:
+_FP8_ELEMENTS = {
+    "e4m3": "cutlass::float_e4m3_t",
+    "e5m2": "cutlass::float_e5m2_t",
+    "bf16": "cutlass::bfloat16_t",
+    "fp16": "cutlass::half_t",
+    "fp32": "float",
+}
+_FP8_SCHEDULES = {"cooperative": "ScheduleCooperative", "pingpong": "SchedulePingpong"}
+_FP8_DECOMPOSITIONS = {"persistent": "DecomposePersistent", "streamk": "DecomposeStreamK", "splitk": "DecomposeSplitK"}
+
+
+def render_fp8_instance(config: Fp8Config) -> str:
+    (tile_m, tile_n, tile_k), (cluster_m, cluster_n) = config.tile, config.cluster
+    return _template("sm90_fp8_gemm_instance.in").substitute(
+        name=config.name,
+        element_a=_FP8_ELEMENTS[config.a_dtype],
+        element_b=_FP8_ELEMENTS[config.b_dtype],
+        element_d=_FP8_ELEMENTS[config.out_dtype],
+        tile_m=tile_m,
+        tile_n=tile_n,
+        tile_k=tile_k,
+        cluster_m=cluster_m,
+        cluster_n=cluster_n,
+        schedule=_FP8_SCHEDULES[config.schedule],
+        fast_accum="true" if config.accum == "fast" else "false",
+        decomposition=_FP8_DECOMPOSITIONS[config.scheduler],
+        splits=config.splits,
+    )
+
+
+# family -> (library template, instance renderer)
+_FAMILIES = {"sm80": ("sm80_gemm.cu.in", render_instance), "sm90_fp8": ("sm90_fp8_gemm.cu.in", render_fp8_instance)}
+
+
+def render_library(configs: list[KernelConfig | Fp8Config]) -> str:
     """One translation unit exporting a launcher per config (several per unit amortise header parsing)."""
     if not configs:
-        raise ValueError("configs must name at least one KernelConfig")
+        raise ValueError("configs must name at least one kernel config")
     families = {c.family for c in configs}
-    if families != {"sm80"}:
-        raise ValueError(f"one translation unit holds one family; got {sorted(families)}")
-    return _template("sm80_gemm.cu.in").substitute(
+    if len(families) != 1 or not families <= set(_FAMILIES):
+        raise ValueError(f"one translation unit holds one family of {sorted(_FAMILIES)}; got {sorted(families)}")
+    library_template, render = _FAMILIES[families.pop()]
+    return _template(library_template).substitute(
         names=", ".join(c.name for c in configs),
-        instances="".join(render_instance(c) for c in configs),
+        instances="".join(render(c) for c in configs),
     )

@@ -266,6 +266,24 @@ def exp_rand(
     return values.to(device) if device is not None else values
 
 
+def dequantized_product(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor | float,
+    scale_b: torch.Tensor | float,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """FP64 reference of an FP8 GEMM: (a · scale_a) @ (b · scale_b)ᵀ + bias with a (M, K) and b (N, K) in any
+    FP8 format; a scale is one value or one per row of its operand (any shape holding M or N values)."""
+
+    def dequantized(x, scale):
+        scale = torch.as_tensor(scale, dtype=torch.float64, device=x.device)
+        return x.double() * (scale.reshape(-1, 1) if scale.numel() > 1 else scale.reshape(()))
+
+    product = dequantized(a, scale_a) @ dequantized(b, scale_b).T
+    return product if bias is None else product + bias.double()
+
+
 def relative_residual(c: torch.Tensor, ref: torch.Tensor) -> float:
     """‖c − ref‖_F / ‖ref‖_F computed in float64 (seed eq. 7)."""
     if c.shape != ref.shape:

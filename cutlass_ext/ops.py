@@ -8,7 +8,6 @@ from __future__ import annotations
 import torch
 
 from . import registry
-from .config import KernelConfig
 
 _library = torch.library.Library("cutlass_ext", "DEF")
 # variants: kernel variant names in order of preference; the first that can run the problem runs it.
@@ -17,19 +16,35 @@ _library.define("gemm(Tensor a, Tensor b, str[] variants) -> Tensor")
 # packed per 32-bit word (float32-typed, row-major whatever x's strides); and c·2^-(row_shift + column_shift).
 _library.define("halfhalf_pack(Tensor x, Tensor shift) -> Tensor")
 _library.define("halfhalf_unscale(Tensor c, Tensor row_shift, Tensor column_shift) -> Tensor")
+# FP8 (sm90a): a (m, k) and b (n, k) K-major; scales of 1 value (per tensor) or m / n values (per row); bias (n).
+_library.define(
+    "gemm_fp8(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, ScalarType out_dtype, "
+    "str[] variants) -> Tensor"
+)
 
 
 @torch.library.register_fake("cutlass_ext::gemm")
 def _gemm_fake(a: torch.Tensor, b: torch.Tensor, variants: list[str]) -> torch.Tensor:
     # A compiled graph calls the real op later: have its kernels ready by then.
     if torch.cuda.is_available():
-        registry.ensure_registered([KernelConfig.from_name(name) for name in variants], a.device)
+        registry.ensure_names_registered(variants, a.device)
     batch = a.shape[:-2] or b.shape[:-2]
     return a.new_empty((*batch, a.shape[-2], b.shape[-1]))
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, variants: list[str]) -> torch.Tensor:
     return torch.ops.cutlass_ext.gemm(a, b, variants)
+
+
+@torch.library.register_fake("cutlass_ext::gemm_fp8")
+def _gemm_fp8_fake(a, b, scale_a, scale_b, bias, out_dtype, variants):
+    if torch.cuda.is_available():
+        registry.ensure_names_registered(variants, a.device)
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
+
+
+def gemm_fp8(a, b, scale_a, scale_b, bias, out_dtype: torch.dtype, variants: list[str]) -> torch.Tensor:
+    return torch.ops.cutlass_ext.gemm_fp8(a, b, scale_a, scale_b, bias, out_dtype, variants)
 
 
 @torch.library.register_fake("cutlass_ext::halfhalf_pack")

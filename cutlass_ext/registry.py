@@ -6,8 +6,7 @@ import threading
 
 import torch
 
-from . import toolchain
-from .config import KernelConfig
+from . import toolchain, variants
 
 _lock = threading.Lock()
 _binding = None
@@ -27,10 +26,10 @@ def binding():
 def ensure_names_registered(names: list[str], device: torch.device) -> None:
     """ensure_registered by variant names (parsed only when one is missing)."""
     if not all(name in _registered for name in names):
-        ensure_registered([KernelConfig.from_name(name) for name in names], device)
+        ensure_registered([variants.from_name(name) for name in names], device)
 
 
-def ensure_registered(configs: list[KernelConfig], device: torch.device) -> None:
+def ensure_registered(configs: list, device: torch.device) -> None:
     """Build what the cache lacks and load every variant in `configs` for `device`'s arch (cheap once done)."""
     if all(c.name in _registered for c in configs):
         return
@@ -50,7 +49,7 @@ def ensure_registered(configs: list[KernelConfig], device: torch.device) -> None
             _registered.add(name)
 
 
-def register_library(configs: list[KernelConfig], library) -> None:
+def register_library(configs: list, library) -> None:
     """Load variants from a library built elsewhere (the sweep builds several variants per library)."""
     module = binding()
     with _lock:

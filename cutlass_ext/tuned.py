@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import variants
 from .config import DEFAULT_OPERANDS, KernelConfig
 
 TUNED_DIR = Path(__file__).resolve().parent / "tuned"
@@ -97,7 +98,7 @@ def _entries(gpu_name: str) -> list[tuple] | None:
 MAX_RATIO = 4.0
 
 
-def lookup(gpu_name: str, mode: str, m: int, n: int, k: int) -> KernelConfig | None:
+def lookup(gpu_name: str, mode: str, m: int, n: int, k: int):
     """The tuned variant for the nearest shape of `mode` within MAX_RATIO per dimension, if this GPU has one."""
     key = (gpu_name, mode, m, n, k)
     if key not in _chosen:
@@ -105,7 +106,7 @@ def lookup(gpu_name: str, mode: str, m: int, n: int, k: int) -> KernelConfig | N
     return _chosen[key]
 
 
-def _nearest(gpu_name: str, mode: str, m: int, n: int, k: int) -> KernelConfig | None:
+def _nearest(gpu_name: str, mode: str, m: int, n: int, k: int):
 
     def gaps(entry):
         return [abs(math.log2(max(a, 1)) - math.log2(max(b, 1))) for a, b in zip(entry[1:4], (m, n, k))]
@@ -114,14 +115,16 @@ def _nearest(gpu_name: str, mode: str, m: int, n: int, k: int) -> KernelConfig |
     entries = [e for e in (_entries(gpu_name) or []) if e[0] == mode and max(gaps(e)) <= limit]
     if not entries:
         return None
-    config = KernelConfig.from_name(min(entries, key=lambda e: sum(gaps(e)))[4])
+    config = variants.from_name(min(entries, key=lambda e: sum(gaps(e)))[4])
     # the mode's operand format is fixed by its pipeline (halfhalf packs): a table for another is not for us
-    return config if config.operands == DEFAULT_OPERANDS.get(mode, "fp32") else None
+    if isinstance(config, KernelConfig) and config.operands != DEFAULT_OPERANDS.get(mode, "fp32"):
+        return None
+    return config
 
 
-def shipped_configs() -> list[KernelConfig]:
+def shipped_configs() -> list:
     """Every variant named by a shipped table (what `--prebuild` builds besides the defaults)."""
     configs = []
     for path in sorted(TUNED_DIR.glob("*.csv")):
-        configs.extend(KernelConfig.from_name(name) for name in pd.read_csv(path)["name"])
+        configs.extend(variants.from_name(name) for name in pd.read_csv(path)["name"])
     return list(dict.fromkeys(configs))

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CUTLASS_EXT_ABI_VERSION 4
+#define CUTLASS_EXT_ABI_VERSION 5
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,6 +67,31 @@ typedef struct {
 // Both return 0 or a cudaError_t.
 typedef int (*cutlass_ext_halfhalf_pack_fn)(const cutlass_ext_pack_args* args, void* cuda_stream);
 typedef int (*cutlass_ext_halfhalf_unscale_fn)(const cutlass_ext_unscale_args* args, void* cuda_stream);
+
+// FP8 GEMM (sm90a): D = scale_a · scale_b · A·Bᵀ + bias, A (m, k) and B (n, k) row-major FP8, D (m, n)
+// row-major; lda, ldb, ldd are row strides in elements. A scale is one float (per tensor) or, where its
+// `rowwise` flag is set, a contiguous vector: m floats for scale_a, n for scale_b. bias: n elements of D's type,
+// or null. device, sm_count: the GPU the launch runs on and its SM count (the persistent grid's size).
+typedef struct {
+  int64_t m, n, k;
+  const void* a;
+  int64_t lda;
+  const void* b;
+  int64_t ldb;
+  void* d;
+  int64_t ldd;
+  const float* scale_a;
+  int32_t scale_a_rowwise;
+  const float* scale_b;
+  int32_t scale_b_rowwise;
+  const void* bias;
+  int32_t device, sm_count;
+} cutlass_ext_fp8_args;
+
+// Every FP8 variant `<name>` exports `<name>_fp8_can_implement`, `_fp8_workspace_size` and `_fp8_run`.
+typedef int (*cutlass_ext_fp8_can_implement_fn)(const cutlass_ext_fp8_args*);
+typedef size_t (*cutlass_ext_fp8_workspace_size_fn)(const cutlass_ext_fp8_args*);
+typedef int (*cutlass_ext_fp8_run_fn)(const cutlass_ext_fp8_args*, void* workspace, void* cuda_stream);
 
 #ifdef __cplusplus
 }

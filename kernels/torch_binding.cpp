@@ -25,8 +25,18 @@ struct Variant {
   cutlass_ext_status_string_fn status_string;
 };
 
+// An FP8 variant (kernels/sm90_fp8_gemm.cuh).
+struct Fp8Variant {
+  std::string library;
+  cutlass_ext_fp8_can_implement_fn can_implement;
+  cutlass_ext_fp8_workspace_size_fn workspace_size;
+  cutlass_ext_fp8_run_fn run;
+  cutlass_ext_status_string_fn status_string;
+};
+
 std::mutex registry_mutex;
 std::unordered_map<std::string, Variant> registry;
+std::unordered_map<std::string, Fp8Variant> fp8_registry;
 // halfhalf's operand passes; every kernel library exports them, the first one loaded serves.
 cutlass_ext_halfhalf_pack_fn halfhalf_pack_launcher = nullptr;
 cutlass_ext_halfhalf_unscale_fn halfhalf_unscale_launcher = nullptr;
@@ -38,16 +48,29 @@ Fn find_symbol(void* handle, const std::string& symbol, const std::string& libra
   return reinterpret_cast<Fn>(address);
 }
 
-// Loads `library` (once per process) and records the launchers of variant `name` it exports.
+// Loads `library` (once per process) and records the launchers of variant `name` it exports: an FP8 variant
+// if the library exports `<name>_fp8_run`, an FP32 GEMM variant otherwise.
 void register_variant(const std::string& name, const std::string& library) {
   std::lock_guard<std::mutex> lock(registry_mutex);
   auto found = registry.find(name);
   if (found != registry.end() && found->second.library == library) return;
+  auto found_fp8 = fp8_registry.find(name);
+  if (found_fp8 != fp8_registry.end() && found_fp8->second.library == library) return;
   void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   TORCH_CHECK(handle != nullptr, "cannot load kernel library ", library, ": ", dlerror());
   auto abi_version = find_symbol<cutlass_ext_abi_version_fn>(handle, "cutlass_ext_abi_version", library);
   TORCH_CHECK(abi_version() == CUTLASS_EXT_ABI_VERSION, "kernel library ", library, " has launcher ABI ",
               abi_version(), "; this binding speaks ", CUTLASS_EXT_ABI_VERSION, ": rebuild it");
+  if (dlsym(handle, (name + "_fp8_run").c_str()) != nullptr) {
+    fp8_registry[name] = Fp8Variant{
+        library,
+        find_symbol<cutlass_ext_fp8_can_implement_fn>(handle, name + "_fp8_can_implement", library),
+        find_symbol<cutlass_ext_fp8_workspace_size_fn>(handle, name + "_fp8_workspace_size", library),
+        find_symbol<cutlass_ext_fp8_run_fn>(handle, name + "_fp8_run", library),
+        find_symbol<cutlass_ext_status_string_fn>(handle, "cutlass_ext_status_string", library),
+    };
+    return;
+  }
   if (halfhalf_pack_launcher == nullptr) {
     halfhalf_pack_launcher = find_symbol<cutlass_ext_halfhalf_pack_fn>(handle, "cutlass_ext_halfhalf_pack", library);
     halfhalf_unscale_launcher =
@@ -67,6 +90,7 @@ std::vector<std::string> registered_variants() {
   std::lock_guard<std::mutex> lock(registry_mutex);
   std::vector<std::string> names;
   for (const auto& entry : registry) names.push_back(entry.first);
+  for (const auto& entry : fp8_registry) names.push_back(entry.first);
   return names;
 }
 
@@ -154,6 +178,85 @@ at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::vector<std::
               b.sizes(), " product with strides ", a.strides(), " and ", b.strides());
 }
 
+// The persistent kernels' grid size; asked of the runtime once per device.
+int sm_count(int device) {
+  static std::mutex mutex;
+  static std::unordered_map<int, int> counts;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = counts.find(device);
+  if (found != counts.end()) return found->second;
+  int count = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return counts[device] = count;
+}
+
+Fp8Variant lookup_fp8(const std::string& name) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto found = fp8_registry.find(name);
+  TORCH_CHECK(found != fp8_registry.end(), "FP8 kernel variant ", name,
+              " is not registered in this process; cutlass_ext.gemm_fp8 builds and registers it");
+  return found->second;
+}
+
+// D (m, n) = scale_a · scale_b · a (m, k) · b (n, k)ᵀ + bias for FP8 a and b with unit stride along K. A scale
+// with one element is per tensor; with m (scale_a) or n (scale_b) elements, per row of a or b. cutlass_ext.fp8
+// has checked dtypes, shapes and layouts and names the bad argument; these checks only guard the launch.
+at::Tensor gemm_fp8_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                         const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
+                         std::vector<std::string> variants) {
+  TORCH_CHECK(a.is_cuda() && b.device() == a.device() && scale_a.device() == a.device() &&
+                  scale_b.device() == a.device() && (!bias || bias->device() == a.device()),
+              "a, b, scale_a, scale_b and bias must be on one CUDA device");
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(1), "a (m, k) and b (n, k) must be 2-D with one k");
+  TORCH_CHECK(a.stride(1) == 1 && b.stride(1) == 1, "a and b must have unit stride along k");
+  TORCH_CHECK(scale_a.scalar_type() == at::kFloat && scale_b.scalar_type() == at::kFloat &&
+                  scale_a.is_contiguous() && scale_b.is_contiguous(),
+              "scale_a and scale_b must be contiguous float32");
+  const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
+  TORCH_CHECK(scale_a.numel() == 1 || scale_a.numel() == m, "scale_a must hold 1 or m values");
+  TORCH_CHECK(scale_b.numel() == 1 || scale_b.numel() == n, "scale_b must hold 1 or n values");
+  TORCH_CHECK(!bias || (bias->scalar_type() == out_dtype && bias->numel() == n && bias->is_contiguous()),
+              "bias must be a contiguous vector of n values of the output dtype");
+  c10::cuda::CUDAGuard device_guard(a.device());
+  at::Tensor d = at::empty({m, n}, a.options().dtype(out_dtype));
+  if (m == 0 || n == 0) return d;
+  if (k == 0) {
+    d.zero_();
+    return bias ? d.add_(*bias) : d;
+  }
+  const int device = a.get_device();
+  cutlass_ext_fp8_args args{};
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.a = a.data_ptr();
+  args.lda = m > 1 ? a.stride(0) : k;
+  args.b = b.data_ptr();
+  args.ldb = n > 1 ? b.stride(0) : k;
+  args.d = d.data_ptr();
+  args.ldd = n;
+  args.scale_a = scale_a.data_ptr<float>();
+  args.scale_a_rowwise = scale_a.numel() != 1;
+  args.scale_b = scale_b.data_ptr<float>();
+  args.scale_b_rowwise = scale_b.numel() != 1;
+  args.bias = bias ? bias->data_ptr() : nullptr;
+  args.device = device;
+  args.sm_count = sm_count(device);
+  for (const auto& name : variants) {
+    Fp8Variant variant = lookup_fp8(name);
+    if (variant.can_implement(&args) != 0) continue;
+    size_t workspace_bytes = variant.workspace_size(&args);
+    at::Tensor workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, a.options().dtype(at::kByte));
+    int status = variant.run(&args, workspace_bytes ? workspace.data_ptr() : nullptr,
+                             c10::cuda::getCurrentCUDAStream().stream());
+    TORCH_CHECK(status == 0, "kernel ", name, " failed: ", variant.status_string(status));
+    return d;
+  }
+  TORCH_CHECK(false, "none of the FP8 kernel variants ", c10::Join(", ", variants), " can run a ", a.sizes(), " x ",
+              b.sizes(), "^T product with row strides ", args.lda, " and ", args.ldb,
+              " (TMA needs 16-byte aligned rows: k a multiple of 16, n of 16 / the output's element size)");
+}
+
 template <typename Launcher>
 Launcher loaded(Launcher launcher) {
   std::lock_guard<std::mutex> lock(registry_mutex);
@@ -230,6 +333,7 @@ at::Tensor halfhalf_unscale_cuda(const at::Tensor& c, const at::Tensor& row_shif
 
 TORCH_LIBRARY_IMPL(cutlass_ext, CUDA, m) {
   m.impl("gemm", &gemm_cuda);
+  m.impl("gemm_fp8", &gemm_fp8_cuda);
   m.impl("halfhalf_pack", &halfhalf_pack_cuda);
   m.impl("halfhalf_unscale", &halfhalf_unscale_cuda);
 }

@@ -191,14 +191,23 @@ class FilterResult:
     counts: Counter  # rule name -> configs it removed
 
 
-def apply_rules(configs: list[KernelConfig], limits: DeviceLimits) -> FilterResult:
+def rules_for(family: str) -> tuple[Rule, ...]:
+    """The rules of a kernel family: these for the sm80 family, sweeps/filters_fp8.py's for sm90_fp8."""
+    if family == "sm90_fp8":
+        from .filters_fp8 import RULES as FP8_RULES
+
+        return FP8_RULES
+    return RULES
+
+
+def apply_rules(configs: list, limits: DeviceLimits, rules: tuple[Rule, ...] = RULES) -> FilterResult:
     survivors, removed = [], {}
     for config in configs:
-        rule = next((r for r in RULES if r.removes(config, limits)), None)
+        rule = next((r for r in rules if r.removes(config, limits)), None)
         if rule is None:
             survivors.append(config)
         else:
             removed[config] = rule.name
-    counts = Counter({rule.name: 0 for rule in RULES})
+    counts = Counter({rule.name: 0 for rule in rules})
     counts.update(removed.values())
     return FilterResult(survivors, removed, counts)

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from cutlass_ext import benchmark, numerics, ops, peers, scaling
+from cutlass_ext import benchmark, numerics, ops, scaling
+from cutlass_ext import peers as peers_module
 from cutlass_ext.config import KernelConfig
 
 # seed 000 section 3.5.1, its third filter: variants whose relres exceeds this are broken, not just inaccurate
@@ -47,6 +48,12 @@ class Problem:
     def flops(self) -> float:
         return 2.0 * self.m * self.n * self.k * self.batch
 
+    def relres(self, output: torch.Tensor) -> float:
+        return numerics.relative_residual(output, self.reference)
+
+    def gate(self, mode: str, relres: float) -> tuple[str, str]:
+        return gate(mode, relres, self)
+
 
 def make_problem(m: int, n: int, k: int, batch: int = 1, seed: int = 0) -> Problem:
     """urand(-1, 1) operands, fresh per shape and seed; batch > 1 gives 3-D operands."""
@@ -60,7 +67,7 @@ def make_problem(m: int, n: int, k: int, batch: int = 1, seed: int = 0) -> Probl
     input_sets = [(draw(m, k), draw(k, n)) for _ in range(benchmark.rotation_count(bytes_per_set))]
     a, b = input_sets[0]
     reference = a.double() @ b.double()
-    cublas_relres = numerics.relative_residual(peers.cublas("ieee")(a, b), reference)
+    cublas_relres = numerics.relative_residual(peers_module.cublas("ieee")(a, b), reference)
     return Problem(m, n, k, batch, input_sets, reference, cublas_relres)
 
 
@@ -71,6 +78,15 @@ def kernel_runner(config: KernelConfig):
         return ops.gemm(a, b, [config.name])
 
     return run, (scaling.packed_unscaled if config.operands == "packed" else None)
+
+
+def peers(problem: Problem, repeats: int):
+    """(family, mode, name, run) of the peers every variant of the shape is compared with."""
+    yield "cublas", "fp32", "torch.matmul ieee", peers_module.cublas("ieee")
+    yield "cublas", "tf32", "torch.matmul tf32", peers_module.cublas("tf32")
+    if problem.batch == 1:
+        name, run = peers_module.triton_tf32x3(problem.input_sets, repeats)
+        yield "triton", "tf32x3", "triton " + name, run
 
 
 def gate(mode: str, relres: float, problem: Problem) -> tuple[str, str]:
@@ -88,10 +104,10 @@ def measure(mode: str, run, prepare, problem: Problem, repeats: int, warmup: int
     """The measured columns of one row: relres and gate, then (if it passed) time and TFLOP/s over `repeats`."""
     sets = problem.operands(prepare)
     try:
-        relres = numerics.relative_residual(run(*sets[0]), problem.reference)
+        relres = problem.relres(run(*sets[0]))
     except RuntimeError as error:  # the variant cannot run this problem (alignment, shape, registers)
         return {"status": "cannot_run", "detail": str(error).splitlines()[0][:200]}
-    status, detail = gate(mode, relres, problem)
+    status, detail = problem.gate(mode, relres)
     row = {"relres": relres, "status": status, "detail": detail}
     if status == "ok":
         row.update(timed(run, sets, problem, repeats, warmup))

@@ -17,12 +17,16 @@ PEERS = ("cublas", "triton")
 
 
 def best_per_shape(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per (shape, family, mode) the fastest row that passed the gate, with its ratio to cuBLAS FP32."""
+    """Per (shape, family, mode) the fastest row that passed the gate, with its ratios to cuBLAS FP32 and to
+    cuBLAS in the same mode (FP8: torch._scaled_mm with the same accumulation)."""
     ok = frame[frame["status"] == "ok"].copy()
     ok["shape"] = ok["m"].astype(str) + "x" + ok["n"].astype(str) + "x" + ok["k"].astype(str)
     best = ok.sort_values("tflops", ascending=False).groupby(["shape", "family", "mode"]).head(1)
     fp32 = best[(best["family"] == "cublas") & (best["mode"] == "fp32")].set_index("shape")["tflops"]
     best["vs_cublas_fp32"] = (best["tflops"] / best["shape"].map(fp32)).round(2)
+    cublas = best[best["family"] == "cublas"].set_index(["shape", "mode"])["tflops"]
+    same_mode = pd.Series(list(zip(best["shape"], best["mode"])), index=best.index).map(cublas)
+    best["vs_cublas"] = (best["tflops"] / same_mode).round(2)
     best["size"] = (best["m"] * best["n"] * best["k"]) ** (1 / 3)
     return best.sort_values(["size", "tflops"], ascending=[True, False])
 
@@ -84,7 +88,8 @@ def main(argv=None) -> int:
         print(ranked(frame, args.top)[columns].to_string(index=False))
         best = best_per_shape(frame)
         print("\nfastest per shape and mode:")
-        print(best[["shape", "family", "mode", "name", "tflops", "vs_cublas_fp32", "watts"]].to_string(index=False))
+        columns = ["shape", "family", "mode", "name", "tflops", "vs_cublas_fp32", "vs_cublas", "watts"]
+        print(best[columns].to_string(index=False))
     if not args.no_plots:
         try:
             out = args.out or args.table.parent

@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from . import filters
-from .space import SpaceError, load_shapes, load_space
+from .space import SpaceError, default_shapes, load_shapes, load_space
 
 DEFAULT_SHAPES = Path(__file__).resolve().parents[1] / "configs" / "shapes_sweep.yaml"
 
@@ -45,7 +45,10 @@ def _parse_args(argv):
         prog="python -m sweeps.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("space", help="a sweep space YAML file (configs/*.yaml)")
-    parser.add_argument("--shapes", default=str(DEFAULT_SHAPES), help="a shape set YAML file (configs/shapes_*.yaml)")
+    parser.add_argument(
+        "--shapes",
+        help="a shape set YAML file (configs/shapes_*.yaml); default: the one the space names, else shapes_sweep.yaml",
+    )
     parser.add_argument("--arch", help="target arch for --dry-run without a GPU, e.g. 80 or 90a")
     parser.add_argument("--dry-run", action="store_true", help="list what would be built and measured, no GPU")
     parser.add_argument("--list", action="store_true", help="with --dry-run: print every surviving variant name")
@@ -71,18 +74,20 @@ def main(argv=None) -> int:
     args = _parse_args(argv)
     try:
         configs = load_space(args.space)
+        args.shapes = args.shapes or str(default_shapes(args.space) or DEFAULT_SHAPES)
         shapes = load_shapes(args.shapes)
     except SpaceError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     limits = _limits(args.arch if args.dry_run or args.arch else None)
-    result = filters.apply_rules(configs, limits)
+    rules = filters.rules_for(configs[0].family)
+    result = filters.apply_rules(configs, limits, rules)
 
     print(
         f"{args.space}: {len(configs)} configs for sm_{limits.arch} "
         f"(opt-in shared memory {limits.shared_memory_bytes} B)"
     )
-    for rule in filters.RULES:
+    for rule in rules:
         print(f"  {rule.name:34s} removed {result.counts[rule.name]:5d}   {rule.why}")
     survivors = result.survivors
     per_mode = Counter(c.mode for c in survivors)

@@ -11,6 +11,18 @@ A space file:
       stages: [3, 4]
       alignment: [4]
 
+An FP8 space (family sm90_fp8, Fp8Config fields; modes fp8_fast / fp8_promoted set `accum`):
+
+    family: sm90_fp8
+    modes: [fp8_fast, fp8_promoted]
+    space:
+      tile: {m: [64, 128], n: [128, 256], k: [128]}
+      cluster: {m: [1, 2], n: [1]}
+      schedule: [cooperative, pingpong]
+      scheduler: [persistent, streamk, splitk]
+      splits: [2, 4]          # taken by scheduler splitk only (the others run unsplit)
+      out_dtype: [bf16]       # a_dtype, b_dtype, out_dtype default to e4m3, e4m3, bf16
+
 A shape file: `shapes: [[m, n, k], [m, n, k, batch], ...]`. Errors name the file, the key and the bad value.
 """
 
@@ -22,6 +34,7 @@ from pathlib import Path
 
 import yaml
 
+from cutlass_ext import fp8_config
 from cutlass_ext.config import DEFAULT_OPERANDS, FAMILIES, INSTRUCTION_SHAPES, LAYOUTS, OPERANDS, KernelConfig
 
 _TUPLE_FIELDS = ("threadblock", "warp")
@@ -31,7 +44,7 @@ _SCALAR_FIELDS = tuple(
     for f in dataclasses.fields(KernelConfig)
     if f.name not in _TUPLE_FIELDS + ("mode", "family") + tuple(_CHOICE_FIELDS)
 )
-_TOP_LEVEL_KEYS = {"description", "family", "modes", "space"}
+_TOP_LEVEL_KEYS = {"description", "family", "modes", "space", "shapes"}
 
 
 class SpaceError(ValueError):
@@ -67,8 +80,10 @@ def load_space(path: str | Path) -> list[KernelConfig]:
     if unknown:
         raise SpaceError(f"{path}: unknown key(s) {sorted(unknown)}; expected {sorted(_TOP_LEVEL_KEYS)}")
     family = document.get("family")
+    if family == fp8_config.FAMILY:
+        return _load_fp8_space(path, document)
     if family not in FAMILIES:
-        raise SpaceError(f"{path}: family: {family!r} is not one of {list(FAMILIES)}")
+        raise SpaceError(f"{path}: family: {family!r} is not one of {list(FAMILIES) + [fp8_config.FAMILY]}")
     modes = document.get("modes")
     if not isinstance(modes, list) or not modes:
         raise SpaceError(f"{path}: modes: expected a non-empty list, got {modes!r}")
@@ -107,6 +122,77 @@ def load_space(path: str | Path) -> list[KernelConfig]:
             except ValueError as error:
                 raise SpaceError(f"{path}: {error}") from error
     return configs
+
+
+_FP8_CHOICES = {
+    "a_dtype": list(fp8_config.FP8_DTYPES),
+    "b_dtype": list(fp8_config.FP8_DTYPES),
+    "out_dtype": list(fp8_config.OUT_DTYPES),
+    "schedule": list(fp8_config.SCHEDULES),
+    "scheduler": list(fp8_config.SCHEDULERS),
+}
+_FP8_TUPLES = {"tile": "mnk", "cluster": "mn"}
+_FP8_MODES = {f"fp8_{accum}": accum for accum in fp8_config.ACCUMULATIONS}
+
+
+def _load_fp8_space(path: Path, document: dict) -> list:
+    modes = document.get("modes")
+    if not isinstance(modes, list) or not modes or any(mode not in _FP8_MODES for mode in modes):
+        raise SpaceError(f"{path}: modes: expected a non-empty list of {list(_FP8_MODES)}, got {modes!r}")
+    unknown = set(document) - _TOP_LEVEL_KEYS
+    if unknown:
+        raise SpaceError(f"{path}: unknown key(s) {sorted(unknown)}; expected {sorted(_TOP_LEVEL_KEYS)}")
+    space = document.get("space")
+    if not isinstance(space, dict):
+        raise SpaceError(f"{path}: space: expected a mapping of Fp8Config fields to lists, got {space!r}")
+    axes: dict[str, list] = {}
+    splits = [1]
+    for key, values in space.items():
+        if key in _FP8_TUPLES:
+            dims = _FP8_TUPLES[key]
+            if not isinstance(values, dict) or set(values) != set(dims):
+                raise SpaceError(f"{path}: space.{key}: expected {{{', '.join(f'{d}: [...]' for d in dims)}}}")
+            axes[key] = list(itertools.product(*(_positive_ints(path, f"space.{key}.{d}", values[d]) for d in dims)))
+        elif key in _FP8_CHOICES:
+            if not isinstance(values, list) or not values or any(v not in _FP8_CHOICES[key] for v in values):
+                raise SpaceError(
+                    f"{path}: space.{key}: expected a non-empty list of {_FP8_CHOICES[key]}, got {values!r}"
+                )
+            axes[key] = values
+        elif key == "splits":
+            splits = _positive_ints(path, "space.splits", values)
+        else:
+            fields = sorted([*_FP8_TUPLES, *_FP8_CHOICES, "splits"])
+            raise SpaceError(f"{path}: space.{key}: not an Fp8Config field; expected one of {fields}")
+    names = list(axes)
+    configs = []
+    for mode in modes:
+        for values in itertools.product(*(axes[name] for name in names)):
+            fields = dict(zip(names, values), accum=_FP8_MODES[mode])
+            # only split-K takes a number of splits; the other schedulers run unsplit
+            split_choices = [s for s in splits if s > 1] if fields.get("scheduler") == "splitk" else [1]
+            for split in split_choices:
+                try:
+                    configs.append(fp8_config.Fp8Config(**fields, splits=split))
+                except ValueError as error:
+                    raise SpaceError(f"{path}: {error}") from error
+    return configs
+
+
+def family_of(path: str | Path) -> str:
+    """The `family` a space file names (checked by load_space)."""
+    return _read(Path(path)).get("family")
+
+
+def default_shapes(path: str | Path) -> Path | None:
+    """The shape file a space names with `shapes: FILE` (relative to the space file), if it names one."""
+    path = Path(path)
+    named = _read(path).get("shapes")
+    if named is None:
+        return None
+    if not isinstance(named, str) or not (path.parent / named).is_file():
+        raise SpaceError(f"{path}: shapes: {named!r} is not a shape file beside the space file")
+    return path.parent / named
 
 
 def load_shapes(path: str | Path) -> list[tuple[int, int, int, int]]:

@@ -11,12 +11,15 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from cutlass_ext import benchmark, peers, registry, tuned
-from cutlass_ext.config import KernelConfig
+from cutlass_ext import benchmark, registry, tuned
 
-from . import build_stage, measure
+from . import build_stage, measure, measure_fp8
 from .power import mean_watts
-from .table import ResumableTable, config_columns
+from .space import family_of
+from .table import FAMILY_CONFIG_FIELDS, ResumableTable, config_columns
+
+# per kernel family, its problems, kernel runners and peers (the timing stages are measure's)
+FAMILY_MEASURES = {"sm80": measure, "sm90_fp8": measure_fp8}
 
 
 class Sweep:
@@ -26,8 +29,11 @@ class Sweep:
         self.environment = benchmark.environment()
         self.gpu = self.environment["gpu"]
         out = args.out or Path("sweeps") / "results" / tuned.gpu_key(self.gpu)
-        self.table = ResumableTable(Path(out) / f"sweep_{Path(args.space).stem}.csv")
-        self.runnable: list[KernelConfig] = []
+        family = family_of(args.space)
+        self.family = FAMILY_MEASURES[family]
+        self.config_fields = FAMILY_CONFIG_FIELDS[family]
+        self.table = ResumableTable(Path(out) / f"sweep_{Path(args.space).stem}.csv", self.config_fields)
+        self.runnable: list = []
 
     def _row(self, config, family, mode, name, problem_shape, measured) -> dict:
         m, n, k, batch = problem_shape
@@ -41,13 +47,13 @@ class Sweep:
             "batch": batch,
             **measured,
             **{key: self.environment[key] for key in ("gpu", "nvcc", "torch", "date")},
-            **config_columns(config),
+            **config_columns(config, self.config_fields),
         }
 
     def _pending(self, config_name: str, shapes) -> list:
         return [s for s in shapes if not self.table.done(config_name, *s, self.gpu)]
 
-    def build(self, survivors: list[KernelConfig], shapes) -> float:
+    def build(self, survivors: list, shapes) -> float:
         """Build what still has rows to measure; a variant that fails to compile gets a row per shape."""
         todo = [c for c in survivors if self._pending(c.name, shapes)]
         print(f"{len(survivors) - len(todo)} variants already measured; building {len(todo)}")
@@ -81,7 +87,7 @@ class Sweep:
         then power."""
         start = time.perf_counter()
         for shape in shapes:
-            problem = measure.make_problem(*shape)
+            problem = self.family.make_problem(*shape)
             peer_runs = self._measure_peers(problem, shape)
             self._screen(problem, shape)
             self._finals(problem, shape)
@@ -104,7 +110,7 @@ class Sweep:
         configs = [c for c in self.runnable if not self.table.done(c.name, *shape, self.gpu)]
         label = "x".join(str(v) for v in shape[:3])
         for config in tqdm(configs, desc=f"measure {label}", unit="variant"):
-            run, prepare = measure.kernel_runner(config)
+            run, prepare = self.family.kernel_runner(config)
             # the gate's call is the warm-up (module load, first launch)
             measured = measure.measure(config.mode, run, prepare, problem, self.args.screen_repeats, warmup=0)
             self.table.append(self._row(config, config.family, config.mode, config.name, shape, measured))
@@ -121,7 +127,7 @@ class Sweep:
         for index, row in tqdm(list(chosen.iterrows()), desc="finalists", unit="row"):
             if row["name"] not in runnable:
                 continue  # measured by an earlier run whose variant is not built in this one
-            run, prepare = measure.kernel_runner(runnable[row["name"]])
+            run, prepare = self.family.kernel_runner(runnable[row["name"]])
             for column, value in measure.retime(run, prepare, problem, self.args.repeats).items():
                 frame.loc[index, column] = value
             self.table.rewrite(frame)
@@ -138,11 +144,7 @@ class Sweep:
         ]
 
     def _peers(self, problem):
-        yield "cublas", "fp32", "torch.matmul ieee", peers.cublas("ieee")
-        yield "cublas", "tf32", "torch.matmul tf32", peers.cublas("tf32")
-        if problem.batch == 1:
-            name, run = peers.triton_tf32x3(problem.input_sets, self.args.repeats)
-            yield "triton", "tf32x3", "triton " + name, run
+        return self.family.peers(problem, self.args.repeats)
 
     def _power(self, problem, shape, peer_runs: dict) -> None:
         """Power for the peers and each mode's fastest variants of this shape that have none yet; the table is
@@ -156,7 +158,7 @@ class Sweep:
         runnable = {c.name: c for c in self.runnable}
         for index, row in tqdm(list(chosen.iterrows()), desc="power", unit="row"):
             if row["name"] in runnable:
-                run, prepare = measure.kernel_runner(runnable[row["name"]])
+                run, prepare = self.family.kernel_runner(runnable[row["name"]])
             elif row["name"] in peer_runs:
                 run, prepare = peer_runs[row["name"]], None
             else:
@@ -185,6 +187,6 @@ class Sweep:
 
         frame = self.table.frame()
         best = best_per_shape(frame[frame["gpu"] == self.gpu])
-        columns = ["shape", "family", "mode", "name", "tflops", "relres", "watts", "vs_cublas_fp32"]
+        columns = ["shape", "family", "mode", "name", "tflops", "relres", "watts", "vs_cublas_fp32", "vs_cublas"]
         with pd.option_context("display.width", 200, "display.max_colwidth", 50):
             print(best[columns].to_string(index=False))

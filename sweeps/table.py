@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from cutlass_ext.config import KernelConfig
-
 # The measured columns, then provenance, then every KernelConfig field (sweeps/README.md documents them).
 MEASURED = [
     "family",
@@ -31,33 +29,37 @@ MEASURED = [
 ]
 PROVENANCE = ["gpu", "nvcc", "torch", "date"]
 CONFIG_FIELDS = ["threadblock", "warp", "stages", "alignment", "layout_a", "layout_b", "operands", "swizzle"]
+FP8_CONFIG_FIELDS = ["a_dtype", "b_dtype", "out_dtype", "accum", "tile", "cluster", "schedule", "scheduler", "splits"]
+FAMILY_CONFIG_FIELDS = {"sm80": CONFIG_FIELDS, "sm90_fp8": FP8_CONFIG_FIELDS}
 COLUMNS = MEASURED + PROVENANCE + CONFIG_FIELDS
 KEY = ["name", "m", "n", "k", "batch", "gpu"]
 # Columns added after tables were first written: an older table gains them (empty) when it is opened.
 ADDED_LATER = {"repeats", "swizzle"}
 
 
-def config_columns(config: KernelConfig | None) -> dict:
-    """KernelConfig fields as CSV cells (tiles written as MxNxK); empty for peers."""
+def config_columns(config, fields: list[str] = CONFIG_FIELDS) -> dict:
+    """A config's fields as CSV cells (tiles written as MxNxK); empty for peers."""
     if config is None:
-        return dict.fromkeys(CONFIG_FIELDS, "")
-    fields = config.to_dict()
+        return dict.fromkeys(fields, "")
+    values = config.to_dict()
     return {
-        name: "x".join(str(v) for v in fields[name]) if isinstance(fields[name], (tuple, list)) else fields[name]
-        for name in CONFIG_FIELDS
+        name: "x".join(str(v) for v in values[name]) if isinstance(values[name], (tuple, list)) else values[name]
+        for name in fields
     }
 
 
 class ResumableTable:
-    """Rows already in `path` are kept; `done(...)` says whether a (variant, shape) was finished before."""
+    """Rows already in `path` are kept; `done(...)` says whether a (variant, shape) was finished before.
+    config_fields: the kernel family's config columns (FAMILY_CONFIG_FIELDS)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, config_fields: list[str] = CONFIG_FIELDS):
         self.path = Path(path)
+        self.columns = MEASURED + PROVENANCE + list(config_fields)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._done = set()
         if self.path.is_file() and self.path.stat().st_size:
             existing = pd.read_csv(self.path, dtype=str, keep_default_na=False)
-            missing = [c for c in COLUMNS if c not in existing.columns]
+            missing = [c for c in self.columns if c not in existing.columns]
             if set(missing) - ADDED_LATER:
                 raise ValueError(f"{self.path}: not a sweep table (no columns {missing}); choose another --out")
             if missing:
@@ -65,17 +67,17 @@ class ResumableTable:
             self._done = {tuple(row) for row in existing[KEY].itertuples(index=False)}
         else:
             with self.path.open("w", newline="") as file:
-                csv.writer(file).writerow(COLUMNS)
+                csv.writer(file).writerow(self.columns)
 
     def done(self, name: str, m: int, n: int, k: int, batch: int, gpu: str) -> bool:
         return (name, str(m), str(n), str(k), str(batch), gpu) in self._done
 
     def append(self, row: dict) -> None:
-        unknown = set(row) - set(COLUMNS)
+        unknown = set(row) - set(self.columns)
         if unknown:
             raise ValueError(f"unknown columns {sorted(unknown)}")
         with self.path.open("a", newline="") as file:
-            csv.writer(file).writerow(["" if row.get(c) is None else row.get(c) for c in COLUMNS])
+            csv.writer(file).writerow(["" if row.get(c) is None else row.get(c) for c in self.columns])
             file.flush()
         self._done.add(tuple(str(row[c]) for c in KEY))
 
@@ -85,5 +87,5 @@ class ResumableTable:
     def rewrite(self, frame: pd.DataFrame) -> None:
         """Replace the file with `frame` (same rows, cells filled in) atomically: a crash keeps one or the other."""
         staging = self.path.with_suffix(".csv.tmp")
-        frame[COLUMNS].to_csv(staging, index=False)
+        frame[self.columns].to_csv(staging, index=False)
         os.replace(staging, self.path)

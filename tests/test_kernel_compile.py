@@ -9,6 +9,7 @@ import pytest
 
 from cutlass_ext import build, cache
 from cutlass_ext.config import KernelConfig, default_configs
+from cutlass_ext.fp8_config import DEFAULT_FP8
 from cutlass_ext.gemm import KERNEL_MODES
 
 have_nvcc = shutil.which("nvcc") is not None or os.path.exists("/usr/local/cuda/bin/nvcc")
@@ -74,3 +75,17 @@ def test_the_smallest_table_3_survivors_compile(cache_dir):
     ]
     (result,) = build.build_libraries([tuple(KernelConfig.from_name(n) for n in names)], "90a", verbose=False)
     assert result.error is None, result.error
+
+
+def test_fp8_default_kernel_compiles_without_spills(cache_dir):
+    # CUTLASS 3.x for sm_90a: the default FP8 variant (stream-K scheduler, promoted accumulation, EVT epilogue)
+    (result,) = build.build_libraries([(DEFAULT_FP8,)], "90a", verbose=False)
+    assert result.error is None, result.error
+    exported = subprocess.run(
+        ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
+    ).stdout
+    for fn in ("fp8_can_implement", "fp8_workspace_size", "fp8_run"):
+        assert f" T {DEFAULT_FP8.name}_{fn}\n" in exported
+    resource_usage = json.loads((result.library.parent / cache.MANIFEST).read_text())["resource_usage"]
+    spill_reports = [line for line in resource_usage.splitlines() if "spill stores" in line]
+    assert spill_reports and all(" 0 bytes spill stores" in line for line in spill_reports), spill_reports

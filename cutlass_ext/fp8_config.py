@@ -1,0 +1,129 @@
+"""`Fp8Config`: the one description of an FP8 GEMM variant (CUTLASS 3.x, Hopper: TMA + wgmma).
+
+Like `KernelConfig` for the FP32-accurate family: the code generator renders it, its fingerprint keys the build
+cache, its fields are CSV columns, the tuned table maps shapes to its derived `name`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+
+import torch
+
+FAMILY = "sm90_fp8"
+# short names of the FP8 input formats and the output types, with their torch dtypes
+FP8_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# fast: the whole K loop accumulates inside the Tensor Core; promoted: its partial sums are added into FP32
+# registers every 4 k-blocks (CUTLASS's FP8 mainloop), as cuBLAS does without its fast-accumulation flag.
+ACCUMULATIONS = ("fast", "promoted")
+SCHEDULES = ("cooperative", "pingpong")  # two consumer warpgroups on one tile, or on alternating tiles
+# persistent: whole output tiles per CTA; streamk: the last wave's tiles shared out along K (CUTLASS stream-K);
+# splitk: every tile's K cut into `splits` slices, reduced through the workspace.
+SCHEDULERS = ("persistent", "streamk", "splitk")
+_SCHEDULE_TAGS = {"cooperative": "coop", "pingpong": "pp"}
+_NAME_PATTERN = re.compile(
+    r"fp8_(?P<a>e4m3|e5m2)(?P<b>e4m3|e5m2)_(?P<out>bf16|fp16|fp32)_(?P<tile>\d+x\d+x\d+)_c(?P<cluster>\d+x\d+)"
+    r"_(?P<schedule>coop|pp)_(?P<accum>fast|promoted)(?:_(?P<scheduler>streamk|splitk)(?P<splits>\d+)?)?"
+)
+
+
+@dataclass(frozen=True)
+class Fp8Config:
+    """One FP8 GEMM variant: D (M, N) = scale_a · scale_b · A (M, K) · B (N, K)ᵀ (+ bias), both inputs K-major.
+
+    a_dtype, b_dtype: `e4m3` or `e5m2`. out_dtype: `bf16`, `fp16` or `fp32`. accum: `fast` or `promoted`.
+    tile: (m, n, k) of one CTA's output tile and k-block; cluster: (m, n) CTAs sharing loads by TMA multicast.
+    schedule: `cooperative` or `pingpong`. scheduler: `persistent`, `streamk` or `splitk` (with `splits` > 1).
+    """
+
+    a_dtype: str = "e4m3"
+    b_dtype: str = "e4m3"
+    out_dtype: str = "bf16"
+    accum: str = "promoted"
+    tile: tuple[int, int, int] = (128, 128, 128)
+    cluster: tuple[int, int] = (1, 1)
+    schedule: str = "cooperative"
+    scheduler: str = "persistent"
+    splits: int = 1
+    family: str = FAMILY
+
+    def __post_init__(self):
+        for field, choices in (("a_dtype", FP8_DTYPES), ("b_dtype", FP8_DTYPES), ("out_dtype", OUT_DTYPES)):
+            if getattr(self, field) not in choices:
+                raise ValueError(f"{field}={getattr(self, field)!r} is not one of {list(choices)}")
+        for field, choices in (("accum", ACCUMULATIONS), ("schedule", SCHEDULES), ("scheduler", SCHEDULERS)):
+            if getattr(self, field) not in choices:
+                raise ValueError(f"{field}={getattr(self, field)!r} is not one of {list(choices)}")
+        if self.family != FAMILY:
+            raise ValueError(f"family={self.family!r} must be {FAMILY!r}")
+        if len(self.tile) != 3 or not all(isinstance(v, int) and v > 0 for v in self.tile):
+            raise ValueError(f"tile={self.tile!r} must be three positive integers (m, n, k)")
+        if len(self.cluster) != 2 or not all(isinstance(v, int) and v > 0 for v in self.cluster):
+            raise ValueError(f"cluster={self.cluster!r} must be two positive integers (m, n)")
+        if not isinstance(self.splits, int) or self.splits < 1:
+            raise ValueError(f"splits={self.splits!r} must be a positive integer")
+        if (self.scheduler == "splitk") != (self.splits > 1):
+            raise ValueError(f"splits={self.splits} goes with scheduler='splitk' (and only it takes splits > 1)")
+
+    @property
+    def mode(self) -> str:
+        """The accuracy class that tables and peers are compared in: `fp8_fast` or `fp8_promoted`."""
+        return f"fp8_{self.accum}"
+
+    @property
+    def name(self) -> str:
+        tile, cluster = self.tile, self.cluster
+        scheduler = {"persistent": "", "streamk": "_streamk", "splitk": f"_splitk{self.splits}"}[self.scheduler]
+        return (
+            f"fp8_{self.a_dtype}{self.b_dtype}_{self.out_dtype}_{tile[0]}x{tile[1]}x{tile[2]}"
+            f"_c{cluster[0]}x{cluster[1]}_{_SCHEDULE_TAGS[self.schedule]}_{self.accum}{scheduler}"
+        )
+
+    @classmethod
+    def from_name(cls, name: str) -> Fp8Config:
+        match = _NAME_PATTERN.fullmatch(name)
+        if match is None:
+            raise ValueError(f"{name!r} is not an FP8 variant name such as {cls().name!r}")
+        schedule = {tag: schedule for schedule, tag in _SCHEDULE_TAGS.items()}[match["schedule"]]
+        config = cls(
+            a_dtype=match["a"],
+            b_dtype=match["b"],
+            out_dtype=match["out"],
+            accum=match["accum"],
+            tile=tuple(int(v) for v in match["tile"].split("x")),
+            cluster=tuple(int(v) for v in match["cluster"].split("x")),
+            schedule=schedule,
+            scheduler=match["scheduler"] or "persistent",
+            splits=int(match["splits"]) if match["splits"] else 1,
+        )
+        if config.name != name:
+            raise ValueError(f"{name!r} is not in canonical form; did you mean {config.name!r}?")
+        return config
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+    def with_dtypes(self, a_dtype: str, b_dtype: str, out_dtype: str) -> Fp8Config:
+        """The same kernel shape for other input and output types (tuned tables are measured for one pair)."""
+        return dataclasses.replace(self, a_dtype=a_dtype, b_dtype=b_dtype, out_dtype=out_dtype)
+
+
+# When no tuned table applies: CUTLASS's stream-K scheduler runs whole tiles where they fill the GPU and shares
+# the last wave (all of it, for decode's few tiles) out along K.
+DEFAULT_FP8 = Fp8Config(tile=(128, 128, 128), schedule="cooperative", scheduler="streamk")
+
+
+def dtype_name(dtype: torch.dtype, table: dict, argument: str) -> str:
+    """`torch.float8_e4m3fn` -> `e4m3` for the dtypes in `table`; a TypeError naming `argument` otherwise."""
+    for name, candidate in table.items():
+        if candidate == dtype:
+            return name
+    raise TypeError(f"{argument} must be one of {list(table.values())}; got {dtype}")

@@ -1,0 +1,165 @@
+// CUTLASS 3.x FP8 GEMM for Hopper (sm90a: TMA loads, wgmma, warp-specialized, persistent) behind the FP8
+// launcher of launcher_abi.h. Stock CollectiveBuilder kernels; what is ours is the epilogue (scales and bias in
+// one EVT) and the choice of schedule, accumulation and tile scheduler that the sweep tunes per shape.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/sm90_visitor_compute_tma_warpspecialized.hpp"
+#include "cutlass/epilogue/fusion/sm90_visitor_load_tma_warpspecialized.hpp"
+#include "cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+
+#include "launcher_abi.h"
+
+namespace cutlass_ext {
+
+// Kernel and epilogue schedules. Promoted accumulation is CUTLASS's FP8 mainloop, which adds the Tensor Core's
+// partial sums into FP32 registers every mma_promotion_interval k-blocks (the wgmma accumulator keeps only ~22
+// mantissa bits for FP8); fast accumulation leaves the whole K loop inside the Tensor Core.
+struct ScheduleCooperative {
+  template <bool FastAccum>
+  using Kernel = cute::conditional_t<FastAccum, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
+                                     cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+struct SchedulePingpong {
+  template <bool FastAccum>
+  using Kernel = cute::conditional_t<FastAccum, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
+                                     cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+};
+
+// How output tiles (and slices of K) are shared out over the persistent CTAs. Stream-K and split-K are one
+// CUTLASS scheduler, told at run time how to decompose; partial tiles are reduced through the workspace.
+struct DecomposePersistent {
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+};
+struct DecomposeStreamK {
+  using TileScheduler = cutlass::gemm::StreamKScheduler;
+  static constexpr auto kMode = cutlass::gemm::kernel::detail::DecompositionMode::StreamK;
+};
+struct DecomposeSplitK {
+  using TileScheduler = cutlass::gemm::StreamKScheduler;
+  static constexpr auto kMode = cutlass::gemm::kernel::detail::DecompositionMode::SplitK;
+};
+
+template <class ElementA, class ElementB, class ElementD, int TileM, int TileN, int TileK, int ClusterM,
+          int ClusterN, class Schedule, bool FastAccum, class Decomposition, int Splits>
+struct Sm90Fp8Gemm {
+  using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
+  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
+  static constexpr int kAlignmentAB = 16;  // elements: TMA moves 16-byte rows of FP8
+  static constexpr int kAlignmentD = 16 / int(sizeof(ElementD));
+  static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+
+  // D = scale_a[m] · (scale_b[n] · acc) + bias[n]. A scale's stride says at run time whether it is one value
+  // (per tensor) or a vector (row-wise); a null bias reads as 0.
+  using ScaleA = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float,
+                                                             cute::Stride<bool, cute::_0, int64_t>>;
+  using ScaleB = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float, float,
+                                                             cute::Stride<cute::_0, bool, int64_t>>;
+  using Bias = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float,
+                                                           cute::Stride<cute::_0, cute::_1, int64_t>, kAlignmentD>;
+  using ScaledAccumulator = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, ScaleB,
+      cutlass::epilogue::fusion::Sm90AccFetch>;
+  using Output = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float, kRound>, ScaleA,
+      ScaledAccumulator, Bias>;
+
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, kAlignmentD,
+      ElementD, cutlass::layout::RowMajor, kAlignmentD, typename Schedule::Epilogue, Output>::CollectiveOp;
+
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, cutlass::layout::RowMajor, kAlignmentAB,
+      ElementB, cutlass::layout::ColumnMajor, kAlignmentAB, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      typename Schedule::template Kernel<FastAccum>>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                      typename Decomposition::TileScheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+  static typename Gemm::Arguments arguments(const cutlass_ext_fp8_args& args) {
+    using cute::_0;
+    using cute::_1;
+    typename Gemm::Arguments arguments{};
+    arguments.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    arguments.problem_shape = {int(args.m), int(args.n), int(args.k), 1};
+    arguments.mainloop.ptr_A = static_cast<const ElementA*>(args.a);
+    arguments.mainloop.dA = cute::make_stride(args.lda, _1{}, int64_t(0));
+    // B (n, k) row-major is CUTLASS's column-major (k, n) operand: K-major, as FP8 wgmma wants both.
+    arguments.mainloop.ptr_B = static_cast<const ElementB*>(args.b);
+    arguments.mainloop.dB = cute::make_stride(args.ldb, _1{}, int64_t(0));
+    arguments.epilogue.thread = {
+        {static_cast<const float*>(args.scale_a), 1.0f, {bool(args.scale_a_rowwise), _0{}, int64_t(0)}},
+        {{static_cast<const float*>(args.scale_b), 1.0f, {_0{}, bool(args.scale_b_rowwise), int64_t(0)}}, {}, {}},
+        {static_cast<const ElementD*>(args.bias), ElementD(0), {_0{}, _1{}, int64_t(0)}},
+        {}};
+    arguments.epilogue.ptr_C = nullptr;
+    arguments.epilogue.dC = cute::make_stride(args.ldd, _1{}, int64_t(0));
+    arguments.epilogue.ptr_D = static_cast<ElementD*>(args.d);
+    arguments.epilogue.dD = cute::make_stride(args.ldd, _1{}, int64_t(0));
+    arguments.hw_info.device_id = args.device;
+    arguments.hw_info.sm_count = args.sm_count;
+    if constexpr (!cute::is_same_v<Decomposition, DecomposePersistent>) {
+      arguments.scheduler.decomposition_mode = Decomposition::kMode;
+      arguments.scheduler.splits = Splits;
+    }
+    return arguments;
+  }
+
+  // TMA needs 16-byte aligned base addresses and row strides; CUTLASS checks the extents.
+  static bool tma_aligned(const cutlass_ext_fp8_args& args) {
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    return aligned(args.a) && aligned(args.b) && aligned(args.d) && args.lda % kAlignmentAB == 0 &&
+           args.ldb % kAlignmentAB == 0 && args.ldd % kAlignmentD == 0 &&
+           (args.bias == nullptr || reinterpret_cast<uintptr_t>(args.bias) % 16 == 0);
+  }
+
+  static int can_implement(const cutlass_ext_fp8_args* args) {
+    if (!tma_aligned(*args)) return int(cutlass::Status::kErrorMisalignedOperand);
+    return int(Gemm::can_implement(arguments(*args)));
+  }
+
+  static size_t workspace_size(const cutlass_ext_fp8_args* args) { return Gemm::get_workspace_size(arguments(*args)); }
+
+  static int run(const cutlass_ext_fp8_args* args, void* workspace, void* stream) {
+    Gemm gemm;
+    auto cuda_stream = static_cast<cudaStream_t>(stream);
+    cutlass::Status status = gemm.initialize(arguments(*args), workspace, cuda_stream);
+    if (status != cutlass::Status::kSuccess) return int(status);
+    return int(gemm.run(cuda_stream));
+  }
+};
+
+}  // namespace cutlass_ext
+
+// Exports one FP8 variant's launcher functions under C names prefixed with the variant's name.
+#define CUTLASS_EXT_EXPORT_FP8_GEMM(NAME, ...)                                                          \
+  extern "C" int NAME##_fp8_can_implement(const cutlass_ext_fp8_args* args) {                           \
+    return __VA_ARGS__::can_implement(args);                                                            \
+  }                                                                                                     \
+  extern "C" size_t NAME##_fp8_workspace_size(const cutlass_ext_fp8_args* args) {                       \
+    return __VA_ARGS__::workspace_size(args);                                                           \
+  }                                                                                                     \
+  extern "C" int NAME##_fp8_run(const cutlass_ext_fp8_args* args, void* workspace, void* stream) {       \
+    return __VA_ARGS__::run(args, workspace, stream);                                                   \
+  }
+
+// Exported once per FP8 kernel library.
+#define CUTLASS_EXT_EXPORT_FP8_LIBRARY()                                                                \
+  extern "C" int cutlass_ext_abi_version() { return CUTLASS_EXT_ABI_VERSION; }                          \
+  extern "C" const char* cutlass_ext_status_string(int status) {                                        \
+    return cutlass::cutlassGetStatusString(cutlass::Status(status));                                    \
+  }

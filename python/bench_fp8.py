@@ -1,0 +1,179 @@
+"""Side-by-side FP8 GEMM benchmark over Llama-3-70B's shapes (seed 003), in one run:
+
+    python python/bench_fp8.py --out sweeps/results/h100/gemm_fp8.csv
+
+Rows per shape: `ext.gemm_fp8` and `torch._scaled_mm` (cuBLAS FP8) with per-tensor and row-wise scales, fast and
+promoted accumulation; cuBLAS FP16 on the same (dequantized) operands; the TK-GEMM-style Triton split-K kernel
+(per-tensor scales, fastest of its configs for the shape). e4m3 inputs, bf16 output. Each row is timed per call
+with CUDA events (`events_us`, host launch gaps included) and replayed from a CUDA graph (`graph_us`, the GPU's
+time alone); TFLOP/s and TB/s (bytes of A, B and D) come from `graph_us`. relres is against an FP64 product of
+the dequantized inputs over the first rows. A PNG of time against M per (N, K) is written beside the CSV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+import pandas as pd
+import torch
+import yaml
+
+import cutlass_ext as ext
+from cutlass_ext import benchmark, numerics, peers_fp8
+
+DEFAULT_SHAPES = Path(__file__).resolve().parents[1] / "configs" / "shapes_llama70b.yaml"
+REFERENCE_ROWS = 64  # relres over the first rows: an FP64 product of all of M=16384 x N=57344 would take 7.5 GB
+
+
+def make_inputs(m: int, n: int, k: int, seed: int = 0):
+    """Rotated input sets per scale granularity: (a, b, scale_a, scale_b), e4m3, from normal data."""
+    generator = torch.Generator(device="cuda").manual_seed(seed * 7919 + m * 31 + n * 17 + k)
+    bytes_per_set = m * k + n * k + 2 * m * n
+    sets = {"tensor": [], "row": []}
+    for _ in range(benchmark.rotation_count(bytes_per_set)):
+        x = torch.randn(m, k, generator=generator, device="cuda")
+        w = torch.randn(n, k, generator=generator, device="cuda") / k**0.5
+        for granularity, granularity_sets in sets.items():
+            a, scale_a = ext.quantize_fp8(x, granularity=granularity)
+            b, scale_b = ext.quantize_fp8(w, granularity=granularity)
+            granularity_sets.append((a, b, scale_a, scale_b))
+        del x, w
+    return sets
+
+
+def contenders(sets, repeats: int):
+    """(family, name, granularity, accum, run, input sets)."""
+    for granularity, input_sets in sets.items():
+        for accum in ("fast", "promoted"):
+
+            def ours(a, b, scale_a, scale_b, accum=accum):
+                return ext.gemm_fp8(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, accum=accum)
+
+            yield "cutlass_ext", "ext.gemm_fp8", granularity, accum, ours, input_sets
+            scaled_mm = peers_fp8.scaled_mm(torch.bfloat16, accum)
+            yield "cublas", "torch._scaled_mm", granularity, accum, scaled_mm, input_sets
+    name, triton_run = peers_fp8.triton_splitk(sets["tensor"], torch.bfloat16, repeats)
+    yield "triton", name, "tensor", "fast", triton_run, sets["tensor"]
+    fp16_sets = [
+        ((a.float() * scale_a).half(), (b.float() * scale_b).half(), None, None)
+        for a, b, scale_a, scale_b in sets["tensor"]
+    ]
+    yield "cublas", "torch.matmul fp16", "", "", lambda a, b, *_: peers_fp8.cublas_fp16(a, b), fp16_sets
+
+
+def reference_relres(run, inputs) -> float:
+    a, b, scale_a, scale_b = inputs
+    rows = min(a.shape[0], REFERENCE_ROWS)
+    if scale_a is None:  # FP16 operands, already dequantized
+        reference = a[:rows].double() @ b.double().T
+    else:
+        row_scale = scale_a[:rows] if scale_a.numel() > 1 else scale_a
+        reference = numerics.dequantized_product(a[:rows], b, row_scale, scale_b)
+    return numerics.relative_residual(run(*inputs)[:rows], reference)
+
+
+def measure_shape(m, n, k, repeats, environment) -> list[dict]:
+    sets = make_inputs(m, n, k)
+    rows = []
+    for family, name, granularity, accum, run, input_sets in contenders(sets, repeats):
+        try:
+            relres = reference_relres(run, input_sets[0])
+            events_us = benchmark.median_time_us(run, input_sets, warmup=3, repeats=repeats)
+            # ~20 ms of replay per timing, between 2 and 20 calls per graph
+            calls = max(2, min(20, int(20_000 / events_us)))
+            graph_us = benchmark.graph_time_us(run, input_sets, calls=calls, repeats=5 if calls < 20 else 10)
+        except RuntimeError as error:  # a peer that cannot take this combination (cuBLAS row-wise limits)
+            print(f"  {name} {granularity} {accum}: skipped ({str(error).splitlines()[0][:120]})", file=sys.stderr)
+            continue
+        element_bytes = 2 if family == "cublas" and "fp16" in name else 1
+        moved = element_bytes * (m * k + n * k) + 2 * m * n
+        rows.append(
+            {
+                "family": family,
+                "name": name,
+                "granularity": granularity,
+                "accum": accum,
+                "m": m,
+                "n": n,
+                "k": k,
+                "events_us": round(events_us, 2),
+                "graph_us": round(graph_us, 2),
+                "tflops": round(2 * m * n * k / graph_us / 1e6, 2),
+                "tbps": round(moved / graph_us / 1e6, 3),
+                "relres": relres,
+                **environment,
+            }
+        )
+    del sets
+    torch.cuda.empty_cache()
+    return rows
+
+
+def summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per shape: graph-replay µs of each contender side by side, and ours against cuBLAS FP8 and Triton."""
+    label = frame["name"].where(frame["family"] != "triton", "triton splitk")
+    frame = frame.assign(column=label + " " + frame["granularity"] + " " + frame["accum"])
+    wide = frame.pivot_table(index=["n", "k", "m"], columns="column", values="graph_us").reset_index()
+    for granularity in ("tensor", "row"):
+        for accum in ("fast", "promoted"):
+            ours, cublas = f"ext.gemm_fp8 {granularity} {accum}", f"torch._scaled_mm {granularity} {accum}"
+            if ours in wide and cublas in wide:
+                wide[f"speedup vs cuBLAS {granularity} {accum}"] = (wide[cublas] / wide[ours]).round(2)
+    triton = "triton splitk tensor fast"
+    if triton in wide and "ext.gemm_fp8 tensor fast" in wide:
+        wide["speedup vs triton"] = (wide[triton] / wide["ext.gemm_fp8 tensor fast"]).round(2)
+    return wide
+
+
+def plot(frame: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shapes = frame[["n", "k"]].drop_duplicates().itertuples(index=False)
+    shapes = list(shapes)
+    figure, axes = plt.subplots(1, len(shapes), figsize=(5 * len(shapes), 4), squeeze=False)
+    for axis, (n, k) in zip(axes[0], shapes):
+        here = frame[(frame["n"] == n) & (frame["k"] == k)]
+        for (family, name, granularity, accum), rows in here.groupby(["family", "name", "granularity", "accum"]):
+            label = "triton splitk" if family == "triton" else f"{name} {granularity} {accum}".strip()
+            axis.plot(rows["m"], rows["graph_us"], marker="o", markersize=3, label=label)
+        axis.set(xscale="log", yscale="log", xlabel="M", ylabel="µs (CUDA graph replay)", title=f"N={n}, K={k}")
+        axis.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=6)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default=str(DEFAULT_SHAPES), help="shape set YAML ([m, n, k] per shape)")
+    parser.add_argument("--m", type=int, nargs="+", help="only these M")
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--out", type=Path, default=Path("sweeps/results/local/gemm_fp8.csv"))
+    args = parser.parse_args(argv)
+    shapes = [tuple(s[:3]) for s in yaml.safe_load(Path(args.shapes).read_text())["shapes"]]
+    shapes = [s for s in shapes if not args.m or s[0] in args.m]
+    environment = {**benchmark.environment(), "command": shlex.join(["python", "python/bench_fp8.py", *sys.argv[1:]])}
+    rows = []
+    for m, n, k in shapes:
+        print(f"{m}x{n}x{k}", file=sys.stderr, flush=True)
+        rows.extend(measure_shape(m, n, k, args.repeats, environment))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(rows).to_csv(args.out, index=False)  # every shape as it finishes
+    frame = pd.DataFrame(rows)
+    with pd.option_context("display.width", 250, "display.max_columns", 40):
+        print(summary(frame).to_string(index=False))
+    try:
+        plot(frame, args.out.with_suffix(".png"))
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install -e '.[report]')", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""Named rules that remove FP8 (sm90a, CUTLASS 3.x) configs that cannot build or would surely spill, before
+anything is compiled. Like sweeps/filters.py: each removed config counts for the first rule that removes it."""
+
+from __future__ import annotations
+
+from cutlass_ext.fp8_config import Fp8Config
+
+from .filters import Rule
+
+WGMMA_M = 64  # rows one warpgroup's wgmma covers
+WGMMA_MAX_N = 256
+SWIZZLE_K = 64  # FP8 elements: tile k in whole 64-byte swizzle atoms of shared memory
+MAX_CLUSTER = 8  # CTAs in a portable thread-block cluster
+EPILOGUE_SHARED_BYTES = 32 * 1024  # the TMA-store epilogue's staging buffers, at most (EpilogueTileAuto)
+# FP32 accumulator registers per consumer thread above this spilled: consumers get 232-240 registers through
+# setmaxnreg, and addresses, scales and the pipeline take the rest (CUTLASS's own FP8 configs stay at 128).
+ACCUMULATOR_BUDGET = 168
+
+
+def consumer_threads(config: Fp8Config) -> int:
+    """Threads that hold one tile's accumulators: two warpgroups (cooperative) or one (ping-pong)."""
+    return 256 if config.schedule == "cooperative" else 128
+
+
+def accumulator_registers(config: Fp8Config) -> int:
+    """Per consumer thread; promoted accumulation holds the Tensor Core's partial sums and the FP32 totals."""
+    tm, tn, _ = config.tile
+    return tm * tn // consumer_threads(config) * (2 if config.accum == "promoted" else 1)
+
+
+def two_stage_shared_bytes(config: Fp8Config) -> int:
+    tm, tn, tk = config.tile
+    return 2 * (tm + tn) * tk + EPILOGUE_SHARED_BYTES
+
+
+RULES = (
+    Rule("tile_m_not_whole_wgmma", f"tile m is whole {WGMMA_M}-row wgmma blocks", lambda c, _: c.tile[0] % WGMMA_M),
+    Rule(
+        "cooperative_tile_m_under_128",
+        "a cooperative tile is split in m between two warpgroups",
+        lambda c, _: c.schedule == "cooperative" and c.tile[0] < 2 * WGMMA_M,
+    ),
+    Rule(
+        "tile_n_not_wgmma",
+        f"wgmma's n is a multiple of 16 up to {WGMMA_MAX_N}",
+        lambda c, _: c.tile[1] % 16 or c.tile[1] > WGMMA_MAX_N,
+    ),
+    Rule(
+        "tile_k_not_swizzle_atoms",
+        f"tile k is a multiple of {SWIZZLE_K} FP8 elements",
+        lambda c, _: c.tile[2] % SWIZZLE_K,
+    ),
+    Rule(
+        "pingpong_split_k_or_stream_k",
+        "CUTLASS's ping-pong kernel takes only the persistent scheduler",
+        lambda c, _: c.schedule == "pingpong" and c.scheduler != "persistent",
+    ),
+    Rule(
+        "cluster_over_limit",
+        f"more than {MAX_CLUSTER} CTAs per cluster",
+        lambda c, _: c.cluster[0] * c.cluster[1] > MAX_CLUSTER,
+    ),
+    Rule(
+        "shared_memory_under_two_stages",
+        "two pipeline stages and the epilogue over the device's opt-in shared memory",
+        lambda c, limits: two_stage_shared_bytes(c) > limits.shared_memory_bytes,
+    ),
+    Rule(
+        "accumulator_registers_over_budget",
+        f"accumulators (x2 when promoted) > {ACCUMULATOR_BUDGET} registers per consumer thread: spills",
+        lambda c, _: accumulator_registers(c) > ACCUMULATOR_BUDGET,
+    ),
+)

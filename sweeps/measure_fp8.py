@@ -1,0 +1,108 @@
+"""The sweep's GPU stages for one FP8 shape: e4m3 inputs with per-tensor scales, rotated past L2, their FP64
+reference, the accuracy gate against cuBLAS FP8 (torch._scaled_mm) with the same accumulation, and the peers.
+
+The timing stages (`measure.measure`, `measure.retime`) are shared with the FP32 families.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from cutlass_ext import benchmark, numerics, ops
+from cutlass_ext.fp8_config import OUT_DTYPES, Fp8Config
+
+from .measure import SEED_RELRES_LIMIT
+
+# issue 5: relres within 1.1x of torch._scaled_mm's with the same accumulation
+SCALED_MM_FACTOR = 1.1
+# The gate's reference covers the first rows: an FP64 product of all of M=16384 x N=57344 would take 7.5 GB.
+REFERENCE_ROWS = 256
+
+
+@dataclass
+class Fp8Problem:
+    """One shape's (a, b, scale_a, scale_b) sets, the FP64 reference of the first set's first rows, and cuBLAS
+    FP8's relres there per accumulation (`fast`, `promoted`)."""
+
+    m: int
+    n: int
+    k: int
+    batch: int
+    input_sets: list
+    reference: torch.Tensor
+    scaled_mm_relres: dict
+
+    def operands(self, prepare) -> list:
+        return self.input_sets
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+    def relres(self, output: torch.Tensor) -> float:
+        return numerics.relative_residual(output[: self.reference.shape[0]], self.reference)
+
+    def gate(self, mode: str, relres: float) -> tuple[str, str]:
+        """(status, detail): `ok`, or `inaccurate` with the bound it broke (modes are fp8_fast / fp8_promoted)."""
+        if not math.isfinite(relres) or relres > SEED_RELRES_LIMIT:
+            return "inaccurate", f"relres {relres:.3g} > {SEED_RELRES_LIMIT}"
+        peer = self.scaled_mm_relres[mode.removeprefix("fp8_")]
+        if relres > SCALED_MM_FACTOR * peer:
+            return "inaccurate", f"relres {relres:.3g} > {SCALED_MM_FACTOR} x torch._scaled_mm's {peer:.3g}"
+        return "ok", ""
+
+
+def scaled_mm(accum: str):
+    """cuBLAS FP8 with per-tensor scales, bf16 out, the given accumulation."""
+
+    def run(a, b, scale_a, scale_b):
+        return torch._scaled_mm(
+            a, b.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16, use_fast_accum=accum == "fast"
+        )
+
+    return run
+
+
+def make_problem(m: int, n: int, k: int, batch: int = 1, seed: int = 0) -> Fp8Problem:
+    """Activations from N(0, 1) and weights from N(0, 1/K), quantized to e4m3 per tensor, fresh per shape."""
+    if batch != 1:
+        raise ValueError(f"FP8 sweeps take unbatched shapes; got batch={batch}")
+    from cutlass_ext.fp8 import quantize_fp8
+
+    generator = torch.Generator(device="cuda").manual_seed(seed * 1_000_003 + m * 31 + n * 17 + k)
+    input_sets = []
+    for _ in range(benchmark.rotation_count(m * k + n * k + 2 * m * n)):
+        a, scale_a = quantize_fp8(torch.randn(m, k, generator=generator, device="cuda"))
+        b, scale_b = quantize_fp8(torch.randn(n, k, generator=generator, device="cuda") / math.sqrt(k))
+        input_sets.append((a, b, scale_a, scale_b))
+    a, b, scale_a, scale_b = input_sets[0]
+    rows = min(m, REFERENCE_ROWS)
+    reference = numerics.dequantized_product(a[:rows], b, scale_a, scale_b)
+    peer_relres = {
+        accum: numerics.relative_residual(scaled_mm(accum)(*input_sets[0])[:rows], reference)
+        for accum in ("fast", "promoted")
+    }
+    return Fp8Problem(m, n, k, batch, input_sets, reference, peer_relres)
+
+
+def kernel_runner(config: Fp8Config):
+    """(run, prepare) for one variant's kernel alone."""
+    out_dtype = OUT_DTYPES[config.out_dtype]
+
+    def run(a, b, scale_a, scale_b):
+        return ops.gemm_fp8(a, b, scale_a.reshape(1), scale_b.reshape(1), None, out_dtype, [config.name])
+
+    return run, None
+
+
+def peers(problem: Fp8Problem, repeats: int):
+    """(family, mode, name, run): cuBLAS FP8 in both accumulations and the TK-GEMM-style Triton split-K kernel."""
+    from cutlass_ext import peers_fp8  # imports triton
+
+    for accum in ("fast", "promoted"):
+        yield "cublas", f"fp8_{accum}", f"torch._scaled_mm {accum}", scaled_mm(accum)
+    name, run = peers_fp8.triton_splitk(problem.input_sets, torch.bfloat16, repeats)
+    yield "triton", "fp8_fast", name, run
