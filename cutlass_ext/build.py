@@ -248,7 +248,13 @@ def _parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m cutlass_ext.build", description=__doc__)
     parser.add_argument("--prebuild", action="store_true", help="build the default kernels (and the binding) now")
     parser.add_argument("--arch", action="append", help="target arch, e.g. 80 or 90a (repeatable); default: the GPU's")
-    parser.add_argument("--modes", nargs="+", default=sorted(INSTRUCTION_SHAPES), help="modes whose defaults to build")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        default=sorted(INSTRUCTION_SHAPES),
+        choices=sorted(INSTRUCTION_SHAPES) + ["fp8_fast", "fp8_promoted"],
+        help="modes whose defaults and tuned winners to build (FP8: e4m3 inputs, bf16 output)",
+    )
     parser.add_argument("--no-binding", action="store_true", help="build only the torch-free kernel libraries")
     parser.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: all cores)")
     return parser.parse_args(argv)
@@ -267,11 +273,15 @@ def main(argv=None) -> int:
             print("no CUDA device: name the target with --arch (e.g. --arch 90a)", file=sys.stderr)
             return 2
         archs = [toolchain.device_arch()]
+    from . import fp8
     from .gemm import dispatch_configs
 
-    configs = dispatch_configs(args.modes)
+    accums = [mode.removeprefix("fp8_") for mode in args.modes if mode.startswith("fp8_")]
+    configs = dispatch_configs(args.modes) + (fp8.dispatch_configs(accums) if accums else [])
     failed = 0
     for arch in archs:
+        if arch != "90a":
+            configs = [c for c in configs if c.family != "sm90_fp8"]  # FP8 kernels are Hopper's (sm_90a) only
         for result in build_libraries([(c,) for c in configs], arch, jobs=args.jobs):
             state = "cached" if result.cached else ("built" if result.library else "FAILED")
             print(f"sm_{arch}  {result.configs[0].name:48s} {state}  {result.library or ''}")

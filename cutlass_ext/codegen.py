@@ -72,6 +72,8 @@ def render_fp8_instance(config: Fp8Config) -> str:
         fast_accum="true" if config.accum == "fast" else "false",
         decomposition=_FP8_DECOMPOSITIONS[config.scheduler],
         splits=config.splits,
+        swizzle=config.swizzle,
+        promotion=config.promotion,
     )
 
 

@@ -14,7 +14,7 @@ import math
 import torch
 
 from . import ops, registry, tuned
-from .fp8_config import ACCUMULATIONS, DEFAULT_FP8, FP8_DTYPES, OUT_DTYPES, dtype_name
+from .fp8_config import ACCUMULATIONS, DEFAULT_FP8, FP8_DTYPES, OUT_DTYPES, Fp8Config, dtype_name
 
 GRANULARITIES = ("tensor", "row")
 _QUANTIZABLE = (torch.float32, torch.bfloat16, torch.float16)
@@ -175,6 +175,14 @@ def _check_bias(bias, n: int, out_dtype: torch.dtype, device: torch.device) -> t
     if not torch.compiler.is_compiling() and bias.data_ptr() % _TMA_BYTES:
         bias = bias.clone()  # the epilogue reads bias in 16-byte vectors
     return bias
+
+
+def dispatch_configs(accums=ACCUMULATIONS) -> list:
+    """The FP8 variants `gemm_fp8` runs for e4m3 inputs and bf16 output (what `--prebuild` builds): the default
+    per accumulation and the shipped tuned tables' winners."""
+    defaults = [dataclasses.replace(DEFAULT_FP8, accum=accum) for accum in accums]
+    shipped = [c for c in tuned.shipped_configs() if isinstance(c, Fp8Config) and c.accum in accums]
+    return list(dict.fromkeys(defaults + shipped))
 
 
 def _variants(device, a_dtype: str, b_dtype: str, out_dtype: str, accum: str, m: int, n: int, k: int) -> list[str]:

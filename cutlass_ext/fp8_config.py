@@ -25,10 +25,13 @@ SCHEDULES = ("cooperative", "pingpong")  # two consumer warpgroups on one tile, 
 # persistent: whole output tiles per CTA; streamk: the last wave's tiles shared out along K (CUTLASS stream-K);
 # splitk: every tile's K cut into `splits` slices, reduced through the workspace.
 SCHEDULERS = ("persistent", "streamk", "splitk")
+SWIZZLES = (1, 2, 4, 8)
+PROMOTIONS = (1, 2, 4)
 _SCHEDULE_TAGS = {"cooperative": "coop", "pingpong": "pp"}
 _NAME_PATTERN = re.compile(
     r"fp8_(?P<a>e4m3|e5m2)(?P<b>e4m3|e5m2)_(?P<out>bf16|fp16|fp32)_(?P<tile>\d+x\d+x\d+)_c(?P<cluster>\d+x\d+)"
-    r"_(?P<schedule>coop|pp)_(?P<accum>fast|promoted)(?:_(?P<scheduler>streamk|splitk)(?P<splits>\d+)?)?"
+    r"_(?P<schedule>coop|pp)_(?P<accum>fast|promoted)(?:_p(?P<promotion>\d+))?"
+    r"(?:_(?P<scheduler>streamk|splitk)(?P<splits>\d+)?)?(?:_w(?P<swizzle>\d+))?"
 )
 
 
@@ -39,6 +42,9 @@ class Fp8Config:
     a_dtype, b_dtype: `e4m3` or `e5m2`. out_dtype: `bf16`, `fp16` or `fp32`. accum: `fast` or `promoted`.
     tile: (m, n, k) of one CTA's output tile and k-block; cluster: (m, n) CTAs sharing loads by TMA multicast.
     schedule: `cooperative` or `pingpong`. scheduler: `persistent`, `streamk` or `splitk` (with `splits` > 1).
+    swizzle: tiles launched in groups of up to this many (L2 reuse; name suffix `_wN` unless 1).
+    promotion: k-blocks between promotions into FP32 registers, for `promoted` (name `_pN` unless 1): fewer
+    promotions cost fewer instructions and keep longer sums in the Tensor Core's narrower accumulator.
     """
 
     a_dtype: str = "e4m3"
@@ -50,6 +56,8 @@ class Fp8Config:
     schedule: str = "cooperative"
     scheduler: str = "persistent"
     splits: int = 1
+    swizzle: int = 1
+    promotion: int = 1
     family: str = FAMILY
 
     def __post_init__(self):
@@ -67,6 +75,12 @@ class Fp8Config:
             raise ValueError(f"cluster={self.cluster!r} must be two positive integers (m, n)")
         if not isinstance(self.splits, int) or self.splits < 1:
             raise ValueError(f"splits={self.splits!r} must be a positive integer")
+        if self.swizzle not in SWIZZLES:
+            raise ValueError(f"swizzle={self.swizzle!r} must be one of {list(SWIZZLES)}")
+        if self.promotion not in PROMOTIONS:
+            raise ValueError(f"promotion={self.promotion!r} must be one of {list(PROMOTIONS)}")
+        if self.promotion > 1 and self.accum != "promoted":
+            raise ValueError(f"promotion={self.promotion} is for accum='promoted'; fast accumulation never promotes")
         if (self.scheduler == "splitk") != (self.splits > 1):
             raise ValueError(f"splits={self.splits} goes with scheduler='splitk' (and only it takes splits > 1)")
 
@@ -79,9 +93,11 @@ class Fp8Config:
     def name(self) -> str:
         tile, cluster = self.tile, self.cluster
         scheduler = {"persistent": "", "streamk": "_streamk", "splitk": f"_splitk{self.splits}"}[self.scheduler]
+        promotion = f"_p{self.promotion}" if self.promotion != 1 else ""
+        swizzle = f"_w{self.swizzle}" if self.swizzle != 1 else ""
         return (
             f"fp8_{self.a_dtype}{self.b_dtype}_{self.out_dtype}_{tile[0]}x{tile[1]}x{tile[2]}"
-            f"_c{cluster[0]}x{cluster[1]}_{_SCHEDULE_TAGS[self.schedule]}_{self.accum}{scheduler}"
+            f"_c{cluster[0]}x{cluster[1]}_{_SCHEDULE_TAGS[self.schedule]}_{self.accum}{promotion}{scheduler}{swizzle}"
         )
 
     @classmethod
@@ -100,6 +116,8 @@ class Fp8Config:
             schedule=schedule,
             scheduler=match["scheduler"] or "persistent",
             splits=int(match["splits"]) if match["splits"] else 1,
+            swizzle=int(match["swizzle"]) if match["swizzle"] else 1,
+            promotion=int(match["promotion"]) if match["promotion"] else 1,
         )
         if config.name != name:
             raise ValueError(f"{name!r} is not in canonical form; did you mean {config.name!r}?")

@@ -3,6 +3,11 @@
 // one EVT) and the choice of schedule, accumulation and tile scheduler that the sweep tunes per shape.
 #pragma once
 
+// Programmatic dependent launch: the kernel waits (griddepcontrol.wait) for the grid before it to finish before
+// reading memory, and lets the next one start its prologue early. Back to back, as in a decode step's CUDA
+// graph, that hides a few µs of setup per GEMM.
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
+
 #include <cuda_runtime.h>
 
 #include "cute/tensor.hpp"
@@ -51,8 +56,12 @@ struct DecomposeSplitK {
   static constexpr auto kMode = cutlass::gemm::kernel::detail::DecompositionMode::SplitK;
 };
 
+// Swizzle: CUTLASS's max_swizzle_size, tiles launched in groups of up to this many along one side so that CTAs
+// running together share panels of A and B in L2. PromotionKBlocks: k-blocks between promotions (promoted
+// accumulation only). Both are run-time arguments of one kernel: variants that differ only in them share code.
 template <class ElementA, class ElementB, class ElementD, int TileM, int TileN, int TileK, int ClusterM,
-          int ClusterN, class Schedule, bool FastAccum, class Decomposition, int Splits>
+          int ClusterN, class Schedule, bool FastAccum, class Decomposition, int Splits, int Swizzle = 1,
+          int PromotionKBlocks = 1>
 struct Sm90Fp8Gemm {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
@@ -110,8 +119,13 @@ struct Sm90Fp8Gemm {
     arguments.epilogue.dC = cute::make_stride(args.ldd, _1{}, int64_t(0));
     arguments.epilogue.ptr_D = static_cast<ElementD*>(args.d);
     arguments.epilogue.dD = cute::make_stride(args.ldd, _1{}, int64_t(0));
+    if constexpr (!FastAccum) {
+      // counted in wgmma k-steps (32 FP8 elements each)
+      arguments.mainloop.mma_promotion_interval = PromotionKBlocks * (TileK / 32);
+    }
     arguments.hw_info.device_id = args.device;
     arguments.hw_info.sm_count = args.sm_count;
+    arguments.scheduler.max_swizzle_size = Swizzle;
     if constexpr (!cute::is_same_v<Decomposition, DecomposePersistent>) {
       arguments.scheduler.decomposition_mode = Decomposition::kMode;
       arguments.scheduler.splits = Splits;
@@ -139,7 +153,7 @@ struct Sm90Fp8Gemm {
     auto cuda_stream = static_cast<cudaStream_t>(stream);
     cutlass::Status status = gemm.initialize(arguments(*args), workspace, cuda_stream);
     if (status != cutlass::Status::kSuccess) return int(status);
-    return int(gemm.run(cuda_stream));
+    return int(gemm.run(cuda_stream, /*cuda_adapter=*/nullptr, /*launch_with_pdl=*/true));
   }
 };
 

@@ -34,6 +34,8 @@ class Problem:
     reference: torch.Tensor
     cublas_fp32_relres: float
     _prepared: dict = field(default_factory=dict, repr=False)
+    # 0: each call timed with CUDA events; n > 0: n calls replayed from a CUDA graph (measure_fp8's decode shapes)
+    graph_calls: int = 0
 
     def operands(self, prepare) -> list:
         """The input sets as a kernel reads them: `prepare`d once per shape (halfhalf's packed words serve every
@@ -120,5 +122,8 @@ def retime(run, prepare, problem: Problem, repeats: int) -> dict:
 
 
 def timed(run, sets, problem: Problem, repeats: int, warmup: int) -> dict:
-    time_us = benchmark.median_time_us(run, sets, warmup=warmup, repeats=repeats)
+    if problem.graph_calls:
+        time_us = benchmark.graph_time_us(run, sets, calls=problem.graph_calls, repeats=repeats)
+    else:
+        time_us = benchmark.median_time_us(run, sets, warmup=warmup, repeats=repeats)
     return {"time_us": round(time_us, 2), "tflops": round(problem.flops / time_us / 1e6, 2), "repeats": repeats}

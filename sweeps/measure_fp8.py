@@ -1,5 +1,6 @@
 """The sweep's GPU stages for one FP8 shape: e4m3 inputs with per-tensor scales, rotated past L2, their FP64
 reference, the accuracy gate against cuBLAS FP8 (torch._scaled_mm) with the same accumulation, and the peers.
+Times are CUDA-graph replays.
 
 The timing stages (`measure.measure`, `measure.retime`) are shared with the FP32 families.
 """
@@ -34,6 +35,12 @@ class Fp8Problem:
     input_sets: list
     reference: torch.Tensor
     scaled_mm_relres: dict
+
+    @property
+    def graph_calls(self) -> int:
+        """Rows are timed by CUDA-graph replay (seed 003 section 5): a decode kernel takes ~20 µs, less than
+        launching it from Python, so per-call events would time the host. Few calls per graph for long ones."""
+        return 10 if self.flops < 1e12 else 3
 
     def operands(self, prepare) -> list:
         return self.input_sets

@@ -21,6 +21,8 @@ An FP8 space (family sm90_fp8, Fp8Config fields; modes fp8_fast / fp8_promoted s
       schedule: [cooperative, pingpong]
       scheduler: [persistent, streamk, splitk]
       splits: [2, 4]          # taken by scheduler splitk only (the others run unsplit)
+      swizzle: [1, 4]
+      promotion: [1, 2]       # taken by fp8_promoted only
       out_dtype: [bf16]       # a_dtype, b_dtype, out_dtype default to e4m3, e4m3, bf16
 
 A shape file: `shapes: [[m, n, k], [m, n, k, batch], ...]`. Errors name the file, the key and the bad value.
@@ -146,7 +148,7 @@ def _load_fp8_space(path: Path, document: dict) -> list:
     if not isinstance(space, dict):
         raise SpaceError(f"{path}: space: expected a mapping of Fp8Config fields to lists, got {space!r}")
     axes: dict[str, list] = {}
-    splits = [1]
+    splits, promotions = [1], [1]
     for key, values in space.items():
         if key in _FP8_TUPLES:
             dims = _FP8_TUPLES[key]
@@ -161,19 +163,24 @@ def _load_fp8_space(path: Path, document: dict) -> list:
             axes[key] = values
         elif key == "splits":
             splits = _positive_ints(path, "space.splits", values)
+        elif key == "promotion":
+            promotions = _positive_ints(path, "space.promotion", values)
+        elif key == "swizzle":
+            axes[key] = _positive_ints(path, "space.swizzle", values)
         else:
-            fields = sorted([*_FP8_TUPLES, *_FP8_CHOICES, "splits"])
+            fields = sorted([*_FP8_TUPLES, *_FP8_CHOICES, "splits", "swizzle", "promotion"])
             raise SpaceError(f"{path}: space.{key}: not an Fp8Config field; expected one of {fields}")
     names = list(axes)
     configs = []
     for mode in modes:
         for values in itertools.product(*(axes[name] for name in names)):
             fields = dict(zip(names, values), accum=_FP8_MODES[mode])
-            # only split-K takes a number of splits; the other schedulers run unsplit
+            # only split-K takes a number of splits, only promoted accumulation a promotion interval
             split_choices = [s for s in splits if s > 1] if fields.get("scheduler") == "splitk" else [1]
-            for split in split_choices:
+            promotion_choices = promotions if fields["accum"] == "promoted" else [1]
+            for split, promotion in itertools.product(split_choices, promotion_choices):
                 try:
-                    configs.append(fp8_config.Fp8Config(**fields, splits=split))
+                    configs.append(fp8_config.Fp8Config(**fields, splits=split, promotion=promotion))
                 except ValueError as error:
                     raise SpaceError(f"{path}: {error}") from error
     return configs

@@ -29,7 +29,19 @@ MEASURED = [
 ]
 PROVENANCE = ["gpu", "nvcc", "torch", "date"]
 CONFIG_FIELDS = ["threadblock", "warp", "stages", "alignment", "layout_a", "layout_b", "operands", "swizzle"]
-FP8_CONFIG_FIELDS = ["a_dtype", "b_dtype", "out_dtype", "accum", "tile", "cluster", "schedule", "scheduler", "splits"]
+FP8_CONFIG_FIELDS = [
+    "a_dtype",
+    "b_dtype",
+    "out_dtype",
+    "accum",
+    "tile",
+    "cluster",
+    "schedule",
+    "scheduler",
+    "splits",
+    "swizzle",
+    "promotion",
+]
 FAMILY_CONFIG_FIELDS = {"sm80": CONFIG_FIELDS, "sm90_fp8": FP8_CONFIG_FIELDS}
 COLUMNS = MEASURED + PROVENANCE + CONFIG_FIELDS
 KEY = ["name", "m", "n", "k", "batch", "gpu"]

@@ -18,6 +18,7 @@ from cutlass_ext.variants import from_name
         DEFAULT_FP8,
         Fp8Config("e5m2", "e4m3", "fp32", "fast", (64, 256, 128), (1, 2), "pingpong", "persistent"),
         Fp8Config(tile=(128, 64, 256), cluster=(2, 1), scheduler="splitk", splits=8),
+        Fp8Config(scheduler="streamk", swizzle=4, promotion=2),
     ],
     ids=lambda c: c.name,
 )
@@ -36,6 +37,8 @@ def test_names_round_trip(config):
         ({"splits": 4}, "splits=4 goes with scheduler='splitk'"),
         ({"tile": (128, 128)}, "tile="),
         ({"cluster": (0, 1)}, "cluster="),
+        ({"swizzle": 3}, "swizzle=3"),
+        ({"accum": "fast", "promotion": 2}, "promotion=2 is for accum='promoted'"),
     ],
 )
 def test_bad_fields_are_named(fields, message):
@@ -55,7 +58,7 @@ def test_generated_code_instantiates_the_config():
     assert (
         "Sm90Fp8Gemm<cutlass::float_e5m2_t, cutlass::float_e4m3_t, cutlass::half_t, 64, 128, 128,\n"
         "                             2, 1, cutlass_ext::SchedulePingpong, true,\n"
-        "                             cutlass_ext::DecomposeSplitK, 4>"
+        "                             cutlass_ext::DecomposeSplitK, 4, 1, 1>"
     ) in source
     with pytest.raises(ValueError, match="one family"):
         codegen.render_library([config, ext.KernelConfig("tf32")])

@@ -6,6 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cutlass_ext.config import KernelConfig
 from sweeps import filters
@@ -151,3 +152,34 @@ def test_dry_run_prints_per_rule_counts_without_a_gpu():
     for rule in filters.RULES:
         assert rule.name in completed.stdout
     assert "survivors:" in completed.stdout and "(variant, shape) rows" in completed.stdout
+
+
+def test_the_fp8_space_expands_splits_and_promotion_only_where_they_apply():
+    from cutlass_ext.fp8_config import Fp8Config
+    from sweeps.filters_fp8 import RULES as FP8_RULES
+
+    configs = load_space(CONFIGS / "sm90_fp8.yaml")
+    assert all(isinstance(c, Fp8Config) for c in configs)
+    assert {c.splits for c in configs if c.scheduler == "splitk"} == {2, 4}
+    assert {c.splits for c in configs if c.scheduler != "splitk"} == {1}
+    assert {c.promotion for c in configs if c.accum == "fast"} == {1}
+    result = filters.apply_rules(configs, filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90_fp8"))
+    assert Counter(c.mode for c in result.survivors) == {"fp8_fast": 68, "fp8_promoted": 88}
+    assert result.counts["pingpong_split_k_or_stream_k"] > 0 and result.counts["cooperative_tile_m_under_128"] > 0
+    assert not any(c.schedule == "pingpong" and c.scheduler != "persistent" for c in result.survivors)
+    assert {r.name for r in FP8_RULES} == set(result.counts)
+
+
+@pytest.mark.parametrize(
+    "space, message",
+    [
+        ({"tile": {"m": [128], "n": [128]}}, "space.tile: expected"),
+        ({"schedule": ["cooperative", "async"]}, "space.schedule: expected a non-empty list"),
+        ({"warp": {"m": [64], "n": [64], "k": [64]}}, "space.warp: not an Fp8Config field"),
+    ],
+)
+def test_bad_fp8_spaces_name_the_key(tmp_path, space, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"family": "sm90_fp8", "modes": ["fp8_fast"], "space": space}))
+    with pytest.raises(SpaceError, match=message):
+        load_space(path)
