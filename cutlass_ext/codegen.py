@@ -81,15 +81,25 @@ def render_fp8_instance(config: Fp8Config) -> str:
 _FAMILIES = {"sm80": ("sm80_gemm.cu.in", render_instance), "sm90_fp8": ("sm90_fp8_gemm.cu.in", render_fp8_instance)}
 
 
+def translation_unit_key(config) -> tuple:
+    """Configs that can share a translation unit have equal keys: one family and, for FP8, one launch mode."""
+    return (config.family, getattr(config, "programmatic_launch", False))
+
+
 def render_library(configs: list[KernelConfig | Fp8Config]) -> str:
     """One translation unit exporting a launcher per config (several per unit amortise header parsing)."""
     if not configs:
         raise ValueError("configs must name at least one kernel config")
-    families = {c.family for c in configs}
+    keys = {translation_unit_key(c) for c in configs}
+    families = {family for family, _ in keys}
     if len(families) != 1 or not families <= set(_FAMILIES):
         raise ValueError(f"one translation unit holds one family of {sorted(_FAMILIES)}; got {sorted(families)}")
-    library_template, render = _FAMILIES[families.pop()]
+    if len(keys) != 1:
+        raise ValueError("FP8 variants with and without programmatic launch need separate translation units")
+    ((family, programmatic_launch),) = keys
+    library_template, render = _FAMILIES[family]
     return _template(library_template).substitute(
         names=", ".join(c.name for c in configs),
         instances="".join(render(c) for c in configs),
+        defines="#define CUTLASS_ENABLE_GDC_FOR_SM90 1\n" if programmatic_launch else "",
     )

@@ -85,6 +85,12 @@ class Fp8Config:
             raise ValueError(f"splits={self.splits} goes with scheduler='splitk' (and only it takes splits > 1)")
 
     @property
+    def programmatic_launch(self) -> bool:
+        """Whether the kernel launches with programmatic dependent launch (persistent scheduler only: CUTLASS
+        4.2's stream-K scheduler does not compile with it). A library holds variants that agree on it."""
+        return self.scheduler == "persistent"
+
+    @property
     def mode(self) -> str:
         """The accuracy class that tables and peers are compared in: `fp8_fast` or `fp8_promoted`."""
         return f"fp8_{self.accum}"

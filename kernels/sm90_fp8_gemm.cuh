@@ -3,11 +3,11 @@
 // one EVT) and the choice of schedule, accumulation and tile scheduler that the sweep tunes per shape.
 #pragma once
 
-// Programmatic dependent launch: the kernel waits (griddepcontrol.wait) for the grid before it to finish before
-// reading memory, and lets the next one start its prologue early. Back to back, as in a decode step's CUDA
-// graph, that hides a few µs of setup per GEMM.
-#define CUTLASS_ENABLE_GDC_FOR_SM90 1
-
+// Programmatic dependent launch (PDL): with CUTLASS_ENABLE_GDC_FOR_SM90 defined before this header, a kernel waits
+// (griddepcontrol.wait) for the grid before it to finish before reading memory and lets the next one start its
+// prologue early. Back to back, as in a decode step's CUDA graph, that hides a few µs of setup per GEMM. The code
+// generator defines it for libraries of persistent-scheduler variants only: CUTLASS 4.2's stream-K scheduler does
+// not compile with it (its const is_last_tile binds a member to a non-const reference).
 #include <cuda_runtime.h>
 
 #include "cute/tensor.hpp"
@@ -148,12 +148,18 @@ struct Sm90Fp8Gemm {
 
   static size_t workspace_size(const cutlass_ext_fp8_args* args) { return Gemm::get_workspace_size(arguments(*args)); }
 
+#ifdef CUTLASS_ENABLE_GDC_FOR_SM90
+  static constexpr bool kProgrammaticLaunch = true;
+#else
+  static constexpr bool kProgrammaticLaunch = false;  // a kernel without the wait must not start early
+#endif
+
   static int run(const cutlass_ext_fp8_args* args, void* workspace, void* stream) {
     Gemm gemm;
     auto cuda_stream = static_cast<cudaStream_t>(stream);
     cutlass::Status status = gemm.initialize(arguments(*args), workspace, cuda_stream);
     if (status != cutlass::Status::kSuccess) return int(status);
-    return int(gemm.run(cuda_stream, /*cuda_adapter=*/nullptr, /*launch_with_pdl=*/true));
+    return int(gemm.run(cuda_stream, /*cuda_adapter=*/nullptr, kProgrammaticLaunch));
   }
 };
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from cutlass_ext import build
+from cutlass_ext import build, codegen
 from cutlass_ext.config import KernelConfig
 
 
@@ -22,8 +22,13 @@ class Built:
     error: str | None = None
 
 
-def _groups(configs: list[KernelConfig], size: int) -> list[tuple[KernelConfig, ...]]:
-    return [tuple(configs[i : i + size]) for i in range(0, len(configs), size)]
+def _groups(configs: list, size: int) -> list[tuple]:
+    """Runs of up to `size` configs that can share a translation unit (codegen.translation_unit_key), in order."""
+    groups = []
+    for key in dict.fromkeys(codegen.translation_unit_key(c) for c in configs):
+        alike = [c for c in configs if codegen.translation_unit_key(c) == key]
+        groups.extend(tuple(alike[i : i + size]) for i in range(0, len(alike), size))
+    return groups
 
 
 def first_error_line(log: str) -> str:

@@ -183,3 +183,15 @@ def test_bad_fp8_spaces_name_the_key(tmp_path, space, message):
     path.write_text(yaml.safe_dump({"family": "sm90_fp8", "modes": ["fp8_fast"], "space": space}))
     with pytest.raises(SpaceError, match=message):
         load_space(path)
+
+
+def test_fp8_variants_with_and_without_programmatic_launch_build_in_separate_units():
+    import dataclasses
+
+    from cutlass_ext.fp8_config import DEFAULT_FP8
+    from sweeps.build_stage import _groups
+
+    streamk = [dataclasses.replace(DEFAULT_FP8, promotion=p) for p in (1, 2)]
+    persistent = [dataclasses.replace(c, scheduler="persistent") for c in streamk]
+    groups = _groups([streamk[0], persistent[0], streamk[1], persistent[1]], size=4)
+    assert groups == [tuple(streamk), tuple(persistent)]
