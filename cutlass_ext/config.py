@@ -29,8 +29,19 @@ _NAME_PATTERN = re.compile(
 )
 
 
+class VariantFields:
+    """What every kernel family's config dataclass shares: its fields as a dict and a stable hash of them."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def fingerprint(self) -> str:
+        """Stable hash of every field (not of Python's per-process `hash`)."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
 @dataclass(frozen=True)
-class KernelConfig:
+class KernelConfig(VariantFields):
     """One CUTLASS kernel variant.
 
     family: the instruction path, `sm80` = CUTLASS 2.x mma.sync (runs on sm80 and later).
@@ -118,13 +129,6 @@ class KernelConfig:
         if config.name != name:
             raise ValueError(f"{name!r} is not in canonical form; did you mean {config.name!r}?")
         return config
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def fingerprint(self) -> str:
-        """Stable hash of every field (not of Python's per-process `hash`)."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
 
 
 # (threadblock, warp, stages) when no tuned table applies. The corrected modes hold hi and lo fragments and two

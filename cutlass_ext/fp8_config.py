@@ -7,12 +7,12 @@ cache, its fields are CSV columns, the tuned table maps shapes to its derived `n
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import re
 from dataclasses import dataclass
 
 import torch
+
+from .config import VariantFields
 
 FAMILY = "sm90_fp8"
 # short names of the FP8 input formats and the output types, with their torch dtypes
@@ -36,7 +36,7 @@ _NAME_PATTERN = re.compile(
 
 
 @dataclass(frozen=True)
-class Fp8Config:
+class Fp8Config(VariantFields):
     """One FP8 GEMM variant: D (M, N) = scale_a · scale_b · A (M, K) · B (N, K)ᵀ (+ bias), both inputs K-major.
 
     a_dtype, b_dtype: `e4m3` or `e5m2`. out_dtype: `bf16`, `fp16` or `fp32`. accum: `fast` or `promoted`.
@@ -128,12 +128,6 @@ class Fp8Config:
         if config.name != name:
             raise ValueError(f"{name!r} is not in canonical form; did you mean {config.name!r}?")
         return config
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def fingerprint(self) -> str:
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
 
     def with_dtypes(self, a_dtype: str, b_dtype: str, out_dtype: str) -> Fp8Config:
         """The same kernel shape for other input and output types (tuned tables are measured for one pair)."""

@@ -102,6 +102,20 @@ Variant lookup(const std::string& name) {
   return found->second;
 }
 
+// Runs `variant` on the current stream with a workspace from the caching allocator; false (nothing launched) if
+// it cannot implement `args`. Works for FP32 GEMM and FP8 variants alike.
+template <typename VariantT, typename Args>
+bool run_if_implementable(const VariantT& variant, Args& args, const std::string& name,
+                          const at::TensorOptions& options) {
+  if (variant.can_implement(&args) != 0) return false;
+  size_t workspace_bytes = variant.workspace_size(&args);
+  at::Tensor workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, options.dtype(at::kByte));
+  int status = variant.run(&args, workspace_bytes ? workspace.data_ptr() : nullptr,
+                           c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(status == 0, "kernel ", name, " failed: ", variant.status_string(status));
+  return true;
+}
+
 // Whether a kernel reading `column_major` (unit stride down each column) or row-major matrices can read the
 // matrices of t as they are stored.
 bool readable(const at::Tensor& t, bool column_major) {
@@ -143,13 +157,7 @@ bool run_first_fitting(const std::vector<std::string>& variants, const at::Tenso
                                1.0f,
                                0.0f,
                                /*split_k=*/0};
-    if (variant.can_implement(&args) != 0) continue;
-    size_t workspace_bytes = variant.workspace_size(&args);
-    at::Tensor workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, a.options().dtype(at::kByte));
-    int status = variant.run(&args, workspace_bytes ? workspace.data_ptr() : nullptr,
-                             c10::cuda::getCurrentCUDAStream().stream());
-    TORCH_CHECK(status == 0, "kernel ", name, " failed: ", variant.status_string(status));
-    return true;
+    if (run_if_implementable(variant, args, name, a.options())) return true;
   }
   return false;
 }
@@ -243,14 +251,7 @@ at::Tensor gemm_fp8_cuda(const at::Tensor& a, const at::Tensor& b, const at::Ten
   args.device = device;
   args.sm_count = sm_count(device);
   for (const auto& name : variants) {
-    Fp8Variant variant = lookup_fp8(name);
-    if (variant.can_implement(&args) != 0) continue;
-    size_t workspace_bytes = variant.workspace_size(&args);
-    at::Tensor workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, a.options().dtype(at::kByte));
-    int status = variant.run(&args, workspace_bytes ? workspace.data_ptr() : nullptr,
-                             c10::cuda::getCurrentCUDAStream().stream());
-    TORCH_CHECK(status == 0, "kernel ", name, " failed: ", variant.status_string(status));
-    return d;
+    if (run_if_implementable(lookup_fp8(name), args, name, a.options())) return d;
   }
   TORCH_CHECK(false, "none of the FP8 kernel variants ", c10::Join(", ", variants), " can run a ", a.sizes(), " x ",
               b.sizes(), "^T product with row strides ", args.lda, " and ", args.ldb,
