@@ -78,10 +78,9 @@ def gemm_fp8(
         raise ValueError(f"accum={accum!r} is not one of {list(ACCUMULATIONS)}")
     m, k = a.shape
     n = b.shape[0]
-    element_bytes = torch.empty((), dtype=out_dtype).element_size()
-    if n % (_TMA_BYTES // element_bytes):
+    if n % (_TMA_BYTES // out_dtype.itemsize):
         raise ValueError(
-            f"b has N={n} rows: N must be a multiple of {_TMA_BYTES // element_bytes} for {out_dtype} output "
+            f"b has N={n} rows: N must be a multiple of {_TMA_BYTES // out_dtype.itemsize} for {out_dtype} output "
             f"(rows of the output are written by TMA in 16-byte units)"
         )
     scale_a = _scale(scale_a, "scale_a", m, a.device, check_scales)
@@ -180,7 +179,7 @@ def _check_bias(bias, n: int, out_dtype: torch.dtype, device: torch.device) -> t
 def dispatch_configs(accums=ACCUMULATIONS) -> list:
     """The FP8 variants `gemm_fp8` runs for e4m3 inputs and bf16 output (what `--prebuild` builds): the default
     per accumulation and the shipped tuned tables' winners."""
-    defaults = [dataclasses.replace(DEFAULT_FP8, accum=accum) for accum in accums]
+    defaults = [Fp8Config.from_name(_default_variant("e4m3", "e4m3", "bf16", accum)) for accum in accums]
     shipped = [c for c in tuned.shipped_configs() if isinstance(c, Fp8Config) and c.accum in accums]
     return list(dict.fromkeys(defaults + shipped))
 
@@ -189,11 +188,17 @@ def _variants(device, a_dtype: str, b_dtype: str, out_dtype: str, accum: str, m:
     """The tuned variant for the nearest shape (if the GPU's table has one), then the default; built and loaded."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     best = _tuned_variant(index, a_dtype, b_dtype, out_dtype, accum, m, n, k)
-    default = dataclasses.replace(DEFAULT_FP8, accum=accum).with_dtypes(a_dtype, b_dtype, out_dtype).name
+    default = _default_variant(a_dtype, b_dtype, out_dtype, accum)
     variants = [default] if best in (None, default) else [best, default]
     if not torch.compiler.is_compiling():
         registry.ensure_names_registered(variants, device)
     return variants
+
+
+@functools.cache
+def _default_variant(a_dtype: str, b_dtype: str, out_dtype: str, accum: str) -> str:
+    """DEFAULT_FP8's name for these dtypes and accumulation (asked on every call: built once)."""
+    return dataclasses.replace(DEFAULT_FP8, accum=accum).with_dtypes(a_dtype, b_dtype, out_dtype).name
 
 
 @torch.compiler.assume_constant_result

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cutlass_ext import benchmark, numerics, ops
+from cutlass_ext import benchmark, numerics, ops, peers_fp8
 from cutlass_ext.fp8_config import OUT_DTYPES, Fp8Config
 
 from .measure import SEED_RELRES_LIMIT
@@ -62,17 +62,6 @@ class Fp8Problem:
         return "ok", ""
 
 
-def scaled_mm(accum: str):
-    """cuBLAS FP8 with per-tensor scales, bf16 out, the given accumulation."""
-
-    def run(a, b, scale_a, scale_b):
-        return torch._scaled_mm(
-            a, b.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16, use_fast_accum=accum == "fast"
-        )
-
-    return run
-
-
 def make_problem(m: int, n: int, k: int, batch: int = 1, seed: int = 0) -> Fp8Problem:
     """Activations from N(0, 1) and weights from N(0, 1/K), quantized to e4m3 per tensor, fresh per shape."""
     if batch != 1:
@@ -89,7 +78,7 @@ def make_problem(m: int, n: int, k: int, batch: int = 1, seed: int = 0) -> Fp8Pr
     rows = min(m, REFERENCE_ROWS)
     reference = numerics.dequantized_product(a[:rows], b, scale_a, scale_b)
     peer_relres = {
-        accum: numerics.relative_residual(scaled_mm(accum)(*input_sets[0])[:rows], reference)
+        accum: numerics.relative_residual(peers_fp8.scaled_mm(torch.bfloat16, accum)(*input_sets[0])[:rows], reference)
         for accum in ("fast", "promoted")
     }
     return Fp8Problem(m, n, k, batch, input_sets, reference, peer_relres)
@@ -107,9 +96,7 @@ def kernel_runner(config: Fp8Config):
 
 def peers(problem: Fp8Problem, repeats: int):
     """(family, mode, name, run): cuBLAS FP8 in both accumulations and the TK-GEMM-style Triton split-K kernel."""
-    from cutlass_ext import peers_fp8  # imports triton
-
     for accum in ("fast", "promoted"):
-        yield "cublas", f"fp8_{accum}", f"torch._scaled_mm {accum}", scaled_mm(accum)
+        yield "cublas", f"fp8_{accum}", f"torch._scaled_mm {accum}", peers_fp8.scaled_mm(torch.bfloat16, accum)
     name, run = peers_fp8.triton_splitk(problem.input_sets, torch.bfloat16, repeats)
     yield "triton", "fp8_fast", name, run

@@ -136,3 +136,12 @@ def test_gemm_fp8_names_bad_operands(a, b, message, error):
 def test_gemm_fp8_schema_exists_without_a_build():
     schema = str(torch.ops.cutlass_ext.gemm_fp8.default._schema)
     assert schema.startswith("cutlass_ext::gemm_fp8(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias")
+
+
+def test_the_default_variant_takes_the_callers_dtypes_and_accumulation():
+    from cutlass_ext import fp8
+
+    name = fp8._default_variant("e5m2", "e4m3", "fp32", "fast")
+    assert from_name(name) == dataclasses.replace(DEFAULT_FP8, accum="fast").with_dtypes("e5m2", "e4m3", "fp32")
+    assert fp8._default_variant("e5m2", "e4m3", "fp32", "fast") is name  # built once, asked per call
+    assert [c.accum for c in fp8.dispatch_configs()[:2]] == ["fast", "promoted"]
