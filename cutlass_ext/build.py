@@ -281,7 +281,7 @@ def main(argv=None) -> int:
     failed = 0
     for arch in archs:
         if arch != "90a":
-            configs = [c for c in configs if c.family != "sm90_fp8"]  # FP8 kernels are Hopper's (sm_90a) only
+            configs = [c for c in configs if c.family not in ("sm90_fp8", "sm90")]  # Hopper (sm_90a) only
         for result in build_libraries([(c,) for c in configs], arch, jobs=args.jobs):
             state = "cached" if result.cached else ("built" if result.library else "FAILED")
             print(f"sm_{arch}  {result.configs[0].name:48s} {state}  {result.library or ''}")

@@ -6,6 +6,7 @@ from string import Template
 
 from .config import KernelConfig
 from .fp8_config import Fp8Config
+from .split_config import SplitConfig
 from .toolchain import kernels_dir
 
 _LAYOUT_TYPES = {"row": "RowMajor", "col": "ColumnMajor"}
@@ -77,8 +78,32 @@ def render_fp8_instance(config: Fp8Config) -> str:
     )
 
 
+_SPLIT_MODES = {"tf32tf32": "SplitTf32Tf32", "halfhalf": "SplitHalfHalf"}
+_SPLIT_SCHEDULES = {"cooperative": "SplitCooperative", "pingpong": "SplitPingpong"}
+
+
+def render_split_instance(config: SplitConfig) -> str:
+    (tile_m, tile_n, tile_k), (cluster_m, cluster_n) = config.tile, config.cluster
+    return _template("sm90_corrected_gemm_instance.in").substitute(
+        name=config.name,
+        mode_tag=_SPLIT_MODES[config.mode],
+        tile_m=tile_m,
+        tile_n=tile_n,
+        tile_k=tile_k,
+        cluster_m=cluster_m,
+        cluster_n=cluster_n,
+        schedule=_SPLIT_SCHEDULES[config.schedule],
+        swizzle=config.swizzle,
+        promotion=config.promotion,
+    )
+
+
 # family -> (library template, instance renderer)
-_FAMILIES = {"sm80": ("sm80_gemm.cu.in", render_instance), "sm90_fp8": ("sm90_fp8_gemm.cu.in", render_fp8_instance)}
+_FAMILIES = {
+    "sm80": ("sm80_gemm.cu.in", render_instance),
+    "sm90_fp8": ("sm90_fp8_gemm.cu.in", render_fp8_instance),
+    "sm90": ("sm90_corrected_gemm.cu.in", render_split_instance),
+}
 
 
 def translation_unit_key(config) -> tuple:
@@ -86,7 +111,7 @@ def translation_unit_key(config) -> tuple:
     return (config.family, getattr(config, "programmatic_launch", False))
 
 
-def render_library(configs: list[KernelConfig | Fp8Config]) -> str:
+def render_library(configs: list[KernelConfig | Fp8Config | SplitConfig]) -> str:
     """One translation unit exporting a launcher per config (several per unit amortise header parsing)."""
     if not configs:
         raise ValueError("configs must name at least one kernel config")

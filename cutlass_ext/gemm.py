@@ -6,8 +6,9 @@ import functools
 
 import torch
 
-from . import ops, registry, scaling, tuned
-from .config import INSTRUCTION_SHAPES, LAYOUTS, default_configs
+from . import corrected_sm90, ops, registry, scaling, tuned
+from .config import INSTRUCTION_SHAPES, LAYOUTS, KernelConfig, default_configs
+from .split_config import SplitConfig
 
 KERNEL_MODES = tuple(sorted(INSTRUCTION_SHAPES))
 MODES = KERNEL_MODES + ("fp32",)
@@ -113,11 +114,25 @@ def _product(a: torch.Tensor, b: torch.Tensor, mode: str) -> torch.Tensor:
     """The forward product of validated operands."""
     if mode == "fp32":
         return _cublas_sgemm(a, b)
+    if a.numel() and b.numel() and (hopper := _hopper_variant(a, b, mode)) is not None:
+        return corrected_sm90.product(a, b, mode, [hopper])
     if mode == "halfhalf" and a.numel() and b.numel():
         variants = _variants(a, b, mode)  # loaded before the packing pass, which the kernel libraries export
         a, b, row_shift, column_shift = scaling.packed_operands(a, b)
         return scaling.unscaled_product(ops.gemm(a, b, variants), row_shift, column_shift)
     return ops.gemm(a, b, _variants(a, b, mode))
+
+
+def _hopper_variant(a: torch.Tensor, b: torch.Tensor, mode: str) -> str | None:
+    """The Hopper corrected variant (kernels/sm90_corrected_gemm.cuh) where the tuned table chose one for this
+    shape and the path supports the operands; None otherwise."""
+    shape = (a.shape[-2], b.shape[-1], a.shape[-1])
+    if not all(isinstance(v, int) for v in shape):
+        return None
+    name = _tuned_name(a.device.index or 0, mode, *shape)
+    if name is None or not SplitConfig.is_name(name) or not corrected_sm90.supports(a, b):
+        return None
+    return name
 
 
 def _variants(a: torch.Tensor, b: torch.Tensor, mode: str) -> list[str]:
@@ -136,9 +151,16 @@ def _variants(a: torch.Tensor, b: torch.Tensor, mode: str) -> list[str]:
 def _tuned_variant(device_index: int, mode: str, layout_a: str, layout_b: str, m: int, n: int, k: int) -> str | None:
     """The tuned table's variant name for the nearest shape, or None (a constant to torch.compile)."""
     config = tuned.lookup(_device_name(device_index), mode, m, n, k)
-    if config is None or (config.layout_a, config.layout_b) != (layout_a, layout_b):
+    if not isinstance(config, KernelConfig) or (config.layout_a, config.layout_b) != (layout_a, layout_b):
         return None
     return config.name
+
+
+@torch.compiler.assume_constant_result
+def _tuned_name(device_index: int, mode: str, m: int, n: int, k: int) -> str | None:
+    """The tuned table's variant name for the nearest shape, of any family (a constant to torch.compile)."""
+    config = tuned.lookup(_device_name(device_index), mode, m, n, k)
+    return None if config is None else config.name
 
 
 @functools.cache

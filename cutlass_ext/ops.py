@@ -21,6 +21,15 @@ _library.define(
     "gemm_fp8(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, ScalarType out_dtype, "
     "str[] variants) -> Tensor"
 )
+# The Hopper corrected SGEMM (kernels/sm90_corrected_gemm.cuh): x·2^shift split into hi and lo planes of `format`
+# (0: TF32 in float32 words, 1: FP16 hi and lo·2^11), views of buffers whose rows are padded to 16 bytes; and the
+# product of A's planes (…, m, k) with Bᵀ's (…, n, k), unscaled by halfhalf's shifts.
+_library.define("split_planes(Tensor x, Tensor? shift, int format) -> (Tensor, Tensor)")
+_library.define(
+    "gemm_split(Tensor a_hi, Tensor a_lo, Tensor b_hi, Tensor b_lo, Tensor? row_shift, Tensor? column_shift, "
+    "str[] variants) -> Tensor"
+)
+PLANES_TF32, PLANES_HALF = 0, 1
 
 
 @torch.library.register_fake("cutlass_ext::gemm")
@@ -63,3 +72,27 @@ def halfhalf_pack(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
 
 def halfhalf_unscale(c: torch.Tensor, row_shift: torch.Tensor, column_shift: torch.Tensor) -> torch.Tensor:
     return torch.ops.cutlass_ext.halfhalf_unscale(c, row_shift, column_shift)
+
+
+@torch.library.register_fake("cutlass_ext::split_planes")
+def _split_planes_fake(x: torch.Tensor, shift, format: int):
+    dtype = torch.float16 if format == PLANES_HALF else torch.float32
+    per_16_bytes = 16 // dtype.itemsize
+    ld = max(per_16_bytes, -(-x.shape[-1] // per_16_bytes) * per_16_bytes)
+    planes = [x.new_empty((*x.shape[:-1], ld), dtype=dtype)[..., : x.shape[-1]] for _ in range(2)]
+    return planes[0], planes[1]
+
+
+@torch.library.register_fake("cutlass_ext::gemm_split")
+def _gemm_split_fake(a_hi, a_lo, b_hi, b_lo, row_shift, column_shift, variants):
+    if torch.cuda.is_available():
+        registry.ensure_names_registered(variants, a_hi.device)
+    return a_hi.new_empty((*a_hi.shape[:-1], b_hi.shape[-2]), dtype=torch.float32)
+
+
+def split_planes(x: torch.Tensor, shift: torch.Tensor | None, format: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.ops.cutlass_ext.split_planes(x, shift, format)
+
+
+def gemm_split(a_hi, a_lo, b_hi, b_lo, row_shift, column_shift, variants: list[str]) -> torch.Tensor:
+    return torch.ops.cutlass_ext.gemm_split(a_hi, a_lo, b_hi, b_lo, row_shift, column_shift, variants)

@@ -22,22 +22,74 @@ constexpr int kTile = 32, kTileRowsPerPass = 8;
 // 2^shift for |shift| <= 126: a normal FP32 number, so multiplying by it changes no mantissa bit.
 __device__ __forceinline__ float power_of_two(int shift) { return __int_as_float((shift + 127) << 23); }
 
-// hi = RN_fp16(x) in the low half, lo = RN_fp16((x - hi)·2^11) in the high half. An infinite or NaN hi gets
-// lo = 0 so that Inf times a finite value stays Inf instead of Inf - Inf.
-__device__ __forceinline__ uint32_t pack_halfhalf(float x) {
-  __half hi = __float2half_rn(x);
-  float hi_value = __half2float(hi);
-  float remainder = fabsf(hi_value) < INFINITY ? x - hi_value : 0.0f;
-  __half lo = __float2half_rn(remainder * kHalfHalfLoScale);
-  return uint32_t(__half_as_ushort(hi)) | (uint32_t(__half_as_ushort(lo)) << 16);
-}
+// hi = RN_fp16(x) and lo = RN_fp16((x - hi)·2^11). An infinite or NaN hi gets lo = 0 so that Inf times a
+// finite value stays Inf instead of Inf - Inf.
+struct HalfHalfSplit {
+  __half hi, lo;
+  __device__ __forceinline__ explicit HalfHalfSplit(float x) {
+    hi = __float2half_rn(x);
+    float hi_value = __half2float(hi);
+    float remainder = fabsf(hi_value) < INFINITY ? x - hi_value : 0.0f;
+    lo = __float2half_rn(remainder * kHalfHalfLoScale);
+  }
+};
+
+// TF32 hi and lo, each rounded to nearest (ties away) and stored with its low 13 bits zero, so that x - hi is
+// exact (seed 3.3). Integer ops, not the conversion unit; Inf or NaN hi gets lo = 0 as above.
+struct Tf32Tf32Split {
+  float hi, lo;
+  __device__ __forceinline__ static float round(float x) {
+    return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
+  }
+  __device__ __forceinline__ explicit Tf32Tf32Split(float x) {
+    hi = round(x);
+    lo = fabsf(hi) < INFINITY ? round(x - hi) : 0.0f;
+  }
+};
+
+// What a split pass reads: `batch` (rows, columns) FP32 matrices with any strides, element (b, r, c) scaled by
+// 2^shift[b, r, c] (no scaling where shift is null).
+struct SplitSource {
+  const float* x;
+  int64_t batch, rows, columns;
+  int64_t x_stride_batch, x_stride_row, x_stride_column;
+  const int32_t* shift;
+  int64_t shift_stride_batch, shift_stride_row, shift_stride_column;
+};
+
+// halfhalf_pack's output: hi in the low half and lo·2^11 in the high half of each 32-bit word, dense row-major.
+struct PackedWriter {
+  uint32_t* out;
+  int64_t rows, columns;
+  __device__ __forceinline__ void operator()(int64_t batch, int64_t row, int64_t column, float x) const {
+    HalfHalfSplit split(x);
+    out[(batch * rows + row) * columns + column] =
+        uint32_t(__half_as_ushort(split.hi)) | (uint32_t(__half_as_ushort(split.lo)) << 16);
+  }
+};
+
+// split_planes' output: two row-major planes, rows `ld` elements apart.
+template <class Split, class Element>
+struct PlanesWriter {
+  Element* hi;
+  Element* lo;
+  int64_t rows, ld;
+  __device__ __forceinline__ void operator()(int64_t batch, int64_t row, int64_t column, float x) const {
+    Split split(x);
+    int64_t index = (batch * rows + row) * ld + column;
+    hi[index] = split.hi;
+    lo[index] = split.lo;
+  }
+};
 
 // Tiles are grid-strided in y (rows) and z (batch) so that any extent fits the grid's limits.
 #define CUTLASS_EXT_FOR_EACH_TILE(BATCH, ROWS)                                                  \
   for (int64_t batch = blockIdx.z; batch < (BATCH); batch += gridDim.z)                        \
     for (int64_t row0 = int64_t(blockIdx.y) * kTile; row0 < (ROWS); row0 += int64_t(gridDim.y) * kTile)
 
-__global__ void halfhalf_pack_kernel(cutlass_ext_pack_args args) {
+// Reads each element of the source once, scales it, and hands it to `write`.
+template <class Writer>
+__global__ void split_kernel(SplitSource args, Writer write) {
   __shared__ float tile[kTile][kTile + 1];  // [column][row] of a column-major input; +1 against bank conflicts
   constexpr int kRowsPerThread = kTile / kTileRowsPerPass;
   const int64_t column = int64_t(blockIdx.x) * kTile + threadIdx.x;
@@ -46,7 +98,6 @@ __global__ void halfhalf_pack_kernel(cutlass_ext_pack_args args) {
   const bool transpose = args.x_stride_row == 1 && args.x_stride_column != 1;
   const float* __restrict__ x_all = args.x;
   const int32_t* __restrict__ shift_all = args.shift;
-  uint32_t* __restrict__ out_all = static_cast<uint32_t*>(args.out);
   CUTLASS_EXT_FOR_EACH_TILE(args.batch, args.rows) {
     const float* __restrict__ x = x_all + batch * args.x_stride_batch;
     float values[kRowsPerThread];
@@ -71,16 +122,14 @@ __global__ void halfhalf_pack_kernel(cutlass_ext_pack_args args) {
       bool in = column_in && row < args.rows;
       values[j] = !in ? 0.0f
                       : (transpose ? tile[threadIdx.x][i] : x[row * args.x_stride_row + column * args.x_stride_column]);
-      shifts[j] = in ? shift_all[batch * args.shift_stride_batch + row * args.shift_stride_row +
-                                 column * args.shift_stride_column]
-                     : 0;
+      shifts[j] = in && shift_all != nullptr ? shift_all[batch * args.shift_stride_batch + row * args.shift_stride_row +
+                                                         column * args.shift_stride_column]
+                                             : 0;
     }
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < kRowsPerThread; ++j) {
       int64_t row = row0 + threadIdx.y + j * kTileRowsPerPass;
-      if (column_in && row < args.rows) {
-        out_all[(batch * args.rows + row) * args.columns + column] = pack_halfhalf(values[j] * power_of_two(shifts[j]));
-      }
+      if (column_in && row < args.rows) write(batch, row, column, values[j] * power_of_two(shifts[j]));
     }
   }
 }
@@ -128,9 +177,14 @@ inline dim3 tile_grid(int64_t batch, int64_t rows, int64_t columns) {
 #define CUTLASS_EXT_EXPORT_HALFHALF_OPERANDS()                                                              \
   extern "C" int cutlass_ext_halfhalf_pack(const cutlass_ext_pack_args* args, void* stream) {              \
     if (args->batch * args->rows * args->columns == 0) return 0;                                            \
-    cutlass_ext::halfhalf_pack_kernel<<<cutlass_ext::tile_grid(args->batch, args->rows, args->columns),     \
-                                        dim3(cutlass_ext::kTile, cutlass_ext::kTileRowsPerPass), 0,         \
-                                        static_cast<cudaStream_t>(stream)>>>(*args);                        \
+    cutlass_ext::SplitSource source{args->x, args->batch, args->rows, args->columns, args->x_stride_batch,  \
+                                    args->x_stride_row, args->x_stride_column, args->shift,                 \
+                                    args->shift_stride_batch, args->shift_stride_row,                       \
+                                    args->shift_stride_column};                                             \
+    cutlass_ext::PackedWriter writer{static_cast<uint32_t*>(args->out), args->rows, args->columns};         \
+    cutlass_ext::split_kernel<<<cutlass_ext::tile_grid(args->batch, args->rows, args->columns),             \
+                                dim3(cutlass_ext::kTile, cutlass_ext::kTileRowsPerPass), 0,                 \
+                                static_cast<cudaStream_t>(stream)>>>(source, writer);                       \
     return int(cudaGetLastError());                                                                         \
   }                                                                                                         \
   extern "C" int cutlass_ext_halfhalf_unscale(const cutlass_ext_unscale_args* args, void* stream) {        \
@@ -138,5 +192,30 @@ inline dim3 tile_grid(int64_t batch, int64_t rows, int64_t columns) {
     cutlass_ext::halfhalf_unscale_kernel<<<cutlass_ext::tile_grid(args->batch, args->m, args->n),           \
                                            dim3(cutlass_ext::kTile, cutlass_ext::kTileRowsPerPass), 0,      \
                                            static_cast<cudaStream_t>(stream)>>>(*args);                     \
+    return int(cudaGetLastError());                                                                         \
+  }
+
+// The Hopper corrected SGEMM's operand pass (launcher_abi.h): 0 or a cudaError_t.
+#define CUTLASS_EXT_EXPORT_SPLIT_PLANES()                                                                   \
+  extern "C" int cutlass_ext_split_planes(const cutlass_ext_planes_args* args, void* stream) {             \
+    if (args->batch * args->rows * args->columns == 0) return 0;                                            \
+    cutlass_ext::SplitSource source{args->x, args->batch, args->rows, args->columns, args->x_stride_batch,  \
+                                    args->x_stride_row, args->x_stride_column, args->shift,                 \
+                                    args->shift_stride_batch, args->shift_stride_row,                       \
+                                    args->shift_stride_column};                                             \
+    dim3 grid = cutlass_ext::tile_grid(args->batch, args->rows, args->columns);                             \
+    dim3 block(cutlass_ext::kTile, cutlass_ext::kTileRowsPerPass);                                          \
+    auto cuda_stream = static_cast<cudaStream_t>(stream);                                                   \
+    if (args->format == CUTLASS_EXT_PLANES_HALF) {                                                          \
+      cutlass_ext::PlanesWriter<cutlass_ext::HalfHalfSplit, __half> writer{                                 \
+          static_cast<__half*>(args->hi), static_cast<__half*>(args->lo), args->rows, args->ld};            \
+      cutlass_ext::split_kernel<<<grid, block, 0, cuda_stream>>>(source, writer);                           \
+    } else if (args->format == CUTLASS_EXT_PLANES_TF32) {                                                   \
+      cutlass_ext::PlanesWriter<cutlass_ext::Tf32Tf32Split, float> writer{                                  \
+          static_cast<float*>(args->hi), static_cast<float*>(args->lo), args->rows, args->ld};              \
+      cutlass_ext::split_kernel<<<grid, block, 0, cuda_stream>>>(source, writer);                           \
+    } else {                                                                                                \
+      return int(cudaErrorInvalidValue);                                                                    \
+    }                                                                                                       \
     return int(cudaGetLastError());                                                                         \
   }

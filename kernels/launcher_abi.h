@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CUTLASS_EXT_ABI_VERSION 5
+#define CUTLASS_EXT_ABI_VERSION 6
 
 #ifdef __cplusplus
 extern "C" {
@@ -92,6 +92,50 @@ typedef struct {
 typedef int (*cutlass_ext_fp8_can_implement_fn)(const cutlass_ext_fp8_args*);
 typedef size_t (*cutlass_ext_fp8_workspace_size_fn)(const cutlass_ext_fp8_args*);
 typedef int (*cutlass_ext_fp8_run_fn)(const cutlass_ext_fp8_args*, void* workspace, void* cuda_stream);
+
+// The Hopper corrected SGEMM's operand pass: x · 2^shift (shift null: no scaling) for x of `batch` (rows, columns)
+// matrices with any strides, split into two planes, hi and lo, each (batch, rows, ld) row-major: `format` TF32
+// (hi and lo TF32 values in FP32 words, both rounded to nearest, ties away) or HALF (FP16 hi and lo·2^11).
+#define CUTLASS_EXT_PLANES_TF32 0
+#define CUTLASS_EXT_PLANES_HALF 1
+typedef struct {
+  const float* x;
+  int64_t batch, rows, columns;
+  int64_t x_stride_batch, x_stride_row, x_stride_column;
+  const int32_t* shift;
+  int64_t shift_stride_batch, shift_stride_row, shift_stride_column;
+  void* hi;
+  void* lo;
+  int64_t ld;
+  int32_t format;
+} cutlass_ext_planes_args;
+typedef int (*cutlass_ext_split_planes_fn)(const cutlass_ext_planes_args* args, void* cuda_stream);
+
+// Hopper corrected SGEMM (sm90a): D = (hi_a·hi_b + lo terms) · 2^-(row_shift[m] + column_shift[n]) for `batch`
+// problems, from the planes of split_planes: A's (m, k) and B's (n, k), both K-major, rows lda / ldb apart;
+// D (m, n) row-major FP32. A null shift reads as 0. device, sm_count: the GPU and its SM count.
+typedef struct {
+  int64_t m, n, k, batch;
+  const void* a_hi;
+  const void* a_lo;
+  int64_t lda, batch_stride_a;
+  const void* b_hi;
+  const void* b_lo;
+  int64_t ldb, batch_stride_b;
+  float* d;
+  int64_t ldd, batch_stride_d;
+  const int32_t* row_shift;
+  int64_t row_shift_batch_stride;
+  const int32_t* column_shift;
+  int64_t column_shift_batch_stride;
+  int32_t device, sm_count;
+} cutlass_ext_split_gemm_args;
+
+// Every Hopper corrected variant `<name>` exports `<name>_split_can_implement`, `_split_workspace_size` and
+// `_split_run`; its library exports cutlass_ext_split_planes.
+typedef int (*cutlass_ext_split_can_implement_fn)(const cutlass_ext_split_gemm_args*);
+typedef size_t (*cutlass_ext_split_workspace_size_fn)(const cutlass_ext_split_gemm_args*);
+typedef int (*cutlass_ext_split_run_fn)(const cutlass_ext_split_gemm_args*, void* workspace, void* cuda_stream);
 
 #ifdef __cplusplus
 }

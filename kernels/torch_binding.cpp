@@ -3,8 +3,10 @@
 // (so torch.compile's fake kernels exist before this is built); this file gives them their CUDA implementation.
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -25,18 +27,24 @@ struct Variant {
   cutlass_ext_status_string_fn status_string;
 };
 
-// An FP8 variant (kernels/sm90_fp8_gemm.cuh).
-struct Fp8Variant {
+// A variant of a Hopper family, whose launchers take one argument struct: FP8 (kernels/sm90_fp8_gemm.cuh) or the
+// corrected SGEMM from split planes (kernels/sm90_corrected_gemm.cuh).
+template <typename Args>
+struct TypedVariant {
   std::string library;
-  cutlass_ext_fp8_can_implement_fn can_implement;
-  cutlass_ext_fp8_workspace_size_fn workspace_size;
-  cutlass_ext_fp8_run_fn run;
+  int (*can_implement)(const Args*);
+  size_t (*workspace_size)(const Args*);
+  int (*run)(const Args*, void* workspace, void* cuda_stream);
   cutlass_ext_status_string_fn status_string;
 };
+using Fp8Variant = TypedVariant<cutlass_ext_fp8_args>;
+using SplitVariant = TypedVariant<cutlass_ext_split_gemm_args>;
 
 std::mutex registry_mutex;
 std::unordered_map<std::string, Variant> registry;
 std::unordered_map<std::string, Fp8Variant> fp8_registry;
+std::unordered_map<std::string, SplitVariant> split_registry;
+cutlass_ext_split_planes_fn split_planes_launcher = nullptr;
 // halfhalf's operand passes; every kernel library exports them, the first one loaded serves.
 cutlass_ext_halfhalf_pack_fn halfhalf_pack_launcher = nullptr;
 cutlass_ext_halfhalf_unscale_fn halfhalf_unscale_launcher = nullptr;
@@ -48,27 +56,42 @@ Fn find_symbol(void* handle, const std::string& symbol, const std::string& libra
   return reinterpret_cast<Fn>(address);
 }
 
+// `<name><suffix>_can_implement`, `_workspace_size` and `_run` of a Hopper variant.
+template <typename Args>
+TypedVariant<Args> load_typed(void* handle, const std::string& prefix, const std::string& library) {
+  return TypedVariant<Args>{
+      library,
+      find_symbol<int (*)(const Args*)>(handle, prefix + "_can_implement", library),
+      find_symbol<size_t (*)(const Args*)>(handle, prefix + "_workspace_size", library),
+      find_symbol<int (*)(const Args*, void*, void*)>(handle, prefix + "_run", library),
+      find_symbol<cutlass_ext_status_string_fn>(handle, "cutlass_ext_status_string", library),
+  };
+}
+
 // Loads `library` (once per process) and records the launchers of variant `name` it exports: an FP8 variant
-// if the library exports `<name>_fp8_run`, an FP32 GEMM variant otherwise.
+// if the library exports `<name>_fp8_run`, a Hopper corrected one for `<name>_split_run`, an FP32 GEMM
+// (CUTLASS 2.x) variant otherwise.
 void register_variant(const std::string& name, const std::string& library) {
   std::lock_guard<std::mutex> lock(registry_mutex);
-  auto found = registry.find(name);
-  if (found != registry.end() && found->second.library == library) return;
-  auto found_fp8 = fp8_registry.find(name);
-  if (found_fp8 != fp8_registry.end() && found_fp8->second.library == library) return;
+  auto loaded_from = [&](const auto& table) {
+    auto found = table.find(name);
+    return found != table.end() && found->second.library == library;
+  };
+  if (loaded_from(registry) || loaded_from(fp8_registry) || loaded_from(split_registry)) return;
   void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   TORCH_CHECK(handle != nullptr, "cannot load kernel library ", library, ": ", dlerror());
   auto abi_version = find_symbol<cutlass_ext_abi_version_fn>(handle, "cutlass_ext_abi_version", library);
   TORCH_CHECK(abi_version() == CUTLASS_EXT_ABI_VERSION, "kernel library ", library, " has launcher ABI ",
               abi_version(), "; this binding speaks ", CUTLASS_EXT_ABI_VERSION, ": rebuild it");
   if (dlsym(handle, (name + "_fp8_run").c_str()) != nullptr) {
-    fp8_registry[name] = Fp8Variant{
-        library,
-        find_symbol<cutlass_ext_fp8_can_implement_fn>(handle, name + "_fp8_can_implement", library),
-        find_symbol<cutlass_ext_fp8_workspace_size_fn>(handle, name + "_fp8_workspace_size", library),
-        find_symbol<cutlass_ext_fp8_run_fn>(handle, name + "_fp8_run", library),
-        find_symbol<cutlass_ext_status_string_fn>(handle, "cutlass_ext_status_string", library),
-    };
+    fp8_registry[name] = load_typed<cutlass_ext_fp8_args>(handle, name + "_fp8", library);
+    return;
+  }
+  if (dlsym(handle, (name + "_split_run").c_str()) != nullptr) {
+    split_registry[name] = load_typed<cutlass_ext_split_gemm_args>(handle, name + "_split", library);
+    if (split_planes_launcher == nullptr) {
+      split_planes_launcher = find_symbol<cutlass_ext_split_planes_fn>(handle, "cutlass_ext_split_planes", library);
+    }
     return;
   }
   if (halfhalf_pack_launcher == nullptr) {
@@ -91,6 +114,7 @@ std::vector<std::string> registered_variants() {
   std::vector<std::string> names;
   for (const auto& entry : registry) names.push_back(entry.first);
   for (const auto& entry : fp8_registry) names.push_back(entry.first);
+  for (const auto& entry : split_registry) names.push_back(entry.first);
   return names;
 }
 
@@ -198,13 +222,17 @@ int sm_count(int device) {
   return counts[device] = count;
 }
 
-Fp8Variant lookup_fp8(const std::string& name) {
+template <typename VariantT>
+VariantT lookup_in(const std::unordered_map<std::string, VariantT>& table, const std::string& name,
+                   const char* family) {
   std::lock_guard<std::mutex> lock(registry_mutex);
-  auto found = fp8_registry.find(name);
-  TORCH_CHECK(found != fp8_registry.end(), "FP8 kernel variant ", name,
-              " is not registered in this process; cutlass_ext.gemm_fp8 builds and registers it");
+  auto found = table.find(name);
+  TORCH_CHECK(found != table.end(), family, " kernel variant ", name,
+              " is not registered in this process; cutlass_ext builds and registers it at first use");
   return found->second;
 }
+
+Fp8Variant lookup_fp8(const std::string& name) { return lookup_in(fp8_registry, name, "FP8"); }
 
 // D (m, n) = scale_a · scale_b · a (m, k) · b (n, k)ᵀ + bias for FP8 a and b with unit stride along K. A scale
 // with one element is per tensor; with m (scale_a) or n (scale_b) elements, per row of a or b. cutlass_ext.fp8
@@ -330,6 +358,115 @@ at::Tensor halfhalf_unscale_cuda(const at::Tensor& c, const at::Tensor& row_shif
   return out;
 }
 
+// x (float32, 2-D or 3-D, any strides) · 2^shift (shift optional, int32, broadcast against x) split into hi and
+// lo planes of `format` (launcher_abi.h): (…, rows, columns) views of row-major buffers whose rows are padded to
+// 16 bytes, as TMA wants them.
+std::tuple<at::Tensor, at::Tensor> split_planes_cuda(const at::Tensor& x, const c10::optional<at::Tensor>& shift,
+                                                     int64_t format) {
+  TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && (x.dim() == 2 || x.dim() == 3),
+              "x must be a 2-D or 3-D float32 CUDA tensor; got ", x.scalar_type(), " ", x.sizes(), " on ", x.device());
+  TORCH_CHECK(format == CUTLASS_EXT_PLANES_TF32 || format == CUTLASS_EXT_PLANES_HALF, "unknown plane format ", format);
+  TORCH_CHECK(!shift || (shift->device() == x.device() && shift->scalar_type() == at::kInt && shift->dim() == x.dim()),
+              "shift must be an int32 tensor on x's device with x's number of dimensions");
+  c10::cuda::CUDAGuard device_guard(x.device());
+  const at::Tensor source = x.dim() == 3 ? x : x.unsqueeze(0);
+  const int64_t batch = source.size(0), rows = source.size(1), columns = source.size(2);
+  const at::ScalarType type = format == CUTLASS_EXT_PLANES_HALF ? at::kHalf : at::kFloat;
+  const int64_t per_16_bytes = 16 / at::elementSize(type);
+  const int64_t ld = std::max<int64_t>(per_16_bytes, (columns + per_16_bytes - 1) / per_16_bytes * per_16_bytes);
+  at::Tensor hi = at::empty({batch, rows, ld}, x.options().dtype(type));
+  at::Tensor lo = at::empty({batch, rows, ld}, x.options().dtype(type));
+  at::Tensor shifts;
+  cutlass_ext_planes_args args{};
+  if (shift) {
+    shifts = (shift->dim() == 3 ? *shift : shift->unsqueeze(0)).expand(source.sizes());
+    args.shift = shifts.data_ptr<int32_t>();
+    args.shift_stride_batch = shifts.stride(0);
+    args.shift_stride_row = shifts.stride(1);
+    args.shift_stride_column = shifts.stride(2);
+  }
+  args.x = source.data_ptr<float>();
+  args.batch = batch;
+  args.rows = rows;
+  args.columns = columns;
+  args.x_stride_batch = source.stride(0);
+  args.x_stride_row = source.stride(1);
+  args.x_stride_column = source.stride(2);
+  args.hi = hi.data_ptr();
+  args.lo = lo.data_ptr();
+  args.ld = ld;
+  args.format = int32_t(format);
+  check_launch(loaded(split_planes_launcher)(&args, c10::cuda::getCurrentCUDAStream().stream()), "split_planes");
+  hi = hi.narrow(2, 0, columns);
+  lo = lo.narrow(2, 0, columns);
+  if (x.dim() == 2) return {hi.squeeze(0), lo.squeeze(0)};
+  return {hi, lo};
+}
+
+int64_t batch_stride_or_zero(const at::Tensor& t) { return t.dim() == 3 ? t.stride(0) : 0; }
+
+// C (…, m, n) float32 from the planes of A (…, m, k) and Bᵀ (…, n, k) (unit stride along k), unscaled by the
+// optional halfhalf shifts row_shift (…, m, 1) and column_shift (…, 1, n).
+at::Tensor gemm_split_cuda(const at::Tensor& a_hi, const at::Tensor& a_lo, const at::Tensor& b_hi,
+                           const at::Tensor& b_lo, const c10::optional<at::Tensor>& row_shift,
+                           const c10::optional<at::Tensor>& column_shift, std::vector<std::string> variants) {
+  for (const at::Tensor* t : {&a_lo, &b_hi, &b_lo}) {
+    TORCH_CHECK(t->device() == a_hi.device() && t->scalar_type() == a_hi.scalar_type(),
+                "the planes must share one CUDA device and dtype");
+  }
+  TORCH_CHECK(a_hi.is_cuda() && a_hi.sizes() == a_lo.sizes() && a_hi.strides() == a_lo.strides() &&
+                  b_hi.sizes() == b_lo.sizes() && b_hi.strides() == b_lo.strides(),
+              "hi and lo planes of an operand must have one shape and strides");
+  TORCH_CHECK((a_hi.dim() == 2 || a_hi.dim() == 3) && a_hi.dim() == b_hi.dim() && a_hi.size(-1) == b_hi.size(-1) &&
+                  a_hi.stride(-1) == 1 && b_hi.stride(-1) == 1,
+              "planes must be a (…, m, k) and b (…, n, k), both with unit stride along k");
+  const bool batched = a_hi.dim() == 3;
+  const int64_t batch = batched ? a_hi.size(0) : 1, m = a_hi.size(-2), n = b_hi.size(-2), k = a_hi.size(-1);
+  TORCH_CHECK(!batched || b_hi.size(0) == batch, "a and b planes must have one batch size");
+  c10::cuda::CUDAGuard device_guard(a_hi.device());
+  at::Tensor d = batched ? at::empty({batch, m, n}, a_hi.options().dtype(at::kFloat))
+                         : at::empty({m, n}, a_hi.options().dtype(at::kFloat));
+  if (m == 0 || n == 0 || batch == 0) return d;
+  if (k == 0) return d.zero_();
+  cutlass_ext_split_gemm_args args{};
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.batch = batch;
+  args.a_hi = a_hi.data_ptr();
+  args.a_lo = a_lo.data_ptr();
+  args.lda = m > 1 ? a_hi.stride(-2) : k;
+  args.batch_stride_a = batch_stride_or_zero(a_hi);
+  args.b_hi = b_hi.data_ptr();
+  args.b_lo = b_lo.data_ptr();
+  args.ldb = n > 1 ? b_hi.stride(-2) : k;
+  args.batch_stride_b = batch_stride_or_zero(b_hi);
+  args.d = d.data_ptr<float>();
+  args.ldd = n;
+  args.batch_stride_d = batched ? m * n : 0;
+  at::Tensor rows, columns;
+  if (row_shift && column_shift) {
+    rows = row_shift->contiguous();
+    columns = column_shift->contiguous();
+    TORCH_CHECK(rows.scalar_type() == at::kInt && columns.scalar_type() == at::kInt && rows.numel() == batch * m &&
+                    columns.numel() == batch * n,
+                "row_shift must hold (…, m, 1) and column_shift (…, 1, n) int32 values");
+    args.row_shift = rows.data_ptr<int32_t>();
+    args.row_shift_batch_stride = batched ? m : 0;
+    args.column_shift = columns.data_ptr<int32_t>();
+    args.column_shift_batch_stride = batched ? n : 0;
+  }
+  args.device = a_hi.get_device();
+  args.sm_count = sm_count(args.device);
+  for (const auto& name : variants) {
+    if (run_if_implementable(lookup_in(split_registry, name, "Hopper corrected"), args, name, a_hi.options())) {
+      return d;
+    }
+  }
+  TORCH_CHECK(false, "none of the Hopper corrected kernel variants ", c10::Join(", ", variants), " can run planes ",
+              a_hi.sizes(), " x ", b_hi.sizes(), " (TMA needs 16-byte aligned rows and n a multiple of 4)");
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(cutlass_ext, CUDA, m) {
@@ -337,6 +474,8 @@ TORCH_LIBRARY_IMPL(cutlass_ext, CUDA, m) {
   m.impl("gemm_fp8", &gemm_fp8_cuda);
   m.impl("halfhalf_pack", &halfhalf_pack_cuda);
   m.impl("halfhalf_unscale", &halfhalf_unscale_cuda);
+  m.impl("split_planes", &split_planes_cuda);
+  m.impl("gemm_split", &gemm_split_cuda);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

@@ -19,8 +19,9 @@ import pandas as pd
 import torch
 
 import cutlass_ext as ext
-from cutlass_ext import benchmark, numerics, ops, peers, registry, scaling
+from cutlass_ext import benchmark, corrected_sm90, numerics, ops, peers, registry, scaling
 from cutlass_ext.config import KernelConfig, default_configs
+from cutlass_ext.split_config import SplitConfig
 
 DEFAULT_SHAPES = ["1024", "2048", "4096", "8192", "16384", "1024x1024x65536"]
 
@@ -43,6 +44,9 @@ def contenders(modes, variants, input_sets, repeats):
         name = "cuBLAS passthrough" if mode == "fp32" else default_configs(mode)[0].name
         yield "cutlass_ext", mode, name, lambda a, b, mode=mode: ext.gemm(a, b, mode=mode), None
     for name in variants:
+        if SplitConfig.is_name(name):
+            yield from _split_contenders(name)
+            continue
         config = KernelConfig.from_name(name)
         yield (
             "cutlass_ext_variant",
@@ -51,6 +55,22 @@ def contenders(modes, variants, input_sets, repeats):
             lambda a, b, name=name: ops.gemm(a, b, [name]),
             scaling.packed_unscaled if config.operands == "packed" else None,
         )
+
+
+def _split_contenders(name: str):
+    """A Hopper corrected variant end to end (split pass + kernel), and its kernel alone on planes split before."""
+    mode = SplitConfig.from_name(name).mode
+    yield "cutlass_ext_sm90", mode, name, lambda a, b: corrected_sm90.product(a, b, mode, [name]), None
+    registry.ensure_names_registered([name], torch.device("cuda"))
+    format = ops.PLANES_HALF if mode == "halfhalf" else ops.PLANES_TF32
+
+    def planes(a, b):
+        return ops.split_planes(a, None, format), ops.split_planes(b.mT, None, format)
+
+    def kernel(a_planes, b_planes):
+        return ops.gemm_split(*a_planes, *b_planes, None, None, [name])
+
+    yield "cutlass_ext_sm90_kernel", mode, name, kernel, planes
 
 
 def stored(t: torch.Tensor, layout: str) -> torch.Tensor:
@@ -125,7 +145,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     if args.variants:
-        registry.ensure_registered([KernelConfig.from_name(name) for name in args.variants], torch.device("cuda"))
+        registry.ensure_names_registered(args.variants, torch.device("cuda"))
     rows = [
         row
         for layouts in args.layouts

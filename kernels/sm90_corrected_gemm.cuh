@@ -1,0 +1,202 @@
+// The Hopper corrected SGEMM (sm90a: TMA, wgmma, warp-specialized, persistent) behind the split launcher of
+// launcher_abi.h. The operands arrive as hi/lo planes written by split_planes (halfhalf_operands.cuh); the
+// mainloop is ours (sm90_split_mainloop.hpp), its atoms (TiledMma, shared-memory layouts, TMA copies) are the ones
+// CUTLASS's CollectiveBuilder picks for the plane type, and the kernel layer and epilogue are CUTLASS's.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/sm90_visitor_compute_tma_warpspecialized.hpp"
+#include "cutlass/epilogue/fusion/sm90_visitor_load_tma_warpspecialized.hpp"
+#include "cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+
+#include "halfhalf_operands.cuh"
+#include "launcher_abi.h"
+#include "sm90_split_mainloop.hpp"
+
+namespace cutlass_ext {
+
+// What the planes hold. halfhalf's lo is stored ·2^11 and its rows of A and columns of B were scaled by 2^shift
+// to fit FP16, so its epilogue multiplies by 2^-(row shift + column shift); tf32tf32 has FP32's range and none.
+struct SplitTf32Tf32 {
+  using Element = cutlass::tfloat32_t;
+  static constexpr int kLoScaleLog2 = 0;
+  static constexpr bool kScaled = false;
+};
+struct SplitHalfHalf {
+  using Element = cutlass::half_t;
+  static constexpr int kLoScaleLog2 = -11;
+  static constexpr bool kScaled = true;
+};
+
+struct SplitCooperative {
+  using Kernel = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+struct SplitPingpong {
+  using Kernel = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+};
+
+// acc · 2^-(row_shift + column_shift), rounded once: the factor (|exponent| <= 252) is exact in FP64. The shifts
+// arrive converted to float (exact: they are small integers).
+template <class T>
+struct Unscale {
+  CUTLASS_DEVICE T operator()(T acc, T row_shift, T column_shift) const {
+    int exponent = int(row_shift) + int(column_shift);
+    return T(double(acc) * __longlong_as_double((long long)(1023 - exponent) << 52));
+  }
+};
+template <class T, int N>
+struct Unscale<cutlass::Array<T, N>> {
+  CUTLASS_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& acc, cutlass::Array<T, N> const& rows,
+                                                 cutlass::Array<T, N> const& columns) const {
+    cutlass::Array<T, N> out;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) out[i] = Unscale<T>{}(acc[i], rows[i], columns[i]);
+    return out;
+  }
+};
+
+// PromotionInterval: k-tiles between promotions of hi·hi into the FP32 accumulator (a run-time argument: variants
+// differing only in it, or in Swizzle, share the kernel).
+template <class Mode, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, class Schedule, int Swizzle = 1,
+          int PromotionInterval = 1>
+struct Sm90SplitGemm {
+  using Element = typename Mode::Element;
+  using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
+  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
+  static constexpr int kAlignmentAB = 16 / int(sizeof(Element));  // elements: TMA moves 16-byte aligned rows
+  static constexpr int kAlignmentD = 4;
+
+  using RowShift = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, int32_t, float,
+                                                               cute::Stride<cute::_1, cute::_0, int64_t>>;
+  using ColumnShift = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, int32_t, float,
+                                                                  cute::Stride<cute::_0, cute::_1, int64_t>>;
+  using Unscaled = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<Unscale, float, float, cutlass::FloatRoundStyle::round_to_nearest>,
+      cutlass::epilogue::fusion::Sm90AccFetch, RowShift, ColumnShift>;
+  using Fusion = cute::conditional_t<Mode::kScaled, Unscaled,
+                                     cutlass::epilogue::fusion::LinearCombination<float, float, void, float>>;
+
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, kAlignmentD,
+      float, cutlass::layout::RowMajor, kAlignmentD, typename Schedule::Epilogue, Fusion>::CollectiveOp;
+
+  // CUTLASS's own mainloop for one plane of each operand: ours takes its atoms.
+  using Stock = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cutlass::layout::RowMajor, kAlignmentAB,
+      Element, cutlass::layout::ColumnMajor, kAlignmentAB, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCount<2>, typename Schedule::Kernel>::CollectiveOp;
+
+  // As many stages of four planes as shared memory holds beside the epilogue (and 512 bytes of barriers).
+  static constexpr int kStageBytes = 2 * (TileM + TileN) * TileK * int(sizeof(Element));
+  static constexpr int kStages = cute::min(8, (cutlass::gemm::collective::detail::sm90_smem_capacity_bytes -
+                                               int(sizeof(typename Epilogue::SharedStorage)) - 512) /
+                                                  kStageBytes);
+  static_assert(kStages >= 2, "tile too large for two pipeline stages of four planes");
+
+  using Mainloop = cutlass::gemm::collective::CollectiveMma<
+      MainloopSm90SplitPrecision<kStages, ClusterShape, typename Schedule::Kernel, Mode::kLoScaleLog2>, TileShape,
+      Element, typename Stock::StrideA, Element, typename Stock::StrideB, typename Stock::TiledMma,
+      typename Stock::GmemTiledCopyA, typename Stock::SmemLayoutAtomA, typename Stock::SmemCopyAtomA,
+      typename Stock::TransformA, typename Stock::GmemTiledCopyB, typename Stock::SmemLayoutAtomB,
+      typename Stock::SmemCopyAtomB, typename Stock::TransformB>;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                      cutlass::gemm::PersistentScheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+  static typename Gemm::Arguments arguments(const cutlass_ext_split_gemm_args& args) {
+    using cute::_0;
+    using cute::_1;
+    typename Gemm::Arguments arguments{};
+    arguments.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    arguments.problem_shape = {int(args.m), int(args.n), int(args.k), int(args.batch)};
+    arguments.mainloop.ptr_A_hi = static_cast<const Element*>(args.a_hi);
+    arguments.mainloop.ptr_A_lo = static_cast<const Element*>(args.a_lo);
+    arguments.mainloop.dA = cute::make_stride(args.lda, _1{}, args.batch_stride_a);
+    arguments.mainloop.ptr_B_hi = static_cast<const Element*>(args.b_hi);
+    arguments.mainloop.ptr_B_lo = static_cast<const Element*>(args.b_lo);
+    arguments.mainloop.dB = cute::make_stride(args.ldb, _1{}, args.batch_stride_b);
+    arguments.mainloop.promotion_interval = PromotionInterval;
+    if constexpr (Mode::kScaled) {
+      arguments.epilogue.thread = {
+          {},
+          {args.row_shift, 0, {_1{}, _0{}, args.row_shift_batch_stride}},
+          {args.column_shift, 0, {_0{}, _1{}, args.column_shift_batch_stride}},
+          {}};
+    } else {
+      arguments.epilogue.thread.alpha = 1.0f;
+      arguments.epilogue.thread.beta = 0.0f;
+    }
+    arguments.epilogue.ptr_C = nullptr;
+    arguments.epilogue.dC = cute::make_stride(args.ldd, _1{}, args.batch_stride_d);
+    arguments.epilogue.ptr_D = args.d;
+    arguments.epilogue.dD = cute::make_stride(args.ldd, _1{}, args.batch_stride_d);
+    arguments.hw_info.device_id = args.device;
+    arguments.hw_info.sm_count = args.sm_count;
+    arguments.scheduler.max_swizzle_size = Swizzle;
+    return arguments;
+  }
+
+  // TMA needs 16-byte aligned base addresses and strides; the column shifts are read 16 bytes at a time.
+  static bool aligned(const cutlass_ext_split_gemm_args& args) {
+    auto at16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    bool planes = at16(args.a_hi) && at16(args.a_lo) && at16(args.b_hi) && at16(args.b_lo) &&
+                  args.lda % kAlignmentAB == 0 && args.ldb % kAlignmentAB == 0 &&
+                  args.batch_stride_a % kAlignmentAB == 0 && args.batch_stride_b % kAlignmentAB == 0;
+    bool output = at16(args.d) && args.ldd % kAlignmentD == 0 && args.batch_stride_d % kAlignmentD == 0;
+    bool shifts = args.column_shift == nullptr ||
+                  (at16(args.column_shift) && args.column_shift_batch_stride % 4 == 0);
+    return planes && output && shifts;
+  }
+
+  static int can_implement(const cutlass_ext_split_gemm_args* args) {
+    if (!aligned(*args)) return int(cutlass::Status::kErrorMisalignedOperand);
+    return int(Gemm::can_implement(arguments(*args)));
+  }
+
+  static size_t workspace_size(const cutlass_ext_split_gemm_args* args) {
+    return Gemm::get_workspace_size(arguments(*args));
+  }
+
+  static int run(const cutlass_ext_split_gemm_args* args, void* workspace, void* stream) {
+    Gemm gemm;
+    auto cuda_stream = static_cast<cudaStream_t>(stream);
+    cutlass::Status status = gemm.initialize(arguments(*args), workspace, cuda_stream);
+    if (status != cutlass::Status::kSuccess) return int(status);
+    return int(gemm.run(cuda_stream));
+  }
+};
+
+}  // namespace cutlass_ext
+
+// Exports one Hopper corrected variant's launcher functions under C names prefixed with the variant's name.
+#define CUTLASS_EXT_EXPORT_SPLIT_GEMM(NAME, ...)                                                          \
+  extern "C" int NAME##_split_can_implement(const cutlass_ext_split_gemm_args* args) {                    \
+    return __VA_ARGS__::can_implement(args);                                                              \
+  }                                                                                                       \
+  extern "C" size_t NAME##_split_workspace_size(const cutlass_ext_split_gemm_args* args) {                \
+    return __VA_ARGS__::workspace_size(args);                                                             \
+  }                                                                                                       \
+  extern "C" int NAME##_split_run(const cutlass_ext_split_gemm_args* args, void* workspace, void* stream) { \
+    return __VA_ARGS__::run(args, workspace, stream);                                                     \
+  }
+
+// Exported once per Hopper corrected kernel library: the ABI, status strings and the operand pass.
+#define CUTLASS_EXT_EXPORT_SPLIT_LIBRARY()                                                                \
+  extern "C" int cutlass_ext_abi_version() { return CUTLASS_EXT_ABI_VERSION; }                            \
+  extern "C" const char* cutlass_ext_status_string(int status) {                                          \
+    return cutlass::cutlassGetStatusString(cutlass::Status(status));                                      \
+  }                                                                                                       \
+  CUTLASS_EXT_EXPORT_SPLIT_PLANES()
