@@ -21,9 +21,10 @@ _library.define(
     "gemm_fp8(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, ScalarType out_dtype, "
     "str[] variants) -> Tensor"
 )
-# The Hopper corrected SGEMM (kernels/sm90_corrected_gemm.cuh): x·2^shift split into hi and lo planes of `format`
-# (0: TF32 in float32 words, 1: FP16 hi and lo·2^11), views of buffers whose rows are padded to 16 bytes; and the
-# product of A's planes (…, m, k) with Bᵀ's (…, n, k), unscaled by halfhalf's shifts.
+# The Hopper corrected SGEMM (kernels/sm90_corrected_gemm.cuh): x (…, rows, k)·2^shift split into hi and lo
+# planes of `format` (0: TF32 in float32 words, 1: FP16 hi and lo·2^11), (…, rows, k') with k rounded up to 16
+# bytes and zeros after k; and the product of A's planes (…, m, k') with Bᵀ's (…, n, k'), unscaled by halfhalf's
+# shifts.
 _library.define("split_planes(Tensor x, Tensor? shift, int format) -> (Tensor, Tensor)")
 _library.define(
     "gemm_split(Tensor a_hi, Tensor a_lo, Tensor b_hi, Tensor b_lo, Tensor? row_shift, Tensor? column_shift, "
@@ -79,8 +80,7 @@ def _split_planes_fake(x: torch.Tensor, shift, format: int):
     dtype = torch.float16 if format == PLANES_HALF else torch.float32
     per_16_bytes = 16 // dtype.itemsize
     ld = max(per_16_bytes, -(-x.shape[-1] // per_16_bytes) * per_16_bytes)
-    planes = [x.new_empty((*x.shape[:-1], ld), dtype=dtype)[..., : x.shape[-1]] for _ in range(2)]
-    return planes[0], planes[1]
+    return x.new_empty((*x.shape[:-1], ld), dtype=dtype), x.new_empty((*x.shape[:-1], ld), dtype=dtype)
 
 
 @torch.library.register_fake("cutlass_ext::gemm_split")

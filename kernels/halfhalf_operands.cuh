@@ -48,10 +48,11 @@ struct Tf32Tf32Split {
 };
 
 // What a split pass reads: `batch` (rows, columns) FP32 matrices with any strides, element (b, r, c) scaled by
-// 2^shift[b, r, c] (no scaling where shift is null).
+// 2^shift[b, r, c] (no scaling where shift is null). Columns from `columns` up to `written_columns` are written
+// as zeros (the padding of split_planes' rows).
 struct SplitSource {
   const float* x;
-  int64_t batch, rows, columns;
+  int64_t batch, rows, columns, written_columns;
   int64_t x_stride_batch, x_stride_row, x_stride_column;
   const int32_t* shift;
   int64_t shift_stride_batch, shift_stride_row, shift_stride_column;
@@ -93,7 +94,7 @@ __global__ void split_kernel(SplitSource args, Writer write) {
   __shared__ float tile[kTile][kTile + 1];  // [column][row] of a column-major input; +1 against bank conflicts
   constexpr int kRowsPerThread = kTile / kTileRowsPerPass;
   const int64_t column = int64_t(blockIdx.x) * kTile + threadIdx.x;
-  const bool column_in = column < args.columns;
+  const bool column_in = column < args.columns, column_written = column < args.written_columns;
   // A column-major input is read down its columns (unit stride) and transposed through shared memory.
   const bool transpose = args.x_stride_row == 1 && args.x_stride_column != 1;
   const float* __restrict__ x_all = args.x;
@@ -129,7 +130,7 @@ __global__ void split_kernel(SplitSource args, Writer write) {
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < kRowsPerThread; ++j) {
       int64_t row = row0 + threadIdx.y + j * kTileRowsPerPass;
-      if (column_in && row < args.rows) write(batch, row, column, values[j] * power_of_two(shifts[j]));
+      if (column_written && row < args.rows) write(batch, row, column, values[j] * power_of_two(shifts[j]));
     }
   }
 }
@@ -177,10 +178,10 @@ inline dim3 tile_grid(int64_t batch, int64_t rows, int64_t columns) {
 #define CUTLASS_EXT_EXPORT_HALFHALF_OPERANDS()                                                              \
   extern "C" int cutlass_ext_halfhalf_pack(const cutlass_ext_pack_args* args, void* stream) {              \
     if (args->batch * args->rows * args->columns == 0) return 0;                                            \
-    cutlass_ext::SplitSource source{args->x, args->batch, args->rows, args->columns, args->x_stride_batch,  \
-                                    args->x_stride_row, args->x_stride_column, args->shift,                 \
-                                    args->shift_stride_batch, args->shift_stride_row,                       \
-                                    args->shift_stride_column};                                             \
+    cutlass_ext::SplitSource source{args->x,             args->batch,        args->rows,                        \
+                                    args->columns,       args->columns,      args->x_stride_batch,              \
+                                    args->x_stride_row,  args->x_stride_column, args->shift,                    \
+                                    args->shift_stride_batch, args->shift_stride_row, args->shift_stride_column}; \
     cutlass_ext::PackedWriter writer{static_cast<uint32_t*>(args->out), args->rows, args->columns};         \
     cutlass_ext::split_kernel<<<cutlass_ext::tile_grid(args->batch, args->rows, args->columns),             \
                                 dim3(cutlass_ext::kTile, cutlass_ext::kTileRowsPerPass), 0,                 \
@@ -199,11 +200,11 @@ inline dim3 tile_grid(int64_t batch, int64_t rows, int64_t columns) {
 #define CUTLASS_EXT_EXPORT_SPLIT_PLANES()                                                                   \
   extern "C" int cutlass_ext_split_planes(const cutlass_ext_planes_args* args, void* stream) {             \
     if (args->batch * args->rows * args->columns == 0) return 0;                                            \
-    cutlass_ext::SplitSource source{args->x, args->batch, args->rows, args->columns, args->x_stride_batch,  \
-                                    args->x_stride_row, args->x_stride_column, args->shift,                 \
-                                    args->shift_stride_batch, args->shift_stride_row,                       \
-                                    args->shift_stride_column};                                             \
-    dim3 grid = cutlass_ext::tile_grid(args->batch, args->rows, args->columns);                             \
+    cutlass_ext::SplitSource source{args->x,             args->batch,        args->rows,                        \
+                                    args->columns,       args->ld,           args->x_stride_batch,              \
+                                    args->x_stride_row,  args->x_stride_column, args->shift,                    \
+                                    args->shift_stride_batch, args->shift_stride_row, args->shift_stride_column}; \
+    dim3 grid = cutlass_ext::tile_grid(args->batch, args->rows, args->ld);                                  \
     dim3 block(cutlass_ext::kTile, cutlass_ext::kTileRowsPerPass);                                          \
     auto cuda_stream = static_cast<cudaStream_t>(stream);                                                   \
     if (args->format == CUTLASS_EXT_PLANES_HALF) {                                                          \

@@ -94,7 +94,8 @@ typedef size_t (*cutlass_ext_fp8_workspace_size_fn)(const cutlass_ext_fp8_args*)
 typedef int (*cutlass_ext_fp8_run_fn)(const cutlass_ext_fp8_args*, void* workspace, void* cuda_stream);
 
 // The Hopper corrected SGEMM's operand pass: x · 2^shift (shift null: no scaling) for x of `batch` (rows, columns)
-// matrices with any strides, split into two planes, hi and lo, each (batch, rows, ld) row-major: `format` TF32
+// matrices with any strides, split into two planes, hi and lo, each (batch, rows, ld) row-major, columns from
+// `columns` to `ld` written as zeros: `format` TF32
 // (hi and lo TF32 values in FP32 words, both rounded to nearest, ties away) or HALF (FP16 hi and lo·2^11).
 #define CUTLASS_EXT_PLANES_TF32 0
 #define CUTLASS_EXT_PLANES_HALF 1

@@ -112,8 +112,22 @@ struct Sm90SplitGemm {
       typename Stock::TransformA, typename Stock::GmemTiledCopyB, typename Stock::SmemLayoutAtomB,
       typename Stock::SmemCopyAtomB, typename Stock::TransformB>;
 
+  // CUTLASS's stream-K scheduler, run as data-parallel or split-K (splits below): its deterministic fixup adds the
+  // slices' FP32 partial sums in K order.
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                      cutlass::gemm::PersistentScheduler>;
+                                                      cutlass::gemm::StreamKScheduler>;
+
+  // Split-K where the output tiles leave SMs idle (small m and n, deep k): each slice's promotions form a shorter
+  // FP32 chain (cuBLAS SGEMM splits such shapes too, and its accuracy is the bound) and idle SMs get work. Slices
+  // keep at least kMinKTilesPerSplit k-tiles.
+  static constexpr int64_t kMinKTilesPerSplit = 8;
+  static int splits(const cutlass_ext_split_gemm_args& args) {
+    auto tiles_of = [](int64_t extent, int64_t tile) { return (extent + tile - 1) / tile; };
+    int64_t tiles = tiles_of(args.m, TileM) * tiles_of(args.n, TileN) * args.batch;
+    if (tiles >= args.sm_count) return 1;
+    int64_t by_occupancy = args.sm_count / tiles, by_depth = tiles_of(args.k, TileK) / kMinKTilesPerSplit;
+    return int(cute::max(int64_t(1), cute::min(by_occupancy, by_depth)));
+  }
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
   static typename Gemm::Arguments arguments(const cutlass_ext_split_gemm_args& args) {
@@ -146,6 +160,8 @@ struct Sm90SplitGemm {
     arguments.hw_info.device_id = args.device;
     arguments.hw_info.sm_count = args.sm_count;
     arguments.scheduler.max_swizzle_size = Swizzle;
+    arguments.scheduler.decomposition_mode = cutlass::gemm::kernel::detail::DecompositionMode::SplitK;
+    arguments.scheduler.splits = splits(args);
     return arguments;
   }
 

@@ -359,8 +359,8 @@ at::Tensor halfhalf_unscale_cuda(const at::Tensor& c, const at::Tensor& row_shif
 }
 
 // x (float32, 2-D or 3-D, any strides) · 2^shift (shift optional, int32, broadcast against x) split into hi and
-// lo planes of `format` (launcher_abi.h): (…, rows, columns) views of row-major buffers whose rows are padded to
-// 16 bytes, as TMA wants them.
+// lo planes of `format` (launcher_abi.h), (…, rows, ld) row-major: columns padded with zeros to 16 bytes, as TMA
+// wants rows, so that the planes' product over the padded K is the product over K.
 std::tuple<at::Tensor, at::Tensor> split_planes_cuda(const at::Tensor& x, const c10::optional<at::Tensor>& shift,
                                                      int64_t format) {
   TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && (x.dim() == 2 || x.dim() == 3),
@@ -397,8 +397,6 @@ std::tuple<at::Tensor, at::Tensor> split_planes_cuda(const at::Tensor& x, const 
   args.ld = ld;
   args.format = int32_t(format);
   check_launch(loaded(split_planes_launcher)(&args, c10::cuda::getCurrentCUDAStream().stream()), "split_planes");
-  hi = hi.narrow(2, 0, columns);
-  lo = lo.narrow(2, 0, columns);
   if (x.dim() == 2) return {hi.squeeze(0), lo.squeeze(0)};
   return {hi, lo};
 }

@@ -192,11 +192,16 @@ class FilterResult:
 
 
 def rules_for(family: str) -> tuple[Rule, ...]:
-    """The rules of a kernel family: these for the sm80 family, sweeps/filters_fp8.py's for sm90_fp8."""
+    """The rules of a kernel family: these for sm80, sweeps/filters_fp8.py's for sm90_fp8 and
+    sweeps/filters_split.py's for sm90 (the Hopper corrected SGEMM)."""
     if family == "sm90_fp8":
         from .filters_fp8 import RULES as FP8_RULES
 
         return FP8_RULES
+    if family == "sm90":
+        from .filters_split import RULES as SPLIT_RULES
+
+        return SPLIT_RULES
     return RULES
 
 

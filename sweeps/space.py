@@ -11,6 +11,17 @@ A space file:
       stages: [3, 4]
       alignment: [4]
 
+A Hopper corrected-SGEMM space (family sm90, SplitConfig fields):
+
+    family: sm90
+    modes: [tf32tf32, halfhalf]
+    space:
+      tile: {m: [128], n: [128], k: [16, 32, 64]}
+      cluster: {m: [1, 2], n: [1, 2]}
+      schedule: [cooperative, pingpong]
+      promotion: [1, 2, 4]    # k-tiles between promotions of hi·hi into FP32 registers
+      swizzle: [1, 4]
+
 An FP8 space (family sm90_fp8, Fp8Config fields; modes fp8_fast / fp8_promoted set `accum`):
 
     family: sm90_fp8
@@ -36,7 +47,7 @@ from pathlib import Path
 
 import yaml
 
-from cutlass_ext import fp8_config
+from cutlass_ext import fp8_config, split_config
 from cutlass_ext.config import DEFAULT_OPERANDS, FAMILIES, INSTRUCTION_SHAPES, LAYOUTS, OPERANDS, KernelConfig
 
 _TUPLE_FIELDS = ("threadblock", "warp")
@@ -84,8 +95,11 @@ def load_space(path: str | Path) -> list[KernelConfig]:
     family = document.get("family")
     if family == fp8_config.FAMILY:
         return _load_fp8_space(path, document)
+    if family == split_config.FAMILY:
+        return _load_split_space(path, document)
     if family not in FAMILIES:
-        raise SpaceError(f"{path}: family: {family!r} is not one of {list(FAMILIES) + [fp8_config.FAMILY]}")
+        known = list(FAMILIES) + [fp8_config.FAMILY, split_config.FAMILY]
+        raise SpaceError(f"{path}: family: {family!r} is not one of {known}")
     modes = document.get("modes")
     if not isinstance(modes, list) or not modes:
         raise SpaceError(f"{path}: modes: expected a non-empty list, got {modes!r}")
@@ -137,39 +151,41 @@ _FP8_TUPLES = {"tile": "mnk", "cluster": "mn"}
 _FP8_MODES = {f"fp8_{accum}": accum for accum in fp8_config.ACCUMULATIONS}
 
 
-def _load_fp8_space(path: Path, document: dict) -> list:
-    modes = document.get("modes")
-    if not isinstance(modes, list) or not modes or any(mode not in _FP8_MODES for mode in modes):
-        raise SpaceError(f"{path}: modes: expected a non-empty list of {list(_FP8_MODES)}, got {modes!r}")
-    unknown = set(document) - _TOP_LEVEL_KEYS
-    if unknown:
-        raise SpaceError(f"{path}: unknown key(s) {sorted(unknown)}; expected {sorted(_TOP_LEVEL_KEYS)}")
-    space = document.get("space")
+def _axes(path: Path, space, tuples: dict, choices: dict, integers: tuple, what: str) -> dict[str, list]:
+    """The value lists of a space's fields: `tuples` ({field: dims}, as {m: [...], ...}), `choices`
+    ({field: allowed}) and positive `integers`; errors name the file, key and value."""
     if not isinstance(space, dict):
-        raise SpaceError(f"{path}: space: expected a mapping of Fp8Config fields to lists, got {space!r}")
+        raise SpaceError(f"{path}: space: expected a mapping of {what} fields to lists, got {space!r}")
     axes: dict[str, list] = {}
-    splits, promotions = [1], [1]
     for key, values in space.items():
-        if key in _FP8_TUPLES:
-            dims = _FP8_TUPLES[key]
+        if key in tuples:
+            dims = tuples[key]
             if not isinstance(values, dict) or set(values) != set(dims):
                 raise SpaceError(f"{path}: space.{key}: expected {{{', '.join(f'{d}: [...]' for d in dims)}}}")
             axes[key] = list(itertools.product(*(_positive_ints(path, f"space.{key}.{d}", values[d]) for d in dims)))
-        elif key in _FP8_CHOICES:
-            if not isinstance(values, list) or not values or any(v not in _FP8_CHOICES[key] for v in values):
-                raise SpaceError(
-                    f"{path}: space.{key}: expected a non-empty list of {_FP8_CHOICES[key]}, got {values!r}"
-                )
+        elif key in choices:
+            if not isinstance(values, list) or not values or any(v not in choices[key] for v in values):
+                raise SpaceError(f"{path}: space.{key}: expected a non-empty list of {choices[key]}, got {values!r}")
             axes[key] = values
-        elif key == "splits":
-            splits = _positive_ints(path, "space.splits", values)
-        elif key == "promotion":
-            promotions = _positive_ints(path, "space.promotion", values)
-        elif key == "swizzle":
-            axes[key] = _positive_ints(path, "space.swizzle", values)
+        elif key in integers:
+            axes[key] = _positive_ints(path, f"space.{key}", values)
         else:
-            fields = sorted([*_FP8_TUPLES, *_FP8_CHOICES, "splits", "swizzle", "promotion"])
-            raise SpaceError(f"{path}: space.{key}: not an Fp8Config field; expected one of {fields}")
+            fields = sorted([*tuples, *choices, *integers])
+            raise SpaceError(f"{path}: space.{key}: not a field of {what}; expected one of {fields}")
+    return axes
+
+
+def _modes(path: Path, document: dict, allowed) -> list:
+    modes = document.get("modes")
+    if not isinstance(modes, list) or not modes or any(mode not in allowed for mode in modes):
+        raise SpaceError(f"{path}: modes: expected a non-empty list of {list(allowed)}, got {modes!r}")
+    return modes
+
+
+def _load_fp8_space(path: Path, document: dict) -> list:
+    modes = _modes(path, document, _FP8_MODES)
+    axes = _axes(path, document.get("space"), _FP8_TUPLES, _FP8_CHOICES, ("splits", "swizzle", "promotion"), "Fp8Config")
+    splits, promotions = axes.pop("splits", [1]), axes.pop("promotion", [1])
     names = list(axes)
     configs = []
     for mode in modes:
@@ -183,6 +199,27 @@ def _load_fp8_space(path: Path, document: dict) -> list:
                     configs.append(fp8_config.Fp8Config(**fields, splits=split, promotion=promotion))
                 except ValueError as error:
                     raise SpaceError(f"{path}: {error}") from error
+    return configs
+
+
+def _load_split_space(path: Path, document: dict) -> list:
+    modes = _modes(path, document, split_config.MODES)
+    axes = _axes(
+        path,
+        document.get("space"),
+        {"tile": "mnk", "cluster": "mn"},
+        {"schedule": list(split_config.SCHEDULES)},
+        ("promotion", "swizzle"),
+        "SplitConfig",
+    )
+    names = list(axes)
+    configs = []
+    for mode in modes:
+        for values in itertools.product(*(axes[name] for name in names)):
+            try:
+                configs.append(split_config.SplitConfig(mode=mode, **dict(zip(names, values))))
+            except ValueError as error:
+                raise SpaceError(f"{path}: {error}") from error
     return configs
 
 

@@ -13,13 +13,13 @@ from tqdm import tqdm
 
 from cutlass_ext import benchmark, registry, tuned
 
-from . import build_stage, measure, measure_fp8
+from . import build_stage, measure, measure_fp8, measure_split
 from .power import mean_watts
 from .space import family_of
 from .table import FAMILY_CONFIG_FIELDS, ResumableTable, config_columns
 
 # per kernel family, its problems, kernel runners and peers (the timing stages are measure's)
-FAMILY_MEASURES = {"sm80": measure, "sm90_fp8": measure_fp8}
+FAMILY_MEASURES = {"sm80": measure, "sm90_fp8": measure_fp8, "sm90": measure_split}
 
 
 class Sweep:

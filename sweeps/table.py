@@ -42,7 +42,8 @@ FP8_CONFIG_FIELDS = [
     "swizzle",
     "promotion",
 ]
-FAMILY_CONFIG_FIELDS = {"sm80": CONFIG_FIELDS, "sm90_fp8": FP8_CONFIG_FIELDS}
+SPLIT_CONFIG_FIELDS = ["tile", "cluster", "schedule", "promotion", "swizzle"]
+FAMILY_CONFIG_FIELDS = {"sm80": CONFIG_FIELDS, "sm90_fp8": FP8_CONFIG_FIELDS, "sm90": SPLIT_CONFIG_FIELDS}
 COLUMNS = MEASURED + PROVENANCE + CONFIG_FIELDS
 KEY = ["name", "m", "n", "k", "batch", "gpu"]
 # Columns added after tables were first written: an older table gains them (empty) when it is opened.

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from cutlass_ext.config import KernelConfig
-from sweeps import filters
+from sweeps import filters, filters_split
 from sweeps.space import SpaceError, load_shapes, load_space
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -175,7 +175,7 @@ def test_the_fp8_space_expands_splits_and_promotion_only_where_they_apply():
     [
         ({"tile": {"m": [128], "n": [128]}}, "space.tile: expected"),
         ({"schedule": ["cooperative", "async"]}, "space.schedule: expected a non-empty list"),
-        ({"warp": {"m": [64], "n": [64], "k": [64]}}, "space.warp: not an Fp8Config field"),
+        ({"warp": {"m": [64], "n": [64], "k": [64]}}, "space.warp: not a field of Fp8Config"),
     ],
 )
 def test_bad_fp8_spaces_name_the_key(tmp_path, space, message):
@@ -195,3 +195,16 @@ def test_fp8_variants_with_and_without_programmatic_launch_build_in_separate_uni
     persistent = [dataclasses.replace(c, scheduler="persistent") for c in streamk]
     groups = _groups([streamk[0], persistent[0], streamk[1], persistent[1]], size=4)
     assert groups == [tuple(streamk), tuple(persistent)]
+
+
+def test_hopper_corrected_space_loads_and_filters(tmp_path):
+    """configs/sm90_corrected.yaml: SplitConfigs of both modes, the sm90 rules named, and survivors left."""
+    configs = load_space(Path("configs/sm90_corrected.yaml"))
+    assert {c.mode for c in configs} == {"tf32tf32", "halfhalf"} and all(c.family == "sm90" for c in configs)
+    result = filters.apply_rules(configs, filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90"))
+    assert result.survivors and result.counts["shared_memory_under_two_stages"] > 0
+    assert all(filters_split.two_stage_shared_bytes(c) <= 232448 for c in result.survivors)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("family: sm90\nmodes: [tf32tf32]\nspace: {schedule: [sideways]}\n")
+    with pytest.raises(SpaceError, match="space.schedule"):
+        load_space(bad)

@@ -1,0 +1,66 @@
+"""Named rules that remove Hopper corrected-SGEMM (family sm90, kernels/sm90_corrected_gemm.cuh) configs that
+cannot build or would surely spill, before anything is compiled. Each removed config counts for the first rule
+that removes it, as in sweeps/filters.py."""
+
+from __future__ import annotations
+
+from cutlass_ext.split_config import PLANE_BYTES, SplitConfig
+
+from .filters import Rule
+from .filters_fp8 import MAX_CLUSTER, WGMMA_M, WGMMA_MAX_N
+
+SWIZZLE_ATOM_BYTES = 32  # a k-tile row fills whole 32-, 64- or 128-byte swizzle atoms of shared memory
+EPILOGUE_SHARED_BYTES = 34 * 1024  # the FP32 TMA-store epilogue's staging (34816 bytes at 128x128, measured by nvcc)
+# Three FP32 fragments per consumer thread (accumulator, hi·hi since the last promotion, lo terms): 192 registers
+# at a 128x128 cooperative tile built without spills (ptxas, 2026-11-23); consumers get 240 through setmaxnreg.
+ACCUMULATOR_BUDGET = 192
+
+
+def consumer_threads(config: SplitConfig) -> int:
+    return 256 if config.schedule == "cooperative" else 128
+
+
+def accumulator_registers(config: SplitConfig) -> int:
+    tm, tn, _ = config.tile
+    return 3 * tm * tn // consumer_threads(config)
+
+
+def two_stage_shared_bytes(config: SplitConfig) -> int:
+    """Two pipeline stages of four planes (hi and lo of A and B) and the epilogue."""
+    tm, tn, tk = config.tile
+    return 2 * 2 * (tm + tn) * tk * PLANE_BYTES[config.mode] + EPILOGUE_SHARED_BYTES
+
+
+RULES = (
+    Rule("tile_m_not_whole_wgmma", f"tile m is whole {WGMMA_M}-row wgmma blocks", lambda c, _: c.tile[0] % WGMMA_M),
+    Rule(
+        "cooperative_tile_m_under_128",
+        "a cooperative tile is split in m between two warpgroups",
+        lambda c, _: c.schedule == "cooperative" and c.tile[0] < 2 * WGMMA_M,
+    ),
+    Rule(
+        "tile_n_not_wgmma",
+        f"wgmma's n is a multiple of 16 up to {WGMMA_MAX_N}",
+        lambda c, _: c.tile[1] % 16 or c.tile[1] > WGMMA_MAX_N,
+    ),
+    Rule(
+        "tile_k_not_swizzle_atoms",
+        f"a k-tile row is a multiple of {SWIZZLE_ATOM_BYTES} bytes of plane",
+        lambda c, _: (c.tile[2] * PLANE_BYTES[c.mode]) % SWIZZLE_ATOM_BYTES,
+    ),
+    Rule(
+        "cluster_over_limit",
+        f"more than {MAX_CLUSTER} CTAs per cluster",
+        lambda c, _: c.cluster[0] * c.cluster[1] > MAX_CLUSTER,
+    ),
+    Rule(
+        "shared_memory_under_two_stages",
+        "two pipeline stages of four planes and the epilogue over the device's opt-in shared memory",
+        lambda c, limits: two_stage_shared_bytes(c) > limits.shared_memory_bytes,
+    ),
+    Rule(
+        "accumulator_registers_over_budget",
+        f"three accumulator fragments > {ACCUMULATOR_BUDGET} registers per consumer thread: spills",
+        lambda c, _: accumulator_registers(c) > ACCUMULATOR_BUDGET,
+    ),
+)

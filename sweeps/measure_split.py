@@ -1,0 +1,20 @@
+"""The sweep's GPU stages for the Hopper corrected family (sm90): the sm80 family's problems, accuracy gate and
+peers, with each variant run end to end as `ext.gemm` runs it (the split pass, then the kernel)."""
+
+from __future__ import annotations
+
+from cutlass_ext import corrected_sm90
+from cutlass_ext.split_config import SplitConfig
+
+from .measure import make_problem, peers
+
+__all__ = ["make_problem", "peers", "kernel_runner"]
+
+
+def kernel_runner(config: SplitConfig):
+    """(run, prepare): the split pass and the variant's kernel on float32 operands."""
+
+    def run(a, b):
+        return corrected_sm90.product(a, b, config.mode, [config.name])
+
+    return run, None
