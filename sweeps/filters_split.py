@@ -7,7 +7,7 @@ from __future__ import annotations
 from cutlass_ext.split_config import PLANE_BYTES, SplitConfig
 
 from .filters import Rule
-from .filters_fp8 import MAX_CLUSTER, WGMMA_M, WGMMA_MAX_N
+from .filters_fp8 import RULES as FP8_RULES
 
 SWIZZLE_ATOM_BYTES = 32  # a k-tile row fills whole 32-, 64- or 128-byte swizzle atoms of shared memory
 EPILOGUE_SHARED_BYTES = 34 * 1024  # the FP32 TMA-store epilogue's staging (34816 bytes at 128x128, measured by nvcc)
@@ -31,27 +31,15 @@ def two_stage_shared_bytes(config: SplitConfig) -> int:
     return 2 * 2 * (tm + tn) * tk * PLANE_BYTES[config.mode] + EPILOGUE_SHARED_BYTES
 
 
+# The wgmma tile shape and cluster rules read `tile`, `schedule` and `cluster` alike in both Hopper families.
+_SHARED_WITH_FP8 = ("tile_m_not_whole_wgmma", "cooperative_tile_m_under_128", "tile_n_not_wgmma", "cluster_over_limit")
+
 RULES = (
-    Rule("tile_m_not_whole_wgmma", f"tile m is whole {WGMMA_M}-row wgmma blocks", lambda c, _: c.tile[0] % WGMMA_M),
-    Rule(
-        "cooperative_tile_m_under_128",
-        "a cooperative tile is split in m between two warpgroups",
-        lambda c, _: c.schedule == "cooperative" and c.tile[0] < 2 * WGMMA_M,
-    ),
-    Rule(
-        "tile_n_not_wgmma",
-        f"wgmma's n is a multiple of 16 up to {WGMMA_MAX_N}",
-        lambda c, _: c.tile[1] % 16 or c.tile[1] > WGMMA_MAX_N,
-    ),
+    *(rule for rule in FP8_RULES if rule.name in _SHARED_WITH_FP8),
     Rule(
         "tile_k_not_swizzle_atoms",
         f"a k-tile row is a multiple of {SWIZZLE_ATOM_BYTES} bytes of plane",
         lambda c, _: (c.tile[2] * PLANE_BYTES[c.mode]) % SWIZZLE_ATOM_BYTES,
-    ),
-    Rule(
-        "cluster_over_limit",
-        f"more than {MAX_CLUSTER} CTAs per cluster",
-        lambda c, _: c.cluster[0] * c.cluster[1] > MAX_CLUSTER,
     ),
     Rule(
         "shared_memory_under_two_stages",

@@ -8,7 +8,7 @@ from cutlass_ext.split_config import SplitConfig
 
 from .measure import make_problem, peers
 
-__all__ = ["make_problem", "peers", "kernel_runner"]
+__all__ = ["kernel_runner", "make_problem", "peers"]
 
 
 def kernel_runner(config: SplitConfig):

@@ -184,7 +184,9 @@ def _modes(path: Path, document: dict, allowed) -> list:
 
 def _load_fp8_space(path: Path, document: dict) -> list:
     modes = _modes(path, document, _FP8_MODES)
-    axes = _axes(path, document.get("space"), _FP8_TUPLES, _FP8_CHOICES, ("splits", "swizzle", "promotion"), "Fp8Config")
+    axes = _axes(
+        path, document.get("space"), _FP8_TUPLES, _FP8_CHOICES, ("splits", "swizzle", "promotion"), "Fp8Config"
+    )
     splits, promotions = axes.pop("splits", [1]), axes.pop("promotion", [1])
     names = list(axes)
     configs = []

@@ -11,6 +11,7 @@ from cutlass_ext import build, cache
 from cutlass_ext.config import KernelConfig, default_configs
 from cutlass_ext.fp8_config import DEFAULT_FP8
 from cutlass_ext.gemm import KERNEL_MODES
+from cutlass_ext.split_config import DEFAULT_SPLIT
 
 have_nvcc = shutil.which("nvcc") is not None or os.path.exists("/usr/local/cuda/bin/nvcc")
 # CI must not pass by skipping the one check that compiles kernels.
@@ -86,6 +87,22 @@ def test_fp8_default_kernel_compiles_without_spills(cache_dir):
     ).stdout
     for fn in ("fp8_can_implement", "fp8_workspace_size", "fp8_run"):
         assert f" T {DEFAULT_FP8.name}_{fn}\n" in exported
+    resource_usage = json.loads((result.library.parent / cache.MANIFEST).read_text())["resource_usage"]
+    spill_reports = [line for line in resource_usage.splitlines() if "spill stores" in line]
+    assert spill_reports and all(" 0 bytes spill stores" in line for line in spill_reports), spill_reports
+
+
+def test_hopper_corrected_defaults_compile_without_spills(cache_dir):
+    # Our CUTLASS 3.x mainloop (three accumulator fragments per consumer thread) for both modes, one library
+    (result,) = build.build_libraries([tuple(DEFAULT_SPLIT.values())], "90a", verbose=False)
+    assert result.error is None, result.error
+    exported = subprocess.run(
+        ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
+    ).stdout
+    assert " T cutlass_ext_split_planes\n" in exported
+    for config in DEFAULT_SPLIT.values():
+        for fn in ("split_can_implement", "split_workspace_size", "split_run"):
+            assert f" T {config.name}_{fn}\n" in exported
     resource_usage = json.loads((result.library.parent / cache.MANIFEST).read_text())["resource_usage"]
     spill_reports = [line for line in resource_usage.splitlines() if "spill stores" in line]
     assert spill_reports and all(" 0 bytes spill stores" in line for line in spill_reports), spill_reports
