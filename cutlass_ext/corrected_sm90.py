@@ -9,7 +9,7 @@ import functools
 import torch
 
 from . import ops, registry, scaling
-from .split_config import DEFAULT_SPLIT, SplitConfig
+from .split_config import DEFAULT_SPLIT
 
 _FORMATS = {"tf32tf32": ops.PLANES_TF32, "halfhalf": ops.PLANES_HALF}
 
@@ -51,7 +51,3 @@ def product(a: torch.Tensor, b: torch.Tensor, mode: str, variants: list[str] | N
         b_hi, b_lo = ops.split_planes(b_t, None, format)
     c = ops.gemm_split(a_hi, a_lo, b_hi, b_lo, row_shift, column_shift, variants)
     return c.view(*a.shape[:-1], c.shape[-1]) if folded else c
-
-
-def config_of(name: str) -> SplitConfig:
-    return SplitConfig.from_name(name)

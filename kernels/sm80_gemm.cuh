@@ -12,6 +12,7 @@
 
 #include "halfhalf_operands.cuh"
 #include "launcher_abi.h"
+#include "library_exports.h"
 #include "split_mma.h"
 
 namespace cutlass_ext {
@@ -118,20 +119,9 @@ struct Sm80Gemm {
 // Exports one variant's launcher functions under C names prefixed with the variant's name.
 #define CUTLASS_EXT_EXPORT_GEMM(NAME, ...)                                                          \
   extern "C" int NAME##_layouts() { return __VA_ARGS__::layouts(); }                               \
-  extern "C" int NAME##_can_implement(const cutlass_ext_gemm_args* args) {                          \
-    return __VA_ARGS__::can_implement(args);                                                        \
-  }                                                                                                 \
-  extern "C" size_t NAME##_workspace_size(const cutlass_ext_gemm_args* args) {                      \
-    return __VA_ARGS__::workspace_size(args);                                                       \
-  }                                                                                                 \
-  extern "C" int NAME##_run(const cutlass_ext_gemm_args* args, void* workspace, void* stream) {     \
-    return __VA_ARGS__::run(args, workspace, stream);                                               \
-  }
+  CUTLASS_EXT_EXPORT_LAUNCHERS(NAME, , cutlass_ext_gemm_args, __VA_ARGS__)
 
 // Exported once per kernel library.
-#define CUTLASS_EXT_EXPORT_LIBRARY()                                                                \
-  extern "C" int cutlass_ext_abi_version() { return CUTLASS_EXT_ABI_VERSION; }                      \
-  extern "C" const char* cutlass_ext_status_string(int status) {                                    \
-    return cutlass::cutlassGetStatusString(cutlass::Status(status));                                \
-  }                                                                                                 \
+#define CUTLASS_EXT_EXPORT_LIBRARY() \
+  CUTLASS_EXT_EXPORT_ABI()           \
   CUTLASS_EXT_EXPORT_HALFHALF_OPERANDS()

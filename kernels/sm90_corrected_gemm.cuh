@@ -20,6 +20,7 @@
 
 #include "halfhalf_operands.cuh"
 #include "launcher_abi.h"
+#include "library_exports.h"
 #include "sm90_split_mainloop.hpp"
 
 namespace cutlass_ext {
@@ -198,21 +199,10 @@ struct Sm90SplitGemm {
 }  // namespace cutlass_ext
 
 // Exports one Hopper corrected variant's launcher functions under C names prefixed with the variant's name.
-#define CUTLASS_EXT_EXPORT_SPLIT_GEMM(NAME, ...)                                                          \
-  extern "C" int NAME##_split_can_implement(const cutlass_ext_split_gemm_args* args) {                    \
-    return __VA_ARGS__::can_implement(args);                                                              \
-  }                                                                                                       \
-  extern "C" size_t NAME##_split_workspace_size(const cutlass_ext_split_gemm_args* args) {                \
-    return __VA_ARGS__::workspace_size(args);                                                             \
-  }                                                                                                       \
-  extern "C" int NAME##_split_run(const cutlass_ext_split_gemm_args* args, void* workspace, void* stream) { \
-    return __VA_ARGS__::run(args, workspace, stream);                                                     \
-  }
+#define CUTLASS_EXT_EXPORT_SPLIT_GEMM(NAME, ...) \
+  CUTLASS_EXT_EXPORT_LAUNCHERS(NAME, _split, cutlass_ext_split_gemm_args, __VA_ARGS__)
 
 // Exported once per Hopper corrected kernel library: the ABI, status strings and the operand pass.
-#define CUTLASS_EXT_EXPORT_SPLIT_LIBRARY()                                                                \
-  extern "C" int cutlass_ext_abi_version() { return CUTLASS_EXT_ABI_VERSION; }                            \
-  extern "C" const char* cutlass_ext_status_string(int status) {                                          \
-    return cutlass::cutlassGetStatusString(cutlass::Status(status));                                      \
-  }                                                                                                       \
+#define CUTLASS_EXT_EXPORT_SPLIT_LIBRARY() \
+  CUTLASS_EXT_EXPORT_ABI()                 \
   CUTLASS_EXT_EXPORT_SPLIT_PLANES()

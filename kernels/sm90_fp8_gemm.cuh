@@ -23,6 +23,7 @@
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
 #include "launcher_abi.h"
+#include "library_exports.h"
 
 namespace cutlass_ext {
 
@@ -166,20 +167,8 @@ struct Sm90Fp8Gemm {
 }  // namespace cutlass_ext
 
 // Exports one FP8 variant's launcher functions under C names prefixed with the variant's name.
-#define CUTLASS_EXT_EXPORT_FP8_GEMM(NAME, ...)                                                          \
-  extern "C" int NAME##_fp8_can_implement(const cutlass_ext_fp8_args* args) {                           \
-    return __VA_ARGS__::can_implement(args);                                                            \
-  }                                                                                                     \
-  extern "C" size_t NAME##_fp8_workspace_size(const cutlass_ext_fp8_args* args) {                       \
-    return __VA_ARGS__::workspace_size(args);                                                           \
-  }                                                                                                     \
-  extern "C" int NAME##_fp8_run(const cutlass_ext_fp8_args* args, void* workspace, void* stream) {       \
-    return __VA_ARGS__::run(args, workspace, stream);                                                   \
-  }
+#define CUTLASS_EXT_EXPORT_FP8_GEMM(NAME, ...) \
+  CUTLASS_EXT_EXPORT_LAUNCHERS(NAME, _fp8, cutlass_ext_fp8_args, __VA_ARGS__)
 
 // Exported once per FP8 kernel library.
-#define CUTLASS_EXT_EXPORT_FP8_LIBRARY()                                                                \
-  extern "C" int cutlass_ext_abi_version() { return CUTLASS_EXT_ABI_VERSION; }                          \
-  extern "C" const char* cutlass_ext_status_string(int status) {                                        \
-    return cutlass::cutlassGetStatusString(cutlass::Status(status));                                    \
-  }
+#define CUTLASS_EXT_EXPORT_FP8_LIBRARY() CUTLASS_EXT_EXPORT_ABI()

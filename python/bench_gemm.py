@@ -61,7 +61,6 @@ def _split_contenders(name: str):
     """A Hopper corrected variant end to end (split pass + kernel), and its kernel alone on planes split before."""
     mode = SplitConfig.from_name(name).mode
     yield "cutlass_ext_sm90", mode, name, lambda a, b: corrected_sm90.product(a, b, mode, [name]), None
-    registry.ensure_names_registered([name], torch.device("cuda"))
     format = ops.PLANES_HALF if mode == "halfhalf" else ops.PLANES_TF32
 
     def planes(a, b):
