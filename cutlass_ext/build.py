@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import cache, codegen, toolchain
-from .config import INSTRUCTION_SHAPES, KernelConfig
+from .config import KERNEL_MODES, KernelConfig
 
 BINDING_SOURCE = "torch_binding.cpp"
 _NINJA_STATUS = re.compile(r"^\[(?P<finished>\d+)/(?P<total>\d+)\] ")
@@ -251,8 +251,8 @@ def _parse_args(argv):
     parser.add_argument(
         "--modes",
         nargs="+",
-        default=sorted(INSTRUCTION_SHAPES),
-        choices=sorted(INSTRUCTION_SHAPES) + ["fp8_fast", "fp8_promoted"],
+        default=list(KERNEL_MODES),
+        choices=list(KERNEL_MODES) + ["fp8_fast", "fp8_promoted"],
         help="modes whose defaults and tuned winners to build (FP8: e4m3 inputs, bf16 output)",
     )
     parser.add_argument("--no-binding", action="store_true", help="build only the torch-free kernel libraries")

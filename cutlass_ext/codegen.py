@@ -16,6 +16,7 @@ _MODE_TAGS = {
     ("halfhalf", "fp32"): "ModeHalfHalf",
     ("halfhalf", "packed"): "ModeHalfHalfPacked",
     ("markidis", "fp32"): "ModeMarkidis",
+    ("cutlass3xtf32", "fp32"): "ModeCutlass3xTf32",
 }
 
 

@@ -14,7 +14,17 @@ from dataclasses import dataclass
 
 # Tensor Core instruction shape (m, n, k) of each mode's operands on the CUTLASS 2.x mma.sync path.
 # The split modes read FP32 fragments and multiply in TF32 m16n8k8 or FP16 m16n8k16 (kernels/split_mma.h).
-INSTRUCTION_SHAPES = {"tf32": (16, 8, 8), "tf32tf32": (16, 8, 8), "halfhalf": (16, 8, 16), "markidis": (16, 8, 16)}
+INSTRUCTION_SHAPES = {
+    "tf32": (16, 8, 8),
+    "tf32tf32": (16, 8, 8),
+    "halfhalf": (16, 8, 16),
+    "markidis": (16, 8, 16),
+    "cutlass3xtf32": (16, 8, 8),
+}
+# CUTLASS's own 3xTF32 (OpMultiplyAddFastF32, its examples 27-29): built from our template as the benchmarks'
+# peer, not a mode of `ext.gemm`.
+PEER_MODES = ("cutlass3xtf32",)
+KERNEL_MODES = tuple(sorted(mode for mode in INSTRUCTION_SHAPES if mode not in PEER_MODES))
 FAMILIES = ("sm80",)
 LAYOUTS = ("row", "col")  # how A (m, k) and B (k, n) are stored: unit stride along rows or down columns
 # What the kernel reads: FP32 operands split in registers, or (halfhalf) FP16 hi and lo·2^11 packed in each
@@ -161,3 +171,8 @@ def default_configs(
         KernelConfig(mode, "sm80", threadblock, warp, stages, alignment, layout_a, layout_b, operands)
         for alignment in (4, 1)
     ]
+
+
+# CUTLASS example 27's kernel (27_ampere_3xtf32_fast_accurate_tensorop_gemm.cu): its tiles, stages, alignment and
+# layouts (A row-major, B column-major).
+CUTLASS_3XTF32 = KernelConfig("cutlass3xtf32", "sm80", (128, 64, 16), (64, 32, 16), 3, 4, "row", "col")

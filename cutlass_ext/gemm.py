@@ -7,10 +7,9 @@ import functools
 import torch
 
 from . import corrected_sm90, ops, registry, scaling, tuned
-from .config import INSTRUCTION_SHAPES, LAYOUTS, KernelConfig, default_configs
+from .config import KERNEL_MODES, LAYOUTS, KernelConfig, default_configs
 from .split_config import SplitConfig
 
-KERNEL_MODES = tuple(sorted(INSTRUCTION_SHAPES))
 MODES = KERNEL_MODES + ("fp32",)
 # halfhalf's packing pass writes row-major operands from any strides (its row-major kernels are its fastest:
 # sweeps/results/h100/NOTES.md); the other modes read transposed views through column-major kernels.

@@ -1,6 +1,7 @@
-"""The peers every benchmark runs beside our kernels: cuBLAS (through torch.matmul) in FP32 or TF32, and
-Triton's FP32-accurate matmul, a plain tiled kernel with tl.dot(..., input_precision="tf32x3"), best of a few
-configs per shape. Imports triton: load it only to benchmark."""
+"""The peers every benchmark runs beside our kernels: cuBLAS (through torch.matmul) in FP32 or TF32; Triton's
+FP32-accurate matmul, a plain tiled kernel with tl.dot(..., input_precision="tf32x3"), best of a few configs per
+shape; and CUTLASS's 3xTF32 (example 27's kernel, built from the nvidia-cutlass headers by our build). Imports
+triton: load it only to benchmark."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-from . import benchmark
+from . import benchmark, ops, registry
+from .config import CUTLASS_3XTF32
 
 # (block_m, block_n, block_k, warps, stages); the benchmark keeps the fastest per shape.
 CONFIGS = [(128, 128, 32, 8, 3), (128, 256, 32, 8, 3), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4), (256, 128, 32, 8, 3)]
@@ -119,3 +121,18 @@ def triton_tf32x3(input_sets, repeats: int):
             print(f"triton config {config} skipped: {type(error).__name__}", file=sys.stderr)
     _, config, run = min(timed, key=lambda entry: entry[0])
     return "tl.dot tf32x3 " + "x".join(str(v) for v in config), run
+
+
+def cutlass_3xtf32():
+    """(name, run, prepare) of CUTLASS's 3xTF32 GEMM as its example 27 configures it. It reads B column-major:
+    `prepare` stores B so, outside the timed call, as the example's inputs are."""
+    name = CUTLASS_3XTF32.name
+    registry.ensure_registered([CUTLASS_3XTF32], torch.device("cuda"))  # built on first use, then cached
+
+    def run(a, b):
+        return ops.gemm(a, b, [name])
+
+    def prepare(a, b):
+        return a, b.t().contiguous().t()
+
+    return name, run, prepare

@@ -43,6 +43,12 @@ struct ModeMarkidis {
   using MathOperator = OpMultiplyAddSplit<SchemeMarkidis>;
   static constexpr int kMaxSliceK = 0;
 };
+// CUTLASS's own 3xTF32 (big·big + big·small + small·big, all inside the Tensor Core's accumulator): the
+// benchmarks' peer, example 27's kernel.
+struct ModeCutlass3xTf32 {
+  using MathOperator = cutlass::arch::OpMultiplyAddFastF32;
+  static constexpr int kMaxSliceK = 0;
+};
 
 template <typename Mode, typename LayoutA, typename LayoutB, int BlockM, int BlockN, int BlockK, int WarpM, int WarpN,
           int WarpK, int InstM, int InstN, int InstK, int Stages, int Alignment, int Swizzle = 1>

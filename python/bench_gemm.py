@@ -1,4 +1,5 @@
-"""Side-by-side FP32 GEMM benchmark: our modes against cuBLAS FP32 / TF32 and Triton tf32x3, in one run.
+"""Side-by-side FP32 GEMM benchmark: our modes against cuBLAS FP32 / TF32, Triton tf32x3 and CUTLASS 3xTF32
+(example 27's kernel), in one run.
 
     python python/bench_gemm.py --out sweeps/results/h100/gemm_corrected.csv
 
@@ -40,6 +41,7 @@ def contenders(modes, variants, input_sets, repeats):
     yield "cublas", "fp32", "torch.matmul ieee", peers.cublas("ieee"), None
     yield "cublas", "tf32", "torch.matmul tf32", peers.cublas("tf32"), None
     yield ("triton", "tf32x3", *peers.triton_tf32x3(input_sets, repeats), None)
+    yield ("cutlass", "3xtf32", *peers.cutlass_3xtf32())
     for mode in modes:
         name = "cuBLAS passthrough" if mode == "fp32" else default_configs(mode)[0].name
         yield "cutlass_ext", mode, name, lambda a, b, mode=mode: ext.gemm(a, b, mode=mode), None
@@ -158,14 +160,20 @@ def main(argv=None):
     shape_key = (
         table["layouts"] + ":" + table["m"].astype(str) + "x" + table["n"].astype(str) + "x" + table["k"].astype(str)
     )
-    for column, mode in (("vs_cublas_fp32", "fp32"), ("vs_cublas_tf32", "tf32")):
-        baseline = table[(table["family"] == "cublas") & (table["mode"] == mode)]
+    baselines = (
+        ("vs_cublas_fp32", "cublas", "fp32"),
+        ("vs_cublas_tf32", "cublas", "tf32"),
+        ("vs_cutlass_3xtf32", "cutlass", "3xtf32"),
+    )
+    for column, family, mode in baselines:
+        baseline = table[(table["family"] == family) & (table["mode"] == mode)]
         baseline_tflops = dict(zip(shape_key[baseline.index], baseline["tflops"]))
         table[column] = (table["tflops"] / shape_key.map(baseline_tflops)).round(3)
     with pd.option_context("display.width", 250, "display.max_columns", 20, "display.max_colwidth", 44):
         print(
             table[
-                ["family", "mode", "layouts", "m", "n", "k", "tflops", "relres", "vs_cublas_fp32", "vs_cublas_tf32"]
+                ["family", "mode", "layouts", "m", "n", "k", "tflops", "relres"]
+                + [column for column, _, _ in baselines]
             ].to_string(index=False, float_format=lambda v: f"{v:.3g}")
         )
     if args.out:

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from cutlass_ext import build, cache
-from cutlass_ext.config import KernelConfig, default_configs
+from cutlass_ext.config import CUTLASS_3XTF32, KernelConfig, default_configs
 from cutlass_ext.fp8_config import DEFAULT_FP8
 from cutlass_ext.gemm import KERNEL_MODES
 from cutlass_ext.split_config import DEFAULT_SPLIT
@@ -32,9 +32,10 @@ def cache_dir(tmp_path_factory):
 @pytest.mark.parametrize("arch", ["80", "90a"])
 def test_default_kernels_compile_and_export_launchers(cache_dir, arch):
     # one library per mode, compiled in parallel; halfhalf also in every layout (its fragment order depends on
-    # it) and splitting FP32 operands in registers as well as reading packed ones
+    # it) and splitting FP32 operands in registers as well as reading packed ones; and CUTLASS's 3xTF32 peer
     groups = (
         [tuple(default_configs(mode)) for mode in KERNEL_MODES]
+        + [(CUTLASS_3XTF32,)]
         + [tuple(default_configs("halfhalf", a, b)) for a, b in (("col", "row"), ("row", "col"), ("col", "col"))]
         + [tuple(default_configs("halfhalf", operands="fp32"))]
     )
