@@ -76,6 +76,7 @@ def render_fp8_instance(config: Fp8Config) -> str:
         splits=config.splits,
         swizzle=config.swizzle,
         promotion=config.promotion,
+        swap_ab="true" if config.swap_ab else "false",
     )
 
 

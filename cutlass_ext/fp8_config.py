@@ -31,7 +31,7 @@ _SCHEDULE_TAGS = {"cooperative": "coop", "pingpong": "pp"}
 _NAME_PATTERN = re.compile(
     r"fp8_(?P<a>e4m3|e5m2)(?P<b>e4m3|e5m2)_(?P<out>bf16|fp16|fp32)_(?P<tile>\d+x\d+x\d+)_c(?P<cluster>\d+x\d+)"
     r"_(?P<schedule>coop|pp)_(?P<accum>fast|promoted)(?:_p(?P<promotion>\d+))?"
-    r"(?:_(?P<scheduler>streamk|splitk)(?P<splits>\d+)?)?(?:_w(?P<swizzle>\d+))?"
+    r"(?:_(?P<scheduler>streamk|splitk)(?P<splits>\d+)?)?(?:_w(?P<swizzle>\d+))?(?P<swap>_swap)?"
 )
 
 
@@ -45,6 +45,8 @@ class Fp8Config(VariantFields):
     swizzle: tiles launched in groups of up to this many (L2 reuse; name suffix `_wN` unless 1).
     promotion: k-blocks between promotions into FP32 registers, for `promoted` (name `_pN` unless 1): fewer
     promotions cost fewer instructions and keep longer sums in the Tensor Core's narrower accumulator.
+    swap_ab: the kernel computes Dᵀ = B · Aᵀ (name suffix `_swap`), so `tile` is (n, m, k): its first side runs
+    over N (the weights fill wgmma's 64 rows) and its second over M (decode's few tokens in a 16- or 32-wide n).
     """
 
     a_dtype: str = "e4m3"
@@ -58,6 +60,7 @@ class Fp8Config(VariantFields):
     splits: int = 1
     swizzle: int = 1
     promotion: int = 1
+    swap_ab: bool = False
     family: str = FAMILY
 
     def __post_init__(self):
@@ -81,6 +84,8 @@ class Fp8Config(VariantFields):
             raise ValueError(f"promotion={self.promotion!r} must be one of {list(PROMOTIONS)}")
         if self.promotion > 1 and self.accum != "promoted":
             raise ValueError(f"promotion={self.promotion} is for accum='promoted'; fast accumulation never promotes")
+        if not isinstance(self.swap_ab, bool):
+            raise ValueError(f"swap_ab={self.swap_ab!r} must be True or False")
         if (self.scheduler == "splitk") != (self.splits > 1):
             raise ValueError(f"splits={self.splits} goes with scheduler='splitk' (and only it takes splits > 1)")
 
@@ -104,6 +109,7 @@ class Fp8Config(VariantFields):
         return (
             f"fp8_{self.a_dtype}{self.b_dtype}_{self.out_dtype}_{tile[0]}x{tile[1]}x{tile[2]}"
             f"_c{cluster[0]}x{cluster[1]}_{_SCHEDULE_TAGS[self.schedule]}_{self.accum}{promotion}{scheduler}{swizzle}"
+            f"{'_swap' if self.swap_ab else ''}"
         )
 
     @classmethod
@@ -124,6 +130,7 @@ class Fp8Config(VariantFields):
             splits=int(match["splits"]) if match["splits"] else 1,
             swizzle=int(match["swizzle"]) if match["swizzle"] else 1,
             promotion=int(match["promotion"]) if match["promotion"] else 1,
+            swap_ab=bool(match["swap"]),
         )
         if config.name != name:
             raise ValueError(f"{name!r} is not in canonical form; did you mean {config.name!r}?")

@@ -60,39 +60,52 @@ struct DecomposeSplitK {
 // Swizzle: CUTLASS's max_swizzle_size, tiles launched in groups of up to this many along one side so that CTAs
 // running together share panels of A and B in L2. PromotionKBlocks: k-blocks between promotions (promoted
 // accumulation only). Both are run-time arguments of one kernel: variants that differ only in them share code.
+// SwapAB: the kernel computes Dᵀ (N, M) = B · Aᵀ into D viewed column-major, so the weights fill wgmma's 64-row
+// side and decode's few tokens its n side (n = 16 or 32 instead of 64-row A tiles that are mostly zeros): each
+// stage carries more weight bytes, and more stages fit in shared memory.
 template <class ElementA, class ElementB, class ElementD, int TileM, int TileN, int TileK, int ClusterM,
           int ClusterN, class Schedule, bool FastAccum, class Decomposition, int Splits, int Swizzle = 1,
-          int PromotionKBlocks = 1>
+          int PromotionKBlocks = 1, bool SwapAB = false>
 struct Sm90Fp8Gemm {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   static constexpr int kAlignmentAB = 16;  // elements: TMA moves 16-byte rows of FP8
   static constexpr int kAlignmentD = 16 / int(sizeof(ElementD));
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+  // The kernel's own operands and output layout: (A, B, row-major D), or (B, A, column-major D) swapped.
+  using KernelElementA = cute::conditional_t<SwapAB, ElementB, ElementA>;
+  using KernelElementB = cute::conditional_t<SwapAB, ElementA, ElementB>;
+  using LayoutD = cute::conditional_t<SwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
 
-  // D = scale_a[m] · (scale_b[n] · acc) + bias[n]. A scale's stride says at run time whether it is one value
-  // (per tensor) or a vector (row-wise); a null bias reads as 0.
-  using ScaleA = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float,
-                                                             cute::Stride<bool, cute::_0, int64_t>>;
-  using ScaleB = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float, float,
-                                                             cute::Stride<cute::_0, bool, int64_t>>;
-  using Bias = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float,
-                                                           cute::Stride<cute::_0, cute::_1, int64_t>, kAlignmentD>;
+  // D = scale_a[m] · (scale_b[n] · acc) + bias[n], in the kernel's rows and columns: its row scale is scale_a
+  // (scale_b swapped), its column scale the other. A scale's stride says at run time whether it is one value
+  // (per tensor) or a vector (row-wise); a null bias reads as 0. Bias runs along N: the kernel's columns, or
+  // its rows swapped.
+  using RowScale = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float,
+                                                               cute::Stride<bool, cute::_0, int64_t>>;
+  using ColumnScale = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float, float,
+                                                                  cute::Stride<cute::_0, bool, int64_t>>;
+  using Bias = cute::conditional_t<
+      SwapAB,
+      cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, ElementD, float,
+                                                  cute::Stride<cute::_1, cute::_0, int64_t>, kAlignmentD>,
+      cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float,
+                                                  cute::Stride<cute::_0, cute::_1, int64_t>, kAlignmentD>>;
   using ScaledAccumulator = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, ScaleB,
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, ColumnScale,
       cutlass::epilogue::fusion::Sm90AccFetch>;
   using Output = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float, kRound>, ScaleA,
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float, kRound>, RowScale,
       ScaledAccumulator, Bias>;
 
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, kAlignmentD,
-      ElementD, cutlass::layout::RowMajor, kAlignmentD, typename Schedule::Epilogue, Output>::CollectiveOp;
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignmentD, ElementD, LayoutD,
+      kAlignmentD, typename Schedule::Epilogue, Output>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, cutlass::layout::RowMajor, kAlignmentAB,
-      ElementB, cutlass::layout::ColumnMajor, kAlignmentAB, float, TileShape, ClusterShape,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, KernelElementA, cutlass::layout::RowMajor, kAlignmentAB,
+      KernelElementB, cutlass::layout::ColumnMajor, kAlignmentAB, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       typename Schedule::template Kernel<FastAccum>>::CollectiveOp;
 
@@ -105,21 +118,37 @@ struct Sm90Fp8Gemm {
     using cute::_1;
     typename Gemm::Arguments arguments{};
     arguments.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-    arguments.problem_shape = {int(args.m), int(args.n), int(args.k), 1};
-    arguments.mainloop.ptr_A = static_cast<const ElementA*>(args.a);
-    arguments.mainloop.dA = cute::make_stride(args.lda, _1{}, int64_t(0));
-    // B (n, k) row-major is CUTLASS's column-major (k, n) operand: K-major, as FP8 wgmma wants both.
-    arguments.mainloop.ptr_B = static_cast<const ElementB*>(args.b);
-    arguments.mainloop.dB = cute::make_stride(args.ldb, _1{}, int64_t(0));
+    // A (m, k) and B (n, k) row-major are CUTLASS's K-major operands, as FP8 wgmma wants both, in either order.
+    const void* kernel_a = SwapAB ? args.b : args.a;
+    const void* kernel_b = SwapAB ? args.a : args.b;
+    int64_t ld_kernel_a = SwapAB ? args.ldb : args.lda;
+    int64_t ld_kernel_b = SwapAB ? args.lda : args.ldb;
+    int rows = int(SwapAB ? args.n : args.m), columns = int(SwapAB ? args.m : args.n);
+    arguments.problem_shape = {rows, columns, int(args.k), 1};
+    arguments.mainloop.ptr_A = static_cast<const KernelElementA*>(kernel_a);
+    arguments.mainloop.dA = cute::make_stride(ld_kernel_a, _1{}, int64_t(0));
+    arguments.mainloop.ptr_B = static_cast<const KernelElementB*>(kernel_b);
+    arguments.mainloop.dB = cute::make_stride(ld_kernel_b, _1{}, int64_t(0));
+    const void* row_scale = SwapAB ? args.scale_b : args.scale_a;
+    const void* column_scale = SwapAB ? args.scale_a : args.scale_b;
+    bool row_scale_rowwise = SwapAB ? args.scale_b_rowwise : args.scale_a_rowwise;
+    bool column_scale_rowwise = SwapAB ? args.scale_a_rowwise : args.scale_b_rowwise;
+    typename Bias::Arguments bias{static_cast<const ElementD*>(args.bias), ElementD(0), {}};
     arguments.epilogue.thread = {
-        {static_cast<const float*>(args.scale_a), 1.0f, {bool(args.scale_a_rowwise), _0{}, int64_t(0)}},
-        {{static_cast<const float*>(args.scale_b), 1.0f, {_0{}, bool(args.scale_b_rowwise), int64_t(0)}}, {}, {}},
-        {static_cast<const ElementD*>(args.bias), ElementD(0), {_0{}, _1{}, int64_t(0)}},
+        {static_cast<const float*>(row_scale), 1.0f, {row_scale_rowwise, _0{}, int64_t(0)}},
+        {{static_cast<const float*>(column_scale), 1.0f, {_0{}, column_scale_rowwise, int64_t(0)}}, {}, {}},
+        bias,
         {}};
+    // D (m, n) row-major is Dᵀ (n, m) column-major: the same bytes, ldd apart.
     arguments.epilogue.ptr_C = nullptr;
-    arguments.epilogue.dC = cute::make_stride(args.ldd, _1{}, int64_t(0));
     arguments.epilogue.ptr_D = static_cast<ElementD*>(args.d);
-    arguments.epilogue.dD = cute::make_stride(args.ldd, _1{}, int64_t(0));
+    if constexpr (SwapAB) {
+      arguments.epilogue.dC = cute::make_stride(_1{}, args.ldd, int64_t(0));
+      arguments.epilogue.dD = cute::make_stride(_1{}, args.ldd, int64_t(0));
+    } else {
+      arguments.epilogue.dC = cute::make_stride(args.ldd, _1{}, int64_t(0));
+      arguments.epilogue.dD = cute::make_stride(args.ldd, _1{}, int64_t(0));
+    }
     if constexpr (!FastAccum) {
       // counted in wgmma k-steps (32 FP8 elements each)
       arguments.mainloop.mma_promotion_interval = PromotionKBlocks * (TileK / 32);

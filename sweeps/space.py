@@ -146,6 +146,7 @@ _FP8_CHOICES = {
     "out_dtype": list(fp8_config.OUT_DTYPES),
     "schedule": list(fp8_config.SCHEDULES),
     "scheduler": list(fp8_config.SCHEDULERS),
+    "swap_ab": [False, True],
 }
 _FP8_TUPLES = {"tile": "mnk", "cluster": "mn"}
 _FP8_MODES = {f"fp8_{accum}": accum for accum in fp8_config.ACCUMULATIONS}

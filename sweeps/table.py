@@ -41,13 +41,14 @@ FP8_CONFIG_FIELDS = [
     "splits",
     "swizzle",
     "promotion",
+    "swap_ab",
 ]
 SPLIT_CONFIG_FIELDS = ["tile", "cluster", "schedule", "promotion", "swizzle"]
 FAMILY_CONFIG_FIELDS = {"sm80": CONFIG_FIELDS, "sm90_fp8": FP8_CONFIG_FIELDS, "sm90": SPLIT_CONFIG_FIELDS}
 COLUMNS = MEASURED + PROVENANCE + CONFIG_FIELDS
 KEY = ["name", "m", "n", "k", "batch", "gpu"]
 # Columns added after tables were first written: an older table gains them (empty) when it is opened.
-ADDED_LATER = {"repeats", "swizzle"}
+ADDED_LATER = {"repeats", "swizzle", "swap_ab"}
 
 
 def config_columns(config, fields: list[str] = CONFIG_FIELDS) -> dict:

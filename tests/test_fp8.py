@@ -19,6 +19,8 @@ from cutlass_ext.variants import from_name
         Fp8Config("e5m2", "e4m3", "fp32", "fast", (64, 256, 128), (1, 2), "pingpong", "persistent"),
         Fp8Config(tile=(128, 64, 256), cluster=(2, 1), scheduler="splitk", splits=8),
         Fp8Config(scheduler="streamk", swizzle=4, promotion=2),
+        Fp8Config(accum="fast", tile=(64, 16, 256), schedule="pingpong", swap_ab=True),
+        Fp8Config(tile=(128, 32, 256), scheduler="splitk", splits=4, promotion=2, swizzle=2, swap_ab=True),
     ],
     ids=lambda c: c.name,
 )
@@ -39,6 +41,7 @@ def test_names_round_trip(config):
         ({"cluster": (0, 1)}, "cluster="),
         ({"swizzle": 3}, "swizzle=3"),
         ({"accum": "fast", "promotion": 2}, "promotion=2 is for accum='promoted'"),
+        ({"swap_ab": 1}, "swap_ab=1 must be True or False"),
     ],
 )
 def test_bad_fields_are_named(fields, message):
@@ -58,11 +61,17 @@ def test_generated_code_instantiates_the_config():
     assert (
         "Sm90Fp8Gemm<cutlass::float_e5m2_t, cutlass::float_e4m3_t, cutlass::half_t, 64, 128, 128,\n"
         "                             2, 1, cutlass_ext::SchedulePingpong, true,\n"
-        "                             cutlass_ext::DecomposeSplitK, 4, 1, 1>"
+        "                             cutlass_ext::DecomposeSplitK, 4, 1, 1, false>"
     ) in source
     assert "CUTLASS_ENABLE_GDC_FOR_SM90" not in source  # stream-K scheduler: no programmatic launch
     with pytest.raises(ValueError, match="one family"):
         codegen.render_library([config, ext.KernelConfig("tf32")])
+
+
+def test_swapped_variants_name_and_instantiate_the_swap():
+    config = Fp8Config(accum="fast", tile=(64, 16, 256), schedule="pingpong", swap_ab=True)
+    assert config.name == "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap"
+    assert "cutlass_ext::DecomposePersistent, 1, 1, 1, true>" in codegen.render_library([config])
 
 
 def test_persistent_variants_launch_programmatically_in_their_own_units():
