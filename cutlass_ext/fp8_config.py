@@ -84,7 +84,7 @@ class Fp8Config(VariantFields):
             raise ValueError(f"promotion={self.promotion!r} must be one of {list(PROMOTIONS)}")
         if self.promotion > 1 and self.accum != "promoted":
             raise ValueError(f"promotion={self.promotion} is for accum='promoted'; fast accumulation never promotes")
-        if not isinstance(self.swap_ab, bool):
+        if self.swap_ab is not True and self.swap_ab is not False:
             raise ValueError(f"swap_ab={self.swap_ab!r} must be True or False")
         if (self.scheduler == "splitk") != (self.splits > 1):
             raise ValueError(f"splits={self.splits} goes with scheduler='splitk' (and only it takes splits > 1)")
