@@ -37,10 +37,9 @@ class LibraryResult:
     cached: bool = False
 
 
-def _kernel_sources_digest() -> str:
-    """Every header and template a kernel library is made of (not the torch binding)."""
-    files = sorted(p for p in toolchain.kernels_dir().iterdir() if p.suffix in (".h", ".cuh", ".in"))
-    return cache.fingerprint(*(f"{p.name}:{p.read_text()}" for p in files))
+def _kernel_sources_digest(family: str) -> str:
+    """The headers and templates a library of this family is made of (not the torch binding)."""
+    return cache.fingerprint(*(f"{p.name}:{p.read_text()}" for p in codegen.source_files(family)))
 
 
 def _cutlass_digest() -> str:
@@ -50,7 +49,7 @@ def _cutlass_digest() -> str:
 def library_key(configs: tuple[KernelConfig, ...], arch: str) -> str:
     return cache.fingerprint(
         *(c.fingerprint() for c in configs),
-        _kernel_sources_digest(),
+        _kernel_sources_digest(configs[0].family),
         _cutlass_digest(),
         toolchain.nvcc_version(),
         arch,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from string import Template
 
 from .config import KernelConfig
@@ -9,6 +10,7 @@ from .fp8_config import Fp8Config
 from .split_config import SplitConfig
 from .toolchain import kernels_dir
 
+_LOCAL_INCLUDE = re.compile(r'#include "([^"/]+)"')  # kernels/ headers, not CUTLASS's
 _LAYOUT_TYPES = {"row": "RowMajor", "col": "ColumnMajor"}
 _MODE_TAGS = {
     ("tf32", "fp32"): "ModeTf32",
@@ -106,6 +108,22 @@ _FAMILIES = {
     "sm90_fp8": ("sm90_fp8_gemm.cu.in", render_fp8_instance),
     "sm90": ("sm90_corrected_gemm.cu.in", render_split_instance),
 }
+
+
+def source_files(family: str) -> list:
+    """The files of kernels/ a library of this family is made of: its templates and every kernels/ header they
+    include, transitively (what its cache key covers: editing one family's header rebuilds only that family)."""
+    library_template, _ = _FAMILIES[family]
+    instance_template = library_template.replace(".cu.in", "_instance.in")
+    pending = [kernels_dir() / library_template, kernels_dir() / instance_template]
+    found = []
+    while pending:
+        path = pending.pop()
+        if path in found or not path.is_file():
+            continue
+        found.append(path)
+        pending.extend(kernels_dir() / name for name in _LOCAL_INCLUDE.findall(path.read_text()))
+    return sorted(found)
 
 
 def translation_unit_key(config) -> tuple:

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from cutlass_ext import build, cache
+from cutlass_ext import build, cache, codegen
 from cutlass_ext.config import KernelConfig
 
 
@@ -99,5 +99,14 @@ def test_concurrent_callers_build_once(cache_dir, stub_compiler):
 
 def test_kernel_sources_are_part_of_the_key(cache_dir, monkeypatch):
     before = build.library_key((CONFIG,), "90a")
-    monkeypatch.setattr(build, "_kernel_sources_digest", lambda: "edited headers")
+    monkeypatch.setattr(build, "_kernel_sources_digest", lambda family: "edited headers")
     assert build.library_key((CONFIG,), "90a") != before
+
+
+def test_a_family_key_covers_its_own_headers_only():
+    names = {family: {p.name for p in codegen.source_files(family)} for family in ("sm80", "sm90", "sm90_fp8")}
+    assert {"sm80_gemm.cu.in", "sm80_gemm_instance.in", "sm80_gemm.cuh", "split_mma.h"} <= names["sm80"]
+    assert {"halfhalf_operands.cuh", "launcher_abi.h", "library_exports.h"} <= names["sm80"] & names["sm90"]
+    assert "sm90_split_mainloop.hpp" in names["sm90"]
+    assert "sm90_fp8_gemm.cuh" in names["sm90_fp8"] and not names["sm90_fp8"] & {"halfhalf_operands.cuh", "split_mma.h"}
+    assert "torch_binding.cpp" not in set().union(*names.values())

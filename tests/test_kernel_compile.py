@@ -61,7 +61,7 @@ def test_default_kernels_compile_and_export_launchers(cache_dir, arch):
 
 def test_compile_errors_are_reported_not_raised(cache_dir, monkeypatch):
     monkeypatch.setattr(build.codegen, "render_library", lambda configs: "#error deliberately broken\n")
-    monkeypatch.setattr(build, "_kernel_sources_digest", lambda: "broken sources")
+    monkeypatch.setattr(build, "_kernel_sources_digest", lambda family: "broken sources")
     (result,) = build.build_libraries([tuple(default_configs("tf32")[:1])], "80", verbose=False)
     assert result.library is None
     assert "deliberately broken" in result.error

@@ -8,7 +8,7 @@ import torch
 
 import cutlass_ext as ext
 from cutlass_ext import numerics, ops, registry
-from cutlass_ext.fp8_config import DEFAULT_FP8, FP8_DTYPES, OUT_DTYPES
+from cutlass_ext.fp8_config import DEFAULT_FP8, FP8_DTYPES, OUT_DTYPES, Fp8Config
 
 from .helpers import poison_allocator
 
@@ -24,6 +24,12 @@ EXPLICIT = [
     dataclasses.replace(DEFAULT_FP8, tile=(64, 128, 128), schedule="pingpong", scheduler="persistent"),
     dataclasses.replace(DEFAULT_FP8, tile=(64, 128, 128), schedule="pingpong", scheduler="persistent", accum="fast"),
 ]
+# swapped operands (Dᵀ = B·Aᵀ): both schedules, split-K, a mixed input pair and every output type
+SWAPPED = [
+    Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap"),
+    Fp8Config.from_name("fp8_e5m2e4m3_fp32_64x16x512_c1x1_pp_promoted_p2_swap"),
+    Fp8Config.from_name("fp8_e4m3e4m3_fp16_128x32x256_c1x1_coop_promoted_p2_splitk2_swap"),
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -35,7 +41,7 @@ def defaults_only(tmp_path_factory):
     combos = {(a, b, "bf16", "promoted") for a, b in PAIRS}
     combos |= {("e4m3", "e4m3", out, accum) for out in OUT_DTYPES for accum in ("promoted", "fast")}
     configs = [dataclasses.replace(DEFAULT_FP8, accum=accum).with_dtypes(a, b, out) for a, b, out, accum in combos]
-    registry.ensure_registered(configs + EXPLICIT, torch.device("cuda"))
+    registry.ensure_registered(configs + EXPLICIT + SWAPPED, torch.device("cuda"))
     yield
     ext.set_tuned_table(None)
 
@@ -149,6 +155,25 @@ def test_schedulers_and_schedules(config, m):
     ours = numerics.relative_residual(c, reference)
     peer = peer_relres(a, b, scale_a, scale_b, None, torch.bfloat16, config.accum, reference)
     assert ours <= FACTOR * peer, f"{config.name}: relres {ours:.3g} vs torch._scaled_mm {peer:.3g}"
+
+
+@pytest.mark.parametrize("config", SWAPPED, ids=lambda c: c.name)
+@pytest.mark.parametrize("m", [1, 3, 17, 40])
+@pytest.mark.parametrize("granularity", ["tensor", "row"])
+def test_swapped_operands(config, m, granularity):
+    """Dᵀ = B·Aᵀ written into row-major D: scales, bias and the input pair follow the swap; N not a whole
+    number of 64-row weight tiles, M not of token tiles."""
+    n, k = 264, 4112
+    a, b, scale_a, scale_b = fp8_operands(m, n, k, config.a_dtype, config.b_dtype, granularity, seed=m)
+    out_dtype = OUT_DTYPES[config.out_dtype]
+    bias = (torch.randn(n, device="cuda") * 4).to(out_dtype)
+    reference = numerics.dequantized_product(a, b, scale_a, scale_b, bias)
+    poison_allocator(m, n)
+    c = ops.gemm_fp8(a, b, scale_a.reshape(-1), scale_b.reshape(-1), bias, out_dtype, [config.name])
+    assert torch.isfinite(c).all(), "unwritten (NaN-poisoned) outputs"
+    ours = numerics.relative_residual(c, reference)
+    peer = peer_relres(a, b, scale_a, scale_b, bias, out_dtype, config.accum, reference)
+    assert ours <= FACTOR * peer, f"{config.name}: relres {ours:.3g} vs peer {peer:.3g}"
 
 
 def test_cuda_graph_capture_and_replay():
