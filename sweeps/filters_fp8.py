@@ -15,6 +15,11 @@ EPILOGUE_SHARED_BYTES = 32 * 1024  # the TMA-store epilogue's staging buffers, a
 # FP32 accumulator registers per consumer thread above this spilled: consumers get 232-240 registers through
 # setmaxnreg, and addresses, scales and the pipeline take the rest (CUTLASS's own FP8 configs stay at 128).
 ACCUMULATOR_BUDGET = 168
+# K elements summed inside the Tensor Core between two promotions into FP32 registers, at most. cuBLAS's promoted
+# mode is as accurate as promoting every 128; every 256, 512 and 1024 measured 1.6x, 2.7x and 4.2x its relres at
+# FP32 output (relres grows with the span; NOTES.md, 2026-11-23). A bf16 output's rounding hides this, so the
+# sweep's gate cannot see it: the rule removes such variants before they are built.
+MAX_PROMOTION_SPAN = 128
 
 
 def consumer_threads(config: Fp8Config) -> int:
@@ -31,6 +36,11 @@ def accumulator_registers(config: Fp8Config) -> int:
 def two_stage_shared_bytes(config: Fp8Config) -> int:
     tm, tn, tk = config.tile
     return 2 * (tm + tn) * tk + EPILOGUE_SHARED_BYTES
+
+
+def promotion_span(config: Fp8Config) -> int:
+    """K elements between promotions: CUTLASS promotes at most once per k-block."""
+    return config.tile[2] * config.promotion
 
 
 RULES = (
@@ -64,6 +74,11 @@ RULES = (
         "shared_memory_under_two_stages",
         "two pipeline stages and the epilogue over the device's opt-in shared memory",
         lambda c, limits: two_stage_shared_bytes(c) > limits.shared_memory_bytes,
+    ),
+    Rule(
+        "promotion_span_over_128",
+        f"promoted accumulation sums more than {MAX_PROMOTION_SPAN} k elements between promotions (tile k x promotion)",
+        lambda c, _: c.accum == "promoted" and promotion_span(c) > MAX_PROMOTION_SPAN,
     ),
     Rule(
         "accumulator_registers_over_budget",

@@ -27,9 +27,11 @@ EXPLICIT = [
 # swapped operands (Dᵀ = B·Aᵀ): both schedules, split-K, a mixed input pair and every output type
 SWAPPED = [
     Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap"),
-    Fp8Config.from_name("fp8_e5m2e4m3_fp32_64x16x512_c1x1_pp_promoted_p2_swap"),
-    Fp8Config.from_name("fp8_e4m3e4m3_fp16_128x32x256_c1x1_coop_promoted_p2_splitk2_swap"),
+    Fp8Config.from_name("fp8_e5m2e4m3_fp32_64x16x128_c1x1_pp_promoted_swap"),
+    Fp8Config.from_name("fp8_e4m3e4m3_fp16_128x32x128_c1x1_coop_promoted_splitk2_swap"),
 ]
+# promoted every 512 k elements (a 256-deep k-block, every 2nd): the span the filter rule removes
+LONG_SPAN = Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x128x256_c1x1_pp_promoted_p2")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -41,7 +43,7 @@ def defaults_only(tmp_path_factory):
     combos = {(a, b, "bf16", "promoted") for a, b in PAIRS}
     combos |= {("e4m3", "e4m3", out, accum) for out in OUT_DTYPES for accum in ("promoted", "fast")}
     configs = [dataclasses.replace(DEFAULT_FP8, accum=accum).with_dtypes(a, b, out) for a, b, out, accum in combos]
-    registry.ensure_registered(configs + EXPLICIT + SWAPPED, torch.device("cuda"))
+    registry.ensure_registered(configs + EXPLICIT + SWAPPED + [LONG_SPAN], torch.device("cuda"))
     yield
     ext.set_tuned_table(None)
 
@@ -162,8 +164,8 @@ def test_schedulers_and_schedules(config, m):
 @pytest.mark.parametrize("granularity", ["tensor", "row"])
 def test_swapped_operands(config, m, granularity):
     """Dᵀ = B·Aᵀ written into row-major D: scales, bias and the input pair follow the swap; N not a whole
-    number of 64-row weight tiles, M not of token tiles."""
-    n, k = 264, 4112
+    number of 64-row weight tiles (but a multiple of 16, so cuBLAS FP8 is the peer), M not of token tiles."""
+    n, k = 272, 4112
     a, b, scale_a, scale_b = fp8_operands(m, n, k, config.a_dtype, config.b_dtype, granularity, seed=m)
     out_dtype = OUT_DTYPES[config.out_dtype]
     bias = (torch.randn(n, device="cuda") * 4).to(out_dtype)
@@ -203,6 +205,15 @@ def test_fast_accumulation_without_split_k_is_caught_by_the_bound_at_decode():
     c = ops.gemm_fp8(a, b, scale_a.reshape(1), scale_b.reshape(1), None, torch.bfloat16, [config.name])
     peer = peer_relres(a, b, scale_a, scale_b, None, torch.bfloat16, "fast", reference)
     assert numerics.relative_residual(c, reference) > FACTOR * peer
+
+
+def test_promotion_every_512_k_elements_breaks_the_bound_at_fp32_output():
+    """Why sweeps/filters_fp8.py caps the promotion span at 128: kept true, or the cap can go."""
+    a, b, scale_a, scale_b = fp8_operands(16, 1024, 8192, seed=5)
+    reference = numerics.dequantized_product(a, b, scale_a, scale_b)
+    peer = peer_relres(a, b, scale_a, scale_b, None, torch.float32, "promoted", reference)
+    c = ops.gemm_fp8(a, b, scale_a.reshape(1), scale_b.reshape(1), None, torch.float32, [LONG_SPAN.name])
+    assert numerics.relative_residual(c, reference) > 2 * peer
 
 
 def test_torch_compile():
