@@ -27,8 +27,8 @@ EXPLICIT = [
 # swapped operands (Dᵀ = B·Aᵀ): both schedules, split-K, a mixed input pair and every output type
 SWAPPED = [
     Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap"),
-    Fp8Config.from_name("fp8_e5m2e4m3_fp32_64x16x128_c1x1_pp_promoted_swap"),
-    Fp8Config.from_name("fp8_e4m3e4m3_fp16_128x32x128_c1x1_coop_promoted_splitk2_swap"),
+    Fp8Config.from_name("fp8_e5m2e4m3_fp16_64x16x128_c1x1_pp_promoted_swap"),
+    Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x32x128_c1x1_coop_promoted_splitk2_swap"),
 ]
 # promoted every 512 k elements (a 256-deep k-block, every 2nd): the span the filter rule removes
 LONG_SPAN = Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x128x256_c1x1_pp_promoted_p2")
@@ -66,22 +66,38 @@ def fp8_operands(m, n, k, a_dtype="e4m3", b_dtype="e4m3", granularity="tensor", 
     return a, b, scale_a, scale_b
 
 
-def peer_relres(a, b, scale_a, scale_b, bias, out_dtype, accum, reference):
-    """torch._scaled_mm's relres with the same scales and accumulation; where cuBLAS lacks the combination
-    (e5m2 x e5m2, row-wise scales with other outputs than bf16, unaligned N), cuBLAS SGEMM's on the dequantized
-    inputs rounded to out_dtype, which only promoted accumulation can be held to."""
+def _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, accum):
     row_scales = scale_a.numel() > 1 or scale_b.numel() > 1
+    return torch._scaled_mm(
+        a,
+        b.t(),
+        scale_a=scale_a.reshape(-1, 1) if row_scales else scale_a.reshape(()),
+        scale_b=scale_b.reshape(1, -1) if row_scales else scale_b.reshape(()),
+        bias=bias,
+        out_dtype=out_dtype,
+        use_fast_accum=accum == "fast",
+    )
+
+
+def peer_relres(a, b, scale_a, scale_b, bias, out_dtype, accum, reference):
+    """torch._scaled_mm's relres with the same scales and accumulation. Where cuBLAS lacks the combination:
+    - FP32 output with row-wise scales: cuBLAS FP8 with unit scales (the same Tensor-Core sums), the scales and
+      bias applied after in FP32;
+    - 16-bit output: cuBLAS SGEMM's on the dequantized inputs rounded to out_dtype (the output's rounding
+      dominates, so promoted accumulation can be held to it; fast cannot: skipped);
+    - otherwise skipped: SGEMM is no bound for Tensor-Core accumulation at FP32 output."""
     try:
-        c = torch._scaled_mm(
-            a,
-            b.t(),
-            scale_a=scale_a.reshape(-1, 1) if row_scales else scale_a.reshape(()),
-            scale_b=scale_b.reshape(1, -1) if row_scales else scale_b.reshape(()),
-            bias=bias,
-            out_dtype=out_dtype,
-            use_fast_accum=accum == "fast",
-        )
+        c = _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, accum)
     except (RuntimeError, ValueError):  # torch raises either for combinations cuBLAS lacks
+        c = None
+    if c is None and out_dtype == torch.float32:
+        one = torch.ones((), device=a.device)
+        try:
+            c = _scaled_mm(a, b, one, one, None, torch.float32, accum)
+        except (RuntimeError, ValueError):
+            pytest.skip("no cuBLAS FP8 peer for FP32 output of this input pair")
+        c = c * scale_a.reshape(-1, 1) * scale_b.reshape(1, -1) + (0 if bias is None else bias.float())
+    if c is None:
         if accum == "fast":
             pytest.skip("no cuBLAS FP8 peer for this combination to hold fast accumulation to")
         dequantized_a = a.float() * scale_a.reshape(-1, 1)
