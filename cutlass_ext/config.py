@@ -40,7 +40,22 @@ _NAME_PATTERN = re.compile(
 
 
 class VariantFields:
-    """What every kernel family's config dataclass shares: its fields as a dict and a stable hash of them."""
+    """What every kernel family's config dataclass shares: its fields as a dict, a stable hash of them, and the
+    checks of its tile-shaped fields and of names parsed back into configs."""
+
+    def _check_extents(self, **fields: str) -> None:
+        """Each field a tuple of positive integers, one per letter of its axes (`tile="mnk"`)."""
+        for field, axes in fields.items():
+            value = getattr(self, field)
+            if len(value) != len(axes) or not all(isinstance(v, int) and v > 0 for v in value):
+                count = {2: "two", 3: "three"}[len(axes)]
+                raise ValueError(f"{field}={value!r} must be {count} positive integers ({', '.join(axes)})")
+
+    def _named(self, name: str):
+        """This config, if `name` is its canonical name (names travel through op arguments and CSV tables)."""
+        if self.name != name:
+            raise ValueError(f"{name!r} is not in canonical form; did you mean {self.name!r}?")
+        return self
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -81,10 +96,7 @@ class KernelConfig(VariantFields):
             raise ValueError(f"mode={self.mode!r} is not one of {sorted(INSTRUCTION_SHAPES)}")
         if self.family not in FAMILIES:
             raise ValueError(f"family={self.family!r} is not one of {list(FAMILIES)}")
-        for field in ("threadblock", "warp"):
-            shape = getattr(self, field)
-            if len(shape) != 3 or not all(isinstance(v, int) and v > 0 for v in shape):
-                raise ValueError(f"{field}={shape!r} must be three positive integers (m, n, k)")
+        self._check_extents(threadblock="mnk", warp="mnk")
         if self.alignment not in (1, 2, 4):
             raise ValueError(f"alignment={self.alignment!r} must be 1, 2 or 4")
         for field in ("layout_a", "layout_b"):
@@ -121,7 +133,7 @@ class KernelConfig(VariantFields):
         def shape(text):
             return tuple(int(v) for v in text.split("x"))
 
-        config = cls(
+        return cls(
             mode=match["mode"],
             family=match["family"],
             threadblock=shape(match["tb"]),
@@ -135,10 +147,7 @@ class KernelConfig(VariantFields):
             ),
             operands="packed" if match["packed"] else "fp32",
             swizzle=int(match["swizzle"]) if match["swizzle"] else 1,
-        )
-        if config.name != name:
-            raise ValueError(f"{name!r} is not in canonical form; did you mean {config.name!r}?")
-        return config
+        )._named(name)
 
 
 # (threadblock, warp, stages) when no tuned table applies. The corrected modes hold hi and lo fragments and two

@@ -72,10 +72,7 @@ class Fp8Config(VariantFields):
                 raise ValueError(f"{field}={getattr(self, field)!r} is not one of {list(choices)}")
         if self.family != FAMILY:
             raise ValueError(f"family={self.family!r} must be {FAMILY!r}")
-        if len(self.tile) != 3 or not all(isinstance(v, int) and v > 0 for v in self.tile):
-            raise ValueError(f"tile={self.tile!r} must be three positive integers (m, n, k)")
-        if len(self.cluster) != 2 or not all(isinstance(v, int) and v > 0 for v in self.cluster):
-            raise ValueError(f"cluster={self.cluster!r} must be two positive integers (m, n)")
+        self._check_extents(tile="mnk", cluster="mn")
         if not isinstance(self.splits, int) or self.splits < 1:
             raise ValueError(f"splits={self.splits!r} must be a positive integer")
         if self.swizzle not in SWIZZLES:
@@ -118,7 +115,7 @@ class Fp8Config(VariantFields):
         if match is None:
             raise ValueError(f"{name!r} is not an FP8 variant name such as {cls().name!r}")
         schedule = {tag: schedule for schedule, tag in _SCHEDULE_TAGS.items()}[match["schedule"]]
-        config = cls(
+        return cls(
             a_dtype=match["a"],
             b_dtype=match["b"],
             out_dtype=match["out"],
@@ -131,10 +128,7 @@ class Fp8Config(VariantFields):
             swizzle=int(match["swizzle"]) if match["swizzle"] else 1,
             promotion=int(match["promotion"]) if match["promotion"] else 1,
             swap_ab=bool(match["swap"]),
-        )
-        if config.name != name:
-            raise ValueError(f"{name!r} is not in canonical form; did you mean {config.name!r}?")
-        return config
+        )._named(name)
 
     def with_dtypes(self, a_dtype: str, b_dtype: str, out_dtype: str) -> Fp8Config:
         """The same kernel shape for other input and output types (tuned tables are measured for one pair)."""

@@ -50,10 +50,7 @@ class SplitConfig(VariantFields):
             raise ValueError(f"mode={self.mode!r} is not one of {list(MODES)}")
         if self.family != FAMILY:
             raise ValueError(f"family={self.family!r} must be {FAMILY!r}")
-        if len(self.tile) != 3 or not all(isinstance(v, int) and v > 0 for v in self.tile):
-            raise ValueError(f"tile={self.tile!r} must be three positive integers (m, n, k)")
-        if len(self.cluster) != 2 or not all(isinstance(v, int) and v > 0 for v in self.cluster):
-            raise ValueError(f"cluster={self.cluster!r} must be two positive integers (m, n)")
+        self._check_extents(tile="mnk", cluster="mn")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule={self.schedule!r} is not one of {list(SCHEDULES)}")
         if not isinstance(self.promotion, int) or self.promotion < 1:
@@ -75,17 +72,14 @@ class SplitConfig(VariantFields):
         match = _NAME_PATTERN.fullmatch(name)
         if match is None:
             raise ValueError(f"{name!r} is not a Hopper corrected variant name such as {cls().name!r}")
-        config = cls(
+        return cls(
             mode=match["mode"],
             tile=tuple(int(v) for v in match["tile"].split("x")),
             cluster=tuple(int(v) for v in match["cluster"].split("x")),
             schedule={tag: schedule for schedule, tag in _SCHEDULE_TAGS.items()}[match["schedule"]],
             promotion=int(match["promotion"]),
             swizzle=int(match["swizzle"]) if match["swizzle"] else 1,
-        )
-        if config.name != name:
-            raise ValueError(f"{name!r} is not in canonical form; did you mean {config.name!r}?")
-        return config
+        )._named(name)
 
     @staticmethod
     def is_name(name: str) -> bool:
