@@ -98,35 +98,41 @@ def _check_operands(a, b) -> tuple[str, str]:
     a_dtype = dtype_name(a.dtype, FP8_DTYPES, "a")
     b_dtype = dtype_name(b.dtype, FP8_DTYPES, "b")
     for name, tensor in (("a", a), ("b", b)):
-        if tensor.device.type != "cuda":
+        if not tensor.is_cuda:
             raise ValueError(f"{name} must be a CUDA tensor; got device {tensor.device}")
         if tensor.dim() != 2:
             raise ValueError(f"{name} must be 2-D; got shape {tuple(tensor.shape)}")
     if a.device != b.device:
         raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
-    if a.shape[1] != b.shape[1]:
+    (m, k), n = a.shape, b.shape[0]
+    if b.shape[1] != k:
         raise ValueError(
             f"a is {tuple(a.shape)} and b is {tuple(b.shape)}: b is (N, K), the weight as nn.Linear stores it, "
             f"so a.shape[1] must equal b.shape[1]"
         )
-    k = a.shape[1]
     if k % _TMA_BYTES:
         raise ValueError(f"K={k} must be a multiple of 16 (FP8 rows are read by TMA in 16-byte units)")
-    major, minor = torch.cuda.get_device_capability(a.device)
-    if (major, minor) != (9, 0):
-        raise RuntimeError(f"gemm_fp8 runs on Hopper (sm90) GPUs; {a.device} is sm{major}{minor}")
-    for name, tensor in (("a", a), ("b", b)):
-        rows = tensor.shape[0]
-        if k > 1 and tensor.stride(1) != 1:
+    capability = _capability(a.get_device())
+    if capability != (9, 0):
+        raise RuntimeError(f"gemm_fp8 runs on Hopper (sm90) GPUs; {a.device} is sm{capability[0]}{capability[1]}")
+    compiling = torch.compiler.is_compiling()
+    for name, tensor, rows in (("a", a, m), ("b", b, n)):
+        row_stride, k_stride = tensor.stride()
+        if k > 1 and k_stride != 1:
             raise ValueError(
                 f"{name} must have unit stride along K (row-major {tuple(tensor.shape)}); got strides "
                 f"{tensor.stride()}: pass {name}.contiguous()"
             )
-        if rows > 1 and tensor.stride(0) % _TMA_BYTES:
-            raise ValueError(f"{name}'s row stride {tensor.stride(0)} must be a multiple of 16 elements")
-        if not torch.compiler.is_compiling() and tensor.numel() and tensor.data_ptr() % _TMA_BYTES:
+        if rows > 1 and row_stride % _TMA_BYTES:
+            raise ValueError(f"{name}'s row stride {row_stride} must be a multiple of 16 elements")
+        if not compiling and rows and k and tensor.data_ptr() % _TMA_BYTES:
             raise ValueError(f"{name} must start on a 16-byte boundary (a view with an offset?): pass a copy")
     return a_dtype, b_dtype
+
+
+@functools.cache
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
 
 
 def _scale(scale, name: str, length: int, device: torch.device, check: bool) -> torch.Tensor:
@@ -138,13 +144,14 @@ def _scale(scale, name: str, length: int, device: torch.device, check: bool) -> 
         raise TypeError(f"{name} must be a float or a float32 tensor; got {type(scale).__name__}")
     if scale.dtype != torch.float32:
         raise TypeError(f"{name} must be float32; got {scale.dtype}")
-    row_shapes = [(length, 1), (length,)] + ([(1, length)] if name == "scale_b" else [])
-    if not (scale.numel() == 1 and scale.dim() <= 2) and tuple(scale.shape) not in row_shapes:
+    shape = tuple(scale.shape)
+    row_shapes = ((length, 1), (length,), (1, length)) if name == "scale_b" else ((length, 1), (length,))
+    if not (scale.numel() == 1 and len(shape) <= 2) and shape not in row_shapes:
         raise ValueError(
             f"{name} has shape {tuple(scale.shape)}: expected one value (per tensor) or {length} values "
             f"(per row), shaped {' or '.join(str(s) for s in row_shapes)}"
         )
-    if scale.device.type == "cpu" and scale.numel() == 1:
+    if not scale.is_cuda and scale.numel() == 1:
         value = float(scale)
         _check_finite(value, name)
         return torch.full((1,), value, dtype=torch.float32, device=device)
@@ -153,7 +160,8 @@ def _scale(scale, name: str, length: int, device: torch.device, check: bool) -> 
     checkable = check and not torch.compiler.is_compiling() and not torch.cuda.is_current_stream_capturing()
     if checkable and not bool(torch.isfinite(scale).all()):
         raise ValueError(f"{name} holds non-finite values")
-    return scale.reshape(-1).contiguous()
+    # the op reads the values in order: any contiguous shape of them will do, without a copy
+    return scale if scale.is_contiguous() else scale.reshape(-1).contiguous()
 
 
 def _check_finite(value: float, name: str) -> None:
@@ -204,8 +212,14 @@ def _default_variant(a_dtype: str, b_dtype: str, out_dtype: str, accum: str) -> 
 @torch.compiler.assume_constant_result
 def _tuned_variant(index: int, a_dtype: str, b_dtype: str, out_dtype: str, accum: str, m: int, n: int, k: int):
     """The tuned table's kernel shape for the nearest (M, N, K), with these dtypes (a constant to torch.compile)."""
-    config = tuned.lookup(_device_name(index), f"fp8_{accum}", m, n, k)
-    return None if config is None else config.with_dtypes(a_dtype, b_dtype, out_dtype).name
+    config = tuned.lookup(_device_name(index), f"fp8_{accum}", m, n, k, m_bucket_above=True)
+    return None if config is None else _name_with_dtypes(config.name, a_dtype, b_dtype, out_dtype)
+
+
+@functools.cache
+def _name_with_dtypes(name: str, a_dtype: str, b_dtype: str, out_dtype: str) -> str:
+    """A tuned variant's name for other dtypes (asked on every call: derived once)."""
+    return Fp8Config.from_name(name).with_dtypes(a_dtype, b_dtype, out_dtype).name
 
 
 @functools.cache

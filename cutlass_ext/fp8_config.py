@@ -27,11 +27,14 @@ SCHEDULES = ("cooperative", "pingpong")  # two consumer warpgroups on one tile, 
 SCHEDULERS = ("persistent", "streamk", "splitk")
 SWIZZLES = (1, 2, 4, 8)
 PROMOTIONS = (1, 2, 4)
+# k-blocks of weights a CTA asks L2 for before it waits on the kernel before it (programmatic launch); 0: none
+L2_PREFETCHES = (0, 2, 4, 8, 16, 32)
 _SCHEDULE_TAGS = {"cooperative": "coop", "pingpong": "pp"}
 _NAME_PATTERN = re.compile(
     r"fp8_(?P<a>e4m3|e5m2)(?P<b>e4m3|e5m2)_(?P<out>bf16|fp16|fp32)_(?P<tile>\d+x\d+x\d+)_c(?P<cluster>\d+x\d+)"
     r"_(?P<schedule>coop|pp)_(?P<accum>fast|promoted)(?:_p(?P<promotion>\d+))?"
     r"(?:_(?P<scheduler>streamk|splitk)(?P<splits>\d+)?)?(?:_w(?P<swizzle>\d+))?(?P<swap>_swap)?"
+    r"(?:_l2pf(?P<l2_prefetch>\d+))?"
 )
 
 
@@ -47,6 +50,9 @@ class Fp8Config(VariantFields):
     promotions cost fewer instructions and keep longer sums in the Tensor Core's narrower accumulator.
     swap_ab: the kernel computes Dᵀ = B · Aᵀ (name suffix `_swap`), so `tile` is (n, m, k): its first side runs
     over N (the weights fill wgmma's 64 rows) and its second over M (decode's few tokens in a 16- or 32-wide n).
+    l2_prefetch: k-blocks of weights (B) of its first tile that each CTA asks L2 for before it waits on the kernel
+    before it (name suffix `_l2pfN`): the weight stream starts while that kernel drains. Persistent scheduler
+    only (the one launched with programmatic dependent launch).
     """
 
     a_dtype: str = "e4m3"
@@ -61,6 +67,7 @@ class Fp8Config(VariantFields):
     swizzle: int = 1
     promotion: int = 1
     swap_ab: bool = False
+    l2_prefetch: int = 0
     family: str = FAMILY
 
     def __post_init__(self):
@@ -83,6 +90,13 @@ class Fp8Config(VariantFields):
             raise ValueError(f"promotion={self.promotion} is for accum='promoted'; fast accumulation never promotes")
         if self.swap_ab is not True and self.swap_ab is not False:
             raise ValueError(f"swap_ab={self.swap_ab!r} must be True or False")
+        if self.l2_prefetch not in L2_PREFETCHES:
+            raise ValueError(f"l2_prefetch={self.l2_prefetch!r} must be one of {list(L2_PREFETCHES)}")
+        if self.l2_prefetch and not self.programmatic_launch:
+            raise ValueError(
+                f"l2_prefetch={self.l2_prefetch} runs ahead of the programmatic-launch wait, which only "
+                f"scheduler='persistent' has; got scheduler={self.scheduler!r}"
+            )
         if (self.scheduler == "splitk") != (self.splits > 1):
             raise ValueError(f"splits={self.splits} goes with scheduler='splitk' (and only it takes splits > 1)")
 
@@ -106,7 +120,7 @@ class Fp8Config(VariantFields):
         return (
             f"fp8_{self.a_dtype}{self.b_dtype}_{self.out_dtype}_{tile[0]}x{tile[1]}x{tile[2]}"
             f"_c{cluster[0]}x{cluster[1]}_{_SCHEDULE_TAGS[self.schedule]}_{self.accum}{promotion}{scheduler}{swizzle}"
-            f"{'_swap' if self.swap_ab else ''}"
+            f"{'_swap' if self.swap_ab else ''}{f'_l2pf{self.l2_prefetch}' if self.l2_prefetch else ''}"
         )
 
     @classmethod
@@ -128,6 +142,7 @@ class Fp8Config(VariantFields):
             swizzle=int(match["swizzle"]) if match["swizzle"] else 1,
             promotion=int(match["promotion"]) if match["promotion"] else 1,
             swap_ab=bool(match["swap"]),
+            l2_prefetch=int(match["l2_prefetch"]) if match["l2_prefetch"] else 0,
         )._named(name)
 
     def with_dtypes(self, a_dtype: str, b_dtype: str, out_dtype: str) -> Fp8Config:

@@ -98,21 +98,28 @@ def _entries(gpu_name: str) -> list[tuple] | None:
 MAX_RATIO = 4.0
 
 
-def lookup(gpu_name: str, mode: str, m: int, n: int, k: int):
-    """The tuned variant for the nearest shape of `mode` within MAX_RATIO per dimension, if this GPU has one."""
-    key = (gpu_name, mode, m, n, k)
+def lookup(gpu_name: str, mode: str, m: int, n: int, k: int, m_bucket_above: bool = False):
+    """The tuned variant for the nearest shape of `mode` within MAX_RATIO per dimension, if this GPU has one.
+
+    m_bucket_above: among those, prefer entries tuned for at least m rows (M buckets are upper bounds). FP8
+    decode wants it: a tile tuned for fewer tokens than m covers them in several column tiles and streams the
+    weights once per column tile (M = 32 on the M = 16 winner's 16-wide tile read them twice).
+    """
+    key = (gpu_name, mode, m, n, k, m_bucket_above)
     if key not in _chosen:
-        _chosen[key] = _nearest(gpu_name, mode, m, n, k)
+        _chosen[key] = _nearest(gpu_name, mode, m, n, k, m_bucket_above)
     return _chosen[key]
 
 
-def _nearest(gpu_name: str, mode: str, m: int, n: int, k: int):
+def _nearest(gpu_name: str, mode: str, m: int, n: int, k: int, m_bucket_above: bool = False):
 
     def gaps(entry):
         return [abs(math.log2(max(a, 1)) - math.log2(max(b, 1))) for a, b in zip(entry[1:4], (m, n, k))]
 
     limit = math.log2(MAX_RATIO)
     entries = [e for e in (_entries(gpu_name) or []) if e[0] == mode and max(gaps(e)) <= limit]
+    if m_bucket_above:
+        entries = [e for e in entries if e[1] >= m] or entries
     if not entries:
         return None
     config = variants.from_name(min(entries, key=lambda e: sum(gaps(e)))[4])

@@ -24,6 +24,7 @@
 
 #include "launcher_abi.h"
 #include "library_exports.h"
+#include "sm90_l2_prefetch_mainloop.hpp"
 
 namespace cutlass_ext {
 
@@ -63,9 +64,11 @@ struct DecomposeSplitK {
 // SwapAB: the kernel computes Dᵀ (N, M) = B · Aᵀ into D viewed column-major, so the weights fill wgmma's 64-row
 // side and decode's few tokens its n side (n = 16 or 32 instead of 64-row A tiles that are mostly zeros): each
 // stage carries more weight bytes, and more stages fit in shared memory.
+// L2PrefetchKBlocks: k-blocks of the weights (B, or A swapped) of the CTA's first tile that it asks L2 for before
+// waiting on the grid before it (sm90_l2_prefetch_mainloop.hpp); 0: none. Persistent, programmatic launch only.
 template <class ElementA, class ElementB, class ElementD, int TileM, int TileN, int TileK, int ClusterM,
           int ClusterN, class Schedule, bool FastAccum, class Decomposition, int Splits, int Swizzle = 1,
-          int PromotionKBlocks = 1, bool SwapAB = false>
+          int PromotionKBlocks = 1, bool SwapAB = false, int L2PrefetchKBlocks = 0>
 struct Sm90Fp8Gemm {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
@@ -103,11 +106,15 @@ struct Sm90Fp8Gemm {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignmentD, ElementD, LayoutD,
       kAlignmentD, typename Schedule::Epilogue, Output>::CollectiveOp;
 
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using StockMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, KernelElementA, cutlass::layout::RowMajor, kAlignmentAB,
       KernelElementB, cutlass::layout::ColumnMajor, kAlignmentAB, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       typename Schedule::template Kernel<FastAccum>>::CollectiveOp;
+  static_assert(L2PrefetchKBlocks == 0 || cute::is_same_v<Decomposition, DecomposePersistent>,
+                "the L2 prefetch runs ahead of the programmatic-launch wait: persistent scheduler only");
+  using Mainloop = cute::conditional_t<(L2PrefetchKBlocks > 0),
+                                       L2PrefetchMainloop<StockMainloop, TileShape, ClusterShape, SwapAB>, StockMainloop>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
                                                       typename Decomposition::TileScheduler>;
@@ -156,6 +163,11 @@ struct Sm90Fp8Gemm {
     arguments.hw_info.device_id = args.device;
     arguments.hw_info.sm_count = args.sm_count;
     arguments.scheduler.max_swizzle_size = Swizzle;
+    if constexpr (L2PrefetchKBlocks > 0) {
+      arguments.mainloop.hw_info = arguments.hw_info;
+      arguments.mainloop.scheduler = arguments.scheduler;
+      arguments.mainloop.l2_prefetch_k_blocks = L2PrefetchKBlocks;
+    }
     if constexpr (!cute::is_same_v<Decomposition, DecomposePersistent>) {
       arguments.scheduler.decomposition_mode = Decomposition::kMode;
       arguments.scheduler.splits = Splits;

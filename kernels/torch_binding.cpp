@@ -133,7 +133,8 @@ bool run_if_implementable(const VariantT& variant, Args& args, const std::string
                           const at::TensorOptions& options) {
   if (variant.can_implement(&args) != 0) return false;
   size_t workspace_bytes = variant.workspace_size(&args);
-  at::Tensor workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, options.dtype(at::kByte));
+  at::Tensor workspace;  // most variants need none: no allocator round trip for them
+  if (workspace_bytes) workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, options.dtype(at::kByte));
   int status = variant.run(&args, workspace_bytes ? workspace.data_ptr() : nullptr,
                            c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(status == 0, "kernel ", name, " failed: ", variant.status_string(status));

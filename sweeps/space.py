@@ -147,6 +147,7 @@ _FP8_CHOICES = {
     "schedule": list(fp8_config.SCHEDULES),
     "scheduler": list(fp8_config.SCHEDULERS),
     "swap_ab": [False, True],
+    "l2_prefetch": list(fp8_config.L2_PREFETCHES),
 }
 _FP8_TUPLES = {"tile": "mnk", "cluster": "mn"}
 _FP8_MODES = {f"fp8_{accum}": accum for accum in fp8_config.ACCUMULATIONS}
@@ -189,17 +190,23 @@ def _load_fp8_space(path: Path, document: dict) -> list:
         path, document.get("space"), _FP8_TUPLES, _FP8_CHOICES, ("splits", "swizzle", "promotion"), "Fp8Config"
     )
     splits, promotions = axes.pop("splits", [1]), axes.pop("promotion", [1])
+    prefetches = axes.pop("l2_prefetch", [0])
     names = list(axes)
     configs = []
     for mode in modes:
         for values in itertools.product(*(axes[name] for name in names)):
             fields = dict(zip(names, values), accum=_FP8_MODES[mode])
-            # only split-K takes a number of splits, only promoted accumulation a promotion interval
+            # only split-K takes a number of splits, only promoted accumulation a promotion interval, only the
+            # persistent scheduler (programmatic launch) an L2 prefetch
+            persistent = fields.get("scheduler", "persistent") == "persistent"
             split_choices = [s for s in splits if s > 1] if fields.get("scheduler") == "splitk" else [1]
             promotion_choices = promotions if fields["accum"] == "promoted" else [1]
-            for split, promotion in itertools.product(split_choices, promotion_choices):
+            prefetch_choices = prefetches if persistent else [0]
+            for split, promotion, prefetch in itertools.product(split_choices, promotion_choices, prefetch_choices):
                 try:
-                    configs.append(fp8_config.Fp8Config(**fields, splits=split, promotion=promotion))
+                    configs.append(
+                        fp8_config.Fp8Config(**fields, splits=split, promotion=promotion, l2_prefetch=prefetch)
+                    )
                 except ValueError as error:
                     raise SpaceError(f"{path}: {error}") from error
     return configs

@@ -21,6 +21,10 @@ from cutlass_ext.variants import from_name
         Fp8Config(scheduler="streamk", swizzle=4, promotion=2),
         Fp8Config(accum="fast", tile=(64, 16, 256), schedule="pingpong", swap_ab=True),
         Fp8Config(tile=(128, 32, 256), scheduler="splitk", splits=4, promotion=2, swizzle=2, swap_ab=True),
+        Fp8Config(
+            accum="fast", tile=(64, 16, 256), schedule="pingpong", scheduler="persistent", swap_ab=True, l2_prefetch=8
+        ),
+        Fp8Config(tile=(128, 128, 128), cluster=(2, 1), scheduler="persistent", swizzle=4, l2_prefetch=16),
     ],
     ids=lambda c: c.name,
 )
@@ -42,6 +46,8 @@ def test_names_round_trip(config):
         ({"swizzle": 3}, "swizzle=3"),
         ({"accum": "fast", "promotion": 2}, "promotion=2 is for accum='promoted'"),
         ({"swap_ab": 1}, "swap_ab=1 must be True or False"),
+        ({"scheduler": "persistent", "l2_prefetch": 3}, "l2_prefetch=3 must be one of"),
+        ({"l2_prefetch": 8}, "l2_prefetch=8 runs ahead of the programmatic-launch wait"),
     ],
 )
 def test_bad_fields_are_named(fields, message):
@@ -61,7 +67,8 @@ def test_generated_code_instantiates_the_config():
     assert (
         "Sm90Fp8Gemm<cutlass::float_e5m2_t, cutlass::float_e4m3_t, cutlass::half_t, 64, 128, 128,\n"
         "                             2, 1, cutlass_ext::SchedulePingpong, true,\n"
-        "                             cutlass_ext::DecomposeSplitK, 4, 1, 1, false>"
+        "                             cutlass_ext::DecomposeSplitK, 4, 1, 1, false,\n"
+        "                             0>"
     ) in source
     assert "CUTLASS_ENABLE_GDC_FOR_SM90" not in source  # stream-K scheduler: no programmatic launch
     with pytest.raises(ValueError, match="one family"):
@@ -71,7 +78,17 @@ def test_generated_code_instantiates_the_config():
 def test_swapped_variants_name_and_instantiate_the_swap():
     config = Fp8Config(accum="fast", tile=(64, 16, 256), schedule="pingpong", swap_ab=True)
     assert config.name == "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap"
-    assert "cutlass_ext::DecomposePersistent, 1, 1, 1, true>" in codegen.render_library([config])
+    assert "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n                             0>" in (
+        codegen.render_library([config])
+    )
+
+
+def test_l2_prefetching_variants_name_and_instantiate_the_depth():
+    config = Fp8Config(accum="fast", tile=(64, 16, 256), schedule="pingpong", swap_ab=True, l2_prefetch=8)
+    assert config.name == "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap_l2pf8"
+    source = codegen.render_library([config])
+    assert "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n                             8>" in source
+    assert "#define CUTLASS_ENABLE_GDC_FOR_SM90 1" in source  # the prefetch runs ahead of the PDL wait
 
 
 def test_persistent_variants_launch_programmatically_in_their_own_units():

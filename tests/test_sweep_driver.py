@@ -233,3 +233,49 @@ def test_a_problems_prepared_operands_are_made_once_per_shape():
     assert problem.operands(prepare) is first and len(calls) == len(sets)  # every packed variant shares them
     assert torch.equal(first[1][0], torch.ones(2, 2))
     assert problem.operands(None) is sets
+
+
+def test_fp8_dispatch_takes_the_m_bucket_at_or_above_m(tmp_path):
+    # decode buckets: a tile tuned for fewer tokens than M would stream the weights once per column tile
+    names = {
+        1: "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap",
+        16: "fp8_e4m3e4m3_bf16_64x16x128_c1x1_pp_fast_swap",
+        64: "fp8_e4m3e4m3_bf16_64x64x256_c1x1_pp_fast",
+    }
+    table = pd.DataFrame(
+        [
+            {
+                "mode": "fp8_fast",
+                "m": m,
+                "n": 8192,
+                "k": 8192,
+                "batch": 1,
+                "name": name,
+                "tflops": 1.0,
+                "gpu": ENVIRONMENT["gpu"],
+                "date": ENVIRONMENT["date"],
+            }
+            for m, name in names.items()
+        ]
+    )
+    path = tmp_path / "fp8.csv"
+    tuned.write_table(table, path)
+    tuned.set_tuned_table(path)
+    try:
+        pick = {
+            m: tuned.lookup(ENVIRONMENT["gpu"], "fp8_fast", m, 8192, 8192, m_bucket_above=True).name
+            for m in (1, 2, 16, 17, 32, 64, 100)
+        }
+        nearest = tuned.lookup(ENVIRONMENT["gpu"], "fp8_fast", 32, 8192, 8192).name
+    finally:
+        tuned.set_tuned_table(None)
+    assert pick == {
+        1: names[1],
+        2: names[1],
+        16: names[16],
+        17: names[64],
+        32: names[64],
+        64: names[64],
+        100: names[64],
+    }  # 2: 16 is over MAX_RATIO away; 100: above the largest bucket, the nearest
+    assert nearest == names[16]  # without the rule a tie goes to the first (smaller) bucket

@@ -2,6 +2,7 @@
 (cuBLAS FP8) with the same scales and accumulation: relres within 1.1x of it (issue 5)."""
 
 import dataclasses
+import functools
 
 import pytest
 import torch
@@ -30,6 +31,11 @@ SWAPPED = [
     Fp8Config.from_name("fp8_e5m2e4m3_fp16_64x16x128_c1x1_pp_promoted_swap"),
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x32x128_c1x1_coop_promoted_splitk2_swap"),
 ]
+# the L2 prefetch ahead of the programmatic-launch wait, swapped (weights are the kernel's A) and not (its B)
+PREFETCHING = [
+    Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap_l2pf8"),
+    Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x128x128_c2x1_coop_promoted_l2pf4"),
+]
 # promoted every 512 k elements (a 256-deep k-block, every 2nd): the span the filter rule removes
 LONG_SPAN = Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x128x256_c1x1_pp_promoted_p2")
 
@@ -43,7 +49,10 @@ def defaults_only(tmp_path_factory):
     combos = {(a, b, "bf16", "promoted") for a, b in PAIRS}
     combos |= {("e4m3", "e4m3", out, accum) for out in OUT_DTYPES for accum in ("promoted", "fast")}
     configs = [dataclasses.replace(DEFAULT_FP8, accum=accum).with_dtypes(a, b, out) for a, b, out, accum in combos]
-    registry.ensure_registered(configs + EXPLICIT + SWAPPED + [LONG_SPAN], torch.device("cuda"))
+    prefetch_bases = [dataclasses.replace(c, l2_prefetch=0) for c in PREFETCHING]
+    registry.ensure_registered(
+        configs + EXPLICIT + SWAPPED + [LONG_SPAN] + PREFETCHING + prefetch_bases, torch.device("cuda")
+    )
     yield
     ext.set_tuned_table(None)
 
@@ -211,6 +220,41 @@ def test_cuda_graph_capture_and_replay():
     torch.cuda.synchronize()
     assert not torch.equal(captured, expected), "replay did not read the new inputs"
     torch.testing.assert_close(captured, ext.gemm_fp8(*fresh), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("config", PREFETCHING, ids=lambda c: c.name)
+def test_l2_prefetch_reads_the_weights_the_kernel_before_wrote(config):
+    """The prefetch runs before the wait on the kernel before, which here writes the very weights prefetched:
+    replayed from a graph, each product must equal (bit for bit) the same kernel's without the prefetch."""
+    m, n, k, steps = 4, 1024, 4096, 4
+    out_dtype = OUT_DTYPES[config.out_dtype]
+    a, b, scale_a, scale_b = fp8_operands(m, n, k, granularity="row")
+    weights = [fp8_operands(m, n, k, granularity="row", seed=20 + i)[1] for i in range(steps)]
+    run = functools.partial(
+        ops.gemm_fp8,
+        a=a,
+        scale_a=scale_a.reshape(-1),
+        scale_b=scale_b.reshape(-1),
+        bias=None,
+        out_dtype=out_dtype,
+        variants=[config.name],
+    )
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        run(b=b)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        products = []
+        for w in weights:
+            b.copy_(w)  # the kernel just before the GEMM writes its weights
+            products.append(run(b=b))
+    graph.replay()
+    torch.cuda.synchronize()
+    base = dataclasses.replace(config, l2_prefetch=0).name
+    for w, product in zip(weights, products):
+        expected = ops.gemm_fp8(a, w, scale_a.reshape(-1), scale_b.reshape(-1), None, out_dtype, [base])
+        assert torch.equal(product, expected)
 
 
 def test_fast_accumulation_without_split_k_is_caught_by_the_bound_at_decode():
