@@ -64,8 +64,16 @@ struct PackedWriter {
   int64_t rows, columns;
   __device__ __forceinline__ void operator()(int64_t batch, int64_t row, int64_t column, float x) const {
     HalfHalfSplit split(x);
-    out[(batch * rows + row) * columns + column] =
-        uint32_t(__half_as_ushort(split.hi)) | (uint32_t(__half_as_ushort(split.lo)) << 16);
+    out[(batch * rows + row) * columns + column] = pack(split);
+  }
+  // four neighbours of a row (column a multiple of 4, columns too): one 16-byte store
+  __device__ __forceinline__ void write4(int64_t batch, int64_t row, int64_t column, const float (&x)[4]) const {
+    uint4 words{pack(HalfHalfSplit(x[0])), pack(HalfHalfSplit(x[1])), pack(HalfHalfSplit(x[2])),
+                pack(HalfHalfSplit(x[3]))};
+    *reinterpret_cast<uint4*>(out + (batch * rows + row) * columns + column) = words;
+  }
+  __device__ __forceinline__ static uint32_t pack(HalfHalfSplit split) {
+    return uint32_t(__half_as_ushort(split.hi)) | (uint32_t(__half_as_ushort(split.lo)) << 16);
   }
 };
 
@@ -80,6 +88,21 @@ struct PlanesWriter {
     int64_t index = (batch * rows + row) * ld + column;
     hi[index] = split.hi;
     lo[index] = split.lo;
+  }
+  // four neighbours of a row (column a multiple of 4, ld too): one vector store per plane
+  __device__ __forceinline__ void write4(int64_t batch, int64_t row, int64_t column, const float (&x)[4]) const {
+    struct alignas(4 * sizeof(Element)) Four {
+      Element v[4];
+    } hi4, lo4;
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      Split split(x[j]);
+      hi4.v[j] = split.hi;
+      lo4.v[j] = split.lo;
+    }
+    int64_t index = (batch * rows + row) * ld + column;
+    *reinterpret_cast<Four*>(hi + index) = hi4;
+    *reinterpret_cast<Four*>(lo + index) = lo4;
   }
 };
 
@@ -135,6 +158,118 @@ __global__ void split_kernel(SplitSource args, Writer write) {
   }
 }
 
+// split_kernel for rows stored contiguously (unit column stride, rows starting on 16 bytes, columns and
+// written_columns multiples of 4; see rows_contiguous): each thread reads four neighbours with one 16-byte load and
+// writes them with one vector store per output, where split_kernel's scalar accesses reach ~65% of copy bandwidth.
+template <class Writer>
+__global__ void split_rows_kernel(SplitSource args, Writer write) {
+  const int64_t column = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+  if (column >= args.written_columns) return;
+  const bool in = column < args.columns;  // a group of four is wholly in or wholly padding
+  const float* __restrict__ x_all = args.x;
+  const int32_t* __restrict__ shift_all = args.shift;
+  for (int64_t index = blockIdx.y; index < args.batch * args.rows; index += gridDim.y) {
+    const int64_t batch = index / args.rows, row = index - batch * args.rows;
+    float values[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (in) {
+      float4 x = *reinterpret_cast<const float4*>(x_all + batch * args.x_stride_batch + row * args.x_stride_row + column);
+      values[0] = x.x, values[1] = x.y, values[2] = x.z, values[3] = x.w;
+      if (shift_all != nullptr) {
+        const int32_t* shift = shift_all + batch * args.shift_stride_batch + row * args.shift_stride_row;
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < 4; ++j) values[j] *= power_of_two(shift[(column + j) * args.shift_stride_column]);
+      }
+    }
+    write.write4(batch, row, column, values);
+  }
+}
+
+// split_kernel for inputs read down their columns (unit row stride: a transposed row-major matrix such as the
+// Bᵀ of a row-major B), in 32 x 128 output tiles through shared memory: 16-byte loads down the input's columns,
+// then four neighbours of an output row per vector store. Same alignment needs as split_rows_kernel, with rows
+// and the column stride in place of columns and the row stride (see columns_contiguous).
+constexpr int kColumnTileRows = 32, kColumnTileColumns = 128, kColumnThreads = 256;
+
+template <class Writer>
+__global__ void split_columns_kernel(SplitSource args, Writer write) {
+  __shared__ float tile[kColumnTileRows][kColumnTileColumns + 1];  // +1: the loads' scattered writes miss conflicts
+  const int64_t column0 = int64_t(blockIdx.x) * kColumnTileColumns;
+  const int t = threadIdx.x;
+  const float* __restrict__ x_all = args.x;
+  const int32_t* __restrict__ shift_all = args.shift;
+  for (int64_t batch = blockIdx.z; batch < args.batch; batch += gridDim.z) {
+    const float* __restrict__ x = x_all + batch * args.x_stride_batch;
+    for (int64_t row0 = int64_t(blockIdx.y) * kColumnTileRows; row0 < args.rows;
+         row0 += int64_t(gridDim.y) * kColumnTileRows) {
+      __syncthreads();  // the previous tile's readers are done
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kColumnTileColumns * kColumnTileRows / 4 / kColumnThreads; ++i) {
+        const int quad = t % (kColumnTileRows / 4), c = t / (kColumnTileRows / 4) + i * (kColumnThreads * 4 / kColumnTileRows);
+        const int64_t column = column0 + c, row = row0 + 4 * quad;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (column < args.columns && row < args.rows) {
+          v = *reinterpret_cast<const float4*>(x + row + column * args.x_stride_column);
+        }
+        tile[4 * quad + 0][c] = v.x, tile[4 * quad + 1][c] = v.y, tile[4 * quad + 2][c] = v.z, tile[4 * quad + 3][c] = v.w;
+      }
+      __syncthreads();
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kColumnTileColumns * kColumnTileRows / 4 / kColumnThreads; ++j) {
+        const int group = t % (kColumnTileColumns / 4), r = t / (kColumnTileColumns / 4) + j * (kColumnThreads * 4 / kColumnTileColumns);
+        const int64_t row = row0 + r, column = column0 + 4 * group;
+        if (row >= args.rows || column >= args.written_columns) continue;
+        float values[4] = {tile[r][4 * group], tile[r][4 * group + 1], tile[r][4 * group + 2], tile[r][4 * group + 3]};
+        if (shift_all != nullptr && column < args.columns) {
+          const int32_t* shift = shift_all + batch * args.shift_stride_batch + row * args.shift_stride_row;
+          CUTLASS_PRAGMA_UNROLL
+          for (int k = 0; k < 4; ++k) values[k] *= power_of_two(shift[(column + k) * args.shift_stride_column]);
+        }
+        write.write4(batch, row, column, values);
+      }
+    }
+  }
+}
+
+constexpr int kRowThreads = 256;
+
+// Whether split_rows_kernel can read `args` (its output, 16-byte aligned rows of a multiple of 4, can take it).
+inline bool rows_contiguous(const SplitSource& args) {
+  auto multiple_of_4 = [](int64_t v) { return v % 4 == 0; };
+  return args.x_stride_column == 1 && multiple_of_4(args.columns) && multiple_of_4(args.written_columns) &&
+         (args.rows <= 1 || multiple_of_4(args.x_stride_row)) && (args.batch <= 1 || multiple_of_4(args.x_stride_batch)) &&
+         reinterpret_cast<uintptr_t>(args.x) % 16 == 0;
+}
+
+// Whether split_columns_kernel can read `args`.
+inline bool columns_contiguous(const SplitSource& args) {
+  auto multiple_of_4 = [](int64_t v) { return v % 4 == 0; };
+  return args.x_stride_row == 1 && multiple_of_4(args.rows) && multiple_of_4(args.columns) &&
+         multiple_of_4(args.written_columns) && (args.columns <= 1 || multiple_of_4(args.x_stride_column)) &&
+         (args.batch <= 1 || multiple_of_4(args.x_stride_batch)) && reinterpret_cast<uintptr_t>(args.x) % 16 == 0;
+}
+
+inline dim3 rows_grid(const SplitSource& args) {
+  int64_t blocks = (args.written_columns / 4 + kRowThreads - 1) / kRowThreads;
+  int64_t rows = args.batch * args.rows;
+  return dim3(unsigned(blocks), unsigned(rows < 65535 ? rows : 65535));
+}
+
+// Runs the split pass over `source` with `writer`: vectorized where rows or columns are contiguous.
+template <class Writer>
+void launch_split(const SplitSource& source, const Writer& writer, dim3 tile_grid_shape, cudaStream_t stream) {
+  if (rows_contiguous(source)) {
+    split_rows_kernel<<<rows_grid(source), kRowThreads, 0, stream>>>(source, writer);
+  } else if (columns_contiguous(source)) {
+    auto tiles = [](int64_t extent, int64_t tile) { return (extent + tile - 1) / tile; };
+    auto capped = [](int64_t count) { return unsigned(count < 65535 ? count : 65535); };
+    dim3 grid(unsigned(tiles(source.written_columns, kColumnTileColumns)), capped(tiles(source.rows, kColumnTileRows)),
+              capped(source.batch));
+    split_columns_kernel<<<grid, kColumnThreads, 0, stream>>>(source, writer);
+  } else {
+    split_kernel<<<tile_grid_shape, dim3(kTile, kTileRowsPerPass), 0, stream>>>(source, writer);
+  }
+}
+
 // c · 2^-(row_shift + column_shift) with one rounding: the factor (|exponent| <= 252) is exact in FP64.
 __global__ void halfhalf_unscale_kernel(cutlass_ext_unscale_args args) {
   constexpr int kRowsPerThread = kTile / kTileRowsPerPass;
@@ -183,9 +318,8 @@ inline dim3 tile_grid(int64_t batch, int64_t rows, int64_t columns) {
                                     args->x_stride_row,  args->x_stride_column, args->shift,                    \
                                     args->shift_stride_batch, args->shift_stride_row, args->shift_stride_column}; \
     cutlass_ext::PackedWriter writer{static_cast<uint32_t*>(args->out), args->rows, args->columns};         \
-    cutlass_ext::split_kernel<<<cutlass_ext::tile_grid(args->batch, args->rows, args->columns),             \
-                                dim3(cutlass_ext::kTile, cutlass_ext::kTileRowsPerPass), 0,                 \
-                                static_cast<cudaStream_t>(stream)>>>(source, writer);                       \
+    cutlass_ext::launch_split(source, writer, cutlass_ext::tile_grid(args->batch, args->rows, args->columns), \
+                              static_cast<cudaStream_t>(stream));                                           \
     return int(cudaGetLastError());                                                                         \
   }                                                                                                         \
   extern "C" int cutlass_ext_halfhalf_unscale(const cutlass_ext_unscale_args* args, void* stream) {        \
@@ -205,16 +339,15 @@ inline dim3 tile_grid(int64_t batch, int64_t rows, int64_t columns) {
                                     args->x_stride_row,  args->x_stride_column, args->shift,                    \
                                     args->shift_stride_batch, args->shift_stride_row, args->shift_stride_column}; \
     dim3 grid = cutlass_ext::tile_grid(args->batch, args->rows, args->ld);                                  \
-    dim3 block(cutlass_ext::kTile, cutlass_ext::kTileRowsPerPass);                                          \
     auto cuda_stream = static_cast<cudaStream_t>(stream);                                                   \
     if (args->format == CUTLASS_EXT_PLANES_HALF) {                                                          \
       cutlass_ext::PlanesWriter<cutlass_ext::HalfHalfSplit, __half> writer{                                 \
           static_cast<__half*>(args->hi), static_cast<__half*>(args->lo), args->rows, args->ld};            \
-      cutlass_ext::split_kernel<<<grid, block, 0, cuda_stream>>>(source, writer);                           \
+      cutlass_ext::launch_split(source, writer, grid, cuda_stream);                                         \
     } else if (args->format == CUTLASS_EXT_PLANES_TF32) {                                                   \
       cutlass_ext::PlanesWriter<cutlass_ext::Tf32Tf32Split, float> writer{                                  \
           static_cast<float*>(args->hi), static_cast<float*>(args->lo), args->rows, args->ld};              \
-      cutlass_ext::split_kernel<<<grid, block, 0, cuda_stream>>>(source, writer);                           \
+      cutlass_ext::launch_split(source, writer, grid, cuda_stream);                                         \
     } else {                                                                                                \
       return int(cudaErrorInvalidValue);                                                                    \
     }                                                                                                       \
