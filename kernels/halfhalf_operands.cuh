@@ -19,6 +19,15 @@ constexpr float kHalfHalfLoScale = 2048.0f;
 // Both passes work on 32 x 32 tiles of the (row-major) output with 32 x 8 threads, 4 rows each.
 constexpr int kTile = 32, kTileRowsPerPass = 8;
 
+inline int64_t tiles_of(int64_t extent, int64_t tile) { return (extent + tile - 1) / tile; }
+// Grid y and z stop at 65535 blocks; the kernels walk the tiles beyond in strides of the grid.
+inline unsigned capped(int64_t blocks) { return unsigned(blocks < 65535 ? blocks : 65535); }
+
+// The 32 x 32 tile kernels' grid: x over columns, y over rows, z over the batch.
+inline dim3 tile_grid(int64_t batch, int64_t rows, int64_t columns) {
+  return dim3(unsigned(tiles_of(columns, kTile)), capped(tiles_of(rows, kTile)), capped(batch));
+}
+
 // 2^shift for |shift| <= 126: a normal FP32 number, so multiplying by it changes no mantissa bit.
 __device__ __forceinline__ float power_of_two(int shift) { return __int_as_float((shift + 127) << 23); }
 
@@ -168,19 +177,21 @@ __global__ void split_rows_kernel(SplitSource args, Writer write) {
   const bool in = column < args.columns;  // a group of four is wholly in or wholly padding
   const float* __restrict__ x_all = args.x;
   const int32_t* __restrict__ shift_all = args.shift;
-  for (int64_t index = blockIdx.y; index < args.batch * args.rows; index += gridDim.y) {
-    const int64_t batch = index / args.rows, row = index - batch * args.rows;
-    float values[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (in) {
-      float4 x = *reinterpret_cast<const float4*>(x_all + batch * args.x_stride_batch + row * args.x_stride_row + column);
-      values[0] = x.x, values[1] = x.y, values[2] = x.z, values[3] = x.w;
-      if (shift_all != nullptr) {
-        const int32_t* shift = shift_all + batch * args.shift_stride_batch + row * args.shift_stride_row;
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < 4; ++j) values[j] *= power_of_two(shift[(column + j) * args.shift_stride_column]);
+  for (int64_t batch = blockIdx.z; batch < args.batch; batch += gridDim.z) {
+    for (int64_t row = blockIdx.y; row < args.rows; row += gridDim.y) {
+      float values[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (in) {
+        float4 x = *reinterpret_cast<const float4*>(x_all + batch * args.x_stride_batch + row * args.x_stride_row +
+                                                    column);
+        values[0] = x.x, values[1] = x.y, values[2] = x.z, values[3] = x.w;
+        if (shift_all != nullptr) {
+          const int32_t* shift = shift_all + batch * args.shift_stride_batch + row * args.shift_stride_row;
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < 4; ++j) values[j] *= power_of_two(shift[(column + j) * args.shift_stride_column]);
+        }
       }
+      write.write4(batch, row, column, values);
     }
-    write.write4(batch, row, column, values);
   }
 }
 
@@ -232,41 +243,37 @@ __global__ void split_columns_kernel(SplitSource args, Writer write) {
 
 constexpr int kRowThreads = 256;
 
-// Whether split_rows_kernel can read `args` (its output, 16-byte aligned rows of a multiple of 4, can take it).
-inline bool rows_contiguous(const SplitSource& args) {
-  auto multiple_of_4 = [](int64_t v) { return v % 4 == 0; };
-  return args.x_stride_column == 1 && multiple_of_4(args.columns) && multiple_of_4(args.written_columns) &&
-         (args.rows <= 1 || multiple_of_4(args.x_stride_row)) && (args.batch <= 1 || multiple_of_4(args.x_stride_batch)) &&
+// What both vector kernels need: 16-byte aligned x, whole groups of four columns in and out, batches 16 bytes apart.
+inline bool whole_vectors(const SplitSource& args) {
+  return args.columns % 4 == 0 && args.written_columns % 4 == 0 && (args.batch <= 1 || args.x_stride_batch % 4 == 0) &&
          reinterpret_cast<uintptr_t>(args.x) % 16 == 0;
 }
 
-// Whether split_columns_kernel can read `args`.
-inline bool columns_contiguous(const SplitSource& args) {
-  auto multiple_of_4 = [](int64_t v) { return v % 4 == 0; };
-  return args.x_stride_row == 1 && multiple_of_4(args.rows) && multiple_of_4(args.columns) &&
-         multiple_of_4(args.written_columns) && (args.columns <= 1 || multiple_of_4(args.x_stride_column)) &&
-         (args.batch <= 1 || multiple_of_4(args.x_stride_batch)) && reinterpret_cast<uintptr_t>(args.x) % 16 == 0;
+// split_rows_kernel: unit column stride, rows 16 bytes apart.
+inline bool rows_contiguous(const SplitSource& args) {
+  return args.x_stride_column == 1 && (args.rows <= 1 || args.x_stride_row % 4 == 0) && whole_vectors(args);
 }
 
-inline dim3 rows_grid(const SplitSource& args) {
-  int64_t blocks = (args.written_columns / 4 + kRowThreads - 1) / kRowThreads;
-  int64_t rows = args.batch * args.rows;
-  return dim3(unsigned(blocks), unsigned(rows < 65535 ? rows : 65535));
+// split_columns_kernel: unit row stride, columns 16 bytes apart, whole groups of four rows.
+inline bool columns_contiguous(const SplitSource& args) {
+  return args.x_stride_row == 1 && args.rows % 4 == 0 && (args.columns <= 1 || args.x_stride_column % 4 == 0) &&
+         whole_vectors(args);
 }
 
 // Runs the split pass over `source` with `writer`: vectorized where rows or columns are contiguous.
 template <class Writer>
-void launch_split(const SplitSource& source, const Writer& writer, dim3 tile_grid_shape, cudaStream_t stream) {
+void launch_split(const SplitSource& source, const Writer& writer, cudaStream_t stream) {
+  const int64_t columns = source.written_columns;
   if (rows_contiguous(source)) {
-    split_rows_kernel<<<rows_grid(source), kRowThreads, 0, stream>>>(source, writer);
+    dim3 grid(unsigned(tiles_of(columns / 4, kRowThreads)), capped(source.rows), capped(source.batch));
+    split_rows_kernel<<<grid, kRowThreads, 0, stream>>>(source, writer);
   } else if (columns_contiguous(source)) {
-    auto tiles = [](int64_t extent, int64_t tile) { return (extent + tile - 1) / tile; };
-    auto capped = [](int64_t count) { return unsigned(count < 65535 ? count : 65535); };
-    dim3 grid(unsigned(tiles(source.written_columns, kColumnTileColumns)), capped(tiles(source.rows, kColumnTileRows)),
+    dim3 grid(unsigned(tiles_of(columns, kColumnTileColumns)), capped(tiles_of(source.rows, kColumnTileRows)),
               capped(source.batch));
     split_columns_kernel<<<grid, kColumnThreads, 0, stream>>>(source, writer);
   } else {
-    split_kernel<<<tile_grid_shape, dim3(kTile, kTileRowsPerPass), 0, stream>>>(source, writer);
+    split_kernel<<<tile_grid(source.batch, source.rows, columns), dim3(kTile, kTileRowsPerPass), 0, stream>>>(source,
+                                                                                                            writer);
   }
 }
 
@@ -301,12 +308,6 @@ __global__ void halfhalf_unscale_kernel(cutlass_ext_unscale_args args) {
 
 #undef CUTLASS_EXT_FOR_EACH_TILE
 
-inline dim3 tile_grid(int64_t batch, int64_t rows, int64_t columns) {
-  auto tiles = [](int64_t extent) { return (extent + kTile - 1) / kTile; };
-  auto capped = [](int64_t count, int64_t limit) { return unsigned(count < limit ? count : limit); };
-  return dim3(unsigned(tiles(columns)), capped(tiles(rows), 65535), capped(batch, 65535));
-}
-
 }  // namespace cutlass_ext
 
 // 0 or a cudaError_t; an empty problem launches nothing.
@@ -318,8 +319,7 @@ inline dim3 tile_grid(int64_t batch, int64_t rows, int64_t columns) {
                                     args->x_stride_row,  args->x_stride_column, args->shift,                    \
                                     args->shift_stride_batch, args->shift_stride_row, args->shift_stride_column}; \
     cutlass_ext::PackedWriter writer{static_cast<uint32_t*>(args->out), args->rows, args->columns};         \
-    cutlass_ext::launch_split(source, writer, cutlass_ext::tile_grid(args->batch, args->rows, args->columns), \
-                              static_cast<cudaStream_t>(stream));                                           \
+    cutlass_ext::launch_split(source, writer, static_cast<cudaStream_t>(stream));                           \
     return int(cudaGetLastError());                                                                         \
   }                                                                                                         \
   extern "C" int cutlass_ext_halfhalf_unscale(const cutlass_ext_unscale_args* args, void* stream) {        \
@@ -338,16 +338,15 @@ inline dim3 tile_grid(int64_t batch, int64_t rows, int64_t columns) {
                                     args->columns,       args->ld,           args->x_stride_batch,              \
                                     args->x_stride_row,  args->x_stride_column, args->shift,                    \
                                     args->shift_stride_batch, args->shift_stride_row, args->shift_stride_column}; \
-    dim3 grid = cutlass_ext::tile_grid(args->batch, args->rows, args->ld);                                  \
     auto cuda_stream = static_cast<cudaStream_t>(stream);                                                   \
     if (args->format == CUTLASS_EXT_PLANES_HALF) {                                                          \
       cutlass_ext::PlanesWriter<cutlass_ext::HalfHalfSplit, __half> writer{                                 \
           static_cast<__half*>(args->hi), static_cast<__half*>(args->lo), args->rows, args->ld};            \
-      cutlass_ext::launch_split(source, writer, grid, cuda_stream);                                         \
+      cutlass_ext::launch_split(source, writer, cuda_stream);                                               \
     } else if (args->format == CUTLASS_EXT_PLANES_TF32) {                                                   \
       cutlass_ext::PlanesWriter<cutlass_ext::Tf32Tf32Split, float> writer{                                  \
           static_cast<float*>(args->hi), static_cast<float*>(args->lo), args->rows, args->ld};              \
-      cutlass_ext::launch_split(source, writer, grid, cuda_stream);                                         \
+      cutlass_ext::launch_split(source, writer, cuda_stream);                                               \
     } else {                                                                                                \
       return int(cudaErrorInvalidValue);                                                                    \
     }                                                                                                       \
