@@ -10,7 +10,7 @@ setup(
     packages=["cutlass_ext", "cutlass_ext.kernels"],
     # The CUDA sources live at the top level (kernels/ holds no Python) and ship inside the package.
     package_dir={"cutlass_ext.kernels": "kernels"},
-    package_data={"cutlass_ext.kernels": ["*.h", "*.cuh", "*.in", "*.cpp"], "cutlass_ext": ["tuned/*.csv"]},
+    package_data={"cutlass_ext.kernels": ["*.h", "*.hpp", "*.cuh", "*.in", "*.cpp"], "cutlass_ext": ["tuned/*.csv"]},
     install_requires=[
         "torch>=2.4",
         "nvidia-cutlass==4.2.0.0",  # its C++ headers are the CUTLASS the kernels are built against

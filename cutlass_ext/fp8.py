@@ -69,8 +69,8 @@ def gemm_fp8(
     scale_a: one value (a float, or a float32 tensor of one element) or one per row of a, (M, 1) or (M,).
     scale_b: one value, or one per row of b: (1, N), (N, 1) or (N,). Scales multiply the FP32 accumulator.
     bias: (N,) of out_dtype, added after scaling, or None.
-    accum: "promoted" adds the Tensor Core's partial sums into FP32 registers every 4 k-blocks (cuBLAS's
-      default); "fast" keeps all of K inside the Tensor Core (torch._scaled_mm's use_fast_accum=True).
+    accum: "promoted" adds the Tensor Core's partial sums into FP32 registers every 128 k elements (as accurate
+      as cuBLAS's default); "fast" keeps all of K inside the Tensor Core (torch._scaled_mm's use_fast_accum=True).
     check_scales: also check scales held on the GPU for non-finite values, which reads them on the host (a
       synchronisation; skipped under CUDA-graph capture and torch.compile). Host scales are always checked.
     No host synchronisation otherwise: CUDA-graph capturable, torch.compile-able. The first call builds and

@@ -19,7 +19,8 @@ FAMILY = "sm90_fp8"
 FP8_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # fast: the whole K loop accumulates inside the Tensor Core; promoted: its partial sums are added into FP32
-# registers every 4 k-blocks (CUTLASS's FP8 mainloop), as cuBLAS does without its fast-accumulation flag.
+# registers every `promotion` k-blocks, as cuBLAS does without its fast-accumulation flag (every k-block: while the
+# next k-block's wgmmas run, kernels/sm90_fp8_overlapped_promotion.hpp; longer spans: CUTLASS's FP8 mainloop).
 ACCUMULATIONS = ("fast", "promoted")
 SCHEDULES = ("cooperative", "pingpong")  # two consumer warpgroups on one tile, or on alternating tiles
 # persistent: whole output tiles per CTA; streamk: the last wave's tiles shared out along K (CUTLASS stream-K);
@@ -47,7 +48,8 @@ class Fp8Config(VariantFields):
     schedule: `cooperative` or `pingpong`. scheduler: `persistent`, `streamk` or `splitk` (with `splits` > 1).
     swizzle: tiles launched in groups of up to this many (L2 reuse; name suffix `_wN` unless 1).
     promotion: k-blocks between promotions into FP32 registers, for `promoted` (name `_pN` unless 1): fewer
-    promotions cost fewer instructions and keep longer sums in the Tensor Core's narrower accumulator.
+    promotions cost fewer instructions and keep longer sums in the Tensor Core's narrower accumulator (spans over
+    128 k elements break the accuracy bound: sweeps/filters_fp8.py).
     swap_ab: the kernel computes Dᵀ = B · Aᵀ (name suffix `_swap`), so `tile` is (n, m, k): its first side runs
     over N (the weights fill wgmma's 64 rows) and its second over M (decode's few tokens in a 16- or 32-wide n).
     l2_prefetch: k-blocks of weights (B) of its first tile that each CTA asks L2 for before it waits on the kernel

@@ -24,13 +24,14 @@
 
 #include "launcher_abi.h"
 #include "library_exports.h"
+#include "sm90_fp8_overlapped_promotion.hpp"
 #include "sm90_l2_prefetch_mainloop.hpp"
 
 namespace cutlass_ext {
 
-// Kernel and epilogue schedules. Promoted accumulation is CUTLASS's FP8 mainloop, which adds the Tensor Core's
-// partial sums into FP32 registers every mma_promotion_interval k-blocks (the wgmma accumulator keeps only ~22
-// mantissa bits for FP8); fast accumulation leaves the whole K loop inside the Tensor Core.
+// Kernel and epilogue schedules. Promoted accumulation adds the Tensor Core's partial sums into FP32 registers
+// every PromotionKBlocks k-blocks (the wgmma accumulator keeps only ~22 mantissa bits for FP8); fast accumulation
+// leaves the whole K loop inside the Tensor Core.
 struct ScheduleCooperative {
   template <bool FastAccum>
   using Kernel = cute::conditional_t<FastAccum, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
@@ -111,10 +112,15 @@ struct Sm90Fp8Gemm {
       KernelElementB, cutlass::layout::ColumnMajor, kAlignmentAB, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       typename Schedule::template Kernel<FastAccum>>::CollectiveOp;
+  // Promotion every k-block overlaps the Tensor Core (sm90_fp8_overlapped_promotion.hpp); longer promotion spans
+  // keep CUTLASS's own mainloop (they fail the accuracy bound at 128-deep k-blocks: kept to reproduce old rows).
+  using PromotingMainloop = cute::conditional_t<(!FastAccum && PromotionKBlocks == 1),
+                                                OverlappedPromotionMainloop<StockMainloop>, StockMainloop>;
   static_assert(L2PrefetchKBlocks == 0 || cute::is_same_v<Decomposition, DecomposePersistent>,
                 "the L2 prefetch runs ahead of the programmatic-launch wait: persistent scheduler only");
   using Mainloop = cute::conditional_t<(L2PrefetchKBlocks > 0),
-                                       L2PrefetchMainloop<StockMainloop, TileShape, ClusterShape, SwapAB>, StockMainloop>;
+                                       L2PrefetchMainloop<PromotingMainloop, TileShape, ClusterShape, SwapAB>,
+                                       PromotingMainloop>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
                                                       typename Decomposition::TileScheduler>;

@@ -66,6 +66,11 @@ def _parse_args(argv):
     parser.add_argument("--power-seconds", type=float, default=2.0, help="power sampling window (at least 2 s)")
     parser.add_argument("--tuned-out", type=Path, help="tuned table to write (default cutlass_ext/tuned/<gpu>.csv)")
     parser.add_argument("--limit", type=int, help="measure only the first N survivors per mode (smoke runs)")
+    parser.add_argument(
+        "--mode",
+        action="append",
+        help="sweep only this mode of the space's (repeatable), e.g. to re-measure one after its kernel changed",
+    )
     parser.add_argument("--no-report", action="store_true", help="skip the ranked table and plots at the end")
     return parser.parse_args(argv)
 
@@ -90,6 +95,12 @@ def main(argv=None) -> int:
     for rule in rules:
         print(f"  {rule.name:34s} removed {result.counts[rule.name]:5d}   {rule.why}")
     survivors = result.survivors
+    if args.mode:
+        unknown = sorted(set(args.mode) - {c.mode for c in configs})
+        if unknown:
+            print(f"error: --mode {unknown[0]!r} is not a mode of {args.space}", file=sys.stderr)
+            return 2
+        survivors = [c for c in survivors if c.mode in args.mode]
     per_mode = Counter(c.mode for c in survivors)
     print(f"  survivors: {len(survivors)} ({', '.join(f'{m} {n}' for m, n in sorted(per_mode.items()))})")
     if args.limit:

@@ -1,11 +1,14 @@
 """The build cache: reuse, rebuild of damaged entries, one build under concurrency (compiler stubbed out)."""
 
+import ast
+import fnmatch
+import re
 import threading
 import time
 
 import pytest
 
-from cutlass_ext import build, cache, codegen
+from cutlass_ext import build, cache, codegen, toolchain
 from cutlass_ext.config import KernelConfig
 
 
@@ -110,3 +113,14 @@ def test_a_family_key_covers_its_own_headers_only():
     assert "sm90_split_mainloop.hpp" in names["sm90"]
     assert "sm90_fp8_gemm.cuh" in names["sm90_fp8"] and not names["sm90_fp8"] & {"halfhalf_operands.cuh", "split_mma.h"}
     assert "torch_binding.cpp" not in set().union(*names.values())
+
+
+def test_every_kernel_source_ships_as_package_data():
+    """A non-editable install carries kernels/ only through setup.py's patterns: every file a kernel library or
+    the binding is built from must match one."""
+    setup_text = (toolchain.kernels_dir().parent / "setup.py").read_text()
+    patterns = ast.literal_eval(re.search(r'"cutlass_ext\.kernels": (\[[^\]]*\])', setup_text).group(1))
+    needed = {path.name for family in codegen._FAMILIES for path in codegen.source_files(family)}
+    needed.add("torch_binding.cpp")
+    assert "sm90_fp8_overlapped_promotion.hpp" in needed
+    assert sorted(name for name in needed if not any(fnmatch.fnmatch(name, p) for p in patterns)) == []

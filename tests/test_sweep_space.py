@@ -154,6 +154,21 @@ def test_dry_run_prints_per_rule_counts_without_a_gpu():
     assert "survivors:" in completed.stdout and "(variant, shape) rows" in completed.stdout
 
 
+def _dry_run_list(*arguments):
+    command = [sys.executable, "-m", "sweeps.run", *arguments, "--arch", "90a", "--dry-run", "--list"]
+    return subprocess.run(command, capture_output=True, text=True, cwd=CONFIGS.parent, check=False)
+
+
+def test_mode_option_sweeps_one_mode_of_a_space():
+    completed = _dry_run_list(str(CONFIGS / "sm90_fp8_decode_wide.yaml"), "--mode", "fp8_promoted")
+    assert completed.returncode == 0, completed.stderr
+    names = [line for line in completed.stdout.splitlines() if line.startswith("fp8_")]
+    assert names and all("_promoted" in name for name in names)
+    assert "fp8_promoted" in completed.stdout and "fp8_fast " not in completed.stdout
+    refused = _dry_run_list(str(CONFIGS / "sm90_fp8_decode_wide.yaml"), "--mode", "halfhalf")
+    assert refused.returncode == 2 and "--mode 'halfhalf'" in refused.stderr
+
+
 def test_the_fp8_space_expands_splits_and_promotion_only_where_they_apply():
     from cutlass_ext.fp8_config import Fp8Config
     from sweeps.filters_fp8 import RULES as FP8_RULES

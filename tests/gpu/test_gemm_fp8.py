@@ -36,6 +36,15 @@ PREFETCHING = [
     Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap_l2pf8"),
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x128x128_c2x1_coop_promoted_l2pf4"),
 ]
+# promotion overlapped with the next k-block's wgmmas (two partial fragments, k-blocks alternating between them):
+# both schedules, a cluster, swapped, and the schedulers that hand a CTA part of K (split-K, stream-K)
+OVERLAPPED = [
+    Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x128x128_c2x1_coop_promoted"),
+    Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x128x128_c1x1_pp_promoted"),
+    Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x16x128_c1x1_pp_promoted_swap"),
+    Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x32x128_c1x1_coop_promoted_splitk2_swap"),
+    Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x128x128_c1x1_coop_promoted_streamk"),
+]
 # promoted every 512 k elements (a 256-deep k-block, every 2nd): the span the filter rule removes
 LONG_SPAN = Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x128x256_c1x1_pp_promoted_p2")
 
@@ -51,7 +60,7 @@ def defaults_only(tmp_path_factory):
     configs = [dataclasses.replace(DEFAULT_FP8, accum=accum).with_dtypes(a, b, out) for a, b, out, accum in combos]
     prefetch_bases = [dataclasses.replace(c, l2_prefetch=0) for c in PREFETCHING]
     registry.ensure_registered(
-        configs + EXPLICIT + SWAPPED + [LONG_SPAN] + PREFETCHING + prefetch_bases, torch.device("cuda")
+        configs + EXPLICIT + SWAPPED + OVERLAPPED + [LONG_SPAN] + PREFETCHING + prefetch_bases, torch.device("cuda")
     )
     yield
     ext.set_tuned_table(None)
@@ -265,6 +274,22 @@ def test_fast_accumulation_without_split_k_is_caught_by_the_bound_at_decode():
     c = ops.gemm_fp8(a, b, scale_a.reshape(1), scale_b.reshape(1), None, torch.bfloat16, [config.name])
     peer = peer_relres(a, b, scale_a, scale_b, None, torch.bfloat16, "fast", reference)
     assert numerics.relative_residual(c, reference) > FACTOR * peer
+
+
+@pytest.mark.parametrize("config", OVERLAPPED, ids=lambda c: c.name)
+@pytest.mark.parametrize("k_blocks", [1, 2, 3, 4, 5, 64])
+def test_overlapped_promotion_adds_every_k_block_once(config, k_blocks):
+    """Odd and even k-block counts (the mainloop takes two per trip), a last block that TMA pads with zeros, and
+    split-K's and stream-K's part-ranges of K: at FP32 output, where cuBLAS FP8's promoted relres is the bound and
+    a dropped or doubled k-block would read ~1/k_blocks."""
+    m, n, k = 200, 320, 128 * k_blocks - 16
+    a, b, scale_a, scale_b = fp8_operands(m, n, k, seed=k_blocks)
+    reference = numerics.dequantized_product(a, b, scale_a, scale_b)
+    poison_allocator(m, n)
+    c = ops.gemm_fp8(a, b, scale_a.reshape(1), scale_b.reshape(1), None, torch.float32, [config.name])
+    ours = numerics.relative_residual(c, reference)
+    peer = peer_relres(a, b, scale_a, scale_b, None, torch.float32, "promoted", reference)
+    assert ours <= FACTOR * peer, f"{config.name}: relres {ours:.3g} vs torch._scaled_mm {peer:.3g}"
 
 
 def test_promotion_every_512_k_elements_breaks_the_bound_at_fp32_output():

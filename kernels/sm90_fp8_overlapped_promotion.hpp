@@ -1,0 +1,112 @@
+// CUTLASS's sm90 FP8 mainloop with promotion that does not drain the Tensor Core.
+//
+// Why: FP8 wgmma keeps ~22 mantissa bits in its accumulator, so promoted accumulation adds the Tensor Core's
+// partial sums into FP32 registers every k-block (128 k elements: the span the accuracy bound needs). CUTLASS's
+// mainloop (sm90_mma_tma_gmma_ss_warpspecialized_fp8.hpp) promotes from the one fragment the next k-block's wgmmas
+// write into, so it waits for every wgmma (`warpgroup_wait<0>`) before each promotion: the Tensor Core idles while
+// each warpgroup adds, releases its stage and issues again (0.77x of fast accumulation at 8192³).
+//
+// Here the k-blocks alternate between two partial fragments: block i+1's wgmmas are issued into one before block
+// i's sum, in the other, is waited for (`warpgroup_wait<1>`) and added, so the FADDs run while the Tensor Core
+// works. The sums are the same FP32 additions in the same order as CUTLASS's with promotion every k-block.
+//
+// Everything but `mma` is the stock collective (`Base`, from CUTLASS's CollectiveBuilder): loads, shared memory,
+// pipeline and `mma_tail`, which releases the last stage as it does for CUTLASS's own (one k-block in flight).
+// Costs one more accumulator fragment of registers: 128x128 cooperative or 64x128 ping-pong tiles fit.
+#pragma once
+
+#include "cute/algorithm/clear.hpp"
+#include "cute/algorithm/gemm.hpp"
+#include "cute/arch/mma_sm90_gmma.hpp"
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+
+namespace cutlass_ext {
+
+template <class Base>
+struct OverlappedPromotionMainloop : Base {
+  using typename Base::MainloopPipeline;
+  using typename Base::PipelineState;
+  using typename Base::Params;
+  using typename Base::TensorStorage;
+  using typename Base::TiledMma;
+  using typename Base::SmemLayoutA;
+  using typename Base::SmemLayoutB;
+
+  // Consumer: accum = Σ over k-blocks of that block's Tensor Core sum, added in FP32 with round-to-nearest.
+  // Every stage but the last is released here; the kernel's mma_tail releases the last.
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
+                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
+    using namespace cute;
+    Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});  // (BLK_M,BLK_K,PIPE)
+    Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (BLK_N,BLK_K,PIPE)
+    constexpr int kWarpGroups = size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
+    Layout warp_group_thread_layout = make_layout(Int<kWarpGroups>{}, Int<cutlass::NumThreadsPerWarpGroup>{});
+    int warp_group_idx = __shfl_sync(0xFFFFFFFF, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
+    TiledMma tiled_mma;
+    auto thread_mma = tiled_mma.get_slice(warp_group_thread_layout(warp_group_idx));
+    Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));  // (MMA,MMA_M,MMA_K,PIPE)
+    Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA,MMA_N,MMA_K,PIPE)
+    CUTE_STATIC_ASSERT_V(size<1>(tCrA) == size<1>(accum));
+    CUTE_STATIC_ASSERT_V(size<1>(tCrB) == size<2>(accum));
+
+    clear(accum);
+    if (k_tile_count <= 0) return;
+    Tensor even = make_fragment_like(accum);  // the Tensor Core's sum of k-blocks 0, 2, 4, ...
+    Tensor odd = make_fragment_like(accum);   // ... and of k-blocks 1, 3, 5, ...
+    warpgroup_fence_operand(accum);
+
+    // Issues one k-block's wgmmas into `partial`, starting it from zero.
+    auto issue = [&](auto& partial) {
+      auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
+      pipeline.consumer_wait(smem_pipe_read, barrier_token);
+      int read_stage = smem_pipe_read.index();
+      warpgroup_fence_operand(partial);
+      warpgroup_arrive();
+      tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTLASS_PRAGMA_UNROLL
+      for (int k_block = 0; k_block < size<2>(tCrA); ++k_block) {
+        cute::gemm(tiled_mma, tCrA(_, _, k_block, read_stage), tCrB(_, _, k_block, read_stage), partial);
+        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      ++smem_pipe_read;
+    };
+    // Adds a finished k-block's sum into the FP32 accumulator.
+    auto promote = [&](auto& partial) {
+      warpgroup_fence_operand(partial);
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(accum); ++i) accum(i) += partial(i);
+    };
+    // After the next block is issued: wait for the one before it, promote it and free its stage.
+    PipelineState smem_pipe_release = smem_pipe_read;
+    auto retire = [&](auto& partial) {
+      warpgroup_wait<1>();
+      promote(partial);
+      pipeline.consumer_release(smem_pipe_release);
+      ++smem_pipe_release;
+    };
+
+    issue(even);
+    // Two k-blocks per trip, so that which fragment a block uses is known at compile time.
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int remaining = k_tile_count - 1; remaining > 0; remaining -= 2) {
+      issue(odd);
+      retire(even);
+      if (remaining == 1) {
+        warpgroup_wait<0>();
+        promote(odd);
+        warpgroup_fence_operand(accum);
+        return;
+      }
+      issue(even);
+      retire(odd);
+    }
+    warpgroup_wait<0>();
+    promote(even);
+    warpgroup_fence_operand(accum);
+  }
+};
+
+}  // namespace cutlass_ext
