@@ -29,10 +29,12 @@ def consumer_threads(config: Fp8Config) -> int:
 
 
 def accumulator_registers(config: Fp8Config) -> int:
-    """Per consumer thread; promoted accumulation holds the FP32 totals and two Tensor Core partial sums (one being
-    promoted while the next k-block's wgmmas write the other: kernels/sm90_fp8_overlapped_promotion.hpp)."""
+    """Per consumer thread, in fragments of the tile's accumulator: fast accumulation holds one; promotion every
+    k-block the FP32 totals and two Tensor Core partial sums (one promoted while the next k-block's wgmmas write
+    the other: kernels/sm90_fp8_overlapped_promotion.hpp); a longer promotion span (CUTLASS's mainloop) two."""
     tm, tn, _ = config.tile
-    return tm * tn // consumer_threads(config) * (3 if config.accum == "promoted" else 1)
+    fragments = 1 if config.accum == "fast" else 3 if config.promotion == 1 else 2
+    return tm * tn // consumer_threads(config) * fragments
 
 
 def two_stage_shared_bytes(config: Fp8Config) -> int:
@@ -41,7 +43,7 @@ def two_stage_shared_bytes(config: Fp8Config) -> int:
 
 
 def promotion_span(config: Fp8Config) -> int:
-    """K elements between promotions: CUTLASS promotes at most once per k-block."""
+    """K elements between promotions: both promoting mainloops promote at most once per k-block."""
     return config.tile[2] * config.promotion
 
 
@@ -84,7 +86,7 @@ RULES = (
     ),
     Rule(
         "accumulator_registers_over_budget",
-        f"accumulators (x3 when promoted) > {ACCUMULATOR_BUDGET} registers per consumer thread: spills",
+        f"accumulators (x3 when promoted every k-block) > {ACCUMULATOR_BUDGET} registers per consumer thread",
         lambda c, _: accumulator_registers(c) > ACCUMULATOR_BUDGET,
     ),
 )
