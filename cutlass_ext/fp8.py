@@ -76,62 +76,56 @@ def gemm_fp8(
     No host synchronisation otherwise: CUDA-graph capturable, torch.compile-able. The first call builds and
     caches the kernel variant (tuned per shape from the GPU's table; see cutlass_ext.tuned).
     """
-    a_dtype, b_dtype = _check_operands(a, b)
-    out_name = dtype_name(out_dtype, OUT_DTYPES, "out_dtype")
+    for name, tensor in (("a", a), ("b", b)):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {type(tensor).__name__}")
     if accum not in ACCUMULATIONS:
         raise ValueError(f"accum={accum!r} is not one of {list(ACCUMULATIONS)}")
-    m, k = a.shape
-    n = b.shape[0]
+    # Checked once per signature here; strides, alignment, scales and bias are checked per call by the op.
+    signature = (a.dtype, b.dtype, a.shape, b.shape, a.device, b.device, out_dtype, accum, tuned.generation())
+    if torch.compiler.is_compiling():
+        variants = _plan(*signature)  # symbolic shapes: nothing to cache
+    else:
+        variants = _cached_plan(*signature)
+    scale_a = _scale(scale_a, "scale_a", a.device, check_scales)
+    scale_b = _scale(scale_b, "scale_b", a.device, check_scales)
+    return ops.gemm_fp8(a, b, scale_a, scale_b, bias, out_dtype, variants)
+
+
+def _plan(a_dtype, b_dtype, a_shape, b_shape, a_device, b_device, out_dtype, accum, _table_generation) -> list[str]:
+    """The kernel variants for one signature of gemm_fp8's operands, once its dtypes and shapes are checked."""
+    a_name = dtype_name(a_dtype, FP8_DTYPES, "a")
+    b_name = dtype_name(b_dtype, FP8_DTYPES, "b")
+    out_name = dtype_name(out_dtype, OUT_DTYPES, "out_dtype")
+    for name, device, shape in (("a", a_device, a_shape), ("b", b_device, b_shape)):
+        if device.type != "cuda":
+            raise ValueError(f"{name} must be a CUDA tensor; got device {device}")
+        if len(shape) != 2:
+            raise ValueError(f"{name} must be 2-D; got shape {tuple(shape)}")
+    if a_device != b_device:
+        raise ValueError(f"a and b must be on one device; got {a_device} and {b_device}")
+    (m, k), n = a_shape, b_shape[0]
+    if b_shape[1] != k:
+        raise ValueError(
+            f"a is {tuple(a_shape)} and b is {tuple(b_shape)}: b is (N, K), the weight as nn.Linear stores it, "
+            f"so a.shape[1] must equal b.shape[1]"
+        )
+    if k % _TMA_BYTES:
+        raise ValueError(f"K={k} must be a multiple of 16 (FP8 rows are read by TMA in 16-byte units)")
     if n % (_TMA_BYTES // out_dtype.itemsize):
         raise ValueError(
             f"b has N={n} rows: N must be a multiple of {_TMA_BYTES // out_dtype.itemsize} for {out_dtype} output "
             f"(rows of the output are written by TMA in 16-byte units)"
         )
-    scale_a = _scale(scale_a, "scale_a", m, a.device, check_scales)
-    scale_b = _scale(scale_b, "scale_b", n, a.device, check_scales)
-    if bias is not None:
-        bias = _check_bias(bias, n, out_dtype, a.device)
-    variants = _variants(a.device, a_dtype, b_dtype, out_name, accum, m, n, k)
-    return ops.gemm_fp8(a, b, scale_a, scale_b, bias, out_dtype, variants)
-
-
-def _check_operands(a, b) -> tuple[str, str]:
-    for name, tensor in (("a", a), ("b", b)):
-        if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor; got {type(tensor).__name__}")
-    a_dtype = dtype_name(a.dtype, FP8_DTYPES, "a")
-    b_dtype = dtype_name(b.dtype, FP8_DTYPES, "b")
-    for name, tensor in (("a", a), ("b", b)):
-        if not tensor.is_cuda:
-            raise ValueError(f"{name} must be a CUDA tensor; got device {tensor.device}")
-        if tensor.dim() != 2:
-            raise ValueError(f"{name} must be 2-D; got shape {tuple(tensor.shape)}")
-    if a.device != b.device:
-        raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
-    (m, k), n = a.shape, b.shape[0]
-    if b.shape[1] != k:
-        raise ValueError(
-            f"a is {tuple(a.shape)} and b is {tuple(b.shape)}: b is (N, K), the weight as nn.Linear stores it, "
-            f"so a.shape[1] must equal b.shape[1]"
-        )
-    if k % _TMA_BYTES:
-        raise ValueError(f"K={k} must be a multiple of 16 (FP8 rows are read by TMA in 16-byte units)")
-    capability = _capability(a.get_device())
+    index = a_device.index if a_device.index is not None else torch.cuda.current_device()
+    capability = _capability(index)
     if capability != (9, 0):
-        raise RuntimeError(f"gemm_fp8 runs on Hopper (sm90) GPUs; {a.device} is sm{capability[0]}{capability[1]}")
-    compiling = torch.compiler.is_compiling()
-    for name, tensor, rows in (("a", a, m), ("b", b, n)):
-        row_stride, k_stride = tensor.stride()
-        if k > 1 and k_stride != 1:
-            raise ValueError(
-                f"{name} must have unit stride along K (row-major {tuple(tensor.shape)}); got strides "
-                f"{tensor.stride()}: pass {name}.contiguous()"
-            )
-        if rows > 1 and row_stride % _TMA_BYTES:
-            raise ValueError(f"{name}'s row stride {row_stride} must be a multiple of 16 elements")
-        if not compiling and rows and k and tensor.data_ptr() % _TMA_BYTES:
-            raise ValueError(f"{name} must start on a 16-byte boundary (a view with an offset?): pass a copy")
-    return a_dtype, b_dtype
+        raise RuntimeError(f"gemm_fp8 runs on Hopper (sm90) GPUs; {a_device} is sm{capability[0]}{capability[1]}")
+    return _variants(a_device, a_name, b_name, out_name, accum, m, n, k)
+
+
+# Decode steps repeat a few signatures: a dictionary lookup replaces the checks and the table lookup.
+_cached_plan = functools.lru_cache(maxsize=4096)(_plan)
 
 
 @functools.cache
@@ -139,53 +133,26 @@ def _capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
-def _scale(scale, name: str, length: int, device: torch.device, check: bool) -> torch.Tensor:
-    """A contiguous float32 vector of 1 or `length` values on `device` (no host round trip for CUDA tensors)."""
-    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
-        _check_finite(float(scale), name)
-        return torch.full((1,), float(scale), dtype=torch.float32, device=device)
-    if not isinstance(scale, torch.Tensor):
-        raise TypeError(f"{name} must be a float or a float32 tensor; got {type(scale).__name__}")
-    if scale.dtype != torch.float32:
-        raise TypeError(f"{name} must be float32; got {scale.dtype}")
-    shape = tuple(scale.shape)
-    row_shapes = ((length, 1), (length,), (1, length)) if name == "scale_b" else ((length, 1), (length,))
-    if not (scale.numel() == 1 and len(shape) <= 2) and shape not in row_shapes:
-        raise ValueError(
-            f"{name} has shape {tuple(scale.shape)}: expected one value (per tensor) or {length} values "
-            f"(per row), shaped {' or '.join(str(s) for s in row_shapes)}"
-        )
-    if not scale.is_cuda and scale.numel() == 1:
+def _scale(scale, name: str, device: torch.device, check: bool) -> torch.Tensor:
+    """A scale as the op takes it, which checks its dtype, shape and device: a float or a one-element CPU tensor
+    becomes a one-element float32 tensor on `device` (its value checked finite here); a GPU tensor passes as it
+    is (its values checked finite too when `check`: a host round trip)."""
+    if isinstance(scale, torch.Tensor):
+        if scale.is_cuda or scale.numel() != 1:
+            checkable = check and not torch.compiler.is_compiling() and not torch.cuda.is_current_stream_capturing()
+            if checkable and not bool(torch.isfinite(scale).all()):
+                raise ValueError(f"{name} holds non-finite values")
+            return scale
+        if scale.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32; got {scale.dtype}")
         value = float(scale)
-        _check_finite(value, name)
-        return torch.full((1,), value, dtype=torch.float32, device=device)
-    if scale.device != device:
-        raise ValueError(f"{name} must be on {device} (or a CPU scalar); got {scale.device}")
-    checkable = check and not torch.compiler.is_compiling() and not torch.cuda.is_current_stream_capturing()
-    if checkable and not bool(torch.isfinite(scale).all()):
-        raise ValueError(f"{name} holds non-finite values")
-    # the op reads the values in order: any contiguous shape of them will do, without a copy
-    return scale if scale.is_contiguous() else scale.reshape(-1).contiguous()
-
-
-def _check_finite(value: float, name: str) -> None:
+    elif isinstance(scale, (int, float)) and not isinstance(scale, bool):
+        value = float(scale)
+    else:
+        raise TypeError(f"{name} must be a float or a float32 tensor; got {type(scale).__name__}")
     if not math.isfinite(value):
         raise ValueError(f"{name}={value} must be finite")
-
-
-def _check_bias(bias, n: int, out_dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    if not isinstance(bias, torch.Tensor):
-        raise TypeError(f"bias must be a torch.Tensor or None; got {type(bias).__name__}")
-    if bias.dtype != out_dtype:
-        raise TypeError(f"bias must have out_dtype {out_dtype}; got {bias.dtype}")
-    if bias.device != device:
-        raise ValueError(f"bias must be on {device}; got {bias.device}")
-    if tuple(bias.shape) not in ((n,), (1, n)):
-        raise ValueError(f"bias must have shape ({n},), one value per output column; got {tuple(bias.shape)}")
-    bias = bias.reshape(-1).contiguous()
-    if not torch.compiler.is_compiling() and bias.data_ptr() % _TMA_BYTES:
-        bias = bias.clone()  # the epilogue reads bias in 16-byte vectors
-    return bias
+    return torch.full((1,), value, dtype=torch.float32, device=device)
 
 
 def dispatch_configs(accums=ACCUMULATIONS) -> list:

@@ -26,11 +26,19 @@ PEER_FAMILIES = ("cublas", "triton")
 _override: Path | None = None
 _loaded: dict[str, list[tuple] | None] = {}  # gpu name -> [(mode, m, n, k, name)] or None
 _chosen: dict[tuple, KernelConfig | None] = {}  # (gpu name, mode, m, n, k) -> lookup's answer: ext.gemm asks per call
+_generation = 0  # counts table changes: callers that cache what lookup answered key their caches with it
 
 
 def _forget() -> None:
+    global _generation
     _loaded.clear()
     _chosen.clear()
+    _generation += 1
+
+
+def generation() -> int:
+    """Changes whenever the table dispatch reads may have changed (set_tuned_table)."""
+    return _generation
 
 
 def gpu_key(gpu_name: str) -> str:

@@ -171,3 +171,40 @@ def test_the_default_variant_takes_the_callers_dtypes_and_accumulation():
     assert from_name(name) == dataclasses.replace(DEFAULT_FP8, accum="fast").with_dtypes("e5m2", "e4m3", "fp32")
     assert fp8._default_variant("e5m2", "e4m3", "fp32", "fast") is name  # built once, asked per call
     assert [c.accum for c in fp8.dispatch_configs()[:2]] == ["fast", "promoted"]
+
+
+def test_gemm_fp8_plans_a_signature_once_per_tuned_table(monkeypatch, request):
+    """Eager calls with one signature skip the dtype and shape checks and the table lookup after the first; a new
+    tuned table plans again."""
+    from cutlass_ext import fp8, tuned
+
+    looked_up = []
+    monkeypatch.setattr(fp8, "_capability", lambda index: (9, 0))
+    monkeypatch.setattr(fp8, "_variants", lambda *arguments: looked_up.append(arguments) or ["chosen"])
+    fp8._cached_plan.cache_clear()
+    request.addfinalizer(fp8._cached_plan.cache_clear)  # no plan of the stand-in table outlives the test
+    cuda = torch.device("cuda", 0)
+    fp8_dtype, shape_a, shape_b = torch.float8_e4m3fn, torch.Size((16, 64)), torch.Size((32, 64))
+
+    def plan():
+        return fp8._cached_plan(
+            fp8_dtype, fp8_dtype, shape_a, shape_b, cuda, cuda, torch.bfloat16, "fast", tuned.generation()
+        )
+
+    assert plan() == plan() == ["chosen"]
+    assert looked_up == [(cuda, "e4m3", "e4m3", "bf16", "fast", 16, 32, 64)]
+    tuned.set_tuned_table(None)
+    plan()
+    assert len(looked_up) == 2
+    with pytest.raises(ValueError, match="K=40 must be a multiple of 16"):
+        fp8._cached_plan(
+            fp8_dtype,
+            fp8_dtype,
+            torch.Size((16, 40)),
+            torch.Size((32, 40)),
+            cuda,
+            cuda,
+            torch.bfloat16,
+            "fast",
+            tuned.generation(),
+        )

@@ -323,7 +323,10 @@ def test_quantize_fp8_round_trip_on_gpu():
 
 
 def test_errors_name_the_argument():
+    """Dtypes and shapes are checked once per signature, the rest on every call: a signature that ran once is
+    checked again."""
     a, b, scale_a, scale_b = fp8_operands(16, 64, 64)
+    ext.gemm_fp8(a, b, scale_a, scale_b)
     with pytest.raises(TypeError, match="a must be one of"):
         ext.gemm_fp8(a.float(), b, scale_a, scale_b)
     with pytest.raises(ValueError, match="b must have unit stride along K"):
@@ -348,3 +351,11 @@ def test_errors_name_the_argument():
         ext.gemm_fp8(a, b, scale_a, scale_b, accum="exact")
     with pytest.raises(ValueError, match="must start on a 16-byte boundary"):
         ext.gemm_fp8(a.reshape(-1)[1 : 1 + 16 * 63].reshape(63, 16), b[:, :16], scale_a, scale_b)
+    with pytest.raises(ValueError, match="a's row stride 72 must be a multiple of 16"):
+        ext.gemm_fp8(torch.ones(16, 72, device="cuda").to(a.dtype)[:, :64], b, scale_a, scale_b)
+    with pytest.raises(ValueError, match="b must be a CUDA tensor"):
+        ext.gemm_fp8(a, b.cpu(), scale_a, scale_b)
+    with pytest.raises(ValueError, match="scale_b must be on cuda"):
+        ext.gemm_fp8(a, b, scale_a, scale_b.new_ones(64, 1).cpu())
+    with pytest.raises(ValueError, match=r"bias must have shape \(64,\)"):
+        ext.gemm_fp8(a, b, scale_a, scale_b, bias=torch.zeros(63, dtype=torch.bfloat16, device="cuda"))
