@@ -238,21 +238,25 @@ Fp8Variant lookup_fp8(const std::string& name) { return lookup_in(fp8_registry, 
 
 // The checks of gemm_fp8's arguments that can change from call to call with one signature: devices, strides,
 // alignment, scale and bias shapes. cutlass_ext.fp8 checks dtypes and shapes once per signature; doing these
-// here saves its eager callers ~15 µs of Python attribute reads per call. Each names the argument, as a
-// ValueError (TORCH_CHECK_VALUE) or TypeError (TORCH_CHECK_TYPE) in Python.
+// here saves its eager callers ~15 µs of Python attribute reads per call. Each names the argument: a TypeError
+// (TORCH_CHECK_TYPE) or a RuntimeError whose message starts with kArgumentError, which cutlass_ext.fp8 raises
+// again as a ValueError. Not TORCH_CHECK_VALUE: an extension that throws c10::ValueError crashes the process
+// under torch 2.11 (a segfault on the lent H100; TypeError and plain errors pass).
+constexpr char kArgumentError[] = "invalid argument: ";
+#define CHECK_ARGUMENT(cond, ...) TORCH_CHECK(cond, kArgumentError, __VA_ARGS__)
 constexpr int64_t kTmaBytes = 16;  // TMA moves rows whose start and stride are multiples of 16 bytes
 
 void check_fp8_operand(const at::Tensor& t, const char* name, const at::Device& device) {
   TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat8_e4m3fn || t.scalar_type() == at::kFloat8_e5m2, name,
                    " must be float8_e4m3fn or float8_e5m2; got ", t.scalar_type());
-  TORCH_CHECK_VALUE(t.device() == device, name, " must be on ", device, " with a; got ", t.device());
-  TORCH_CHECK_VALUE(t.dim() == 2, name, " must be 2-D; got shape ", t.sizes());
+  CHECK_ARGUMENT(t.device() == device, name, " must be on ", device, " with a; got ", t.device());
+  CHECK_ARGUMENT(t.dim() == 2, name, " must be 2-D; got shape ", t.sizes());
   const int64_t rows = t.size(0), k = t.size(1);
-  TORCH_CHECK_VALUE(k <= 1 || t.stride(1) == 1, name, " must have unit stride along K (row-major ", t.sizes(),
+  CHECK_ARGUMENT(k <= 1 || t.stride(1) == 1, name, " must have unit stride along K (row-major ", t.sizes(),
                     "); got strides ", t.strides(), ": pass ", name, ".contiguous()");
-  TORCH_CHECK_VALUE(rows <= 1 || t.stride(0) % kTmaBytes == 0, name, "'s row stride ", t.stride(0),
+  CHECK_ARGUMENT(rows <= 1 || t.stride(0) % kTmaBytes == 0, name, "'s row stride ", t.stride(0),
                     " must be a multiple of 16 elements");
-  TORCH_CHECK_VALUE(rows == 0 || k == 0 || reinterpret_cast<uintptr_t>(t.data_ptr()) % kTmaBytes == 0, name,
+  CHECK_ARGUMENT(rows == 0 || k == 0 || reinterpret_cast<uintptr_t>(t.data_ptr()) % kTmaBytes == 0, name,
                     " must start on a 16-byte boundary (a view with an offset?): pass a copy");
 }
 
@@ -261,14 +265,14 @@ void check_fp8_operand(const at::Tensor& t, const char* name, const at::Device& 
 at::Tensor checked_scale(const at::Tensor& scale, const char* name, int64_t length, bool row_vector_too,
                          const at::Device& device) {
   TORCH_CHECK_TYPE(scale.scalar_type() == at::kFloat, name, " must be float32; got ", scale.scalar_type());
-  TORCH_CHECK_VALUE(scale.device() == device, name, " must be on ", device, " (or a CPU scalar); got ",
+  CHECK_ARGUMENT(scale.device() == device, name, " must be on ", device, " (or a CPU scalar); got ",
                     scale.device());
   const auto shape = scale.sizes();
   const bool per_tensor = scale.numel() == 1 && scale.dim() <= 2;
   const bool per_row = (shape.size() == 2 && shape[0] == length && shape[1] == 1) ||
                        (shape.size() == 1 && shape[0] == length) ||
                        (row_vector_too && shape.size() == 2 && shape[0] == 1 && shape[1] == length);
-  TORCH_CHECK_VALUE(per_tensor || per_row, name, " has shape ", shape, ": expected one value (per tensor) or ",
+  CHECK_ARGUMENT(per_tensor || per_row, name, " has shape ", shape, ": expected one value (per tensor) or ",
                     length, " values (per row), shaped (", length, ", 1) or (", length, ",)",
                     row_vector_too ? " or (1, " + std::to_string(length) + ")" : "");
   return scale.contiguous();  // read in order: any contiguous shape of the values will do
@@ -279,8 +283,8 @@ at::Tensor checked_scale(const at::Tensor& scale, const char* name, int64_t leng
 at::Tensor checked_bias(const at::Tensor& bias, int64_t n, at::ScalarType out_dtype, const at::Device& device) {
   TORCH_CHECK_TYPE(bias.scalar_type() == out_dtype, "bias must have out_dtype ", out_dtype, "; got ",
                    bias.scalar_type());
-  TORCH_CHECK_VALUE(bias.device() == device, "bias must be on ", device, "; got ", bias.device());
-  TORCH_CHECK_VALUE((bias.dim() == 1 && bias.size(0) == n) || (bias.dim() == 2 && bias.size(0) == 1 && bias.size(1) == n),
+  CHECK_ARGUMENT(bias.device() == device, "bias must be on ", device, "; got ", bias.device());
+  CHECK_ARGUMENT((bias.dim() == 1 && bias.size(0) == n) || (bias.dim() == 2 && bias.size(0) == 1 && bias.size(1) == n),
                     "bias must have shape (", n, ",), one value per output column; got ", bias.sizes());
   at::Tensor vector = bias.reshape({n}).contiguous();
   return reinterpret_cast<uintptr_t>(vector.data_ptr()) % kTmaBytes ? vector.clone() : vector;
@@ -291,11 +295,11 @@ at::Tensor checked_bias(const at::Tensor& bias, int64_t n, at::ScalarType out_dt
 at::Tensor gemm_fp8_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                          const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
                          std::vector<std::string> variants) {
-  TORCH_CHECK_VALUE(a.is_cuda(), "a must be a CUDA tensor; got device ", a.device());
+  CHECK_ARGUMENT(a.is_cuda(), "a must be a CUDA tensor; got device ", a.device());
   const at::Device device = a.device();
   check_fp8_operand(a, "a", device);
   check_fp8_operand(b, "b", device);
-  TORCH_CHECK_VALUE(b.size(1) == a.size(1), "a is ", a.sizes(), " and b is ", b.sizes(),
+  CHECK_ARGUMENT(b.size(1) == a.size(1), "a is ", a.sizes(), " and b is ", b.sizes(),
                     ": b is (N, K), the weight as nn.Linear stores it, so a.shape[1] must equal b.shape[1]");
   const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
   const at::Tensor scales_a = checked_scale(scale_a, "scale_a", m, false, device);
