@@ -142,6 +142,14 @@ bool run_if_implementable(const VariantT& variant, Args& args, const std::string
   return true;
 }
 
+// "[16, 64]" for error messages, built here: on the lent H100 (torch 2.11, g++ 13) an extension that streams an
+// IntArrayRef or a Device into an error message crashes the process when the error is thrown.
+std::string shape_string(at::IntArrayRef values) {
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+  return text + "]";
+}
+
 // Whether a kernel reading `column_major` (unit stride down each column) or row-major matrices can read the
 // matrices of t as they are stored.
 bool readable(const at::Tensor& t, bool column_major) {
@@ -190,15 +198,15 @@ bool run_first_fitting(const std::vector<std::string>& variants, const at::Tenso
 
 at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::vector<std::string> variants) {
   TORCH_CHECK(a.is_cuda() && b.is_cuda(), "a and b must be CUDA tensors");
-  TORCH_CHECK(a.device() == b.device(), "a and b must be on one device; got ", a.device(), " and ", b.device());
+  TORCH_CHECK(a.device() == b.device(), "a and b must be on one device; got ", a.device().str(), " and ", b.device().str());
   TORCH_CHECK(a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat, "a and b must be float32; got ",
               a.scalar_type(), " and ", b.scalar_type());
   TORCH_CHECK((a.dim() == 2 || a.dim() == 3) && (b.dim() == 2 || b.dim() == 3), "a and b must be 2-D or 3-D (batched)");
-  TORCH_CHECK(a.size(-1) == b.size(-2), "a is ", a.sizes(), " and b is ", b.sizes(),
+  TORCH_CHECK(a.size(-1) == b.size(-2), "a is ", shape_string(a.sizes()), " and b is ", shape_string(b.sizes()),
               ": a.shape[-1] must equal b.shape[-2]");
   int64_t batch = a.dim() == 3 ? a.size(0) : (b.dim() == 3 ? b.size(0) : 1);
-  TORCH_CHECK((a.dim() == 2 || a.size(0) == batch) && (b.dim() == 2 || b.size(0) == batch), "a is ", a.sizes(),
-              " and b is ", b.sizes(), ": batch sizes must match");
+  TORCH_CHECK((a.dim() == 2 || a.size(0) == batch) && (b.dim() == 2 || b.size(0) == batch), "a is ", shape_string(a.sizes()),
+              " and b is ", shape_string(b.sizes()), ": batch sizes must match");
   c10::cuda::CUDAGuard device_guard(a.device());
   const int64_t m = a.size(-2), n = b.size(-1), k = a.size(-1);
   bool batched = a.dim() == 3 || b.dim() == 3;
@@ -208,8 +216,8 @@ at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::vector<std::
   // Views the variants read as stored run without a copy; anything else is made contiguous (row-major).
   if (run_first_fitting(variants, a, b, d, batch)) return d;
   if (run_first_fitting(variants, a.contiguous(), b.contiguous(), d, batch)) return d;
-  TORCH_CHECK(false, "none of the kernel variants ", c10::Join(", ", variants), " can run a ", a.sizes(), " x ",
-              b.sizes(), " product with strides ", a.strides(), " and ", b.strides());
+  TORCH_CHECK(false, "none of the kernel variants ", c10::Join(", ", variants), " can run a ", shape_string(a.sizes()), " x ",
+              shape_string(b.sizes()), " product with strides ", shape_string(a.strides()), " and ", shape_string(b.strides()));
 }
 
 // The persistent kernels' grid size; asked of the runtime once per device.
@@ -240,8 +248,8 @@ Fp8Variant lookup_fp8(const std::string& name) { return lookup_in(fp8_registry, 
 // alignment, scale and bias shapes. cutlass_ext.fp8 checks dtypes and shapes once per signature; doing these
 // here saves its eager callers ~15 µs of Python attribute reads per call. Each names the argument: a TypeError
 // (TORCH_CHECK_TYPE) or a RuntimeError whose message starts with kArgumentError, which cutlass_ext.fp8 raises
-// again as a ValueError. Not TORCH_CHECK_VALUE: an extension that throws c10::ValueError crashes the process
-// under torch 2.11 (a segfault on the lent H100; TypeError and plain errors pass).
+// again as a ValueError. Not TORCH_CHECK_VALUE: on the lent H100 (torch 2.11) an extension's c10::ValueError with
+// shapes in its message crashed the process; the marked RuntimeError keeps the Python type without depending on it.
 constexpr char kArgumentError[] = "invalid argument: ";
 #define CHECK_ARGUMENT(cond, ...) TORCH_CHECK(cond, kArgumentError, __VA_ARGS__)
 constexpr int64_t kTmaBytes = 16;  // TMA moves rows whose start and stride are multiples of 16 bytes
@@ -249,11 +257,11 @@ constexpr int64_t kTmaBytes = 16;  // TMA moves rows whose start and stride are 
 void check_fp8_operand(const at::Tensor& t, const char* name, const at::Device& device) {
   TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat8_e4m3fn || t.scalar_type() == at::kFloat8_e5m2, name,
                    " must be float8_e4m3fn or float8_e5m2; got ", t.scalar_type());
-  CHECK_ARGUMENT(t.device() == device, name, " must be on ", device, " with a; got ", t.device());
-  CHECK_ARGUMENT(t.dim() == 2, name, " must be 2-D; got shape ", t.sizes());
+  CHECK_ARGUMENT(t.device() == device, name, " must be on ", device.str(), " with a; got ", t.device().str());
+  CHECK_ARGUMENT(t.dim() == 2, name, " must be 2-D; got shape ", shape_string(t.sizes()));
   const int64_t rows = t.size(0), k = t.size(1);
-  CHECK_ARGUMENT(k <= 1 || t.stride(1) == 1, name, " must have unit stride along K (row-major ", t.sizes(),
-                    "); got strides ", t.strides(), ": pass ", name, ".contiguous()");
+  CHECK_ARGUMENT(k <= 1 || t.stride(1) == 1, name, " must have unit stride along K (row-major ", shape_string(t.sizes()),
+                    "); got strides ", shape_string(t.strides()), ": pass ", name, ".contiguous()");
   CHECK_ARGUMENT(rows <= 1 || t.stride(0) % kTmaBytes == 0, name, "'s row stride ", t.stride(0),
                     " must be a multiple of 16 elements");
   CHECK_ARGUMENT(rows == 0 || k == 0 || reinterpret_cast<uintptr_t>(t.data_ptr()) % kTmaBytes == 0, name,
@@ -265,14 +273,14 @@ void check_fp8_operand(const at::Tensor& t, const char* name, const at::Device& 
 at::Tensor checked_scale(const at::Tensor& scale, const char* name, int64_t length, bool row_vector_too,
                          const at::Device& device) {
   TORCH_CHECK_TYPE(scale.scalar_type() == at::kFloat, name, " must be float32; got ", scale.scalar_type());
-  CHECK_ARGUMENT(scale.device() == device, name, " must be on ", device, " (or a CPU scalar); got ",
-                    scale.device());
+  CHECK_ARGUMENT(scale.device() == device, name, " must be on ", device.str(), " (or a CPU scalar); got ",
+                    scale.device().str());
   const auto shape = scale.sizes();
   const bool per_tensor = scale.numel() == 1 && scale.dim() <= 2;
   const bool per_row = (shape.size() == 2 && shape[0] == length && shape[1] == 1) ||
                        (shape.size() == 1 && shape[0] == length) ||
                        (row_vector_too && shape.size() == 2 && shape[0] == 1 && shape[1] == length);
-  CHECK_ARGUMENT(per_tensor || per_row, name, " has shape ", shape, ": expected one value (per tensor) or ",
+  CHECK_ARGUMENT(per_tensor || per_row, name, " has shape ", shape_string(shape), ": expected one value (per tensor) or ",
                     length, " values (per row), shaped (", length, ", 1) or (", length, ",)",
                     row_vector_too ? " or (1, " + std::to_string(length) + ")" : "");
   return scale.contiguous();  // read in order: any contiguous shape of the values will do
@@ -283,9 +291,9 @@ at::Tensor checked_scale(const at::Tensor& scale, const char* name, int64_t leng
 at::Tensor checked_bias(const at::Tensor& bias, int64_t n, at::ScalarType out_dtype, const at::Device& device) {
   TORCH_CHECK_TYPE(bias.scalar_type() == out_dtype, "bias must have out_dtype ", out_dtype, "; got ",
                    bias.scalar_type());
-  CHECK_ARGUMENT(bias.device() == device, "bias must be on ", device, "; got ", bias.device());
+  CHECK_ARGUMENT(bias.device() == device, "bias must be on ", device.str(), "; got ", bias.device().str());
   CHECK_ARGUMENT((bias.dim() == 1 && bias.size(0) == n) || (bias.dim() == 2 && bias.size(0) == 1 && bias.size(1) == n),
-                    "bias must have shape (", n, ",), one value per output column; got ", bias.sizes());
+                    "bias must have shape (", n, ",), one value per output column; got ", shape_string(bias.sizes()));
   at::Tensor vector = bias.reshape({n}).contiguous();
   return reinterpret_cast<uintptr_t>(vector.data_ptr()) % kTmaBytes ? vector.clone() : vector;
 }
@@ -295,11 +303,11 @@ at::Tensor checked_bias(const at::Tensor& bias, int64_t n, at::ScalarType out_dt
 at::Tensor gemm_fp8_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                          const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
                          std::vector<std::string> variants) {
-  CHECK_ARGUMENT(a.is_cuda(), "a must be a CUDA tensor; got device ", a.device());
+  CHECK_ARGUMENT(a.is_cuda(), "a must be a CUDA tensor; got device ", a.device().str());
   const at::Device device = a.device();
   check_fp8_operand(a, "a", device);
   check_fp8_operand(b, "b", device);
-  CHECK_ARGUMENT(b.size(1) == a.size(1), "a is ", a.sizes(), " and b is ", b.sizes(),
+  CHECK_ARGUMENT(b.size(1) == a.size(1), "a is ", shape_string(a.sizes()), " and b is ", shape_string(b.sizes()),
                     ": b is (N, K), the weight as nn.Linear stores it, so a.shape[1] must equal b.shape[1]");
   const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
   const at::Tensor scales_a = checked_scale(scale_a, "scale_a", m, false, device);
@@ -333,8 +341,8 @@ at::Tensor gemm_fp8_cuda(const at::Tensor& a, const at::Tensor& b, const at::Ten
   for (const auto& name : variants) {
     if (run_if_implementable(lookup_fp8(name), args, name, a.options())) return d;
   }
-  TORCH_CHECK(false, "none of the FP8 kernel variants ", c10::Join(", ", variants), " can run a ", a.sizes(), " x ",
-              b.sizes(), "^T product with row strides ", args.lda, " and ", args.ldb,
+  TORCH_CHECK(false, "none of the FP8 kernel variants ", c10::Join(", ", variants), " can run a ", shape_string(a.sizes()), " x ",
+              shape_string(b.sizes()), "^T product with row strides ", args.lda, " and ", args.ldb,
               " (TMA needs 16-byte aligned rows: k a multiple of 16, n of 16 / the output's element size)");
 }
 
@@ -353,10 +361,10 @@ void check_launch(int status, const char* what) {
 // row-major; shift (int32) broadcasts against x.
 at::Tensor halfhalf_pack_cuda(const at::Tensor& x, const at::Tensor& shift) {
   TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && (x.dim() == 2 || x.dim() == 3),
-              "x must be a 2-D or 3-D float32 CUDA tensor; got ", x.scalar_type(), " ", x.sizes(), " on ", x.device());
+              "x must be a 2-D or 3-D float32 CUDA tensor; got ", x.scalar_type(), " ", shape_string(x.sizes()), " on ", x.device().str());
   TORCH_CHECK(shift.device() == x.device() && shift.scalar_type() == at::kInt && shift.dim() == x.dim(),
               "shift must be an int32 tensor on x's device with x's number of dimensions; got ", shift.scalar_type(),
-              " ", shift.sizes(), " on ", shift.device());
+              " ", shape_string(shift.sizes()), " on ", shift.device().str());
   c10::cuda::CUDAGuard device_guard(x.device());
   at::Tensor out = at::empty(x.sizes(), x.options());
   const at::Tensor source = x.dim() == 3 ? x : x.unsqueeze(0);
@@ -381,12 +389,12 @@ at::Tensor halfhalf_pack_cuda(const at::Tensor& x, const at::Tensor& shift) {
 // column_shift as (…, 1, n).
 at::Tensor halfhalf_unscale_cuda(const at::Tensor& c, const at::Tensor& row_shift, const at::Tensor& column_shift) {
   TORCH_CHECK(c.is_cuda() && c.scalar_type() == at::kFloat && (c.dim() == 2 || c.dim() == 3),
-              "c must be a 2-D or 3-D float32 CUDA tensor; got ", c.scalar_type(), " ", c.sizes());
+              "c must be a 2-D or 3-D float32 CUDA tensor; got ", c.scalar_type(), " ", shape_string(c.sizes()));
   for (const at::Tensor* shift : {&row_shift, &column_shift}) {
     TORCH_CHECK(shift->device() == c.device() && shift->scalar_type() == at::kInt && shift->dim() >= 2 &&
                     shift->dim() <= c.dim(),
                 "shifts must be 2-D or 3-D int32 tensors on c's device, at most as many dimensions as c; got ",
-                shift->scalar_type(), " ", shift->sizes());
+                shift->scalar_type(), " ", shape_string(shift->sizes()));
   }
   c10::cuda::CUDAGuard device_guard(c.device());
   at::Tensor source = c.contiguous();
@@ -416,7 +424,7 @@ at::Tensor halfhalf_unscale_cuda(const at::Tensor& c, const at::Tensor& row_shif
 std::tuple<at::Tensor, at::Tensor> split_planes_cuda(const at::Tensor& x, const c10::optional<at::Tensor>& shift,
                                                      int64_t format) {
   TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && (x.dim() == 2 || x.dim() == 3),
-              "x must be a 2-D or 3-D float32 CUDA tensor; got ", x.scalar_type(), " ", x.sizes(), " on ", x.device());
+              "x must be a 2-D or 3-D float32 CUDA tensor; got ", x.scalar_type(), " ", shape_string(x.sizes()), " on ", x.device().str());
   TORCH_CHECK(format == CUTLASS_EXT_PLANES_TF32 || format == CUTLASS_EXT_PLANES_HALF, "unknown plane format ", format);
   TORCH_CHECK(!shift || (shift->device() == x.device() && shift->scalar_type() == at::kInt && shift->dim() == x.dim()),
               "shift must be an int32 tensor on x's device with x's number of dimensions");
@@ -514,7 +522,7 @@ at::Tensor gemm_split_cuda(const at::Tensor& a_hi, const at::Tensor& a_lo, const
     }
   }
   TORCH_CHECK(false, "none of the Hopper corrected kernel variants ", c10::Join(", ", variants), " can run planes ",
-              a_hi.sizes(), " x ", b_hi.sizes(), " (TMA needs 16-byte aligned rows and n a multiple of 4)");
+              shape_string(a_hi.sizes()), " x ", shape_string(b_hi.sizes()), " (TMA needs 16-byte aligned rows and n a multiple of 4)");
 }
 
 }  // namespace
