@@ -83,7 +83,8 @@ void register_variant(const std::string& name, const std::string& library) {
   TORCH_CHECK(handle != nullptr, "cannot load kernel library ", library, ": ", dlerror());
   auto abi_version = find_symbol<cutlass_ext_abi_version_fn>(handle, "cutlass_ext_abi_version", library);
   TORCH_CHECK(abi_version() == CUTLASS_EXT_ABI_VERSION, "kernel library ", library, " has launcher ABI ",
-              abi_version(), "; this binding speaks ", CUTLASS_EXT_ABI_VERSION, ": rebuild it");
+              std::to_string(abi_version()), "; this binding speaks ", std::to_string(CUTLASS_EXT_ABI_VERSION),
+              ": rebuild it");
   if (dlsym(handle, (name + "_fp8_run").c_str()) != nullptr) {
     fp8_registry[name] = load_typed<cutlass_ext_fp8_args>(handle, name + "_fp8", library);
     return;
@@ -142,8 +143,9 @@ bool run_if_implementable(const VariantT& variant, Args& args, const std::string
   return true;
 }
 
-// "[16, 64]" for error messages, built here: on the lent H100 (torch 2.11, g++ 13) an extension that streams an
-// IntArrayRef or a Device into an error message crashes the process when the error is thrown.
+// "[16, 64]" for error messages, built here. Error messages in this file pass integers as strings: on the lent
+// H100 (torch 2.11, the binding built by g++ 13) an error message with an integer streamed into it crashes the
+// process when it is thrown (tested there: int64 and IntArrayRef crash; strings, dtypes and devices do not).
 std::string shape_string(at::IntArrayRef values) {
   std::string text = "[";
   for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
@@ -246,25 +248,21 @@ Fp8Variant lookup_fp8(const std::string& name) { return lookup_in(fp8_registry, 
 
 // The checks of gemm_fp8's arguments that can change from call to call with one signature: devices, strides,
 // alignment, scale and bias shapes. cutlass_ext.fp8 checks dtypes and shapes once per signature; doing these
-// here saves its eager callers ~15 µs of Python attribute reads per call. Each names the argument: a TypeError
-// (TORCH_CHECK_TYPE) or a RuntimeError whose message starts with kArgumentError, which cutlass_ext.fp8 raises
-// again as a ValueError. Not TORCH_CHECK_VALUE: on the lent H100 (torch 2.11) an extension's c10::ValueError with
-// shapes in its message crashed the process; the marked RuntimeError keeps the Python type without depending on it.
-constexpr char kArgumentError[] = "invalid argument: ";
-#define CHECK_ARGUMENT(cond, ...) TORCH_CHECK(cond, kArgumentError, __VA_ARGS__)
+// here saves its eager callers ~15 µs of Python attribute reads per call. Each names the argument, as a
+// ValueError (TORCH_CHECK_VALUE) or TypeError (TORCH_CHECK_TYPE) in Python.
 constexpr int64_t kTmaBytes = 16;  // TMA moves rows whose start and stride are multiples of 16 bytes
 
 void check_fp8_operand(const at::Tensor& t, const char* name, const at::Device& device) {
   TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat8_e4m3fn || t.scalar_type() == at::kFloat8_e5m2, name,
                    " must be float8_e4m3fn or float8_e5m2; got ", t.scalar_type());
-  CHECK_ARGUMENT(t.device() == device, name, " must be on ", device.str(), " with a; got ", t.device().str());
-  CHECK_ARGUMENT(t.dim() == 2, name, " must be 2-D; got shape ", shape_string(t.sizes()));
+  TORCH_CHECK_VALUE(t.device() == device, name, " must be on ", device.str(), " with a; got ", t.device().str());
+  TORCH_CHECK_VALUE(t.dim() == 2, name, " must be 2-D; got shape ", shape_string(t.sizes()));
   const int64_t rows = t.size(0), k = t.size(1);
-  CHECK_ARGUMENT(k <= 1 || t.stride(1) == 1, name, " must have unit stride along K (row-major ", shape_string(t.sizes()),
+  TORCH_CHECK_VALUE(k <= 1 || t.stride(1) == 1, name, " must have unit stride along K (row-major ", shape_string(t.sizes()),
                     "); got strides ", shape_string(t.strides()), ": pass ", name, ".contiguous()");
-  CHECK_ARGUMENT(rows <= 1 || t.stride(0) % kTmaBytes == 0, name, "'s row stride ", t.stride(0),
+  TORCH_CHECK_VALUE(rows <= 1 || t.stride(0) % kTmaBytes == 0, name, "'s row stride ", std::to_string(t.stride(0)),
                     " must be a multiple of 16 elements");
-  CHECK_ARGUMENT(rows == 0 || k == 0 || reinterpret_cast<uintptr_t>(t.data_ptr()) % kTmaBytes == 0, name,
+  TORCH_CHECK_VALUE(rows == 0 || k == 0 || reinterpret_cast<uintptr_t>(t.data_ptr()) % kTmaBytes == 0, name,
                     " must start on a 16-byte boundary (a view with an offset?): pass a copy");
 }
 
@@ -273,15 +271,16 @@ void check_fp8_operand(const at::Tensor& t, const char* name, const at::Device& 
 at::Tensor checked_scale(const at::Tensor& scale, const char* name, int64_t length, bool row_vector_too,
                          const at::Device& device) {
   TORCH_CHECK_TYPE(scale.scalar_type() == at::kFloat, name, " must be float32; got ", scale.scalar_type());
-  CHECK_ARGUMENT(scale.device() == device, name, " must be on ", device.str(), " (or a CPU scalar); got ",
+  TORCH_CHECK_VALUE(scale.device() == device, name, " must be on ", device.str(), " (or a CPU scalar); got ",
                     scale.device().str());
   const auto shape = scale.sizes();
   const bool per_tensor = scale.numel() == 1 && scale.dim() <= 2;
   const bool per_row = (shape.size() == 2 && shape[0] == length && shape[1] == 1) ||
                        (shape.size() == 1 && shape[0] == length) ||
                        (row_vector_too && shape.size() == 2 && shape[0] == 1 && shape[1] == length);
-  CHECK_ARGUMENT(per_tensor || per_row, name, " has shape ", shape_string(shape), ": expected one value (per tensor) or ",
-                    length, " values (per row), shaped (", length, ", 1) or (", length, ",)",
+  TORCH_CHECK_VALUE(per_tensor || per_row, name, " has shape ", shape_string(shape), ": expected one value (per tensor) or ",
+                    std::to_string(length), " values (per row), shaped (", std::to_string(length), ", 1) or (",
+                    std::to_string(length), ",)",
                     row_vector_too ? " or (1, " + std::to_string(length) + ")" : "");
   return scale.contiguous();  // read in order: any contiguous shape of the values will do
 }
@@ -291,9 +290,9 @@ at::Tensor checked_scale(const at::Tensor& scale, const char* name, int64_t leng
 at::Tensor checked_bias(const at::Tensor& bias, int64_t n, at::ScalarType out_dtype, const at::Device& device) {
   TORCH_CHECK_TYPE(bias.scalar_type() == out_dtype, "bias must have out_dtype ", out_dtype, "; got ",
                    bias.scalar_type());
-  CHECK_ARGUMENT(bias.device() == device, "bias must be on ", device.str(), "; got ", bias.device().str());
-  CHECK_ARGUMENT((bias.dim() == 1 && bias.size(0) == n) || (bias.dim() == 2 && bias.size(0) == 1 && bias.size(1) == n),
-                    "bias must have shape (", n, ",), one value per output column; got ", shape_string(bias.sizes()));
+  TORCH_CHECK_VALUE(bias.device() == device, "bias must be on ", device.str(), "; got ", bias.device().str());
+  TORCH_CHECK_VALUE((bias.dim() == 1 && bias.size(0) == n) || (bias.dim() == 2 && bias.size(0) == 1 && bias.size(1) == n),
+                    "bias must have shape (", std::to_string(n), ",), one value per output column; got ", shape_string(bias.sizes()));
   at::Tensor vector = bias.reshape({n}).contiguous();
   return reinterpret_cast<uintptr_t>(vector.data_ptr()) % kTmaBytes ? vector.clone() : vector;
 }
@@ -303,11 +302,11 @@ at::Tensor checked_bias(const at::Tensor& bias, int64_t n, at::ScalarType out_dt
 at::Tensor gemm_fp8_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                          const at::Tensor& scale_b, const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
                          std::vector<std::string> variants) {
-  CHECK_ARGUMENT(a.is_cuda(), "a must be a CUDA tensor; got device ", a.device().str());
+  TORCH_CHECK_VALUE(a.is_cuda(), "a must be a CUDA tensor; got device ", a.device().str());
   const at::Device device = a.device();
   check_fp8_operand(a, "a", device);
   check_fp8_operand(b, "b", device);
-  CHECK_ARGUMENT(b.size(1) == a.size(1), "a is ", shape_string(a.sizes()), " and b is ", shape_string(b.sizes()),
+  TORCH_CHECK_VALUE(b.size(1) == a.size(1), "a is ", shape_string(a.sizes()), " and b is ", shape_string(b.sizes()),
                     ": b is (N, K), the weight as nn.Linear stores it, so a.shape[1] must equal b.shape[1]");
   const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
   const at::Tensor scales_a = checked_scale(scale_a, "scale_a", m, false, device);
@@ -342,7 +341,7 @@ at::Tensor gemm_fp8_cuda(const at::Tensor& a, const at::Tensor& b, const at::Ten
     if (run_if_implementable(lookup_fp8(name), args, name, a.options())) return d;
   }
   TORCH_CHECK(false, "none of the FP8 kernel variants ", c10::Join(", ", variants), " can run a ", shape_string(a.sizes()), " x ",
-              shape_string(b.sizes()), "^T product with row strides ", args.lda, " and ", args.ldb,
+              shape_string(b.sizes()), "^T product with row strides ", std::to_string(args.lda), " and ", std::to_string(args.ldb),
               " (TMA needs 16-byte aligned rows: k a multiple of 16, n of 16 / the output's element size)");
 }
 
@@ -425,7 +424,7 @@ std::tuple<at::Tensor, at::Tensor> split_planes_cuda(const at::Tensor& x, const 
                                                      int64_t format) {
   TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && (x.dim() == 2 || x.dim() == 3),
               "x must be a 2-D or 3-D float32 CUDA tensor; got ", x.scalar_type(), " ", shape_string(x.sizes()), " on ", x.device().str());
-  TORCH_CHECK(format == CUTLASS_EXT_PLANES_TF32 || format == CUTLASS_EXT_PLANES_HALF, "unknown plane format ", format);
+  TORCH_CHECK(format == CUTLASS_EXT_PLANES_TF32 || format == CUTLASS_EXT_PLANES_HALF, "unknown plane format ", std::to_string(format));
   TORCH_CHECK(!shift || (shift->device() == x.device() && shift->scalar_type() == at::kInt && shift->dim() == x.dim()),
               "shift must be an int32 tensor on x's device with x's number of dimensions");
   c10::cuda::CUDAGuard device_guard(x.device());
