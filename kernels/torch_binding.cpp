@@ -175,7 +175,8 @@ bool run_first_fitting(const std::vector<std::string>& variants, const at::Tenso
   const int64_t m = a.size(-2), n = b.size(-1), k = a.size(-1);
   for (const auto& name : variants) {
     Variant variant = lookup(name);
-    bool a_columns = variant.layouts & CUTLASS_EXT_A_COLUMN_MAJOR, b_columns = variant.layouts & CUTLASS_EXT_B_COLUMN_MAJOR;
+    bool a_columns = variant.layouts & CUTLASS_EXT_A_COLUMN_MAJOR,
+         b_columns = variant.layouts & CUTLASS_EXT_B_COLUMN_MAJOR;
     if (!readable(a, a_columns) || !readable(b, b_columns)) continue;
     cutlass_ext_gemm_args args{m,
                                n,
@@ -200,15 +201,16 @@ bool run_first_fitting(const std::vector<std::string>& variants, const at::Tenso
 
 at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::vector<std::string> variants) {
   TORCH_CHECK(a.is_cuda() && b.is_cuda(), "a and b must be CUDA tensors");
-  TORCH_CHECK(a.device() == b.device(), "a and b must be on one device; got ", a.device().str(), " and ", b.device().str());
+  TORCH_CHECK(a.device() == b.device(), "a and b must be on one device; got ", a.device().str(), " and ",
+              b.device().str());
   TORCH_CHECK(a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat, "a and b must be float32; got ",
               a.scalar_type(), " and ", b.scalar_type());
   TORCH_CHECK((a.dim() == 2 || a.dim() == 3) && (b.dim() == 2 || b.dim() == 3), "a and b must be 2-D or 3-D (batched)");
   TORCH_CHECK(a.size(-1) == b.size(-2), "a is ", shape_string(a.sizes()), " and b is ", shape_string(b.sizes()),
               ": a.shape[-1] must equal b.shape[-2]");
   int64_t batch = a.dim() == 3 ? a.size(0) : (b.dim() == 3 ? b.size(0) : 1);
-  TORCH_CHECK((a.dim() == 2 || a.size(0) == batch) && (b.dim() == 2 || b.size(0) == batch), "a is ", shape_string(a.sizes()),
-              " and b is ", shape_string(b.sizes()), ": batch sizes must match");
+  TORCH_CHECK((a.dim() == 2 || a.size(0) == batch) && (b.dim() == 2 || b.size(0) == batch), "a is ",
+              shape_string(a.sizes()), " and b is ", shape_string(b.sizes()), ": batch sizes must match");
   c10::cuda::CUDAGuard device_guard(a.device());
   const int64_t m = a.size(-2), n = b.size(-1), k = a.size(-1);
   bool batched = a.dim() == 3 || b.dim() == 3;
@@ -218,8 +220,9 @@ at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::vector<std::
   // Views the variants read as stored run without a copy; anything else is made contiguous (row-major).
   if (run_first_fitting(variants, a, b, d, batch)) return d;
   if (run_first_fitting(variants, a.contiguous(), b.contiguous(), d, batch)) return d;
-  TORCH_CHECK(false, "none of the kernel variants ", c10::Join(", ", variants), " can run a ", shape_string(a.sizes()), " x ",
-              shape_string(b.sizes()), " product with strides ", shape_string(a.strides()), " and ", shape_string(b.strides()));
+  TORCH_CHECK(false, "none of the kernel variants ", c10::Join(", ", variants), " can run a ", shape_string(a.sizes()),
+              " x ", shape_string(b.sizes()), " product with strides ", shape_string(a.strides()), " and ",
+              shape_string(b.strides()));
 }
 
 // The persistent kernels' grid size; asked of the runtime once per device.
@@ -258,8 +261,9 @@ void check_fp8_operand(const at::Tensor& t, const char* name, const at::Device& 
   TORCH_CHECK_VALUE(t.device() == device, name, " must be on ", device.str(), " with a; got ", t.device().str());
   TORCH_CHECK_VALUE(t.dim() == 2, name, " must be 2-D; got shape ", shape_string(t.sizes()));
   const int64_t rows = t.size(0), k = t.size(1);
-  TORCH_CHECK_VALUE(k <= 1 || t.stride(1) == 1, name, " must have unit stride along K (row-major ", shape_string(t.sizes()),
-                    "); got strides ", shape_string(t.strides()), ": pass ", name, ".contiguous()");
+  TORCH_CHECK_VALUE(k <= 1 || t.stride(1) == 1, name, " must have unit stride along K (row-major ",
+                    shape_string(t.sizes()), "); got strides ", shape_string(t.strides()), ": pass ", name,
+                    ".contiguous()");
   TORCH_CHECK_VALUE(rows <= 1 || t.stride(0) % kTmaBytes == 0, name, "'s row stride ", std::to_string(t.stride(0)),
                     " must be a multiple of 16 elements");
   TORCH_CHECK_VALUE(rows == 0 || k == 0 || reinterpret_cast<uintptr_t>(t.data_ptr()) % kTmaBytes == 0, name,
@@ -278,9 +282,9 @@ at::Tensor checked_scale(const at::Tensor& scale, const char* name, int64_t leng
   const bool per_row = (shape.size() == 2 && shape[0] == length && shape[1] == 1) ||
                        (shape.size() == 1 && shape[0] == length) ||
                        (row_vector_too && shape.size() == 2 && shape[0] == 1 && shape[1] == length);
-  TORCH_CHECK_VALUE(per_tensor || per_row, name, " has shape ", shape_string(shape), ": expected one value (per tensor) or ",
-                    std::to_string(length), " values (per row), shaped (", std::to_string(length), ", 1) or (",
-                    std::to_string(length), ",)",
+  TORCH_CHECK_VALUE(per_tensor || per_row, name, " has shape ", shape_string(shape),
+                    ": expected one value (per tensor) or ", std::to_string(length), " values (per row), shaped (",
+                    std::to_string(length), ", 1) or (", std::to_string(length), ",)",
                     row_vector_too ? " or (1, " + std::to_string(length) + ")" : "");
   return scale.contiguous();  // read in order: any contiguous shape of the values will do
 }
@@ -291,8 +295,9 @@ at::Tensor checked_bias(const at::Tensor& bias, int64_t n, at::ScalarType out_dt
   TORCH_CHECK_TYPE(bias.scalar_type() == out_dtype, "bias must have out_dtype ", out_dtype, "; got ",
                    bias.scalar_type());
   TORCH_CHECK_VALUE(bias.device() == device, "bias must be on ", device.str(), "; got ", bias.device().str());
-  TORCH_CHECK_VALUE((bias.dim() == 1 && bias.size(0) == n) || (bias.dim() == 2 && bias.size(0) == 1 && bias.size(1) == n),
-                    "bias must have shape (", std::to_string(n), ",), one value per output column; got ", shape_string(bias.sizes()));
+  TORCH_CHECK_VALUE(
+      (bias.dim() == 1 && bias.size(0) == n) || (bias.dim() == 2 && bias.size(0) == 1 && bias.size(1) == n),
+      "bias must have shape (", std::to_string(n), ",), one value per output column; got ", shape_string(bias.sizes()));
   at::Tensor vector = bias.reshape({n}).contiguous();
   return reinterpret_cast<uintptr_t>(vector.data_ptr()) % kTmaBytes ? vector.clone() : vector;
 }
@@ -306,8 +311,9 @@ at::Tensor gemm_fp8_cuda(const at::Tensor& a, const at::Tensor& b, const at::Ten
   const at::Device device = a.device();
   check_fp8_operand(a, "a", device);
   check_fp8_operand(b, "b", device);
-  TORCH_CHECK_VALUE(b.size(1) == a.size(1), "a is ", shape_string(a.sizes()), " and b is ", shape_string(b.sizes()),
-                    ": b is (N, K), the weight as nn.Linear stores it, so a.shape[1] must equal b.shape[1]");
+  // fp8._plan says this at length; here it guards direct torch.ops callers
+  TORCH_CHECK_VALUE(b.size(1) == a.size(1), "a (M, K) and b (N, K) must share K; got ", shape_string(a.sizes()),
+                    " and ", shape_string(b.sizes()));
   const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
   const at::Tensor scales_a = checked_scale(scale_a, "scale_a", m, false, device);
   const at::Tensor scales_b = checked_scale(scale_b, "scale_b", n, true, device);
@@ -340,8 +346,9 @@ at::Tensor gemm_fp8_cuda(const at::Tensor& a, const at::Tensor& b, const at::Ten
   for (const auto& name : variants) {
     if (run_if_implementable(lookup_fp8(name), args, name, a.options())) return d;
   }
-  TORCH_CHECK(false, "none of the FP8 kernel variants ", c10::Join(", ", variants), " can run a ", shape_string(a.sizes()), " x ",
-              shape_string(b.sizes()), "^T product with row strides ", std::to_string(args.lda), " and ", std::to_string(args.ldb),
+  TORCH_CHECK(false, "none of the FP8 kernel variants ", c10::Join(", ", variants), " can run a ",
+              shape_string(a.sizes()), " x ", shape_string(b.sizes()), "^T product with row strides ",
+              std::to_string(args.lda), " and ", std::to_string(args.ldb),
               " (TMA needs 16-byte aligned rows: k a multiple of 16, n of 16 / the output's element size)");
 }
 
@@ -360,7 +367,8 @@ void check_launch(int status, const char* what) {
 // row-major; shift (int32) broadcasts against x.
 at::Tensor halfhalf_pack_cuda(const at::Tensor& x, const at::Tensor& shift) {
   TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && (x.dim() == 2 || x.dim() == 3),
-              "x must be a 2-D or 3-D float32 CUDA tensor; got ", x.scalar_type(), " ", shape_string(x.sizes()), " on ", x.device().str());
+              "x must be a 2-D or 3-D float32 CUDA tensor; got ", x.scalar_type(), " ", shape_string(x.sizes()), " on ",
+              x.device().str());
   TORCH_CHECK(shift.device() == x.device() && shift.scalar_type() == at::kInt && shift.dim() == x.dim(),
               "shift must be an int32 tensor on x's device with x's number of dimensions; got ", shift.scalar_type(),
               " ", shape_string(shift.sizes()), " on ", shift.device().str());
@@ -423,8 +431,10 @@ at::Tensor halfhalf_unscale_cuda(const at::Tensor& c, const at::Tensor& row_shif
 std::tuple<at::Tensor, at::Tensor> split_planes_cuda(const at::Tensor& x, const c10::optional<at::Tensor>& shift,
                                                      int64_t format) {
   TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && (x.dim() == 2 || x.dim() == 3),
-              "x must be a 2-D or 3-D float32 CUDA tensor; got ", x.scalar_type(), " ", shape_string(x.sizes()), " on ", x.device().str());
-  TORCH_CHECK(format == CUTLASS_EXT_PLANES_TF32 || format == CUTLASS_EXT_PLANES_HALF, "unknown plane format ", std::to_string(format));
+              "x must be a 2-D or 3-D float32 CUDA tensor; got ", x.scalar_type(), " ", shape_string(x.sizes()), " on ",
+              x.device().str());
+  TORCH_CHECK(format == CUTLASS_EXT_PLANES_TF32 || format == CUTLASS_EXT_PLANES_HALF, "unknown plane format ",
+              std::to_string(format));
   TORCH_CHECK(!shift || (shift->device() == x.device() && shift->scalar_type() == at::kInt && shift->dim() == x.dim()),
               "shift must be an int32 tensor on x's device with x's number of dimensions");
   c10::cuda::CUDAGuard device_guard(x.device());
@@ -521,7 +531,8 @@ at::Tensor gemm_split_cuda(const at::Tensor& a_hi, const at::Tensor& a_lo, const
     }
   }
   TORCH_CHECK(false, "none of the Hopper corrected kernel variants ", c10::Join(", ", variants), " can run planes ",
-              shape_string(a_hi.sizes()), " x ", shape_string(b_hi.sizes()), " (TMA needs 16-byte aligned rows and n a multiple of 4)");
+              shape_string(a_hi.sizes()), " x ", shape_string(b_hi.sizes()),
+              " (TMA needs 16-byte aligned rows and n a multiple of 4)");
 }
 
 }  // namespace

@@ -359,3 +359,6 @@ def test_errors_name_the_argument():
         ext.gemm_fp8(a, b, scale_a, scale_b.new_ones(64, 1).cpu())
     with pytest.raises(ValueError, match=r"bias must have shape \(64,\)"):
         ext.gemm_fp8(a, b, scale_a, scale_b, bias=torch.zeros(63, dtype=torch.bfloat16, device="cuda"))
+    # the op itself checks what ext.gemm_fp8 plans once per signature, for callers of torch.ops
+    with pytest.raises(ValueError, match=r"a \(M, K\) and b \(N, K\) must share K; got \[16, 64\] and \[64, 32\]"):
+        torch.ops.cutlass_ext.gemm_fp8(a, b[:, :32], scale_a, scale_b, None, torch.bfloat16, [DEFAULT_FP8.name])
