@@ -259,6 +259,16 @@ def _parse_args(argv):
     return parser.parse_args(argv)
 
 
+def prebuild_configs(modes: list[str]) -> list:
+    """What `--prebuild` builds for these modes, each variant once: `gemm`'s dispatch variants (the tuned tables'
+    FP8 winners among them) and `gemm_fp8`'s defaults."""
+    from . import fp8
+    from .gemm import dispatch_configs
+
+    accums = [mode.removeprefix("fp8_") for mode in modes if mode.startswith("fp8_")]
+    return list(dict.fromkeys(dispatch_configs(modes) + (fp8.dispatch_configs(accums) if accums else [])))
+
+
 def main(argv=None) -> int:
     args = _parse_args(argv)
     if not args.prebuild:
@@ -272,11 +282,7 @@ def main(argv=None) -> int:
             print("no CUDA device: name the target with --arch (e.g. --arch 90a)", file=sys.stderr)
             return 2
         archs = [toolchain.device_arch()]
-    from . import fp8
-    from .gemm import dispatch_configs
-
-    accums = [mode.removeprefix("fp8_") for mode in args.modes if mode.startswith("fp8_")]
-    configs = dispatch_configs(args.modes) + (fp8.dispatch_configs(accums) if accums else [])
+    configs = prebuild_configs(args.modes)
     failed = 0
     for arch in archs:
         if arch != "90a":

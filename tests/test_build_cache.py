@@ -124,3 +124,12 @@ def test_every_kernel_source_ships_as_package_data():
     needed.add("torch_binding.cpp")
     assert "sm90_fp8_overlapped_promotion.hpp" in needed
     assert sorted(name for name in needed if not any(fnmatch.fnmatch(name, p) for p in patterns)) == []
+
+
+def test_prebuild_builds_each_fp8_variant_once():
+    """gemm's dispatch list holds the tuned FP8 winners and gemm_fp8's holds them too: each is built once (the
+    device's prebuild compiled every FP8 library twice, side by side, before this)."""
+    configs = build.prebuild_configs(["fp8_fast", "fp8_promoted"])
+    names = [c.name for c in configs]
+    assert len(names) == len(set(names)) > 2
+    assert {c.family for c in configs} == {"sm90_fp8"}
