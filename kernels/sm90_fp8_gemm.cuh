@@ -10,6 +10,11 @@
 // not compile with it (its const is_last_tile binds a member to a non-const reference).
 #include <cuda_runtime.h>
 
+// Every wgmma n that FP8 has (multiples of 8 up to 256), not only CuTe's default set (8, 16, 32, 64, 96, 128, 192,
+// 256): without it CollectiveBuilder cuts a 144- or 160-column tile into n = 16 or 32 atoms, each of which reads
+// the tile's A rows from shared memory again (9 or 5 times per k-step instead of once).
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -112,6 +117,8 @@ struct Sm90Fp8Gemm {
       KernelElementB, cutlass::layout::ColumnMajor, kAlignmentAB, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       typename Schedule::template Kernel<FastAccum>>::CollectiveOp;
+  static_assert(cute::size<1>(typename StockMainloop::TiledMma::AtomShape_MNK{}) == TileN,
+                "one wgmma spans the tile's n (CuTe's extended wgmma shapes)");
   // Promotion every k-block overlaps the Tensor Core (sm90_fp8_overlapped_promotion.hpp); longer promotion spans
   // keep CUTLASS's own mainloop (they fail the accuracy bound at 128-deep k-blocks: kept to reproduce old rows).
   using PromotingMainloop = cute::conditional_t<(!FastAccum && PromotionKBlocks == 1),

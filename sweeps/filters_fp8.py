@@ -9,13 +9,14 @@ from .filters import Rule
 
 WGMMA_M = 64  # rows one warpgroup's wgmma covers
 WGMMA_MAX_N = 256
+WGMMA_N_STEP = 8  # FP8 wgmma n: every multiple of 8 (kernels/sm90_fp8_gemm.cuh enables CuTe's extended shapes)
 SWIZZLE_K = 64  # FP8 elements: tile k in whole 64-byte swizzle atoms of shared memory
 MAX_CLUSTER = 8  # CTAs in a portable thread-block cluster
 EPILOGUE_SHARED_BYTES = 32 * 1024  # the TMA-store epilogue's staging buffers, at most (EpilogueTileAuto)
 # FP32 accumulator registers per consumer thread above this spill: consumers get 232-240 registers through
-# setmaxnreg, and addresses, scales and the pipeline take the rest (a 128x128 cooperative promoted tile, three
-# fragments of 64, builds without spills).
-ACCUMULATOR_BUDGET = 192
+# setmaxnreg, and addresses, scales and the pipeline take the rest (a 128x144 cooperative promoted tile, three
+# fragments of 72, builds without spills).
+ACCUMULATOR_BUDGET = 216
 # K elements summed inside the Tensor Core between two promotions into FP32 registers, at most. cuBLAS's promoted
 # mode is as accurate as promoting every 128; every 256, 512 and 1024 measured 1.6x, 2.7x and 4.2x its relres at
 # FP32 output (relres grows with the span; NOTES.md, 2026-11-23). A bf16 output's rounding hides this, so the
@@ -56,8 +57,8 @@ RULES = (
     ),
     Rule(
         "tile_n_not_wgmma",
-        f"wgmma's n is a multiple of 16 up to {WGMMA_MAX_N}",
-        lambda c, _: c.tile[1] % 16 or c.tile[1] > WGMMA_MAX_N,
+        f"wgmma's n is a multiple of {WGMMA_N_STEP} up to {WGMMA_MAX_N}",
+        lambda c, _: c.tile[1] % WGMMA_N_STEP or c.tile[1] > WGMMA_MAX_N,
     ),
     Rule(
         "tile_k_not_swizzle_atoms",

@@ -9,9 +9,10 @@ import pytest
 
 from cutlass_ext import build, cache
 from cutlass_ext.config import CUTLASS_3XTF32, KernelConfig, default_configs
-from cutlass_ext.fp8_config import DEFAULT_FP8
+from cutlass_ext.fp8_config import DEFAULT_FP8, Fp8Config
 from cutlass_ext.gemm import KERNEL_MODES
 from cutlass_ext.split_config import DEFAULT_SPLIT
+from sweeps import filters_fp8
 
 have_nvcc = shutil.which("nvcc") is not None or os.path.exists("/usr/local/cuda/bin/nvcc")
 # CI must not pass by skipping the one check that compiles kernels.
@@ -79,15 +80,20 @@ def test_the_smallest_table_3_survivors_compile(cache_dir):
     assert result.error is None, result.error
 
 
-def test_fp8_default_kernel_compiles_without_spills(cache_dir):
-    # CUTLASS 3.x for sm_90a: the default FP8 variant (stream-K scheduler, promoted accumulation, EVT epilogue)
-    (result,) = build.build_libraries([(DEFAULT_FP8,)], "90a", verbose=False)
+def test_fp8_default_and_widest_promoted_kernels_compile_without_spills(cache_dir):
+    # CUTLASS 3.x for sm_90a: the default FP8 variant (stream-K scheduler, promoted accumulation, EVT epilogue),
+    # and the widest promoted tile the sweep's register rule lets through: three fragments of a 128x144
+    # cooperative tile, 216 registers, on one n = 144 wgmma (the kernel asserts one wgmma spans the tile's n)
+    widest = Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x144x128_c1x1_coop_promoted")
+    assert filters_fp8.accumulator_registers(widest) == filters_fp8.ACCUMULATOR_BUDGET
+    (result,) = build.build_libraries([(DEFAULT_FP8, widest)], "90a", verbose=False)
     assert result.error is None, result.error
     exported = subprocess.run(
         ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
     ).stdout
-    for fn in ("fp8_can_implement", "fp8_workspace_size", "fp8_run"):
-        assert f" T {DEFAULT_FP8.name}_{fn}\n" in exported
+    for config in (DEFAULT_FP8, widest):
+        for fn in ("fp8_can_implement", "fp8_workspace_size", "fp8_run"):
+            assert f" T {config.name}_{fn}\n" in exported
     resource_usage = json.loads((result.library.parent / cache.MANIFEST).read_text())["resource_usage"]
     spill_reports = [line for line in resource_usage.splitlines() if "spill stores" in line]
     assert spill_reports and all(" 0 bytes spill stores" in line for line in spill_reports), spill_reports

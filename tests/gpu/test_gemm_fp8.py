@@ -37,9 +37,11 @@ PREFETCHING = [
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x128x128_c2x1_coop_promoted_l2pf4"),
 ]
 # promotion overlapped with the next k-block's wgmmas (two partial fragments, k-blocks alternating between them):
-# both schedules, a cluster, swapped, and the schedulers that hand a CTA part of K (split-K, stream-K)
+# both schedules, a cluster, swapped, the schedulers that hand a CTA part of K (split-K, stream-K), and the widest
+# tile the register rule allows (128x144: one n = 144 wgmma, three fragments of 72 registers)
 OVERLAPPED = [
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x128x128_c2x1_coop_promoted"),
+    Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x144x128_c1x1_coop_promoted"),
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x128x128_c1x1_pp_promoted"),
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x16x128_c1x1_pp_promoted_swap"),
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x32x128_c1x1_coop_promoted_splitk2_swap"),
