@@ -86,17 +86,18 @@ def test_fp8_default_and_widest_promoted_kernels_compile_without_spills(cache_di
     # cooperative tile, 216 registers, on one n = 144 wgmma (the kernel asserts one wgmma spans the tile's n)
     widest = Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x144x128_c1x1_coop_promoted")
     assert filters_fp8.accumulator_registers(widest) == filters_fp8.ACCUMULATOR_BUDGET
-    (result,) = build.build_libraries([(DEFAULT_FP8, widest)], "90a", verbose=False)
-    assert result.error is None, result.error
-    exported = subprocess.run(
-        ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
-    ).stdout
-    for config in (DEFAULT_FP8, widest):
+    # two libraries: stream-K (the default) and persistent variants differ in programmatic launch
+    for result in build.build_libraries([(DEFAULT_FP8,), (widest,)], "90a", verbose=False):
+        assert result.error is None, result.error
+        (config,) = result.configs
+        exported = subprocess.run(
+            ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
+        ).stdout
         for fn in ("fp8_can_implement", "fp8_workspace_size", "fp8_run"):
             assert f" T {config.name}_{fn}\n" in exported
-    resource_usage = json.loads((result.library.parent / cache.MANIFEST).read_text())["resource_usage"]
-    spill_reports = [line for line in resource_usage.splitlines() if "spill stores" in line]
-    assert spill_reports and all(" 0 bytes spill stores" in line for line in spill_reports), spill_reports
+        resource_usage = json.loads((result.library.parent / cache.MANIFEST).read_text())["resource_usage"]
+        spill_reports = [line for line in resource_usage.splitlines() if "spill stores" in line]
+        assert spill_reports and all(" 0 bytes spill stores" in line for line in spill_reports), spill_reports
 
 
 def test_hopper_corrected_defaults_compile_without_spills(cache_dir):
