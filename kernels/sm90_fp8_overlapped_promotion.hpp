@@ -12,7 +12,8 @@
 //
 // Everything but `mma` is the stock collective (`Base`, from CUTLASS's CollectiveBuilder): loads, shared memory,
 // pipeline and `mma_tail`, which releases the last stage as it does for CUTLASS's own (one k-block in flight).
-// Costs one more accumulator fragment of registers: 128x128 cooperative or 64x128 ping-pong tiles fit.
+// Costs one more accumulator fragment of registers: cooperative tiles up to 128x144 and ping-pong ones up to 64x144
+// fit (sweeps/filters_fp8.py).
 #pragma once
 
 #include "cute/algorithm/clear.hpp"
