@@ -1,7 +1,8 @@
 """The peers of `gemm_fp8` in benchmarks and sweeps: cuBLAS FP8 through `torch._scaled_mm` (same scales and
 accumulation), cuBLAS FP16, and a TK-GEMM-style Triton split-K FP8 kernel (seed 003 section 4: each program
 sums one slice of K and adds its scaled partial tile into the output with atomics), tuned per shape from a few
-configs. Imports triton: load it only to benchmark."""
+configs; and a plain streaming read of the weights, the memory floor that decode's GEMMs are held to. Imports
+triton: load it only to benchmark."""
 
 from __future__ import annotations
 
@@ -141,6 +142,47 @@ def triton_splitk(input_sets, out_dtype, repeats: int):
         timed.append((time_us, config, run))
     _, config, run = min(timed, key=lambda entry: entry[0])
     return "triton splitk " + "x".join(str(v) for v in config), run
+
+
+# (words per load step, steps per program, warps): a few shapes of one plain streaming read, the fastest kept
+STREAM_READ_CONFIGS = [(1024, 16, 4), (2048, 8, 8), (4096, 4, 8), (8192, 8, 8)]
+
+
+@triton.jit
+def _stream_read_kernel(words, checksums, count, BLOCK: tl.constexpr, STEPS: tl.constexpr):
+    # each program reads STEPS consecutive blocks of 4-byte words and writes their sum, which keeps the loads live
+    # and lets a test see that every word was read once
+    start = tl.program_id(0).to(tl.int64) * BLOCK * STEPS
+    total = tl.zeros((BLOCK,), dtype=tl.int64)
+    for step in range(STEPS):
+        offsets = start + step * BLOCK + tl.arange(0, BLOCK)
+        total += tl.load(words + offsets, mask=offsets < count, other=0).to(tl.int64)
+    tl.store(checksums + tl.program_id(0), tl.sum(total, axis=0))
+
+
+def stream_read(x: torch.Tensor, config=STREAM_READ_CONFIGS[0]) -> torch.Tensor:
+    """Reads every byte of the contiguous `x` once (as 4-byte words) and returns the words' sum per program: the
+    DRAM floor of a kernel that must stream `x`, such as decode's weights."""
+    block, steps, warps = config
+    words = x.reshape(-1).view(torch.int32)
+    programs = triton.cdiv(words.numel(), block * steps)
+    checksums = torch.empty(programs, device=x.device, dtype=torch.int64)
+    _stream_read_kernel[(programs,)](words, checksums, words.numel(), BLOCK=block, STEPS=steps, num_warps=warps)
+    return checksums
+
+
+def weights_read(input_sets, repeats: int):
+    """(name, run) of the fastest streaming read of B's bytes alone, timed like the GEMMs (graph replay over the
+    same rotated input sets, so that B comes from DRAM): what reading decode's weights costs at the least."""
+    timed = []
+    for config in STREAM_READ_CONFIGS:
+
+        def run(a, b, scale_a, scale_b, config=config):
+            return stream_read(b, config)
+
+        timed.append((benchmark.graph_time_us(run, input_sets, calls=5, repeats=max(3, repeats // 5)), config, run))
+    _, config, run = min(timed, key=lambda entry: entry[0])
+    return "weights read " + "x".join(str(v) for v in config), run
 
 
 def scaled_mm(out_dtype, accum: str):

@@ -4,7 +4,9 @@
 
 Rows per shape: `ext.gemm_fp8` and `torch._scaled_mm` (cuBLAS FP8) with per-tensor and row-wise scales, fast and
 promoted accumulation; cuBLAS FP16 on the same (dequantized) operands; the TK-GEMM-style Triton split-K kernel
-(per-tensor scales, fastest of its configs for the shape). e4m3 inputs, bf16 output. Each row is timed per call
+(per-tensor scales, fastest of its configs for the shape); and `weights read`, a plain streaming read of B's
+bytes timed the same way, the DRAM floor of decode's weight-bound GEMMs (its TB/s is the achievable read
+bandwidth; no TFLOP/s or relres). e4m3 inputs, bf16 output. Each row is timed per call
 with CUDA events (`events_us`, host launch gaps included) and replayed from a CUDA graph (`graph_us`, the GPU's
 time alone; the best of two round-robin passes over the contenders); TFLOP/s and TB/s (bytes of A, B and D)
 come from `graph_us`. relres is against an FP64 product of the dequantized inputs over the first rows. A PNG of time against M per (N, K) is written beside the CSV.
@@ -62,6 +64,8 @@ def contenders(sets, repeats: int):
         for a, b, scale_a, scale_b in sets["tensor"]
     ]
     yield "cublas", "torch.matmul fp16", "", "", lambda a, b, *_: peers_fp8.cublas_fp16(a, b), fp16_sets
+    name, read_run = peers_fp8.weights_read(sets["tensor"], repeats)
+    yield "floor", name, "", "", read_run, sets["tensor"]
 
 
 def reference_relres(run, inputs) -> float:
@@ -83,7 +87,7 @@ def measure_shape(m, n, k, repeats, environment, rounds: int = 2) -> list[dict]:
     measured = []
     for family, name, granularity, accum, run, input_sets in contenders(sets, repeats):
         try:
-            relres = reference_relres(run, input_sets[0])
+            relres = float("nan") if family == "floor" else reference_relres(run, input_sets[0])
             events_us = benchmark.median_time_us(run, input_sets, warmup=3, repeats=repeats)
         except RuntimeError as error:  # a peer that cannot take this combination (cuBLAS row-wise limits)
             print(f"  {name} {granularity} {accum}: skipped ({str(error).splitlines()[0][:120]})", file=sys.stderr)
@@ -98,7 +102,8 @@ def measure_shape(m, n, k, repeats, environment, rounds: int = 2) -> list[dict]:
     for (family, name, granularity, accum, _, _), relres, events_us, graph_times in measured:
         graph_us = min(graph_times)
         element_bytes = 2 if family == "cublas" and "fp16" in name else 1
-        moved = element_bytes * (m * k + n * k) + 2 * m * n
+        moved = n * k if family == "floor" else element_bytes * (m * k + n * k) + 2 * m * n
+        flops = float("nan") if family == "floor" else 2 * m * n * k
         rows.append(
             {
                 "family": family,
@@ -110,7 +115,7 @@ def measure_shape(m, n, k, repeats, environment, rounds: int = 2) -> list[dict]:
                 "k": k,
                 "events_us": round(events_us, 2),
                 "graph_us": round(graph_us, 2),
-                "tflops": round(2 * m * n * k / graph_us / 1e6, 2),
+                "tflops": round(flops / graph_us / 1e6, 2),
                 "tbps": round(moved / graph_us / 1e6, 3),
                 "relres": relres,
                 **environment,
@@ -121,16 +126,25 @@ def measure_shape(m, n, k, repeats, environment, rounds: int = 2) -> list[dict]:
     return rows
 
 
+def contender_labels(frame: pd.DataFrame) -> pd.Series:
+    """One label per contender across shapes: the Triton and floor rows' names carry the config tuned per shape."""
+    name = frame["family"].map({"triton": "triton splitk", "floor": "weights read"}).fillna(frame["name"])
+    return (name + " " + frame["granularity"] + " " + frame["accum"]).str.strip()
+
+
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per shape: graph-replay µs of each contender side by side, and ours against cuBLAS FP8 and Triton."""
-    label = frame["name"].where(frame["family"] != "triton", "triton splitk")
-    frame = frame.assign(column=label + " " + frame["granularity"] + " " + frame["accum"])
+    """Per shape: graph-replay µs of each contender side by side, ours against cuBLAS FP8 and Triton, and how close
+    ours comes to the weights' streaming read."""
+    frame = frame.assign(column=contender_labels(frame))
     wide = frame.pivot_table(index=["n", "k", "m"], columns="column", values="graph_us").reset_index()
     for granularity in ("tensor", "row"):
         for accum in ("fast", "promoted"):
             ours, cublas = f"ext.gemm_fp8 {granularity} {accum}", f"torch._scaled_mm {granularity} {accum}"
             if ours in wide and cublas in wide:
                 wide[f"speedup vs cuBLAS {granularity} {accum}"] = (wide[cublas] / wide[ours]).round(2)
+    floor, fastest_ours = "weights read", "ext.gemm_fp8 tensor fast"
+    if floor in wide and fastest_ours in wide:
+        wide["floor / ours tensor fast"] = (wide[floor] / wide[fastest_ours]).round(2)
     triton = "triton splitk tensor fast"
     if triton in wide and "ext.gemm_fp8 tensor fast" in wide:
         wide["speedup vs triton"] = (wide[triton] / wide["ext.gemm_fp8 tensor fast"]).round(2)
@@ -148,8 +162,7 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
     figure, axes = plt.subplots(1, len(shapes), figsize=(5 * len(shapes), 4), squeeze=False)
     for axis, (n, k) in zip(axes[0], shapes):
         here = frame[(frame["n"] == n) & (frame["k"] == k)]
-        for (family, name, granularity, accum), rows in here.groupby(["family", "name", "granularity", "accum"]):
-            label = "triton splitk" if family == "triton" else f"{name} {granularity} {accum}".strip()
+        for label, rows in here.groupby(contender_labels(here)):
             axis.plot(rows["m"], rows["graph_us"], marker="o", markersize=3, label=label)
         axis.set(xscale="log", yscale="log", xlabel="M", ylabel="µs (CUDA graph replay)", title=f"N={n}, K={k}")
         axis.grid(True, which="both", alpha=0.3)

@@ -1,4 +1,4 @@
-"""python -m sweeps.run SPACE.yaml [--shapes SHAPES.yaml] [--out DIR] [--jobs N] [--dry-run]
+"""python -m sweeps.run SPACE.yaml [--shapes SHAPES.yaml] [--out DIR] [--jobs N] [--dry-run | --build-only]
 
 Enumerates the space, applies the named filter rules (printing what each removed), builds the survivors in
 parallel, gates them on accuracy against FP64, times them beside cuBLAS and Triton on the same inputs, samples
@@ -40,6 +40,21 @@ def _first_per_mode(configs, limit: int) -> list:
     return kept
 
 
+def _build_only(survivors: list, arch: str, args) -> int:
+    """Build every survivor (the GPU's run builds the ones it has not measured: on a fresh table, all of them,
+    grouped alike when --group-size is the same) and report failures; exit status 1 if any failed."""
+    import os
+
+    from .build_stage import build_all
+
+    built, seconds = build_all(survivors, arch, args.jobs or os.cpu_count() or 1, args.group_size)
+    failed = [item for item in built if item.library is None]
+    for item in failed:
+        print(f"  build failed: {item.config.name}: {item.error}")
+    print(f"built {len(built) - len(failed)} of {len(built)} variants for sm_{arch} in {seconds:.0f} s")
+    return 1 if failed else 0
+
+
 def _parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="python -m sweeps.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -52,6 +67,12 @@ def _parse_args(argv):
     parser.add_argument("--arch", help="target arch for --dry-run without a GPU, e.g. 80 or 90a")
     parser.add_argument("--dry-run", action="store_true", help="list what would be built and measured, no GPU")
     parser.add_argument("--list", action="store_true", help="with --dry-run: print every surviving variant name")
+    parser.add_argument(
+        "--build-only",
+        action="store_true",
+        help="build every survivor into the kernel cache and stop (no GPU needed with --arch): compile on a "
+        "machine without a GPU, carry the cache, and sweep on the GPU with the same --group-size",
+    )
     parser.add_argument("--out", type=Path, help="results folder (default sweeps/results/<gpu>/)")
     parser.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: all cores)")
     parser.add_argument(
@@ -84,7 +105,7 @@ def main(argv=None) -> int:
     except SpaceError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    limits = _limits(args.arch if args.dry_run or args.arch else None)
+    limits = _limits(args.arch if args.dry_run or args.build_only or args.arch else None)
     rules = filters.rules_for(configs[0].family)
     result = filters.apply_rules(configs, limits, rules)
 
@@ -112,6 +133,8 @@ def main(argv=None) -> int:
             for config in survivors:
                 print(config.name)
         return 0
+    if args.build_only:
+        return _build_only(survivors, limits.arch, args)
 
     from .sweep import Sweep
 

@@ -169,6 +169,30 @@ def test_mode_option_sweeps_one_mode_of_a_space():
     assert refused.returncode == 2 and "--mode 'halfhalf'" in refused.stderr
 
 
+def test_build_only_builds_every_survivor_in_the_groups_the_gpu_run_will_use(monkeypatch, capsys):
+    from sweeps import build_stage
+    from sweeps import run as run_module
+    from sweeps.build_stage import Built
+
+    calls = []
+
+    def fake_build_all(configs, arch, jobs, group_size):
+        calls.append((list(configs), arch, group_size))
+        failed = configs[1].name
+        return [Built(c, None, "error: boom") if c.name == failed else Built(c, Path("lib.so")) for c in configs], 1.0
+
+    monkeypatch.setattr(build_stage, "build_all", fake_build_all)
+    space = str(CONFIGS / "sm90_fp8_large_swizzle.yaml")
+    status = run_module.main([space, "--arch", "90a", "--build-only", "--group-size", "3", "--mode", "fp8_promoted"])
+    ((configs, arch, group_size),) = calls
+    survivors = filters.apply_rules(
+        load_space(space), filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90_fp8")
+    )
+    assert [c.name for c in configs] == [c.name for c in survivors.survivors if c.mode == "fp8_promoted"]
+    assert arch == "90a" and group_size == 3
+    assert status == 1 and f"build failed: {configs[1].name}: error: boom" in capsys.readouterr().out
+
+
 def test_the_fp8_space_expands_splits_and_promotion_only_where_they_apply():
     from cutlass_ext.fp8_config import Fp8Config
     from sweeps.filters_fp8 import RULES as FP8_RULES

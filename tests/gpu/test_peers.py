@@ -30,3 +30,13 @@ def test_cutlass_3xtf32_peer_is_fp32_accurate(distribution, m, n, k):
     assert relres < 4 * sgemm, (relres, sgemm)
     assert relres < tf32 / 50, (relres, tf32)
     torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("rows, k", [(8192, 8192), (37, 1040)])
+def test_the_weights_read_floor_reads_every_byte_once(rows, k):
+    from cutlass_ext import peers_fp8  # imports triton
+
+    weights = (torch.randn(rows, k, device="cuda") * 8).to(torch.float8_e4m3fn)
+    expected = weights.reshape(-1).view(torch.int32).long().sum().item()  # the sum of its 4-byte words
+    for config in peers_fp8.STREAM_READ_CONFIGS:
+        assert peers_fp8.stream_read(weights, config).sum().item() == expected, config
