@@ -74,8 +74,9 @@ def _write_ninja_file(staging_root: Path, jobs: list[tuple[Path, Path]], arch: s
         f"nvcc = {toolchain.nvcc()}",
         f"flags = {flags} {toolchain.gencode(arch)} {includes}",
         "rule nvcc_library",
-        # Each library's compiler output goes to its own log, printed only when that library fails.
-        "  command = $nvcc $flags -o $out $in > $out.log 2>&1 || { cat $out.log; exit 1; }",
+        # Each library's compiler output goes to its own log, printed only when that library fails. The library
+        # appears under its name only once whole, so a build that is killed leaves no half-written one to commit.
+        "  command = $nvcc $flags -o $out.partial $in > $out.log 2>&1 && mv $out.partial $out || { cat $out.log; exit 1; }",
         "  description = nvcc $out",
     ]
     for source, library in jobs:
@@ -121,8 +122,8 @@ def build_libraries(
     return [results[i] for i in range(len(groups))]
 
 
-def _run_ninja(ninja_file: Path, jobs: int, on_finished) -> str:
-    """ninja over every library at once (no idle cores between batches); its status lines feed `on_finished`."""
+def _run_ninja(ninja_file: Path, jobs: int, on_line: Callable[[str], None]) -> str:
+    """ninja over every library at once (no idle cores between batches); each output line goes to `on_line`."""
     environment = {**os.environ, "NINJA_STATUS": "[%f/%t] "}
     output = []
     with subprocess.Popen(
@@ -135,8 +136,7 @@ def _run_ninja(ninja_file: Path, jobs: int, on_finished) -> str:
     ) as process:
         for line in process.stdout:
             output.append(line)
-            if on_finished and (status := _NINJA_STATUS.match(line)):
-                on_finished(int(status["finished"]))
+            on_line(line)
     return "".join(output)  # failures are per library, read from their logs
 
 
@@ -162,28 +162,40 @@ def _compile(groups, keys, missing, arch, jobs, verbose, on_finished=None) -> di
             flush=True,
         )
     start = time.perf_counter()
-    ninja_output = _run_ninja(ninja_file, jobs, on_finished)
+    results = {}
+    nvcc_version = toolchain.nvcc_version()
+
+    def commit_finished() -> None:
+        """Move every library that is whole into the cache now: a build killed later keeps them."""
+        for i, staged, _, library in work:
+            if i not in results and library.is_file():
+                log = library.with_name(library.name + ".log")
+                seconds = time.perf_counter() - start
+                metadata = {
+                    "configs": [c.to_dict() for c in groups[i]],
+                    "arch": arch,
+                    "nvcc": nvcc_version,
+                    "build_seconds": round(seconds, 2),
+                    "resource_usage": log.read_text() if log.is_file() else "",
+                }
+                entry = library_entry(groups[i], arch, keys[i])
+                cache.commit(staged, entry, keys[i], metadata)
+                results[i] = LibraryResult(groups[i], entry / cache.LIBRARY, seconds=seconds)
+
+    def on_line(line: str) -> None:
+        if on_finished and (status := _NINJA_STATUS.match(line)):
+            on_finished(int(status["finished"]))
+        commit_finished()
+
+    ninja_output = _run_ninja(ninja_file, jobs, on_line)
+    commit_finished()
     if on_finished:
         on_finished(len(missing))
-    seconds = time.perf_counter() - start
     if verbose:
-        print(f"cutlass_ext: kernel build finished in {seconds:.1f} s", file=sys.stderr, flush=True)
-
-    results = {}
-    for i, staged, source, library in work:
-        log = library.with_name(library.name + ".log")
-        if library.is_file():
-            metadata = {
-                "configs": [c.to_dict() for c in groups[i]],
-                "arch": arch,
-                "nvcc": toolchain.nvcc_version(),
-                "build_seconds": round(seconds, 2),
-                "resource_usage": log.read_text() if log.is_file() else "",
-            }
-            entry = library_entry(groups[i], arch, keys[i])
-            cache.commit(staged, entry, keys[i], metadata)
-            results[i] = LibraryResult(groups[i], entry / cache.LIBRARY, seconds=seconds)
-        else:
+        print(f"cutlass_ext: kernel build finished in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    for i, staged, _, library in work:
+        if i not in results:
+            log = library.with_name(library.name + ".log")
             error = log.read_text() if log.is_file() else ninja_output
             results[i] = LibraryResult(groups[i], None, error=error or "ninja produced no library and no log")
     shutil.rmtree(staging_root, ignore_errors=True)

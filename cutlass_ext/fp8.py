@@ -162,14 +162,20 @@ def dispatch_configs(accums=ACCUMULATIONS) -> list:
 
 
 def _variants(device, a_dtype: str, b_dtype: str, out_dtype: str, accum: str, m: int, n: int, k: int) -> list[str]:
-    """The tuned variant for the nearest shape (if the GPU's table has one), then the default; built and loaded."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    best = _tuned_variant(index, a_dtype, b_dtype, out_dtype, accum, m, n, k)
-    default = _default_variant(a_dtype, b_dtype, out_dtype, accum)
-    variants = [default] if best in (None, default) else [best, default]
+    """variant_names for this call, built and loaded."""
+    variants = variant_names(device, a_dtype, b_dtype, out_dtype, accum, m, n, k)
     if not torch.compiler.is_compiling():
         registry.ensure_names_registered(variants, device)
     return variants
+
+
+def variant_names(device, a_dtype: str, b_dtype: str, out_dtype: str, accum: str, m: int, n: int, k: int):
+    """The variants gemm_fp8 runs for this problem on `device`, neither built nor loaded: the tuned variant for
+    the nearest shape (if the GPU's table has one), then the default. Dtypes by short name (`e4m3`, `bf16`)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    best = _tuned_variant(index, a_dtype, b_dtype, out_dtype, accum, m, n, k)
+    default = _default_variant(a_dtype, b_dtype, out_dtype, accum)
+    return [default] if best in (None, default) else [best, default]
 
 
 @functools.cache

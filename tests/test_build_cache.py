@@ -5,6 +5,7 @@ import fnmatch
 import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -84,6 +85,29 @@ def test_half_written_staging_is_invisible(cache_dir):
     (staged / cache.LIBRARY).write_bytes(b"partial")
     key = build.library_key((CONFIG,), "90a")
     assert cache.read_manifest(build.library_entry((CONFIG,), "90a", key), key) is None
+
+
+def test_a_killed_build_keeps_the_libraries_it_finished(cache_dir, monkeypatch):
+    """ninja stubbed: the first library is written whole, then the build is interrupted (as `timeout` does)."""
+    other = KernelConfig(mode="tf32", threadblock=(128, 64, 32))
+
+    def ninja_interrupted(ninja_file, jobs, on_line):
+        rule, *edges = [
+            line for line in ninja_file.read_text().splitlines() if line.startswith(("  command", "build "))
+        ]
+        assert "-o $out.partial" in rule and "mv $out.partial $out" in rule  # whole libraries only, by rename
+        first_library = Path(edges[0].split(":")[0].removeprefix("build ").replace("$ ", " "))
+        first_library.write_bytes(b"finished library")
+        on_line("[1/2] nvcc next library\n")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(build, "_run_ninja", ninja_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build.build_libraries([(CONFIG,), (other,)], "90a", jobs=1, verbose=False)
+    kept = [build.library_key(g, "90a") for g in [(CONFIG,), (other,)]]
+    entries = [build.library_entry(g, "90a", key) for g, key in zip([(CONFIG,), (other,)], kept)]
+    assert cache.read_manifest(entries[0], kept[0]) is not None
+    assert cache.read_manifest(entries[1], kept[1]) is None
 
 
 def test_concurrent_callers_build_once(cache_dir, stub_compiler):

@@ -173,6 +173,23 @@ def test_the_default_variant_takes_the_callers_dtypes_and_accumulation():
     assert [c.accum for c in fp8.dispatch_configs()[:2]] == ["fast", "promoted"]
 
 
+def test_variant_names_are_what_dispatch_runs_without_building_them(monkeypatch):
+    """The benchmark builds these for all its shapes at once; asking for them must not build or load anything."""
+    from cutlass_ext import fp8, registry, tuned
+
+    monkeypatch.setattr(fp8, "_device_name", lambda index: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(registry, "ensure_names_registered", lambda *_: pytest.fail("variant_names built a kernel"))
+    tuned.set_tuned_table(None)  # the shipped tables
+    cuda = torch.device("cuda", 0)
+    names = fp8.variant_names(cuda, "e4m3", "e4m3", "bf16", "fast", 1, 8192, 8192)
+    winner = tuned.lookup("NVIDIA H100 80GB HBM3", "fp8_fast", 1, 8192, 8192, m_bucket_above=True)
+    assert names == [winner.name, fp8._default_variant("e4m3", "e4m3", "bf16", "fast")]
+    assert (
+        fp8.variant_names(cuda, "e5m2", "e4m3", "fp32", "fast", 1, 8192, 8192)[0]
+        == winner.with_dtypes("e5m2", "e4m3", "fp32").name
+    )
+
+
 def test_gemm_fp8_plans_a_signature_once_per_tuned_table(monkeypatch, request):
     """Eager calls with one signature skip the dtype and shape checks and the table lookup after the first; a new
     tuned table plans again."""
