@@ -148,6 +148,11 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
     triton = "triton splitk tensor fast"
     if triton in wide and "ext.gemm_fp8 tensor fast" in wide:
         wide["speedup vs triton"] = (wide[triton] / wide["ext.gemm_fp8 tensor fast"]).round(2)
+    # who wins where: the three FP8 contenders with the same scaling and accumulation (Triton's is per tensor, fast)
+    rivals = {"ours": "ext.gemm_fp8 tensor fast", "cuBLAS": "torch._scaled_mm tensor fast", "triton": triton}
+    if all(column in wide for column in rivals.values()):
+        times = wide[list(rivals.values())].set_axis(list(rivals), axis=1)
+        wide["fastest (tensor fast)"] = times.idxmin(axis=1)
     return wide
 
 

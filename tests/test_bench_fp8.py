@@ -42,6 +42,9 @@ def test_summary_has_one_column_per_contender_and_the_floor_ratio():
     assert not any(column.startswith(("triton splitk 64", "weights read 4096")) for column in wide.columns)
     assert wide["floor / ours tensor fast"].tolist() == pytest.approx([23.4 / 24.0, 23.5 / 25.0], abs=0.006)
     assert wide["speedup vs cuBLAS tensor fast"].tolist() == [round(25.0 / 24.0, 2), 1.0]
+    assert wide["fastest (tensor fast)"].tolist() == ["ours", "ours"]
+    slower = frame.assign(graph_us=frame["graph_us"].where(frame["name"] != "ext.gemm_fp8", 40.0))
+    assert bench.summary(slower)["fastest (tensor fast)"].tolist() == ["cuBLAS", "cuBLAS"]
 
 
 def test_the_variants_of_every_shape_are_built_in_one_run(monkeypatch):
