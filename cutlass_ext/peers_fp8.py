@@ -123,25 +123,31 @@ def splitk_fp8(a, b, scale_a, scale_b, out_dtype, config) -> torch.Tensor:
 
 
 def triton_splitk(input_sets, out_dtype, repeats: int):
-    """(name, run) of the Triton split-K FP8 kernel with the fastest of its configs for this M on these inputs
-    (timed by CUDA-graph replay: per-call launches would time the host at decode sizes); input sets are
-    (a, b, scale_a, scale_b)."""
+    """(name, run) of the Triton split-K FP8 kernel with the fastest of its configs for this M on these inputs;
+    input sets are (a, b, scale_a, scale_b)."""
     m = input_sets[0][0].shape[0]
     configs = SPLIT_K_CONFIGS if m <= _SPLIT_K_UP_TO_M else WHOLE_K_CONFIGS
+
+    def make_run(config):
+        return lambda a, b, scale_a, scale_b: splitk_fp8(a, b, scale_a, scale_b, out_dtype, config)
+
+    return _fastest("triton splitk", configs, make_run, input_sets, repeats)
+
+
+def _fastest(label: str, configs, make_run, input_sets, repeats: int):
+    """(`label` + config, run) of the config whose run is fastest by CUDA-graph replay on these inputs (per-call
+    launches would time the host at decode sizes); a config that cannot run the shape is skipped."""
     timed = []
     for config in configs:
-
-        def run(a, b, scale_a, scale_b, config=config):
-            return splitk_fp8(a, b, scale_a, scale_b, out_dtype, config)
-
+        run = make_run(config)
         try:
             time_us = benchmark.graph_time_us(run, input_sets, calls=5, repeats=max(3, repeats // 5))
         except Exception as error:  # noqa: BLE001 - whatever Triton raises for a config the shape or shared memory cannot take
-            print(f"triton config {config} skipped: {type(error).__name__}: {error}", file=sys.stderr)
+            print(f"{label} config {config} skipped: {type(error).__name__}: {error}", file=sys.stderr)
             continue
         timed.append((time_us, config, run))
     _, config, run = min(timed, key=lambda entry: entry[0])
-    return "triton splitk " + "x".join(str(v) for v in config), run
+    return f"{label} " + "x".join(str(v) for v in config), run
 
 
 # (words per load step, steps per program, warps): a few shapes of one plain streaming read, the fastest kept
@@ -174,15 +180,9 @@ def stream_read(x: torch.Tensor, config=STREAM_READ_CONFIGS[0]) -> torch.Tensor:
 def weights_read(input_sets, repeats: int):
     """(name, run) of the fastest streaming read of B's bytes alone, timed like the GEMMs (graph replay over the
     same rotated input sets, so that B comes from DRAM): what reading decode's weights costs at the least."""
-    timed = []
-    for config in STREAM_READ_CONFIGS:
-
-        def run(a, b, scale_a, scale_b, config=config):
-            return stream_read(b, config)
-
-        timed.append((benchmark.graph_time_us(run, input_sets, calls=5, repeats=max(3, repeats // 5)), config, run))
-    _, config, run = min(timed, key=lambda entry: entry[0])
-    return "weights read " + "x".join(str(v) for v in config), run
+    return _fastest(
+        "weights read", STREAM_READ_CONFIGS, lambda config: lambda a, b, *_: stream_read(b, config), input_sets, repeats
+    )
 
 
 def scaled_mm(out_dtype, accum: str):

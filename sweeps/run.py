@@ -9,6 +9,7 @@ resumes where it stopped. The winners per shape go to the tuned table that `ext.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections import Counter
@@ -43,8 +44,6 @@ def _first_per_mode(configs, limit: int) -> list:
 def _build_only(survivors: list, arch: str, args) -> int:
     """Build every survivor (the GPU's run builds the ones it has not measured: on a fresh table, all of them,
     grouped alike when --group-size is the same) and report failures; exit status 1 if any failed."""
-    import os
-
     from .build_stage import build_all
 
     built, seconds = build_all(survivors, arch, args.jobs or os.cpu_count() or 1, args.group_size)
