@@ -57,6 +57,7 @@ _FP8_ELEMENTS = {
     "fp32": "float",
 }
 _FP8_SCHEDULES = {"cooperative": "ScheduleCooperative", "pingpong": "SchedulePingpong"}
+_FP8_RASTERS = {"auto": "Raster::Auto", "m": "Raster::AlongM", "n": "Raster::AlongN"}
 _FP8_DECOMPOSITIONS = {"persistent": "DecomposePersistent", "streamk": "DecomposeStreamK", "splitk": "DecomposeSplitK"}
 
 
@@ -77,6 +78,7 @@ def render_fp8_instance(config: Fp8Config) -> str:
         decomposition=_FP8_DECOMPOSITIONS[config.scheduler],
         splits=config.splits,
         swizzle=config.swizzle,
+        raster=_FP8_RASTERS[config.raster],
         promotion=config.promotion,
         swap_ab="true" if config.swap_ab else "false",
         l2_prefetch=config.l2_prefetch,

@@ -27,6 +27,9 @@ SCHEDULES = ("cooperative", "pingpong")  # two consumer warpgroups on one tile, 
 # splitk: every tile's K cut into `splits` slices, reduced through the workspace.
 SCHEDULERS = ("persistent", "streamk", "splitk")
 SWIZZLES = (1, 2, 4, 8)
+# which way the persistent CTAs walk the output tiles: down M first (`m`), along N first (`n`), or CUTLASS's
+# choice (`auto`: along the side with fewer tiles, to keep the smaller operand's panels in L2)
+RASTERS = ("auto", "m", "n")
 PROMOTIONS = (1, 2, 4)
 # k-blocks of weights a CTA asks L2 for before it waits on the kernel before it (programmatic launch); 0: none
 L2_PREFETCHES = (0, 2, 4, 8, 16, 32)
@@ -34,7 +37,8 @@ _SCHEDULE_TAGS = {"cooperative": "coop", "pingpong": "pp"}
 _NAME_PATTERN = re.compile(
     r"fp8_(?P<a>e4m3|e5m2)(?P<b>e4m3|e5m2)_(?P<out>bf16|fp16|fp32)_(?P<tile>\d+x\d+x\d+)_c(?P<cluster>\d+x\d+)"
     r"_(?P<schedule>coop|pp)_(?P<accum>fast|promoted)(?:_p(?P<promotion>\d+))?"
-    r"(?:_(?P<scheduler>streamk|splitk)(?P<splits>\d+)?)?(?:_w(?P<swizzle>\d+))?(?P<swap>_swap)?"
+    r"(?:_(?P<scheduler>streamk|splitk)(?P<splits>\d+)?)?(?:_w(?P<swizzle>\d+))?(?:_r(?P<raster>[mn]))?"
+    r"(?P<swap>_swap)?"
     r"(?:_l2pf(?P<l2_prefetch>\d+))?"
 )
 
@@ -47,6 +51,10 @@ class Fp8Config(VariantFields):
     tile: (m, n, k) of one CTA's output tile and k-block; cluster: (m, n) CTAs sharing loads by TMA multicast.
     schedule: `cooperative` or `pingpong`. scheduler: `persistent`, `streamk` or `splitk` (with `splits` > 1).
     swizzle: tiles launched in groups of up to this many (L2 reuse; name suffix `_wN` unless 1).
+    raster: `m` or `n` (name suffix `_rm`, `_rn`): the output's side the tile order runs along first, a band of
+    `swizzle` tiles wide on the other side; `auto` leaves it to CUTLASS, which runs along the side with fewer tiles
+    so that the smaller operand stays in L2. That fails when the smaller operand is itself most of L2 (A of
+    4096 x 8192, 32 MB, while B streams past it): `n` then keeps only a band of A and re-reads B once per band.
     promotion: k-blocks between promotions into FP32 registers, for `promoted` (name `_pN` unless 1): fewer
     promotions cost fewer instructions and keep longer sums in the Tensor Core's narrower accumulator (spans over
     128 k elements break the accuracy bound: sweeps/filters_fp8.py).
@@ -67,6 +75,7 @@ class Fp8Config(VariantFields):
     scheduler: str = "persistent"
     splits: int = 1
     swizzle: int = 1
+    raster: str = "auto"
     promotion: int = 1
     swap_ab: bool = False
     l2_prefetch: int = 0
@@ -86,6 +95,8 @@ class Fp8Config(VariantFields):
             raise ValueError(f"splits={self.splits!r} must be a positive integer")
         if self.swizzle not in SWIZZLES:
             raise ValueError(f"swizzle={self.swizzle!r} must be one of {list(SWIZZLES)}")
+        if self.raster not in RASTERS:
+            raise ValueError(f"raster={self.raster!r} must be one of {list(RASTERS)}")
         if self.promotion not in PROMOTIONS:
             raise ValueError(f"promotion={self.promotion!r} must be one of {list(PROMOTIONS)}")
         if self.promotion > 1 and self.accum != "promoted":
@@ -119,9 +130,11 @@ class Fp8Config(VariantFields):
         scheduler = {"persistent": "", "streamk": "_streamk", "splitk": f"_splitk{self.splits}"}[self.scheduler]
         promotion = f"_p{self.promotion}" if self.promotion != 1 else ""
         swizzle = f"_w{self.swizzle}" if self.swizzle != 1 else ""
+        raster = f"_r{self.raster}" if self.raster != "auto" else ""
         return (
             f"fp8_{self.a_dtype}{self.b_dtype}_{self.out_dtype}_{tile[0]}x{tile[1]}x{tile[2]}"
             f"_c{cluster[0]}x{cluster[1]}_{_SCHEDULE_TAGS[self.schedule]}_{self.accum}{promotion}{scheduler}{swizzle}"
+            f"{raster}"
             f"{'_swap' if self.swap_ab else ''}{f'_l2pf{self.l2_prefetch}' if self.l2_prefetch else ''}"
         )
 
@@ -142,6 +155,7 @@ class Fp8Config(VariantFields):
             scheduler=match["scheduler"] or "persistent",
             splits=int(match["splits"]) if match["splits"] else 1,
             swizzle=int(match["swizzle"]) if match["swizzle"] else 1,
+            raster=match["raster"] or "auto",
             promotion=int(match["promotion"]) if match["promotion"] else 1,
             swap_ab=bool(match["swap"]),
             l2_prefetch=int(match["l2_prefetch"]) if match["l2_prefetch"] else 0,

@@ -60,11 +60,14 @@ def set_tuned_table(path: str | os.PathLike | None) -> None:
 
 
 def winners(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per (mode, m, n, k, batch) the fastest variant of a sweep table that passed the accuracy gate."""
+    """Per (mode, m, n, k, batch) the fastest variant of a sweep table that passed the accuracy gate. A tie goes to
+    the earlier measurement (then the name): a later sweep that only equals a winner does not replace it, and the
+    table does not depend on the order its sweep tables are read in."""
     ours = frame[~frame["family"].isin(PEER_FAMILIES) & (frame["status"] == "ok")]
     if ours.empty:
         return pd.DataFrame(columns=COLUMNS)
-    best = ours.sort_values("tflops", ascending=False).groupby(["mode", "m", "n", "k", "batch"]).head(1)
+    order = ours.sort_values(["tflops", "date", "name"], ascending=[False, True, True], kind="stable")
+    best = order.groupby(["mode", "m", "n", "k", "batch"]).head(1)
     return best[COLUMNS].sort_values(["mode", "m", "n", "k", "batch"]).reset_index(drop=True)
 
 

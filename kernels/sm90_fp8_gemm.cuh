@@ -64,9 +64,14 @@ struct DecomposeSplitK {
   static constexpr auto kMode = cutlass::gemm::kernel::detail::DecompositionMode::SplitK;
 };
 
+// Which output side the persistent scheduler's tile order runs along first, in the output's M and N (the kernel's
+// are the other way round when swapped). Auto: CUTLASS's heuristic (along the side with fewer tiles).
+enum class Raster { Auto, AlongM, AlongN };
+
 // Swizzle: CUTLASS's max_swizzle_size, tiles launched in groups of up to this many along one side so that CTAs
 // running together share panels of A and B in L2. PromotionKBlocks: k-blocks between promotions (promoted
-// accumulation only). Both are run-time arguments of one kernel: variants that differ only in them share code.
+// accumulation only). RasterOrder: see Raster. All three are run-time arguments of one kernel: variants that
+// differ only in them share code.
 // SwapAB: the kernel computes Dᵀ (N, M) = B · Aᵀ into D viewed column-major, so the weights fill wgmma's 64-row
 // side and decode's few tokens its n side (n = 16 or 32 instead of 64-row A tiles that are mostly zeros): each
 // stage carries more weight bytes, and more stages fit in shared memory.
@@ -74,7 +79,7 @@ struct DecomposeSplitK {
 // waiting on the grid before it (sm90_l2_prefetch_mainloop.hpp); 0: none. Persistent, programmatic launch only.
 template <class ElementA, class ElementB, class ElementD, int TileM, int TileN, int TileK, int ClusterM,
           int ClusterN, class Schedule, bool FastAccum, class Decomposition, int Splits, int Swizzle = 1,
-          int PromotionKBlocks = 1, bool SwapAB = false, int L2PrefetchKBlocks = 0>
+          int PromotionKBlocks = 1, bool SwapAB = false, int L2PrefetchKBlocks = 0, Raster RasterOrder = Raster::Auto>
 struct Sm90Fp8Gemm {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
@@ -176,6 +181,11 @@ struct Sm90Fp8Gemm {
     arguments.hw_info.device_id = args.device;
     arguments.hw_info.sm_count = args.sm_count;
     arguments.scheduler.max_swizzle_size = Swizzle;
+    if constexpr (RasterOrder != Raster::Auto) {
+      using Options = cutlass::gemm::kernel::detail::RasterOrderOptions;
+      bool kernel_along_m = (RasterOrder == Raster::AlongM) != SwapAB;
+      arguments.scheduler.raster_order = kernel_along_m ? Options::AlongM : Options::AlongN;
+    }
     if constexpr (L2PrefetchKBlocks > 0) {
       arguments.mainloop.hw_info = arguments.hw_info;
       arguments.mainloop.scheduler = arguments.scheduler;

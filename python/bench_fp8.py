@@ -6,10 +6,11 @@ Rows per shape: `ext.gemm_fp8` and `torch._scaled_mm` (cuBLAS FP8) with per-tens
 promoted accumulation; cuBLAS FP16 on the same (dequantized) operands; the TK-GEMM-style Triton split-K kernel
 (per-tensor scales, fastest of its configs for the shape); and `weights read`, a plain streaming read of B's
 bytes timed the same way, the DRAM floor of decode's weight-bound GEMMs (its TB/s is the achievable read
-bandwidth; no TFLOP/s or relres). e4m3 inputs, bf16 output. Each row is timed per call
-with CUDA events (`events_us`, host launch gaps included) and replayed from a CUDA graph (`graph_us`, the GPU's
-time alone; the best of two round-robin passes over the contenders); TFLOP/s and TB/s (bytes of A, B and D)
-come from `graph_us`. relres is against an FP64 product of the dequantized inputs over the first rows. A PNG of time against M per (N, K) is written beside the CSV.
+bandwidth; no TFLOP/s or relres). e4m3 inputs, bf16 output. Each row is timed per call with CUDA events
+(`events_us`, host launch gaps included) and replayed from a CUDA graph (`graph_us`, the GPU's time alone; the best
+of `--rounds` round-robin passes over the contenders, `graph_spread` how much slower the slowest pass was).
+TFLOP/s and TB/s (bytes of A, B and D) come from `graph_us`. relres is against an FP64 product of the dequantized
+inputs over the first rows. A PNG of time against M per (N, K) is written beside the CSV.
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ def measure_shape(m, n, k, repeats, environment, rounds: int = 2) -> list[dict]:
                 "k": k,
                 "events_us": round(events_us, 2),
                 "graph_us": round(graph_us, 2),
+                "graph_spread": round(max(graph_times) / graph_us - 1, 3),  # slowest round over the best
                 "tflops": round(flops / graph_us / 1e6, 2),
                 "tbps": round(moved / graph_us / 1e6, 3),
                 "relres": relres,
@@ -194,6 +196,13 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", default=str(DEFAULT_SHAPES), help="shape set YAML ([m, n, k] per shape)")
     parser.add_argument("--m", type=int, nargs="+", help="only these M")
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="round-robin graph-replay passes over the contenders, the best kept (more for the power-limited "
+        "large shapes, whose clocks drift between contenders)",
+    )
     parser.add_argument("--out", type=Path, default=Path("sweeps/results/local/gemm_fp8.csv"))
     args = parser.parse_args(argv)
     shapes = [tuple(s[:3]) for s in yaml.safe_load(Path(args.shapes).read_text())["shapes"]]
@@ -203,7 +212,7 @@ def main(argv=None) -> int:
     rows = []
     for m, n, k in shapes:
         print(f"{m}x{n}x{k}", file=sys.stderr, flush=True)
-        rows.extend(measure_shape(m, n, k, args.repeats, environment))
+        rows.extend(measure_shape(m, n, k, args.repeats, environment, rounds=args.rounds))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         pd.DataFrame(rows).to_csv(args.out, index=False)  # every shape as it finishes
     frame = pd.DataFrame(rows)

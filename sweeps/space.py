@@ -147,6 +147,7 @@ _FP8_CHOICES = {
     "schedule": list(fp8_config.SCHEDULES),
     "scheduler": list(fp8_config.SCHEDULERS),
     "swap_ab": [False, True],
+    "raster": list(fp8_config.RASTERS),
     "l2_prefetch": list(fp8_config.L2_PREFETCHES),
 }
 _FP8_TUPLES = {"tile": "mnk", "cluster": "mn"}

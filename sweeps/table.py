@@ -40,6 +40,7 @@ FP8_CONFIG_FIELDS = [
     "scheduler",
     "splits",
     "swizzle",
+    "raster",
     "promotion",
     "swap_ab",
     "l2_prefetch",
@@ -49,7 +50,7 @@ FAMILY_CONFIG_FIELDS = {"sm80": CONFIG_FIELDS, "sm90_fp8": FP8_CONFIG_FIELDS, "s
 COLUMNS = MEASURED + PROVENANCE + CONFIG_FIELDS
 KEY = ["name", "m", "n", "k", "batch", "gpu"]
 # Columns added after tables were first written: an older table gains them (empty) when it is opened.
-ADDED_LATER = {"repeats", "swizzle", "swap_ab", "l2_prefetch"}
+ADDED_LATER = {"repeats", "swizzle", "swap_ab", "l2_prefetch", "raster"}
 
 
 def config_columns(config, fields: list[str] = CONFIG_FIELDS) -> dict:

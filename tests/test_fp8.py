@@ -25,6 +25,8 @@ from cutlass_ext.variants import from_name
             accum="fast", tile=(64, 16, 256), schedule="pingpong", scheduler="persistent", swap_ab=True, l2_prefetch=8
         ),
         Fp8Config(tile=(128, 128, 128), cluster=(2, 1), scheduler="persistent", swizzle=4, l2_prefetch=16),
+        Fp8Config(tile=(128, 144, 128), swizzle=8, raster="n"),
+        Fp8Config(accum="fast", tile=(128, 256, 128), raster="m"),
     ],
     ids=lambda c: c.name,
 )
@@ -44,6 +46,7 @@ def test_names_round_trip(config):
         ({"tile": (128, 128)}, "tile="),
         ({"cluster": (0, 1)}, "cluster="),
         ({"swizzle": 3}, "swizzle=3"),
+        ({"raster": "k"}, "raster='k' must be one of"),
         ({"accum": "fast", "promotion": 2}, "promotion=2 is for accum='promoted'"),
         ({"swap_ab": 1}, "swap_ab=1 must be True or False"),
         ({"scheduler": "persistent", "l2_prefetch": 3}, "l2_prefetch=3 must be one of"),
@@ -61,14 +64,14 @@ def test_non_canonical_names_are_refused():
 
 
 def test_generated_code_instantiates_the_config():
-    config = Fp8Config("e5m2", "e4m3", "fp16", "fast", (64, 128, 128), (2, 1), "pingpong", "splitk", 4)
+    config = Fp8Config("e5m2", "e4m3", "fp16", "fast", (64, 128, 128), (2, 1), "pingpong", "splitk", 4, raster="n")
     source = codegen.render_library([config])
     assert '#include "sm90_fp8_gemm.cuh"' in source
     assert (
         "Sm90Fp8Gemm<cutlass::float_e5m2_t, cutlass::float_e4m3_t, cutlass::half_t, 64, 128, 128,\n"
         "                             2, 1, cutlass_ext::SchedulePingpong, true,\n"
         "                             cutlass_ext::DecomposeSplitK, 4, 1, 1, false,\n"
-        "                             0>"
+        "                             0, cutlass_ext::Raster::AlongN>"
     ) in source
     assert "CUTLASS_ENABLE_GDC_FOR_SM90" not in source  # stream-K scheduler: no programmatic launch
     with pytest.raises(ValueError, match="one family"):
@@ -78,8 +81,9 @@ def test_generated_code_instantiates_the_config():
 def test_swapped_variants_name_and_instantiate_the_swap():
     config = Fp8Config(accum="fast", tile=(64, 16, 256), schedule="pingpong", swap_ab=True)
     assert config.name == "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap"
-    assert "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n                             0>" in (
-        codegen.render_library([config])
+    assert (
+        "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n                             0, cutlass_ext::Raster::Auto>"
+        in (codegen.render_library([config]))
     )
 
 
@@ -87,7 +91,10 @@ def test_l2_prefetching_variants_name_and_instantiate_the_depth():
     config = Fp8Config(accum="fast", tile=(64, 16, 256), schedule="pingpong", swap_ab=True, l2_prefetch=8)
     assert config.name == "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap_l2pf8"
     source = codegen.render_library([config])
-    assert "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n                             8>" in source
+    assert (
+        "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n                             8, cutlass_ext::Raster::Auto>"
+        in source
+    )
     assert "#define CUTLASS_ENABLE_GDC_FOR_SM90 1" in source  # the prefetch runs ahead of the PDL wait
 
 

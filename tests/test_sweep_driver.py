@@ -1,6 +1,7 @@
 """The sweep driver's CPU-side logic: resumable tables, resuming a killed sweep, winners and tuned dispatch."""
 
 import argparse
+import dataclasses
 import os
 
 import pandas as pd
@@ -149,6 +150,16 @@ def test_winners_are_the_fastest_gated_variants_per_shape():
         ("tf32tf32", 8192): CONFIGS[0].name,  # the faster one failed the accuracy gate
         ("halfhalf", 8192): CONFIGS[2].name,
     }
+
+
+def test_a_tie_goes_to_the_earlier_measurement_in_any_row_order():
+    frame = sweep_frame()
+    tie = frame[(frame["mode"] == "halfhalf") & (frame["m"] == 8192)].iloc[[0]].copy()
+    later = dataclasses.replace(CONFIGS[2], stages=3).name
+    tie["name"], tie["date"] = later, "2026-11-30T00:00:00Z"  # as fast as the winner, measured by a later sweep
+    for rows in (pd.concat([frame, tie]), pd.concat([tie, frame])):
+        picked = {(r.mode, r.m): r.name for r in tuned.winners(rows).itertuples()}
+        assert picked[("halfhalf", 8192)] == CONFIGS[2].name
 
 
 def test_the_tuned_table_takes_winners_from_every_sweep_table_of_the_folder(tmp_path, monkeypatch):

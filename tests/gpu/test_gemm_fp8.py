@@ -47,6 +47,13 @@ OVERLAPPED = [
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x32x128_c1x1_coop_promoted_splitk2_swap"),
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x128x128_c1x1_coop_promoted_streamk"),
 ]
+# the tile order named (down M, along N; swapped, the kernel's own M and N are the output's N and M), beside the
+# same kernel in CUTLASS's order
+RASTERED = [
+    Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x128x128_c2x1_coop_promoted_w4_rm"),
+    Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x128x128_c2x1_coop_promoted_w4_rn"),
+    Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap_rn"),
+]
 # promoted every 512 k elements (a 256-deep k-block, every 2nd): the span the filter rule removes
 LONG_SPAN = Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x128x256_c1x1_pp_promoted_p2")
 
@@ -61,9 +68,9 @@ def defaults_only(tmp_path_factory):
     combos |= {("e4m3", "e4m3", out, accum) for out in OUT_DTYPES for accum in ("promoted", "fast")}
     configs = [dataclasses.replace(DEFAULT_FP8, accum=accum).with_dtypes(a, b, out) for a, b, out, accum in combos]
     prefetch_bases = [dataclasses.replace(c, l2_prefetch=0) for c in PREFETCHING]
-    registry.ensure_registered(
-        configs + EXPLICIT + SWAPPED + OVERLAPPED + [LONG_SPAN] + PREFETCHING + prefetch_bases, torch.device("cuda")
-    )
+    raster_bases = [dataclasses.replace(c, raster="auto") for c in RASTERED]
+    named = EXPLICIT + SWAPPED + OVERLAPPED + [LONG_SPAN] + PREFETCHING + prefetch_bases + RASTERED + raster_bases
+    registry.ensure_registered(configs + named, torch.device("cuda"))
     yield
     ext.set_tuned_table(None)
 
@@ -266,6 +273,24 @@ def test_l2_prefetch_reads_the_weights_the_kernel_before_wrote(config):
     for w, product in zip(weights, products):
         expected = ops.gemm_fp8(a, w, scale_a.reshape(-1), scale_b.reshape(-1), None, out_dtype, [base])
         assert torch.equal(product, expected)
+
+
+@pytest.mark.parametrize("config", RASTERED, ids=lambda c: c.name)
+def test_tile_order_changes_no_output(config):
+    """Each output tile is one CTA's whole sum whatever order the tiles run in: bit for bit the product of the same
+    kernel in CUTLASS's order, on a grid of tiles that is not whole in either side (nor in clusters or swizzle
+    bands) and is more than one wave of CTAs."""
+    m, n, k = (1100, 2200, 1024) if not config.swap_ab else (40, 8208, 1024)  # 9 x 18 tiles; swapped 129 x 3
+    a, b, scale_a, scale_b = fp8_operands(m, n, k, granularity="row", seed=11)
+    run = functools.partial(ops.gemm_fp8, a, b, scale_a.reshape(-1), scale_b.reshape(-1), None, torch.bfloat16)
+    poison_allocator(m, n)
+    c = run([config.name])
+    assert torch.isfinite(c).all(), "unwritten (NaN-poisoned) outputs"
+    poison_allocator(m, n)
+    assert torch.equal(c, run([dataclasses.replace(config, raster="auto").name]))
+    reference = numerics.dequantized_product(a, b, scale_a, scale_b)
+    peer = peer_relres(a, b, scale_a, scale_b, None, torch.bfloat16, config.accum, reference)
+    assert numerics.relative_residual(c, reference) <= FACTOR * peer
 
 
 def test_fast_accumulation_without_split_k_is_caught_by_the_bound_at_decode():
