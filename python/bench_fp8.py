@@ -129,9 +129,10 @@ def measure_shape(m, n, k, repeats, environment, rounds: int = 2) -> list[dict]:
 
 
 def contender_labels(frame: pd.DataFrame) -> pd.Series:
-    """One label per contender across shapes: the Triton and floor rows' names carry the config tuned per shape."""
+    """One label per contender across shapes: the Triton and floor rows' names carry the config tuned per shape.
+    The floor and FP16 rows have no scaling or accumulation: empty cells, NaN once the CSV is read back."""
     name = frame["family"].map({"triton": "triton splitk", "floor": "weights read"}).fillna(frame["name"])
-    return (name + " " + frame["granularity"] + " " + frame["accum"]).str.strip()
+    return (name + " " + frame["granularity"].fillna("") + " " + frame["accum"].fillna("")).str.strip()
 
 
 def summary(frame: pd.DataFrame) -> pd.DataFrame:

@@ -47,6 +47,15 @@ def test_summary_has_one_column_per_contender_and_the_floor_ratio():
     assert bench.summary(slower)["fastest (tensor fast)"].tolist() == ["cuBLAS", "cuBLAS"]
 
 
+def test_summary_reads_back_from_the_csv(tmp_path):
+    """The floor's empty scaling and accumulation cells come back from the CSV as NaN."""
+    bench = load_bench()
+    path = tmp_path / "gemm_fp8.csv"
+    pd.DataFrame(shape_rows(1, "64x64x256x4x4x3", "4096x4x8", 24.0, 23.4)).to_csv(path, index=False)
+    wide = bench.summary(pd.read_csv(path))
+    assert wide["floor / ours tensor fast"].tolist() == pytest.approx([23.4 / 24.0], abs=0.006)
+
+
 def test_the_variants_of_every_shape_are_built_in_one_run(monkeypatch):
     bench = load_bench()
     asked, built = [], []

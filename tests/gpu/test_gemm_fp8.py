@@ -52,7 +52,7 @@ OVERLAPPED = [
 RASTERED = [
     Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x128x128_c2x1_coop_promoted_w4_rm"),
     Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x128x128_c2x1_coop_promoted_w4_rn"),
-    Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap_rn"),
+    Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_rn_swap"),
 ]
 # promoted every 512 k elements (a 256-deep k-block, every 2nd): the span the filter rule removes
 LONG_SPAN = Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x128x256_c1x1_pp_promoted_p2")
