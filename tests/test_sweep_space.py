@@ -1,5 +1,6 @@
 """Sweep spaces and shape sets from YAML: the seed's Table 3, and clear errors for bad files."""
 
+import dataclasses
 import subprocess
 import sys
 from collections import Counter
@@ -208,6 +209,14 @@ def test_the_fp8_space_expands_splits_and_promotion_only_where_they_apply():
     assert result.counts["pingpong_split_k_or_stream_k"] > 0 and result.counts["cooperative_tile_m_under_128"] > 0
     assert not any(c.schedule == "pingpong" and c.scheduler != "persistent" for c in result.survivors)
     assert {r.name for r in FP8_RULES} == set(result.counts)
+
+
+def test_the_raster_space_pairs_both_tile_orders_per_kernel_and_swizzle():
+    configs = load_space(CONFIGS / "sm90_fp8_raster.yaml")
+    result = filters.apply_rules(configs, filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90_fp8"))
+    orders = Counter(dataclasses.replace(c, raster="auto").name for c in result.survivors)
+    assert len(result.survivors) == 40 and set(orders.values()) == {2}
+    assert {c.raster for c in result.survivors} == {"m", "n"}
 
 
 @pytest.mark.parametrize(
