@@ -58,7 +58,12 @@ _FP8_ELEMENTS = {
 }
 _FP8_SCHEDULES = {"cooperative": "ScheduleCooperative", "pingpong": "SchedulePingpong"}
 _FP8_RASTERS = {"auto": "Raster::Auto", "m": "Raster::AlongM", "n": "Raster::AlongN"}
-_FP8_DECOMPOSITIONS = {"persistent": "DecomposePersistent", "streamk": "DecomposeStreamK", "splitk": "DecomposeSplitK"}
+_FP8_DECOMPOSITIONS = {
+    "persistent": "DecomposePersistent",
+    "streamk": "DecomposeStreamK",
+    "splitk": "DecomposeSplitK",
+    "dynamic": "DecomposeDynamic",
+}
 
 
 def render_fp8_instance(config: Fp8Config) -> str:

@@ -24,8 +24,10 @@ OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float
 ACCUMULATIONS = ("fast", "promoted")
 SCHEDULES = ("cooperative", "pingpong")  # two consumer warpgroups on one tile, or on alternating tiles
 # persistent: whole output tiles per CTA; streamk: the last wave's tiles shared out along K (CUTLASS stream-K);
-# splitk: every tile's K cut into `splits` slices, reduced through the workspace.
-SCHEDULERS = ("persistent", "streamk", "splitk")
+# splitk: every tile's K cut into `splits` slices, reduced through the workspace; dynamic: whole tiles, each CTA's
+# next claimed from a counter as it starts its current one (kernels/sm90_dynamic_tile_scheduler.hpp), so that the
+# CTAs finish together (cooperative kernels, one-CTA clusters).
+SCHEDULERS = ("persistent", "streamk", "splitk", "dynamic")
 SWIZZLES = (1, 2, 4, 8)
 # which way the persistent CTAs walk the output tiles: down M first (`m`), along N first (`n`), or CUTLASS's
 # choice (`auto`: along the side with fewer tiles, to keep the smaller operand's panels in L2)
@@ -37,7 +39,7 @@ _SCHEDULE_TAGS = {"cooperative": "coop", "pingpong": "pp"}
 _NAME_PATTERN = re.compile(
     r"fp8_(?P<a>e4m3|e5m2)(?P<b>e4m3|e5m2)_(?P<out>bf16|fp16|fp32)_(?P<tile>\d+x\d+x\d+)_c(?P<cluster>\d+x\d+)"
     r"_(?P<schedule>coop|pp)_(?P<accum>fast|promoted)(?:_p(?P<promotion>\d+))?"
-    r"(?:_(?P<scheduler>streamk|splitk)(?P<splits>\d+)?)?(?:_w(?P<swizzle>\d+))?(?:_r(?P<raster>[mn]))?"
+    r"(?:_(?P<scheduler>streamk|splitk|dynamic)(?P<splits>\d+)?)?(?:_w(?P<swizzle>\d+))?(?:_r(?P<raster>[mn]))?"
     r"(?P<swap>_swap)?"
     r"(?:_l2pf(?P<l2_prefetch>\d+))?"
 )
@@ -49,7 +51,8 @@ class Fp8Config(VariantFields):
 
     a_dtype, b_dtype: `e4m3` or `e5m2`. out_dtype: `bf16`, `fp16` or `fp32`. accum: `fast` or `promoted`.
     tile: (m, n, k) of one CTA's output tile and k-block; cluster: (m, n) CTAs sharing loads by TMA multicast.
-    schedule: `cooperative` or `pingpong`. scheduler: `persistent`, `streamk` or `splitk` (with `splits` > 1).
+    schedule: `cooperative` or `pingpong`. scheduler: `persistent`, `streamk`, `splitk` (with `splits` > 1) or
+    `dynamic` (cooperative, cluster (1, 1); name suffix `_dynamic`).
     swizzle: tiles launched in groups of up to this many (L2 reuse; name suffix `_wN` unless 1).
     raster: `m` or `n` (name suffix `_rm`, `_rn`): the output's side the tile order runs along first, a band of
     `swizzle` tiles wide on the other side; `auto` leaves it to CUTLASS, which runs along the side with fewer tiles
@@ -62,7 +65,7 @@ class Fp8Config(VariantFields):
     over N (the weights fill wgmma's 64 rows) and its second over M (decode's few tokens in a 16- or 32-wide n).
     l2_prefetch: k-blocks of weights (B) of its first tile that each CTA asks L2 for before it waits on the kernel
     before it (name suffix `_l2pfN`): the weight stream starts while that kernel drains. Persistent scheduler
-    only (the one launched with programmatic dependent launch).
+    only (it knows each CTA's first tile before that wait).
     """
 
     a_dtype: str = "e4m3"
@@ -105,19 +108,19 @@ class Fp8Config(VariantFields):
             raise ValueError(f"swap_ab={self.swap_ab!r} must be True or False")
         if self.l2_prefetch not in L2_PREFETCHES:
             raise ValueError(f"l2_prefetch={self.l2_prefetch!r} must be one of {list(L2_PREFETCHES)}")
-        if self.l2_prefetch and not self.programmatic_launch:
+        if self.l2_prefetch and self.scheduler != "persistent":
             raise ValueError(
-                f"l2_prefetch={self.l2_prefetch} runs ahead of the programmatic-launch wait, which only "
-                f"scheduler='persistent' has; got scheduler={self.scheduler!r}"
+                f"l2_prefetch={self.l2_prefetch} runs ahead of the programmatic-launch wait for the first tile of "
+                f"scheduler='persistent'; got scheduler={self.scheduler!r}"
             )
         if (self.scheduler == "splitk") != (self.splits > 1):
             raise ValueError(f"splits={self.splits} goes with scheduler='splitk' (and only it takes splits > 1)")
 
     @property
     def programmatic_launch(self) -> bool:
-        """Whether the kernel launches with programmatic dependent launch (persistent scheduler only: CUTLASS
+        """Whether the kernel launches with programmatic dependent launch (not with stream-K or split-K: CUTLASS
         4.2's stream-K scheduler does not compile with it). A library holds variants that agree on it."""
-        return self.scheduler == "persistent"
+        return self.scheduler in ("persistent", "dynamic")
 
     @property
     def mode(self) -> str:
@@ -127,7 +130,9 @@ class Fp8Config(VariantFields):
     @property
     def name(self) -> str:
         tile, cluster = self.tile, self.cluster
-        scheduler = {"persistent": "", "streamk": "_streamk", "splitk": f"_splitk{self.splits}"}[self.scheduler]
+        scheduler = {"persistent": "", "streamk": "_streamk", "splitk": f"_splitk{self.splits}", "dynamic": "_dynamic"}[
+            self.scheduler
+        ]
         promotion = f"_p{self.promotion}" if self.promotion != 1 else ""
         swizzle = f"_w{self.swizzle}" if self.swizzle != 1 else ""
         raster = f"_r{self.raster}" if self.raster != "auto" else ""

@@ -29,6 +29,7 @@
 
 #include "launcher_abi.h"
 #include "library_exports.h"
+#include "sm90_dynamic_tile_scheduler.hpp"
 #include "sm90_fp8_overlapped_promotion.hpp"
 #include "sm90_l2_prefetch_mainloop.hpp"
 
@@ -62,6 +63,11 @@ struct DecomposeStreamK {
 struct DecomposeSplitK {
   using TileScheduler = cutlass::gemm::StreamKScheduler;
   static constexpr auto kMode = cutlass::gemm::kernel::detail::DecompositionMode::SplitK;
+};
+// Whole tiles, each CTA's next one claimed from a counter when it starts its current one
+// (sm90_dynamic_tile_scheduler.hpp): cooperative kernels with one-CTA clusters.
+struct DecomposeDynamic {
+  using TileScheduler = DynamicScheduler;
 };
 
 // Which output side the persistent scheduler's tile order runs along first, in the output's M and N (the kernel's
@@ -117,10 +123,18 @@ struct Sm90Fp8Gemm {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignmentD, ElementD, LayoutD,
       kAlignmentD, typename Schedule::Epilogue, Output>::CollectiveOp;
 
+  static constexpr bool kDynamic = cute::is_same_v<Decomposition, DecomposeDynamic>;
+  static_assert(!kDynamic || (cute::is_same_v<Schedule, ScheduleCooperative> && ClusterM * ClusterN == 1),
+                "the dynamic tile scheduler runs cooperative kernels with one CTA per cluster");
+  // Shared memory the mainloop's stages leave to the rest: the epilogue's, and the dynamic scheduler's posted tiles.
+  static constexpr int kCarveoutBytes =
+      int(sizeof(typename Epilogue::SharedStorage)) +
+      (kDynamic ? int(sizeof(typename DynamicTileSchedulerSm90::SharedStorage)) + 16 : 0);
+
   using StockMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, KernelElementA, cutlass::layout::RowMajor, kAlignmentAB,
       KernelElementB, cutlass::layout::ColumnMajor, kAlignmentAB, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::gemm::collective::StageCountAutoCarveout<kCarveoutBytes>,
       typename Schedule::template Kernel<FastAccum>>::CollectiveOp;
   static_assert(cute::size<1>(typename StockMainloop::TiledMma::AtomShape_MNK{}) == TileN,
                 "one wgmma spans the tile's n (CuTe's extended wgmma shapes)");
@@ -129,7 +143,7 @@ struct Sm90Fp8Gemm {
   using PromotingMainloop = cute::conditional_t<(!FastAccum && PromotionKBlocks == 1),
                                                 OverlappedPromotionMainloop<StockMainloop>, StockMainloop>;
   static_assert(L2PrefetchKBlocks == 0 || cute::is_same_v<Decomposition, DecomposePersistent>,
-                "the L2 prefetch runs ahead of the programmatic-launch wait: persistent scheduler only");
+                "the L2 prefetch runs ahead of the programmatic-launch wait for the static scheduler's first tile");
   using Mainloop = cute::conditional_t<(L2PrefetchKBlocks > 0),
                                        L2PrefetchMainloop<PromotingMainloop, TileShape, ClusterShape, SwapAB>,
                                        PromotingMainloop>;
@@ -191,7 +205,7 @@ struct Sm90Fp8Gemm {
       arguments.mainloop.scheduler = arguments.scheduler;
       arguments.mainloop.l2_prefetch_k_blocks = L2PrefetchKBlocks;
     }
-    if constexpr (!cute::is_same_v<Decomposition, DecomposePersistent>) {
+    if constexpr (!cute::is_same_v<Decomposition, DecomposePersistent> && !kDynamic) {
       arguments.scheduler.decomposition_mode = Decomposition::kMode;
       arguments.scheduler.splits = Splits;
     }

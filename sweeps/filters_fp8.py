@@ -71,6 +71,11 @@ RULES = (
         lambda c, _: c.schedule == "pingpong" and c.scheduler != "persistent",
     ),
     Rule(
+        "dynamic_scheduler_cluster_or_pingpong",
+        "the dynamic tile scheduler runs cooperative kernels with one CTA per cluster",
+        lambda c, _: c.scheduler == "dynamic" and (c.schedule != "cooperative" or c.cluster != (1, 1)),
+    ),
+    Rule(
         "cluster_over_limit",
         f"more than {MAX_CLUSTER} CTAs per cluster",
         lambda c, _: c.cluster[0] * c.cluster[1] > MAX_CLUSTER,

@@ -27,6 +27,7 @@ from cutlass_ext.variants import from_name
         Fp8Config(tile=(128, 128, 128), cluster=(2, 1), scheduler="persistent", swizzle=4, l2_prefetch=16),
         Fp8Config(tile=(128, 144, 128), swizzle=8, raster="n"),
         Fp8Config(accum="fast", tile=(128, 256, 128), raster="m"),
+        Fp8Config(scheduler="dynamic", swizzle=4, raster="n"),
     ],
     ids=lambda c: c.name,
 )
@@ -106,6 +107,16 @@ def test_persistent_variants_launch_programmatically_in_their_own_units():
     assert "#define CUTLASS_ENABLE_GDC_FOR_SM90 1\n#include" in codegen.render_library([persistent])
     with pytest.raises(ValueError, match="separate translation units"):
         codegen.render_library([persistent, DEFAULT_FP8])
+
+
+def test_dynamic_scheduler_variants_name_and_instantiate_it_with_programmatic_launch():
+    config = Fp8Config(scheduler="dynamic", swizzle=4)
+    assert config.name == "fp8_e4m3e4m3_bf16_128x128x128_c1x1_coop_promoted_dynamic_w4"
+    source = codegen.render_library([config])
+    assert "cutlass_ext::DecomposeDynamic, 1, 4, 1, false," in source
+    assert "#define CUTLASS_ENABLE_GDC_FOR_SM90 1" in source
+    with pytest.raises(ValueError, match="l2_prefetch=8 runs ahead"):
+        Fp8Config(scheduler="dynamic", l2_prefetch=8)
 
 
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])

@@ -1,5 +1,6 @@
 """nvcc compile check of the generated translation units, no GPU needed (CI's check of the kernels)."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -83,18 +84,20 @@ def test_the_smallest_table_3_survivors_compile(cache_dir):
 def test_fp8_default_and_widest_promoted_kernels_compile_without_spills(cache_dir):
     # CUTLASS 3.x for sm_90a: the default FP8 variant (stream-K scheduler, promoted accumulation, EVT epilogue),
     # and the widest promoted tile the sweep's register rule lets through: three fragments of a 128x144
-    # cooperative tile, 216 registers, on one n = 144 wgmma (the kernel asserts one wgmma spans the tile's n)
+    # cooperative tile, 216 registers, on one n = 144 wgmma (the kernel asserts one wgmma spans the tile's n),
+    # under CUTLASS's fixed stride and under our dynamic tile scheduler (its posted tiles in shared memory too)
     widest = Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x144x128_c1x1_coop_promoted")
     assert filters_fp8.accumulator_registers(widest) == filters_fp8.ACCUMULATOR_BUDGET
-    # two libraries: stream-K (the default) and persistent variants differ in programmatic launch
-    for result in build.build_libraries([(DEFAULT_FP8,), (widest,)], "90a", verbose=False):
+    widest_dynamic = dataclasses.replace(widest, scheduler="dynamic")
+    # two libraries: stream-K (the default) and persistent or dynamic variants differ in programmatic launch
+    for result in build.build_libraries([(DEFAULT_FP8,), (widest, widest_dynamic)], "90a", verbose=False):
         assert result.error is None, result.error
-        (config,) = result.configs
         exported = subprocess.run(
             ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
         ).stdout
-        for fn in ("fp8_can_implement", "fp8_workspace_size", "fp8_run"):
-            assert f" T {config.name}_{fn}\n" in exported
+        for config in result.configs:
+            for fn in ("fp8_can_implement", "fp8_workspace_size", "fp8_run"):
+                assert f" T {config.name}_{fn}\n" in exported
         resource_usage = json.loads((result.library.parent / cache.MANIFEST).read_text())["resource_usage"]
         spill_reports = [line for line in resource_usage.splitlines() if "spill stores" in line]
         assert spill_reports and all(" 0 bytes spill stores" in line for line in spill_reports), spill_reports

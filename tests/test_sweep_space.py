@@ -219,6 +219,17 @@ def test_the_raster_space_pairs_both_tile_orders_per_kernel_and_swizzle():
     assert {c.raster for c in result.survivors} == {"m", "n"}
 
 
+def test_the_dynamic_space_runs_the_counter_on_one_cta_clusters_beside_both_fixed_strides():
+    configs = load_space(CONFIGS / "sm90_fp8_dynamic.yaml")
+    result = filters.apply_rules(configs, filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90_fp8"))
+    dynamic = [c for c in result.survivors if c.scheduler == "dynamic"]
+    assert result.counts["dynamic_scheduler_cluster_or_pingpong"] > 0
+    assert dynamic and {c.cluster for c in dynamic} == {(1, 1)}
+    for config in dynamic:  # each beside its fixed-stride twin in both cluster shapes
+        for cluster in ((1, 1), (2, 1)):
+            assert dataclasses.replace(config, scheduler="persistent", cluster=cluster) in result.survivors
+
+
 @pytest.mark.parametrize(
     "space, message",
     [

@@ -54,6 +54,12 @@ RASTERED = [
     Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x128x128_c2x1_coop_promoted_w4_rn"),
     Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_rn_swap"),
 ]
+# tiles claimed from a counter as CTAs come for them (kernels/sm90_dynamic_tile_scheduler.hpp), beside the same
+# kernel under CUTLASS's fixed stride: both accumulations, a swizzled band along N, the output types
+DYNAMIC = [
+    Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x128x128_c1x1_coop_promoted_dynamic_w4"),
+    Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x256x128_c1x1_coop_fast_dynamic_w8_rn"),
+]
 # promoted every 512 k elements (a 256-deep k-block, every 2nd): the span the filter rule removes
 LONG_SPAN = Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x128x256_c1x1_pp_promoted_p2")
 
@@ -70,6 +76,7 @@ def defaults_only(tmp_path_factory):
     prefetch_bases = [dataclasses.replace(c, l2_prefetch=0) for c in PREFETCHING]
     raster_bases = [dataclasses.replace(c, raster="auto") for c in RASTERED]
     named = EXPLICIT + SWAPPED + OVERLAPPED + [LONG_SPAN] + PREFETCHING + prefetch_bases + RASTERED + raster_bases
+    named += DYNAMIC + [dataclasses.replace(c, scheduler="persistent") for c in DYNAMIC]
     registry.ensure_registered(configs + named, torch.device("cuda"))
     yield
     ext.set_tuned_table(None)
@@ -291,6 +298,46 @@ def test_tile_order_changes_no_output(config):
     reference = numerics.dequantized_product(a, b, scale_a, scale_b)
     peer = peer_relres(a, b, scale_a, scale_b, None, torch.bfloat16, config.accum, reference)
     assert numerics.relative_residual(c, reference) <= FACTOR * peer
+
+
+@pytest.mark.parametrize("config", DYNAMIC, ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    "m, n_tiles, k",
+    [(2100, 65, 512), (100, 3, 256), (1, 8, 4096), (1408, 12, 128)],
+    ids=["17x65_tiles", "fewer_tiles_than_ctas", "decode", "one_wave_exactly"],
+)
+def test_dynamic_tile_claims_change_no_output(config, m, n_tiles, k):
+    """Claimed from a counter, every tile is still one CTA's whole sum: bit for bit the product of the same kernel
+    under CUTLASS's fixed stride, call after call (the counter starts from zero at each launch) and replayed from
+    a CUDA graph (the zeroing is captured with the kernel); each output written (poisoned before every call)."""
+    n = n_tiles * config.tile[1] - 16  # the last column of tiles not whole
+    a, b, scale_a, scale_b = fp8_operands(m, n, k, granularity="row", seed=13)
+    out_dtype = OUT_DTYPES[config.out_dtype]
+    run = functools.partial(ops.gemm_fp8, a, b, scale_a.reshape(-1), scale_b.reshape(-1), None, out_dtype)
+    poison_allocator(m, n)
+    expected = run([dataclasses.replace(config, scheduler="persistent").name])
+    assert torch.isfinite(expected).all(), "unwritten (NaN-poisoned) outputs"
+    for _ in range(3):
+        poison_allocator(m, n)
+        assert torch.equal(run([config.name]), expected)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        run([config.name])
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    poison_allocator(m, n)
+    with torch.cuda.graph(graph):
+        captured = run([config.name])
+    for _ in range(2):
+        captured.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, expected)
+    if config.accum == "fast" and m <= 16:
+        return  # unsplit fast accumulation at decode is outside the bound (the test after this one)
+    reference = numerics.dequantized_product(a, b, scale_a, scale_b)
+    peer = peer_relres(a, b, scale_a, scale_b, None, out_dtype, config.accum, reference)
+    assert numerics.relative_residual(expected, reference) <= FACTOR * peer
 
 
 def test_fast_accumulation_without_split_k_is_caught_by_the_bound_at_decode():
