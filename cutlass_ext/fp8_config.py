@@ -20,7 +20,8 @@ FP8_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # fast: the whole K loop accumulates inside the Tensor Core; promoted: its partial sums are added into FP32
 # registers every `promotion` k-blocks, as cuBLAS does without its fast-accumulation flag (every k-block: while the
-# next k-block's wgmmas run, kernels/sm90_fp8_overlapped_promotion.hpp; longer spans: CUTLASS's FP8 mainloop).
+# next k-block's wgmmas run, kernels/sm90_fp8_overlapped_promotion.hpp, or with `turns` while the other
+# warpgroup's run, kernels/sm90_fp8_turn_taking_promotion.hpp; longer spans: CUTLASS's FP8 mainloop).
 ACCUMULATIONS = ("fast", "promoted")
 SCHEDULES = ("cooperative", "pingpong")  # two consumer warpgroups on one tile, or on alternating tiles
 # persistent: whole output tiles per CTA; streamk: the last wave's tiles shared out along K (CUTLASS stream-K);
@@ -38,7 +39,7 @@ L2_PREFETCHES = (0, 2, 4, 8, 16, 32)
 _SCHEDULE_TAGS = {"cooperative": "coop", "pingpong": "pp"}
 _NAME_PATTERN = re.compile(
     r"fp8_(?P<a>e4m3|e5m2)(?P<b>e4m3|e5m2)_(?P<out>bf16|fp16|fp32)_(?P<tile>\d+x\d+x\d+)_c(?P<cluster>\d+x\d+)"
-    r"_(?P<schedule>coop|pp)_(?P<accum>fast|promoted)(?:_p(?P<promotion>\d+))?"
+    r"_(?P<schedule>coop|pp)_(?P<accum>fast|promoted)(?:_p(?P<promotion>\d+))?(?P<turns>_turns)?"
     r"(?:_(?P<scheduler>streamk|splitk|dynamic)(?P<splits>\d+)?)?(?:_w(?P<swizzle>\d+))?(?:_r(?P<raster>[mn]))?"
     r"(?P<swap>_swap)?"
     r"(?:_l2pf(?P<l2_prefetch>\d+))?"
@@ -61,6 +62,9 @@ class Fp8Config(VariantFields):
     promotion: k-blocks between promotions into FP32 registers, for `promoted` (name `_pN` unless 1): fewer
     promotions cost fewer instructions and keep longer sums in the Tensor Core's narrower accumulator (spans over
     128 k elements break the accuracy bound: sweeps/filters_fp8.py).
+    turns: promotion every k-block (cooperative) with the two warpgroups taking turns at the Tensor Core, each
+    promoting while the other's k-block runs (name suffix `_turns`): two accumulator fragments per thread instead
+    of three, so promoted tiles up to 128x208 fit (kernels/sm90_fp8_turn_taking_promotion.hpp).
     swap_ab: the kernel computes Dᵀ = B · Aᵀ (name suffix `_swap`), so `tile` is (n, m, k): its first side runs
     over N (the weights fill wgmma's 64 rows) and its second over M (decode's few tokens in a 16- or 32-wide n).
     l2_prefetch: k-blocks of weights (B) of its first tile that each CTA asks L2 for before it waits on the kernel
@@ -80,6 +84,7 @@ class Fp8Config(VariantFields):
     swizzle: int = 1
     raster: str = "auto"
     promotion: int = 1
+    turns: bool = False
     swap_ab: bool = False
     l2_prefetch: int = 0
     family: str = FAMILY
@@ -104,6 +109,14 @@ class Fp8Config(VariantFields):
             raise ValueError(f"promotion={self.promotion!r} must be one of {list(PROMOTIONS)}")
         if self.promotion > 1 and self.accum != "promoted":
             raise ValueError(f"promotion={self.promotion} is for accum='promoted'; fast accumulation never promotes")
+        if self.turns is not True and self.turns is not False:
+            raise ValueError(f"turns={self.turns!r} must be True or False")
+        if self.turns and (self.accum, self.promotion, self.schedule) != ("promoted", 1, "cooperative"):
+            raise ValueError(
+                "turns=True takes promotion every k-block of a cooperative tile (accum='promoted', promotion=1, "
+                f"schedule='cooperative'); got accum={self.accum!r}, promotion={self.promotion}, "
+                f"schedule={self.schedule!r}"
+            )
         if self.swap_ab is not True and self.swap_ab is not False:
             raise ValueError(f"swap_ab={self.swap_ab!r} must be True or False")
         if self.l2_prefetch not in L2_PREFETCHES:
@@ -133,7 +146,7 @@ class Fp8Config(VariantFields):
         scheduler = {"persistent": "", "streamk": "_streamk", "splitk": f"_splitk{self.splits}", "dynamic": "_dynamic"}[
             self.scheduler
         ]
-        promotion = f"_p{self.promotion}" if self.promotion != 1 else ""
+        promotion = (f"_p{self.promotion}" if self.promotion != 1 else "") + ("_turns" if self.turns else "")
         swizzle = f"_w{self.swizzle}" if self.swizzle != 1 else ""
         raster = f"_r{self.raster}" if self.raster != "auto" else ""
         return (
@@ -162,6 +175,7 @@ class Fp8Config(VariantFields):
             swizzle=int(match["swizzle"]) if match["swizzle"] else 1,
             raster=match["raster"] or "auto",
             promotion=int(match["promotion"]) if match["promotion"] else 1,
+            turns=bool(match["turns"]),
             swap_ab=bool(match["swap"]),
             l2_prefetch=int(match["l2_prefetch"]) if match["l2_prefetch"] else 0,
         )._named(name)

@@ -71,6 +71,21 @@ def winners(frame: pd.DataFrame) -> pd.DataFrame:
     return best[COLUMNS].sort_values(["mode", "m", "n", "k", "batch"]).reset_index(drop=True)
 
 
+def confirmed_winners(sweeps: pd.DataFrame, confirmations: pd.DataFrame) -> pd.DataFrame:
+    """`winners` of the sweep tables, except where a confirmation run (sweeps/confirm.py: a shape's leading
+    variants re-timed side by side, round-robin) measured the (mode, shape): there its latest run picks. The sweep
+    tables are a union of runs taken at different clocks, and their fastest row is partly the luck of its run."""
+    if confirmations.empty:
+        return winners(sweeps)
+    key = ["mode", "m", "n", "k", "batch"]
+    ok = confirmations[confirmations["status"] == "ok"]
+    latest = ok[ok["date"] == ok.groupby(key)["date"].transform("max")]
+    confirmed = winners(latest)
+    rest = winners(sweeps)
+    rest = rest[~rest.set_index(key).index.isin(confirmed.set_index(key).index)]
+    return pd.concat([confirmed, rest]).sort_values(key).reset_index(drop=True)
+
+
 def write_table(table: pd.DataFrame, path: Path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     table[COLUMNS].to_csv(path, index=False)

@@ -31,6 +31,7 @@
 #include "library_exports.h"
 #include "sm90_dynamic_tile_scheduler.hpp"
 #include "sm90_fp8_overlapped_promotion.hpp"
+#include "sm90_fp8_turn_taking_promotion.hpp"
 #include "sm90_l2_prefetch_mainloop.hpp"
 
 namespace cutlass_ext {
@@ -83,9 +84,12 @@ enum class Raster { Auto, AlongM, AlongN };
 // stage carries more weight bytes, and more stages fit in shared memory.
 // L2PrefetchKBlocks: k-blocks of the weights (B, or A swapped) of the CTA's first tile that it asks L2 for before
 // waiting on the grid before it (sm90_l2_prefetch_mainloop.hpp); 0: none. Persistent, programmatic launch only.
+// PromotionTurns: promotion every k-block hidden behind the other warpgroup's k-block instead of the warpgroup's own
+// next one (sm90_fp8_turn_taking_promotion.hpp: two accumulator fragments instead of three, so wider tiles fit).
 template <class ElementA, class ElementB, class ElementD, int TileM, int TileN, int TileK, int ClusterM,
           int ClusterN, class Schedule, bool FastAccum, class Decomposition, int Splits, int Swizzle = 1,
-          int PromotionKBlocks = 1, bool SwapAB = false, int L2PrefetchKBlocks = 0, Raster RasterOrder = Raster::Auto>
+          int PromotionKBlocks = 1, bool SwapAB = false, int L2PrefetchKBlocks = 0, Raster RasterOrder = Raster::Auto,
+          bool PromotionTurns = false>
 struct Sm90Fp8Gemm {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
@@ -138,10 +142,16 @@ struct Sm90Fp8Gemm {
       typename Schedule::template Kernel<FastAccum>>::CollectiveOp;
   static_assert(cute::size<1>(typename StockMainloop::TiledMma::AtomShape_MNK{}) == TileN,
                 "one wgmma spans the tile's n (CuTe's extended wgmma shapes)");
-  // Promotion every k-block overlaps the Tensor Core (sm90_fp8_overlapped_promotion.hpp); longer promotion spans
-  // keep CUTLASS's own mainloop (they fail the accuracy bound at 128-deep k-blocks: kept to reproduce old rows).
-  using PromotingMainloop = cute::conditional_t<(!FastAccum && PromotionKBlocks == 1),
-                                                OverlappedPromotionMainloop<StockMainloop>, StockMainloop>;
+  // Promotion every k-block overlaps the Tensor Core (sm90_fp8_overlapped_promotion.hpp, or taking turns:
+  // sm90_fp8_turn_taking_promotion.hpp); longer promotion spans keep CUTLASS's own mainloop (they fail the accuracy
+  // bound at 128-deep k-blocks: kept to reproduce old rows).
+  static_assert(!PromotionTurns || (!FastAccum && PromotionKBlocks == 1 &&
+                                    cute::is_same_v<Schedule, ScheduleCooperative>),
+                "warpgroups take turns promoting every k-block of a cooperative tile");
+  using EveryBlockMainloop = cute::conditional_t<PromotionTurns, TurnTakingPromotionMainloop<StockMainloop>,
+                                                 OverlappedPromotionMainloop<StockMainloop>>;
+  using PromotingMainloop =
+      cute::conditional_t<(!FastAccum && PromotionKBlocks == 1), EveryBlockMainloop, StockMainloop>;
   static_assert(L2PrefetchKBlocks == 0 || cute::is_same_v<Decomposition, DecomposePersistent>,
                 "the L2 prefetch runs ahead of the programmatic-launch wait for the static scheduler's first tile");
   using Mainloop = cute::conditional_t<(L2PrefetchKBlocks > 0),

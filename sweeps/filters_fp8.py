@@ -32,9 +32,10 @@ def consumer_threads(config: Fp8Config) -> int:
 def accumulator_registers(config: Fp8Config) -> int:
     """Per consumer thread, in fragments of the tile's accumulator: fast accumulation holds one; promotion every
     k-block the FP32 totals and two Tensor Core partial sums (one promoted while the next k-block's wgmmas write
-    the other: kernels/sm90_fp8_overlapped_promotion.hpp); a longer promotion span (CUTLASS's mainloop) two."""
+    the other: kernels/sm90_fp8_overlapped_promotion.hpp), or with `turns` one partial (promoted while the other
+    warpgroup's k-block runs); a longer promotion span (CUTLASS's mainloop) two."""
     tm, tn, _ = config.tile
-    fragments = 1 if config.accum == "fast" else 3 if config.promotion == 1 else 2
+    fragments = 1 if config.accum == "fast" else 3 if config.promotion == 1 and not config.turns else 2
     return tm * tn // consumer_threads(config) * fragments
 
 
@@ -92,7 +93,8 @@ RULES = (
     ),
     Rule(
         "accumulator_registers_over_budget",
-        f"accumulators (x3 when promoted every k-block) > {ACCUMULATOR_BUDGET} registers per consumer thread",
+        f"accumulators (x3 when promoted every k-block, x2 taking turns) > {ACCUMULATOR_BUDGET} registers per "
+        "consumer thread",
         lambda c, _: accumulator_registers(c) > ACCUMULATOR_BUDGET,
     ),
 )

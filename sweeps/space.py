@@ -147,6 +147,7 @@ _FP8_CHOICES = {
     "schedule": list(fp8_config.SCHEDULES),
     "scheduler": list(fp8_config.SCHEDULERS),
     "swap_ab": [False, True],
+    "turns": [False, True],
     "raster": list(fp8_config.RASTERS),
     "l2_prefetch": list(fp8_config.L2_PREFETCHES),
 }
@@ -192,24 +193,34 @@ def _load_fp8_space(path: Path, document: dict) -> list:
     )
     splits, promotions = axes.pop("splits", [1]), axes.pop("promotion", [1])
     prefetches = axes.pop("l2_prefetch", [0])
+    turn_taking = axes.pop("turns", [False])
     names = list(axes)
     configs = []
     for mode in modes:
         for values in itertools.product(*(axes[name] for name in names)):
             fields = dict(zip(names, values), accum=_FP8_MODES[mode])
             # only split-K takes a number of splits, only promoted accumulation a promotion interval, only the
-            # persistent scheduler (programmatic launch) an L2 prefetch
+            # persistent scheduler (programmatic launch) an L2 prefetch, only promotion every k-block of a
+            # cooperative tile turn-taking warpgroups
             persistent = fields.get("scheduler", "persistent") == "persistent"
             split_choices = [s for s in splits if s > 1] if fields.get("scheduler") == "splitk" else [1]
             promotion_choices = promotions if fields["accum"] == "promoted" else [1]
             prefetch_choices = prefetches if persistent else [0]
             for split, promotion, prefetch in itertools.product(split_choices, promotion_choices, prefetch_choices):
-                try:
-                    configs.append(
-                        fp8_config.Fp8Config(**fields, splits=split, promotion=promotion, l2_prefetch=prefetch)
-                    )
-                except ValueError as error:
-                    raise SpaceError(f"{path}: {error}") from error
+                takes_turns = (fields["accum"], promotion, fields.get("schedule", "cooperative")) == (
+                    "promoted",
+                    1,
+                    "cooperative",
+                )
+                for turns in turn_taking if takes_turns else [False]:
+                    try:
+                        configs.append(
+                            fp8_config.Fp8Config(
+                                **fields, splits=split, promotion=promotion, l2_prefetch=prefetch, turns=turns
+                            )
+                        )
+                    except ValueError as error:
+                        raise SpaceError(f"{path}: {error}") from error
     return configs
 
 

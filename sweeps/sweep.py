@@ -22,6 +22,23 @@ from .table import FAMILY_CONFIG_FIELDS, ResumableTable, config_columns
 FAMILY_MEASURES = {"sm80": measure, "sm90_fp8": measure_fp8, "sm90": measure_split}
 
 
+def write_tuned(folder: Path, gpu: str, path: Path | None = None) -> Path | None:
+    """The tuned table from a results folder's sweep tables and confirmation runs (tuned.confirmed_winners), this
+    GPU's rows; to `path` or the shipped table of this GPU."""
+
+    def rows(pattern: str) -> pd.DataFrame:
+        tables = [pd.read_csv(table) for table in sorted(Path(folder).glob(pattern))]
+        frame = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=["gpu", "status"])
+        return frame[frame["gpu"] == gpu]
+
+    winners = tuned.confirmed_winners(rows("sweep_*.csv"), rows("confirm_*.csv"))
+    if winners.empty:
+        return None
+    path = path or tuned.TUNED_DIR / f"{tuned.gpu_key(gpu)}.csv"
+    tuned.write_table(winners, path)
+    return path
+
+
 class Sweep:
     def __init__(self, args, limits):
         self.args = args
@@ -171,15 +188,8 @@ class Sweep:
 
     def write_tuned(self) -> Path | None:
         """Winners over every sweep table in this table's folder (this GPU's rows): a sweep of one space keeps the
-        faster variants that a sweep of another space found."""
-        tables = sorted(self.table.path.parent.glob("sweep_*.csv"))
-        frame = pd.concat([pd.read_csv(path) for path in tables], ignore_index=True)
-        winners = tuned.winners(frame[frame["gpu"] == self.gpu])
-        if winners.empty:
-            return None
-        path = self.args.tuned_out or tuned.TUNED_DIR / f"{tuned.gpu_key(self.gpu)}.csv"
-        tuned.write_table(winners, path)
-        return path
+        faster variants that a sweep of another space found; confirmation runs pick where they measured."""
+        return write_tuned(self.table.path.parent, self.gpu, self.args.tuned_out)
 
     def print_summary(self) -> None:
         """Each mode's fastest row per shape on this GPU, with its ratio to cuBLAS FP32 (report.best_per_shape)."""

@@ -42,6 +42,7 @@ FP8_CONFIG_FIELDS = [
     "swizzle",
     "raster",
     "promotion",
+    "turns",
     "swap_ab",
     "l2_prefetch",
 ]
@@ -50,7 +51,7 @@ FAMILY_CONFIG_FIELDS = {"sm80": CONFIG_FIELDS, "sm90_fp8": FP8_CONFIG_FIELDS, "s
 COLUMNS = MEASURED + PROVENANCE + CONFIG_FIELDS
 KEY = ["name", "m", "n", "k", "batch", "gpu"]
 # Columns added after tables were first written: an older table gains them (empty) when it is opened.
-ADDED_LATER = {"repeats", "swizzle", "swap_ab", "l2_prefetch", "raster"}
+ADDED_LATER = {"repeats", "swizzle", "swap_ab", "l2_prefetch", "raster", "turns"}
 
 
 def config_columns(config, fields: list[str] = CONFIG_FIELDS) -> dict:

@@ -28,6 +28,8 @@ from cutlass_ext.variants import from_name
         Fp8Config(tile=(128, 144, 128), swizzle=8, raster="n"),
         Fp8Config(accum="fast", tile=(128, 256, 128), raster="m"),
         Fp8Config(scheduler="dynamic", swizzle=4, raster="n"),
+        Fp8Config(tile=(128, 208, 128), turns=True, scheduler="dynamic", swizzle=4),
+        Fp8Config(tile=(128, 192, 128), cluster=(2, 1), turns=True, scheduler="streamk", raster="m"),
     ],
     ids=lambda c: c.name,
 )
@@ -52,6 +54,10 @@ def test_names_round_trip(config):
         ({"swap_ab": 1}, "swap_ab=1 must be True or False"),
         ({"scheduler": "persistent", "l2_prefetch": 3}, "l2_prefetch=3 must be one of"),
         ({"l2_prefetch": 8}, "l2_prefetch=8 runs ahead of the programmatic-launch wait"),
+        ({"turns": 1}, "turns=1 must be True or False"),
+        ({"turns": True, "accum": "fast"}, "turns=True takes promotion every k-block of a cooperative tile"),
+        ({"turns": True, "promotion": 2}, "promotion=2, schedule='cooperative'"),
+        ({"turns": True, "tile": (64, 128, 128), "schedule": "pingpong"}, "schedule='pingpong'"),
     ],
 )
 def test_bad_fields_are_named(fields, message):
@@ -72,7 +78,7 @@ def test_generated_code_instantiates_the_config():
         "Sm90Fp8Gemm<cutlass::float_e5m2_t, cutlass::float_e4m3_t, cutlass::half_t, 64, 128, 128,\n"
         "                             2, 1, cutlass_ext::SchedulePingpong, true,\n"
         "                             cutlass_ext::DecomposeSplitK, 4, 1, 1, false,\n"
-        "                             0, cutlass_ext::Raster::AlongN>"
+        "                             0, cutlass_ext::Raster::AlongN, false>"
     ) in source
     assert "CUTLASS_ENABLE_GDC_FOR_SM90" not in source  # stream-K scheduler: no programmatic launch
     with pytest.raises(ValueError, match="one family"):
@@ -83,7 +89,7 @@ def test_swapped_variants_name_and_instantiate_the_swap():
     config = Fp8Config(accum="fast", tile=(64, 16, 256), schedule="pingpong", swap_ab=True)
     assert config.name == "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap"
     assert (
-        "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n                             0, cutlass_ext::Raster::Auto>"
+        "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n                             0, cutlass_ext::Raster::Auto, false>"
         in (codegen.render_library([config]))
     )
 
@@ -93,7 +99,7 @@ def test_l2_prefetching_variants_name_and_instantiate_the_depth():
     assert config.name == "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap_l2pf8"
     source = codegen.render_library([config])
     assert (
-        "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n                             8, cutlass_ext::Raster::Auto>"
+        "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n                             8, cutlass_ext::Raster::Auto, false>"
         in source
     )
     assert "#define CUTLASS_ENABLE_GDC_FOR_SM90 1" in source  # the prefetch runs ahead of the PDL wait
@@ -117,6 +123,14 @@ def test_dynamic_scheduler_variants_name_and_instantiate_it_with_programmatic_la
     assert "#define CUTLASS_ENABLE_GDC_FOR_SM90 1" in source
     with pytest.raises(ValueError, match="l2_prefetch=8 runs ahead"):
         Fp8Config(scheduler="dynamic", l2_prefetch=8)
+
+
+def test_turn_taking_variants_name_and_instantiate_the_two_fragment_mainloop():
+    config = Fp8Config(tile=(128, 192, 128), turns=True, scheduler="dynamic", swizzle=4)
+    assert config.name == "fp8_e4m3e4m3_bf16_128x192x128_c1x1_coop_promoted_turns_dynamic_w4"
+    assert "cutlass_ext::DecomposeDynamic, 1, 4, 1, false,\n" in codegen.render_library([config])
+    assert "cutlass_ext::Raster::Auto, true>)" in codegen.render_library([config])
+    assert "cutlass_ext::Raster::Auto, false>)" in codegen.render_library([dataclasses.replace(config, turns=False)])
 
 
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])

@@ -85,12 +85,17 @@ def test_fp8_default_and_widest_promoted_kernels_compile_without_spills(cache_di
     # CUTLASS 3.x for sm_90a: the default FP8 variant (stream-K scheduler, promoted accumulation, EVT epilogue),
     # and the widest promoted tile the sweep's register rule lets through: three fragments of a 128x144
     # cooperative tile, 216 registers, on one n = 144 wgmma (the kernel asserts one wgmma spans the tile's n),
-    # under CUTLASS's fixed stride and under our dynamic tile scheduler (its posted tiles in shared memory too)
+    # under CUTLASS's fixed stride and under our dynamic tile scheduler (its posted tiles in shared memory too);
+    # and the widest with warpgroups taking turns: two fragments of a 128x208 tile (kernels/
+    # sm90_fp8_turn_taking_promotion.hpp)
     widest = Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x144x128_c1x1_coop_promoted")
     assert filters_fp8.accumulator_registers(widest) == filters_fp8.ACCUMULATOR_BUDGET
     widest_dynamic = dataclasses.replace(widest, scheduler="dynamic")
+    widest_turns = Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x208x128_c1x1_coop_promoted_turns")
+    assert filters_fp8.accumulator_registers(widest_turns) == 208
     # two libraries: stream-K (the default) and persistent or dynamic variants differ in programmatic launch
-    for result in build.build_libraries([(DEFAULT_FP8,), (widest, widest_dynamic)], "90a", verbose=False):
+    groups = [(DEFAULT_FP8,), (widest, widest_dynamic, widest_turns)]
+    for result in build.build_libraries(groups, "90a", verbose=False):
         assert result.error is None, result.error
         exported = subprocess.run(
             ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from cutlass_ext.config import KernelConfig
-from sweeps import filters, filters_split
+from sweeps import filters, filters_fp8, filters_split
 from sweeps.space import SpaceError, load_shapes, load_space
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -228,6 +228,19 @@ def test_the_dynamic_space_runs_the_counter_on_one_cta_clusters_beside_both_fixe
     for config in dynamic:  # each beside its fixed-stride twin in both cluster shapes
         for cluster in ((1, 1), (2, 1)):
             assert dataclasses.replace(config, scheduler="persistent", cluster=cluster) in result.survivors
+
+
+def test_the_turns_space_promotes_wide_tiles_only_by_taking_turns():
+    configs = load_space(CONFIGS / "sm90_fp8_turns.yaml")
+    assert {c.turns for c in configs if c.accum == "fast" or c.schedule != "cooperative"} <= {False}
+    result = filters.apply_rules(configs, filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90_fp8"))
+    assert result.counts["accumulator_registers_over_budget"] > 0
+    wide = [c for c in result.survivors if c.tile[1] > 144]
+    assert {c.tile[1] for c in wide} == {192, 208} and all(c.turns for c in wide)
+    for config in result.survivors:  # the 128x128 tile both ways, the same kernel otherwise
+        if config.tile[1] == 128:
+            assert dataclasses.replace(config, turns=not config.turns) in result.survivors
+    assert all(filters_fp8.accumulator_registers(c) <= filters_fp8.ACCUMULATOR_BUDGET for c in result.survivors)
 
 
 @pytest.mark.parametrize(

@@ -60,6 +60,15 @@ DYNAMIC = [
     Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x128x128_c1x1_coop_promoted_dynamic_w4"),
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x256x128_c1x1_coop_fast_dynamic_w8_rn"),
 ]
+# promotion every k-block with the two warpgroups taking turns at the Tensor Core (two accumulator fragments:
+# kernels/sm90_fp8_turn_taking_promotion.hpp): on a tile that the three-fragment mainloop also runs, and on the
+# wider tiles it lets promote, under the fixed stride (in a cluster), the dynamic scheduler and stream-K
+TURNS = [
+    Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x144x128_c1x1_coop_promoted_turns"),
+    Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x208x128_c2x1_coop_promoted_turns_w4"),
+    Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x192x128_c1x1_coop_promoted_turns_dynamic_w4"),
+    Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x192x128_c1x1_coop_promoted_turns_streamk"),
+]
 # promoted every 512 k elements (a 256-deep k-block, every 2nd): the span the filter rule removes
 LONG_SPAN = Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x128x256_c1x1_pp_promoted_p2")
 
@@ -76,7 +85,7 @@ def defaults_only(tmp_path_factory):
     prefetch_bases = [dataclasses.replace(c, l2_prefetch=0) for c in PREFETCHING]
     raster_bases = [dataclasses.replace(c, raster="auto") for c in RASTERED]
     named = EXPLICIT + SWAPPED + OVERLAPPED + [LONG_SPAN] + PREFETCHING + prefetch_bases + RASTERED + raster_bases
-    named += DYNAMIC + [dataclasses.replace(c, scheduler="persistent") for c in DYNAMIC]
+    named += DYNAMIC + [dataclasses.replace(c, scheduler="persistent") for c in DYNAMIC] + TURNS
     registry.ensure_registered(configs + named, torch.device("cuda"))
     yield
     ext.set_tuned_table(None)
@@ -364,6 +373,30 @@ def test_overlapped_promotion_adds_every_k_block_once(config, k_blocks):
     ours = numerics.relative_residual(c, reference)
     peer = peer_relres(a, b, scale_a, scale_b, None, torch.float32, "promoted", reference)
     assert ours <= FACTOR * peer, f"{config.name}: relres {ours:.3g} vs torch._scaled_mm {peer:.3g}"
+
+
+@pytest.mark.parametrize("config", TURNS, ids=lambda c: c.name)
+@pytest.mark.parametrize("k_blocks", [1, 2, 3, 5, 64])
+def test_turn_taking_promotion_adds_every_k_block_once(config, k_blocks):
+    """The warpgroups' hand-overs balance within every tile, whatever its k-block count (one, odd, a last block
+    that TMA pads with zeros, stream-K's part-ranges of K): each output is written (poisoned before), within the
+    bound at FP32 output, where a dropped or doubled k-block would read ~1/k_blocks, over 17 x 9 tiles (more than
+    one wave: the dynamic scheduler's claims run). On the tile the three-fragment mainloop also runs, the same
+    FP32 additions in the same order: bit for bit its output."""
+    m, n, k = 2100, 9 * config.tile[1] - 16, 128 * k_blocks - 16
+    a, b, scale_a, scale_b = fp8_operands(m, n, k, seed=k_blocks + 100)
+    run = functools.partial(ops.gemm_fp8, a, b, scale_a.reshape(1), scale_b.reshape(1), None, torch.float32)
+    poison_allocator(m, n)
+    c = run([config.name])
+    assert torch.isfinite(c).all(), "unwritten (NaN-poisoned) outputs"
+    reference = numerics.dequantized_product(a, b, scale_a, scale_b)
+    ours = numerics.relative_residual(c, reference)
+    peer = peer_relres(a, b, scale_a, scale_b, None, torch.float32, "promoted", reference)
+    assert ours <= FACTOR * peer, f"{config.name}: relres {ours:.3g} vs torch._scaled_mm {peer:.3g}"
+    own_turn = dataclasses.replace(config, turns=False)
+    if own_turn in OVERLAPPED:
+        poison_allocator(m, n)
+        assert torch.equal(c, run([own_turn.name]))
 
 
 def test_promotion_every_512_k_elements_breaks_the_bound_at_fp32_output():

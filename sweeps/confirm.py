@@ -1,0 +1,130 @@
+"""python -m sweeps.confirm --shapes SHAPES.yaml [--modes MODE ...] [--top N] [--rounds R] [--out DIR]
+
+Re-times each shape's leading variants side by side and lets that run pick the tuned winner. The sweep tables are
+a union of many runs taken at different clocks, and their fastest row per shape is partly the luck of its run: at
+decode a call takes ~24 µs and the leaders differ by 0.1-0.5 µs; at the power-limited prefill shapes whole runs
+move by 5%. Here the candidates of a shape are the `--top` fastest variants at every shape of its (mode, N, K)
+(a tile that leads at M = 4 may be the best at M = 8, where no sweep ran it), each checked by the accuracy gate
+and timed by CUDA-graph replay in `--rounds` round-robin passes; a row's time is the median of its passes. Rows go
+to `<out>/confirm_<shapes>.csv` (the sweep tables' columns); the tuned table is then re-derived: where a
+confirmation run measured a (mode, shape), its latest run picks the winner (tuned.confirmed_winners).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from cutlass_ext import benchmark, registry, tuned, variants
+
+from .space import load_shapes
+from .sweep import FAMILY_MEASURES, write_tuned
+from .table import FAMILY_CONFIG_FIELDS, ResumableTable, config_columns
+
+
+def candidates(sweeps: pd.DataFrame, shapes, modes, top: int) -> dict:
+    """{(mode, shape): [variant names]}: the `top` fastest gated variants in the sweep tables at this shape, then
+    those at the other shapes of `shapes` with the same (n, k, batch) that this one's do not include."""
+    ours = sweeps[~sweeps["family"].isin(tuned.PEER_FAMILIES) & (sweeps["status"] == "ok")]
+    best = ours.sort_values("tflops", ascending=False).drop_duplicates(["mode", "m", "n", "k", "batch", "name"])
+
+    def leaders_at(mode, shape) -> list:
+        m, n, k, batch = shape
+        here = (best["mode"] == mode) & (best["m"] == m) & (best["n"] == n) & (best["k"] == k)
+        return list(best[here & (best["batch"] == batch)]["name"].head(top))
+
+    chosen = {}
+    for mode in modes:
+        for shape in shapes:
+            leaders = leaders_at(mode, shape)
+            for other in shapes:
+                if other != shape and other[1:] == shape[1:]:
+                    leaders += [name for name in leaders_at(mode, other) if name not in leaders]
+            if leaders:
+                chosen[mode, shape] = leaders
+    return chosen
+
+
+def confirm(problem, mode: str, names: list, rounds: int, repeats: int) -> dict:
+    """{name: measured columns} for one shape: the gate once, then `rounds` round-robin passes of graph replay."""
+    runs, rows = {}, {}
+    for name in names:
+        config = variants.from_name(name)
+        run, prepare = FAMILY_MEASURES[config.family].kernel_runner(config)
+        sets = problem.operands(prepare)
+        try:
+            relres = problem.relres(run(*sets[0]))
+        except RuntimeError as error:
+            rows[name] = {"status": "cannot_run", "detail": str(error).splitlines()[0][:200]}
+            continue
+        status, detail = problem.gate(mode, relres)
+        rows[name] = {"relres": relres, "status": status, "detail": detail}
+        if status == "ok":
+            runs[name] = (run, sets)
+    times = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, (run, sets) in runs.items():
+            times[name].append(benchmark.graph_time_us(run, sets, calls=problem.graph_calls, repeats=repeats))
+    for name, passes in times.items():
+        time_us = statistics.median(passes)
+        rows[name].update(
+            time_us=round(time_us, 2),
+            tflops=round(problem.flops / time_us / 1e6, 2),
+            repeats=rounds * repeats,
+            detail=f"median of {rounds} round-robin passes, {min(passes):.2f}-{max(passes):.2f} us",
+        )
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m sweeps.confirm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--shapes", required=True, help="a shape set YAML file (configs/shapes_*.yaml)")
+    parser.add_argument("--modes", nargs="+", default=["fp8_fast", "fp8_promoted"], help="modes to confirm")
+    parser.add_argument("--top", type=int, default=3, help="leaders per shape of the (mode, N, K) group")
+    parser.add_argument("--rounds", type=int, default=5, help="round-robin passes")
+    parser.add_argument("--repeats", type=int, default=10, help="graph replays per pass")
+    parser.add_argument("--out", type=Path, help="results folder (default sweeps/results/<gpu>/)")
+    parser.add_argument("--tuned-out", type=Path, help="tuned table to write (default cutlass_ext/tuned/<gpu>.csv)")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("sweeps.confirm times kernels: it needs a CUDA GPU")
+
+    environment = benchmark.environment()
+    gpu = environment["gpu"]
+    out = args.out or Path("sweeps") / "results" / tuned.gpu_key(gpu)
+    sweeps = pd.concat([pd.read_csv(path) for path in sorted(out.glob("sweep_*.csv"))], ignore_index=True)
+    shapes = load_shapes(args.shapes)
+    chosen = candidates(sweeps[sweeps["gpu"] == gpu], shapes, args.modes, args.top)
+    names = sorted({name for leaders in chosen.values() for name in leaders})
+    families = {variants.from_name(name).family for name in names}
+    if len(families) != 1:
+        raise SystemExit(f"confirm one kernel family at a time; the candidates span {sorted(families)}")
+    (family,) = families
+    print(f"{len(chosen)} (mode, shape) pairs, {len(names)} candidates")
+    registry.ensure_registered([variants.from_name(name) for name in names], torch.device("cuda"))
+
+    fields = FAMILY_CONFIG_FIELDS[family]
+    table = ResumableTable(out / f"confirm_{Path(args.shapes).stem.removeprefix('shapes_')}.csv", fields)
+    for (mode, shape), leaders in tqdm(chosen.items(), desc="confirm", unit="shape"):
+        m, n, k, batch = shape
+        problem = FAMILY_MEASURES[family].make_problem(m, n, k, batch)
+        for name, measured in confirm(problem, mode, leaders, args.rounds, args.repeats).items():
+            row = {"family": family, "mode": mode, "name": name, "m": m, "n": n, "k": k, "batch": batch}
+            row |= measured | {key: environment[key] for key in ("gpu", "nvcc", "torch", "date")}
+            table.append(row | config_columns(variants.from_name(name), fields))
+        del problem
+        torch.cuda.empty_cache()
+    path = write_tuned(out, gpu, args.tuned_out)
+    print(f"tuned table: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,118 @@
+"""The confirmation stage (sweeps/confirm.py) without a GPU: which variants it re-times, how its passes become a
+row, and how its runs take precedence in the tuned table."""
+
+import argparse
+
+import pandas as pd
+
+from cutlass_ext import tuned
+from sweeps import confirm
+from sweeps import sweep as sweep_module
+
+GPU = "NVIDIA H100 80GB HBM3"
+C1 = "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap_l2pf8"
+C2 = "fp8_e4m3e4m3_bf16_64x16x256_c2x1_pp_fast_swap_l2pf8"
+N8 = "fp8_e4m3e4m3_bf16_64x8x256_c2x1_pp_fast_swap_l2pf8"
+SLOW = "fp8_e4m3e4m3_bf16_64x32x256_c1x1_pp_fast_swap"
+
+
+def rows(entries, date="2026-11-23T00:00:00Z", family="sm90_fp8"):
+    """A sweep-like frame from (mode, m, name, tflops[, status]) at N = K = 8192."""
+    return pd.DataFrame(
+        [
+            {
+                "family": "cublas" if name.startswith("torch") else family,
+                "mode": mode,
+                "name": name,
+                "m": m,
+                "n": 8192,
+                "k": 8192,
+                "batch": 1,
+                "tflops": tflops,
+                "status": rest[0] if rest else "ok",
+                "gpu": GPU,
+                "date": date,
+            }
+            for mode, m, name, tflops, *rest in entries
+        ]
+    )
+
+
+SWEEPS = rows(
+    [
+        ("fp8_fast", 4, C1, 22.2),
+        ("fp8_fast", 4, SLOW, 21.0),
+        ("fp8_fast", 8, N8, 44.3),
+        ("fp8_fast", 8, SLOW, 50.0, "inaccurate"),
+        ("fp8_fast", 8, "torch._scaled_mm fast", 60.0),
+        ("fp8_fast", 16, C2, 87.3),
+        ("fp8_fast", 16, C1, 86.6),
+    ]
+)
+
+
+def test_candidates_are_each_shapes_leaders_and_those_of_the_other_confirmed_m():
+    shapes = [(4, 8192, 8192, 1), (8, 8192, 8192, 1), (16, 8192, 8192, 1), (8, 10240, 8192, 1)]
+    chosen = confirm.candidates(SWEEPS, shapes, ["fp8_fast", "fp8_promoted"], top=1)
+    # M = 8's own leader first, then the leaders at M = 4 and 16 (never run at M = 8); not the peer, nor the
+    # variant that failed the gate; no promoted rows, no N = 10240 rows: no candidates there
+    assert chosen == {
+        ("fp8_fast", (4, 8192, 8192, 1)): [C1, N8, C2],
+        ("fp8_fast", (8, 8192, 8192, 1)): [N8, C1, C2],
+        ("fp8_fast", (16, 8192, 8192, 1)): [C2, C1, N8],
+    }
+    alone = confirm.candidates(SWEEPS, [(16, 8192, 8192, 1)], ["fp8_fast"], top=2)
+    assert alone == {("fp8_fast", (16, 8192, 8192, 1)): [C2, C1]}  # shapes outside the set lend none
+
+
+def test_a_confirmed_shape_takes_its_latest_runs_winner_and_the_rest_keep_the_sweeps():
+    confirmations = pd.concat(
+        [
+            rows([("fp8_fast", 8, N8, 44.0), ("fp8_fast", 8, C1, 43.0)], date="2026-11-24T00:00:00Z"),
+            rows([("fp8_fast", 8, N8, 44.5), ("fp8_fast", 8, C1, 45.0)], date="2026-11-24T05:00:00Z"),
+            rows([("fp8_fast", 16, C2, 99.0, "inaccurate"), ("fp8_fast", 16, C1, 86.0)], date="2026-11-24T05:00:00Z"),
+        ]
+    )
+    table = tuned.confirmed_winners(SWEEPS, confirmations)
+    picked = {(r.mode, r.m): (r.name, r.tflops) for r in table.itertuples()}
+    assert picked == {
+        ("fp8_fast", 4): (C1, 22.2),  # not confirmed: the sweeps' fastest
+        ("fp8_fast", 8): (C1, 45.0),  # the later run's, over the sweeps' N8 and the earlier run's pick
+        ("fp8_fast", 16): (C1, 86.0),  # the gated rows of the run, though the sweeps had C2 faster
+    }
+    assert tuned.confirmed_winners(SWEEPS, confirmations.iloc[:0]).equals(tuned.winners(SWEEPS))
+
+
+def test_the_sweeps_tuned_table_reads_the_folders_confirmation_runs(tmp_path):
+    SWEEPS.to_csv(tmp_path / "sweep_decode.csv", index=False)
+    rows([("fp8_fast", 16, C1, 86.0)], date="2026-11-24T05:00:00Z").to_csv(tmp_path / "confirm_x.csv", index=False)
+    table = pd.read_csv(sweep_module.write_tuned(tmp_path, GPU, tmp_path / "tuned.csv"))
+    assert {(r.m, r.name) for r in table.itertuples()} == {(4, C1), (8, N8), (16, C1)}
+
+
+def test_a_rows_time_is_the_median_of_its_round_robin_passes(monkeypatch):
+    problem = argparse.Namespace(graph_calls=10, flops=2.0 * 8 * 8192 * 8192, operands=lambda prepare: [("set",)])
+    problem.relres = lambda output: 1e-3 if output == C1 else 1.0
+    problem.gate = lambda mode, relres: ("ok", "") if relres < 0.1 else ("inaccurate", "relres over the bound")
+    passes = iter([24.0, 23.0, 25.0])
+    order = []
+
+    def graph_time_us(run, sets, calls, repeats):
+        order.append(run.__name__)
+        return next(passes)
+
+    def runner(config):
+        def run(*inputs):
+            return config.name
+
+        run.__name__ = config.name
+        return run, None
+
+    monkeypatch.setattr(confirm.benchmark, "graph_time_us", graph_time_us)
+    monkeypatch.setattr(confirm.FAMILY_MEASURES["sm90_fp8"], "kernel_runner", runner)
+    measured = confirm.confirm(problem, "fp8_fast", [C1, C2], rounds=3, repeats=10)
+    assert order == [C1, C1, C1]  # C2 failed the gate: never timed
+    assert measured[C2]["status"] == "inaccurate" and "time_us" not in measured[C2]
+    assert measured[C1]["time_us"] == 24.0 and measured[C1]["repeats"] == 30
+    assert measured[C1]["tflops"] == round(2.0 * 8 * 8192 * 8192 / 24.0 / 1e6, 2)
+    assert "23.00-25.00" in measured[C1]["detail"]
