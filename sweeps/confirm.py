@@ -27,16 +27,24 @@ from .sweep import FAMILY_MEASURES, write_tuned
 from .table import FAMILY_CONFIG_FIELDS, ResumableTable, config_columns
 
 
-def candidates(sweeps: pd.DataFrame, shapes, modes, top: int) -> dict:
-    """{(mode, shape): [variant names]}: the `top` fastest gated variants in the sweep tables at this shape, then
-    those at the other shapes of `shapes` with the same (n, k, batch) that this one's do not include."""
-    ours = sweeps[~sweeps["family"].isin(tuned.PEER_FAMILIES) & (sweeps["status"] == "ok")]
-    best = ours.sort_values("tflops", ascending=False).drop_duplicates(["mode", "m", "n", "k", "batch", "name"])
+def candidates(sweeps: pd.DataFrame, shapes, modes, top: int, latest: tuple = ()) -> dict:
+    """{(mode, shape): [variant names]}: the `top` fastest gated variants in the sweep tables at this shape (and in
+    each table of `latest` on its own: a new kernel measured once beside old rows of luckier runs), then those at
+    the other shapes of `shapes` with the same (n, k, batch) that this one's do not include."""
+
+    def ranked(table):
+        ours = table[~table["family"].isin(tuned.PEER_FAMILIES) & (table["status"] == "ok")]
+        return ours.sort_values("tflops", ascending=False).drop_duplicates(["mode", "m", "n", "k", "batch", "name"])
+
+    rankings = [ranked(sweeps)] + [ranked(table) for table in latest]
 
     def leaders_at(mode, shape) -> list:
         m, n, k, batch = shape
-        here = (best["mode"] == mode) & (best["m"] == m) & (best["n"] == n) & (best["k"] == k)
-        return list(best[here & (best["batch"] == batch)]["name"].head(top))
+        leaders = []
+        for best in rankings:
+            here = (best["mode"] == mode) & (best["m"] == m) & (best["n"] == n) & (best["k"] == k)
+            leaders += [name for name in best[here & (best["batch"] == batch)]["name"].head(top) if name not in leaders]
+        return leaders
 
     chosen = {}
     for mode in modes:
@@ -88,6 +96,9 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", required=True, help="a shape set YAML file (configs/shapes_*.yaml)")
     parser.add_argument("--modes", nargs="+", default=["fp8_fast", "fp8_promoted"], help="modes to confirm")
     parser.add_argument("--top", type=int, default=3, help="leaders per shape of the (mode, N, K) group")
+    parser.add_argument(
+        "--latest", type=Path, action="append", default=[], help="a sweep table whose own leaders join (repeatable)"
+    )
     parser.add_argument("--rounds", type=int, default=5, help="round-robin passes")
     parser.add_argument("--repeats", type=int, default=10, help="graph replays per pass")
     parser.add_argument("--out", type=Path, help="results folder (default sweeps/results/<gpu>/)")
@@ -101,7 +112,8 @@ def main(argv=None) -> int:
     out = args.out or Path("sweeps") / "results" / tuned.gpu_key(gpu)
     sweeps = pd.concat([pd.read_csv(path) for path in sorted(out.glob("sweep_*.csv"))], ignore_index=True)
     shapes = load_shapes(args.shapes)
-    chosen = candidates(sweeps[sweeps["gpu"] == gpu], shapes, args.modes, args.top)
+    latest = [table[table["gpu"] == gpu] for table in map(pd.read_csv, args.latest)]
+    chosen = candidates(sweeps[sweeps["gpu"] == gpu], shapes, args.modes, args.top, latest)
     names = sorted({name for leaders in chosen.values() for name in leaders})
     families = {variants.from_name(name).family for name in names}
     if len(families) != 1:

@@ -65,6 +65,12 @@ def test_candidates_are_each_shapes_leaders_and_those_of_the_other_confirmed_m()
     assert alone == {("fp8_fast", (16, 8192, 8192, 1)): [C2, C1]}  # shapes outside the set lend none
 
 
+def test_a_latest_tables_own_leaders_join_the_candidates():
+    latest = rows([("fp8_fast", 16, SLOW, 80.0), ("fp8_fast", 16, C1, 70.0)], date="2026-11-24T00:00:00Z")
+    chosen = confirm.candidates(SWEEPS, [(16, 8192, 8192, 1)], ["fp8_fast"], top=1, latest=(latest,))
+    assert chosen == {("fp8_fast", (16, 8192, 8192, 1)): [C2, SLOW]}  # SLOW trails C2 in the union
+
+
 def test_a_confirmed_shape_takes_its_latest_runs_winner_and_the_rest_keep_the_sweeps():
     confirmations = pd.concat(
         [

@@ -1,0 +1,70 @@
+"""Time FP8 variants from given kernel-cache folders side by side: two builds of one variant from different kernel
+sources (a variant's name keys its symbols, so each build runs in its own process; compare each to a shared
+baseline and to cuBLAS promoted, timed in the same passes).
+
+    python python/ab_fp8_libraries.py 8192x8192x8192,4096x57344x8192 NAME@CACHE_DIR [NAME@CACHE_DIR ...]
+
+Each shape: the accuracy gate (sweeps.measure_fp8's problem), then graph replay in 5 round-robin passes; prints
+the median, TFLOP/s and the passes' spread.
+"""
+
+import glob
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from cutlass_ext import benchmark, peers_fp8, registry
+from cutlass_ext.fp8_config import Fp8Config
+from sweeps import measure_fp8
+
+ROUNDS = 5
+
+
+def library_of(name: str, cache_dir: str) -> str:
+    """The library in `cache_dir`'s sm_90a kernel cache that holds variant `name`."""
+    for path in glob.glob(f"{cache_dir}/kernels/sm_90a/*/manifest.json"):
+        manifest = json.loads(Path(path).read_text())
+        for fields in manifest["configs"]:
+            fields = dict(fields, tile=tuple(fields["tile"]), cluster=tuple(fields["cluster"]))
+            if Fp8Config(**fields).name == name:
+                return path.replace("manifest.json", manifest["library"])
+    raise SystemExit(f"{name} is not in {cache_dir}")
+
+
+def main() -> None:
+    shapes = [tuple(int(v) for v in shape.split("x")) for shape in sys.argv[1].split(",")]
+    configs = []
+    for argument in sys.argv[2:]:
+        name, cache_dir = argument.split("@")
+        config = Fp8Config.from_name(name)
+        registry.register_library([config], library_of(name, cache_dir))
+        configs.append(config)
+    for m, n, k in shapes:
+        problem = measure_fp8.make_problem(m, n, k)
+        runs = {}
+        for config in configs:
+            run, _ = measure_fp8.kernel_runner(config)
+            relres = problem.relres(run(*problem.input_sets[0]))
+            print(f"{m}x{n}x{k} {config.name} relres {relres:.4g} gate {problem.gate(config.mode, relres)}")
+            runs[config.name] = run
+        runs["cublas promoted"] = peers_fp8.scaled_mm(torch.bfloat16, "promoted")
+        passes = {name: [] for name in runs}
+        for _ in range(ROUNDS):
+            for name, run in runs.items():
+                passes[name].append(benchmark.graph_time_us(run, problem.input_sets, problem.graph_calls, 10))
+        for name, times in passes.items():
+            median = statistics.median(times)
+            print(
+                f"{m}x{n}x{k} {name:70s} {median:9.1f} us {problem.flops / median / 1e6:7.0f} TFLOP/s  "
+                f"passes {min(times):.0f}-{max(times):.0f}",
+                flush=True,
+            )
+        del problem
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
