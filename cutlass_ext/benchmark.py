@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import statistics
+import time
 
 import torch
 
@@ -56,6 +58,38 @@ def graph_time_us(run, input_sets: list, calls: int = 20, repeats: int = 10) -> 
         times.append(start.elapsed_time(end) * 1000.0 / calls)
     del graph
     return statistics.median(times)
+
+
+# graph length for sustained timing: about this much GPU time per replay, so replays are few and the GPU never idles
+SUSTAINED_GRAPH_SECONDS = 0.02
+
+
+def sustained_time_us(run, input_sets: list, seconds: float, warm_seconds: float = 1.0, during=None) -> float:
+    """Time of one call while calls run back to back for `seconds`, after `warm_seconds` of the same: the rate a
+    large GEMM keeps once the board's power cap sets the clock (within milliseconds on the H100), which a few
+    calls after an idle gap do not see. `during`, a context manager (a power sampler), spans the timed window."""
+    run(*input_sets[0])
+    torch.cuda.synchronize()
+    once_us = median_time_us(run, input_sets, warmup=1, repeats=3)
+    calls = max(1, round(SUSTAINED_GRAPH_SECONDS * 1e6 / once_us))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            run(*input_sets[i % len(input_sets)])
+    replays = max(2, round(seconds * 1e6 / (once_us * calls)))
+    warm_start = time.perf_counter()
+    while time.perf_counter() - warm_start < warm_seconds:
+        graph.replay()
+        torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with during or contextlib.nullcontext():
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+    del graph
+    return start.elapsed_time(end) * 1000.0 / (replays * calls)
 
 
 def environment(device=None) -> dict:

@@ -1,11 +1,16 @@
-"""python -m sweeps.confirm --shapes SHAPES.yaml [--modes MODE ...] [--top N] [--rounds R] [--out DIR]
+"""python -m sweeps.confirm --shapes SHAPES.yaml [--modes MODE ...] [--top N] [--add NAME ...] [--rounds R]
+                          [--seconds S] [--out DIR]
 
 Re-times each shape's leading variants side by side and lets that run pick the tuned winner. The sweep tables are
 a union of many runs taken at different clocks, and their fastest row per shape is partly the luck of its run: at
 decode a call takes ~24 µs and the leaders differ by 0.1-0.5 µs; at the power-limited prefill shapes whole runs
 move by 5%. Here the candidates of a shape are the `--top` fastest variants at every shape of its (mode, N, K)
 (a tile that leads at M = 4 may be the best at M = 8, where no sweep ran it), each checked by the accuracy gate
-and timed by CUDA-graph replay in `--rounds` round-robin passes; a row's time is the median of its passes. Rows go
+and timed by CUDA-graph replay in `--rounds` round-robin passes; a row's time is the median of its passes. `--add`
+names variants to time at every shape of their mode beside the leaders. With `--seconds`, each pass runs a
+candidate back to back for that long (after a second of the same) with board power sampled: the power-capped rate
+that large shapes keep in training, where a short replay reads the clock of an idle-warm GPU and moves 5-15%
+between runs while the sustained rate moves under 1% (`python/steady_state_fp8.py`). Rows go
 to `<out>/confirm_<shapes>.csv` (the sweep tables' columns); the tuned table is then re-derived: where a
 confirmation run measured a (mode, shape), its latest run picks the winner (tuned.confirmed_winners).
 """
@@ -22,15 +27,17 @@ from tqdm import tqdm
 
 from cutlass_ext import benchmark, registry, tuned, variants
 
+from .power import Sampler
 from .space import load_shapes
 from .sweep import FAMILY_MEASURES, write_tuned
 from .table import FAMILY_CONFIG_FIELDS, ResumableTable, config_columns
 
 
-def candidates(sweeps: pd.DataFrame, shapes, modes, top: int, latest: tuple = ()) -> dict:
+def candidates(sweeps: pd.DataFrame, shapes, modes, top: int, latest: tuple = (), added: tuple = ()) -> dict:
     """{(mode, shape): [variant names]}: the `top` fastest gated variants in the sweep tables at this shape (and in
     each table of `latest` on its own: a new kernel measured once beside old rows of luckier runs), then those at
-    the other shapes of `shapes` with the same (n, k, batch) that this one's do not include."""
+    the other shapes of `shapes` with the same (n, k, batch) that this one's do not include, then the `added`
+    variants of the mode."""
 
     def ranked(table):
         ours = table[~table["family"].isin(tuned.PEER_FAMILIES) & (table["status"] == "ok")]
@@ -53,13 +60,15 @@ def candidates(sweeps: pd.DataFrame, shapes, modes, top: int, latest: tuple = ()
             for other in shapes:
                 if other != shape and other[1:] == shape[1:]:
                     leaders += [name for name in leaders_at(mode, other) if name not in leaders]
+            leaders += [name for name in added if variants.from_name(name).mode == mode and name not in leaders]
             if leaders:
                 chosen[mode, shape] = leaders
     return chosen
 
 
-def confirm(problem, mode: str, names: list, rounds: int, repeats: int) -> dict:
-    """{name: measured columns} for one shape: the gate once, then `rounds` round-robin passes of graph replay."""
+def confirm(problem, mode: str, names: list, rounds: int, repeats: int, seconds: float = 0.0) -> dict:
+    """{name: measured columns} for one shape: the gate once, then `rounds` round-robin passes of graph replay
+    (`repeats` replays of a few calls, or `seconds` of back-to-back calls with board power sampled)."""
     runs, rows = {}, {}
     for name in names:
         config = variants.from_name(name)
@@ -74,18 +83,27 @@ def confirm(problem, mode: str, names: list, rounds: int, repeats: int) -> dict:
         rows[name] = {"relres": relres, "status": status, "detail": detail}
         if status == "ok":
             runs[name] = (run, sets)
-    times = {name: [] for name in runs}
+    times, watts = {name: [] for name in runs}, {name: [] for name in runs}
     for _ in range(rounds):
         for name, (run, sets) in runs.items():
-            times[name].append(benchmark.graph_time_us(run, sets, calls=problem.graph_calls, repeats=repeats))
+            if seconds:
+                sampler = Sampler()
+                times[name].append(benchmark.sustained_time_us(run, sets, seconds, during=sampler))
+                watts[name].append(sampler.summary()["watts"])
+            else:
+                times[name].append(benchmark.graph_time_us(run, sets, calls=problem.graph_calls, repeats=repeats))
+    kind = f"sustained ({seconds:g} s)" if seconds else "round-robin"
     for name, passes in times.items():
         time_us = statistics.median(passes)
         rows[name].update(
             time_us=round(time_us, 2),
             tflops=round(problem.flops / time_us / 1e6, 2),
             repeats=rounds * repeats,
-            detail=f"median of {rounds} round-robin passes, {min(passes):.2f}-{max(passes):.2f} us",
+            detail=f"median of {rounds} {kind} passes, {min(passes):.2f}-{max(passes):.2f} us",
         )
+        if seconds:
+            rows[name]["watts"] = round(statistics.median(watts[name]), 1)
+            rows[name]["gflops_per_watt"] = round(rows[name]["tflops"] * 1e3 / rows[name]["watts"], 2)
     return rows
 
 
@@ -99,7 +117,13 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--latest", type=Path, action="append", default=[], help="a sweep table whose own leaders join (repeatable)"
     )
+    parser.add_argument(
+        "--add", action="append", default=[], metavar="NAME", help="a variant timed at every shape of its mode"
+    )
     parser.add_argument("--rounds", type=int, default=5, help="round-robin passes")
+    parser.add_argument(
+        "--seconds", type=float, default=0.0, help="sustained timing: seconds of back-to-back calls per pass"
+    )
     parser.add_argument("--repeats", type=int, default=10, help="graph replays per pass")
     parser.add_argument("--out", type=Path, help="results folder (default sweeps/results/<gpu>/)")
     parser.add_argument("--tuned-out", type=Path, help="tuned table to write (default cutlass_ext/tuned/<gpu>.csv)")
@@ -113,7 +137,7 @@ def main(argv=None) -> int:
     sweeps = pd.concat([pd.read_csv(path) for path in sorted(out.glob("sweep_*.csv"))], ignore_index=True)
     shapes = load_shapes(args.shapes)
     latest = [table[table["gpu"] == gpu] for table in map(pd.read_csv, args.latest)]
-    chosen = candidates(sweeps[sweeps["gpu"] == gpu], shapes, args.modes, args.top, latest)
+    chosen = candidates(sweeps[sweeps["gpu"] == gpu], shapes, args.modes, args.top, latest, tuple(args.add))
     names = sorted({name for leaders in chosen.values() for name in leaders})
     families = {variants.from_name(name).family for name in names}
     if len(families) != 1:
@@ -127,7 +151,7 @@ def main(argv=None) -> int:
     for (mode, shape), leaders in tqdm(chosen.items(), desc="confirm", unit="shape"):
         m, n, k, batch = shape
         problem = FAMILY_MEASURES[family].make_problem(m, n, k, batch)
-        for name, measured in confirm(problem, mode, leaders, args.rounds, args.repeats).items():
+        for name, measured in confirm(problem, mode, leaders, args.rounds, args.repeats, args.seconds).items():
             row = {"family": family, "mode": mode, "name": name, "m": m, "n": n, "k": k, "batch": batch}
             row |= measured | {key: environment[key] for key in ("gpu", "nvcc", "torch", "date")}
             table.append(row | config_columns(variants.from_name(name), fields))

@@ -122,3 +122,41 @@ def test_a_rows_time_is_the_median_of_its_round_robin_passes(monkeypatch):
     assert measured[C1]["time_us"] == 24.0 and measured[C1]["repeats"] == 30
     assert measured[C1]["tflops"] == round(2.0 * 8 * 8192 * 8192 / 24.0 / 1e6, 2)
     assert "23.00-25.00" in measured[C1]["detail"]
+
+
+def test_added_variants_join_every_shape_of_their_mode():
+    shapes = [(4, 8192, 8192, 1), (16, 8192, 8192, 1)]
+    promoted = "fp8_e4m3e4m3_bf16_64x16x128_c1x1_pp_promoted_swap_l2pf16"
+    chosen = confirm.candidates(SWEEPS, shapes, ["fp8_fast", "fp8_promoted"], top=1, added=(SLOW, C1, promoted))
+    assert chosen == {
+        ("fp8_fast", (4, 8192, 8192, 1)): [C1, C2, SLOW],  # C1 leads already: not timed twice
+        ("fp8_fast", (16, 8192, 8192, 1)): [C2, C1, SLOW],
+        ("fp8_promoted", (4, 8192, 8192, 1)): [promoted],  # no sweep rows: the added variant alone
+        ("fp8_promoted", (16, 8192, 8192, 1)): [promoted],
+    }
+
+
+def test_sustained_passes_time_back_to_back_calls_and_record_the_power(monkeypatch):
+    problem = argparse.Namespace(graph_calls=3, flops=2.0 * 8192**3, operands=lambda prepare: [("set",)])
+    problem.relres = lambda output: 1e-3
+    problem.gate = lambda mode, relres: ("ok", "")
+    passes = iter([900.0, 880.0, 890.0])
+    calls = []
+
+    class Sampler:
+        def summary(self):
+            return {"watts": 700.0}
+
+    def sustained_time_us(run, sets, seconds, during=None):
+        calls.append((seconds, type(during).__name__))
+        return next(passes)
+
+    monkeypatch.setattr(confirm, "Sampler", Sampler)
+    monkeypatch.setattr(confirm.benchmark, "sustained_time_us", sustained_time_us)
+    monkeypatch.setattr(confirm.benchmark, "graph_time_us", lambda *a, **k: 1 / 0)  # never the short replay
+    monkeypatch.setattr(confirm.FAMILY_MEASURES["sm90_fp8"], "kernel_runner", lambda config: (lambda *i: 0, None))
+    measured = confirm.confirm(problem, "fp8_promoted", [C1], rounds=3, repeats=10, seconds=1.5)[C1]
+    assert calls == [(1.5, "Sampler")] * 3
+    assert measured["time_us"] == 890.0 and measured["watts"] == 700.0
+    assert measured["gflops_per_watt"] == round(measured["tflops"] * 1e3 / 700.0, 2)
+    assert "sustained (1.5 s)" in measured["detail"] and "880.00-900.00" in measured["detail"]
