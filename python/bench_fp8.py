@@ -8,8 +8,12 @@ promoted accumulation; cuBLAS FP16 on the same (dequantized) operands; the TK-GE
 bytes timed the same way, the DRAM floor of decode's weight-bound GEMMs (its TB/s is the achievable read
 bandwidth; no TFLOP/s or relres). e4m3 inputs, bf16 output. Each row is timed per call with CUDA events
 (`events_us`, host launch gaps included) and replayed from a CUDA graph (`graph_us`, the GPU's time alone; the best
-of `--rounds` round-robin passes over the contenders, `graph_spread` how much slower the slowest pass was).
-TFLOP/s and TB/s (bytes of A, B and D) come from `graph_us`. relres is against an FP64 product of the dequantized
+of `--rounds` round-robin passes over the contenders, `graph_spread` how much slower the slowest pass was). At
+M >= `--sustained-from-m` each GEMM row is also timed running back to back for `--sustained-seconds` after half a
+second of the same (`sustained_us`): at these sizes the 700 W cap sets the clock within milliseconds, so a short
+replay reads an idle-warm GPU and moves 5-15% between runs, while the sustained rate, the one training sees, moves
+under 2% (`python/steady_state_fp8.py` adds power and clock). TFLOP/s and TB/s (bytes of A, B and D) come from
+`graph_us`. relres is against an FP64 product of the dequantized
 inputs over the first rows. A PNG of time against M per (N, K) is written beside the CSV.
 """
 
@@ -80,10 +84,11 @@ def reference_relres(run, inputs) -> float:
     return numerics.relative_residual(run(*inputs)[:rows], reference)
 
 
-def measure_shape(m, n, k, repeats, environment, rounds: int = 2) -> list[dict]:
+def measure_shape(m, n, k, repeats, environment, rounds: int = 2, sustained_seconds: float = 0.0) -> list[dict]:
     """Every contender first run (and checked against the reference), then timed: per call with events, and from
     graph replay in `rounds` round-robin passes over all contenders, the best pass kept. Round-robin so that no
-    contender is the one timed while the clocks settle (the first timed used to read up to 15% slow at N=57344)."""
+    contender is the one timed while the clocks settle (the first timed used to read up to 15% slow at N=57344).
+    With `sustained_seconds`, then one sustained pass over the GEMMs."""
     sets = make_inputs(m, n, k)
     measured = []
     for family, name, granularity, accum, run, input_sets in contenders(sets, repeats):
@@ -99,8 +104,12 @@ def measure_shape(m, n, k, repeats, environment, rounds: int = 2) -> list[dict]:
             # ~20 ms of replay per timing, between 2 and 20 calls per graph
             calls = max(2, min(20, int(20_000 / events_us)))
             graph_times.append(benchmark.graph_time_us(run, input_sets, calls=calls, repeats=5 if calls < 20 else 10))
+    sustained = {}
+    for index, ((family, _, _, _, run, input_sets), *_) in enumerate(measured):
+        if sustained_seconds and family != "floor":
+            sustained[index] = benchmark.sustained_time_us(run, input_sets, sustained_seconds, warm_seconds=0.5)
     rows = []
-    for (family, name, granularity, accum, _, _), relres, events_us, graph_times in measured:
+    for index, ((family, name, granularity, accum, _, _), relres, events_us, graph_times) in enumerate(measured):
         graph_us = min(graph_times)
         element_bytes = 2 if family == "cublas" and "fp16" in name else 1
         moved = n * k if family == "floor" else element_bytes * (m * k + n * k) + 2 * m * n
@@ -117,6 +126,7 @@ def measure_shape(m, n, k, repeats, environment, rounds: int = 2) -> list[dict]:
                 "events_us": round(events_us, 2),
                 "graph_us": round(graph_us, 2),
                 "graph_spread": round(max(graph_times) / graph_us - 1, 3),  # slowest round over the best
+                "sustained_us": round(sustained.get(index, float("nan")), 2),
                 "tflops": round(flops / graph_us / 1e6, 2),
                 "tbps": round(moved / graph_us / 1e6, 3),
                 "relres": relres,
@@ -136,15 +146,22 @@ def contender_labels(frame: pd.DataFrame) -> pd.Series:
 
 
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per shape: graph-replay µs of each contender side by side, ours against cuBLAS FP8 and Triton, and how close
-    ours comes to the weights' streaming read."""
+    """Per shape: graph-replay µs of each contender side by side, ours against cuBLAS FP8 (by graph replay, and
+    sustained where measured) and Triton, and how close ours comes to the weights' streaming read."""
     frame = frame.assign(column=contender_labels(frame))
     wide = frame.pivot_table(index=["n", "k", "m"], columns="column", values="graph_us").reset_index()
+    sustained = pd.DataFrame()  # CSVs from before the sustained column have none
+    if "sustained_us" in frame and frame["sustained_us"].notna().any():
+        sustained = frame.pivot_table(index=["n", "k", "m"], columns="column", values="sustained_us")
+        sustained = sustained.reindex(pd.MultiIndex.from_frame(wide[["n", "k", "m"]]))
     for granularity in ("tensor", "row"):
         for accum in ("fast", "promoted"):
             ours, cublas = f"ext.gemm_fp8 {granularity} {accum}", f"torch._scaled_mm {granularity} {accum}"
             if ours in wide and cublas in wide:
                 wide[f"speedup vs cuBLAS {granularity} {accum}"] = (wide[cublas] / wide[ours]).round(2)
+            if ours in sustained and cublas in sustained:
+                ratio = (sustained[cublas] / sustained[ours]).round(2).to_numpy()
+                wide[f"sustained speedup vs cuBLAS {granularity} {accum}"] = ratio
     floor, fastest_ours = "weights read", "ext.gemm_fp8 tensor fast"
     if floor in wide and fastest_ours in wide:
         wide["floor / ours tensor fast"] = (wide[floor] / wide[fastest_ours]).round(2)
@@ -204,6 +221,10 @@ def main(argv=None) -> int:
         help="round-robin graph-replay passes over the contenders, the best kept (more for the power-limited "
         "large shapes, whose clocks drift between contenders)",
     )
+    parser.add_argument("--sustained-from-m", type=int, default=1024, help="time sustained rates from this M on")
+    parser.add_argument(
+        "--sustained-seconds", type=float, default=1.0, help="seconds of back-to-back calls per sustained row (0: none)"
+    )
     parser.add_argument("--out", type=Path, default=Path("sweeps/results/local/gemm_fp8.csv"))
     args = parser.parse_args(argv)
     shapes = [tuple(s[:3]) for s in yaml.safe_load(Path(args.shapes).read_text())["shapes"]]
@@ -213,7 +234,8 @@ def main(argv=None) -> int:
     rows = []
     for m, n, k in shapes:
         print(f"{m}x{n}x{k}", file=sys.stderr, flush=True)
-        rows.extend(measure_shape(m, n, k, args.repeats, environment, rounds=args.rounds))
+        sustained_seconds = args.sustained_seconds if m >= args.sustained_from_m else 0.0
+        rows.extend(measure_shape(m, n, k, args.repeats, environment, args.rounds, sustained_seconds))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         pd.DataFrame(rows).to_csv(args.out, index=False)  # every shape as it finishes
     frame = pd.DataFrame(rows)

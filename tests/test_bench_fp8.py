@@ -81,3 +81,19 @@ def test_the_variants_of_every_shape_are_built_in_one_run(monkeypatch):
             }
         )
     ]
+
+
+def test_sustained_ratios_appear_only_where_the_rows_were_timed_sustained():
+    bench = load_bench()
+    frame = pd.DataFrame(
+        shape_rows(16, "64x128x256x2x8x3", "1024x16x4", 25.0, 23.5)
+        + shape_rows(8192, "128x128x128x1x8x3", "1024x16x4", 800.0, 23.5)
+    )
+    frame["sustained_us"] = float("nan")
+    at_8192 = frame["m"] == 8192
+    frame.loc[at_8192 & (frame["family"] == "cutlass_ext"), "sustained_us"] = 900.0
+    frame.loc[at_8192 & (frame["family"] == "cublas"), "sustained_us"] = 880.0
+    wide = bench.summary(frame)
+    ratios = wide["sustained speedup vs cuBLAS tensor fast"].tolist()
+    assert pd.isna(ratios[0]) and ratios[1] == round(880.0 / 900.0, 2)
+    assert "sustained speedup vs cuBLAS tensor fast" not in bench.summary(frame.drop(columns="sustained_us"))
