@@ -1,6 +1,8 @@
 """Time FP8 variants from given kernel-cache folders side by side: two builds of one variant from different kernel
 sources (a variant's name keys its symbols, so each build runs in its own process; compare each to a shared
-baseline and to cuBLAS promoted, timed in the same passes).
+baseline and to cuBLAS promoted, timed in the same passes), or variants built from different kernel sources (an
+edited header changes every variant's cache key; the older builds stay in their folders under their old keys).
+`--floor` adds cuBLAS with fast accumulation and a plain read of the weights (decode's DRAM floor).
 
     python python/ab_fp8_libraries.py 8192x8192x8192,4096x57344x8192 NAME@CACHE_DIR [NAME@CACHE_DIR ...]
 
@@ -35,9 +37,11 @@ def library_of(name: str, cache_dir: str) -> str:
 
 
 def main() -> None:
-    shapes = [tuple(int(v) for v in shape.split("x")) for shape in sys.argv[1].split(",")]
+    floor = "--floor" in sys.argv
+    arguments = [a for a in sys.argv[1:] if a != "--floor"]
+    shapes = [tuple(int(v) for v in shape.split("x")) for shape in arguments[0].split(",")]
     configs = []
-    for argument in sys.argv[2:]:
+    for argument in arguments[1:]:
         name, cache_dir = argument.split("@")
         config = Fp8Config.from_name(name)
         registry.register_library([config], library_of(name, cache_dir))
@@ -51,6 +55,9 @@ def main() -> None:
             print(f"{m}x{n}x{k} {config.name} relres {relres:.4g} gate {problem.gate(config.mode, relres)}")
             runs[config.name] = run
         runs["cublas promoted"] = peers_fp8.scaled_mm(torch.bfloat16, "promoted")
+        if floor:
+            runs["cublas fast"] = peers_fp8.scaled_mm(torch.bfloat16, "fast")
+            _, runs["weights read"] = peers_fp8.weights_read(problem.input_sets, 10)
         passes = {name: [] for name in runs}
         for _ in range(ROUNDS):
             for name, run in runs.items():
