@@ -56,11 +56,7 @@ _FP8_ELEMENTS = {
     "fp16": "cutlass::half_t",
     "fp32": "float",
 }
-_FP8_SCHEDULES = {
-    "cooperative": "ScheduleCooperative",
-    "pingpong": "SchedulePingpong",
-    "warpspecialized": "ScheduleWarpSpecialized",
-}
+_FP8_SCHEDULES = {"cooperative": "ScheduleCooperative", "pingpong": "SchedulePingpong"}
 _FP8_RASTERS = {"auto": "Raster::Auto", "m": "Raster::AlongM", "n": "Raster::AlongN"}
 _FP8_DECOMPOSITIONS = {
     "persistent": "DecomposePersistent",
@@ -92,7 +88,6 @@ def render_fp8_instance(config: Fp8Config) -> str:
         swap_ab="true" if config.swap_ab else "false",
         l2_prefetch=config.l2_prefetch,
         turns="true" if config.turns else "false",
-        ctas_per_sm=config.ctas_per_sm,
     )
 
 

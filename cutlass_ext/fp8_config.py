@@ -23,9 +23,7 @@ OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float
 # next k-block's wgmmas run, kernels/sm90_fp8_overlapped_promotion.hpp, or with `turns` while the other
 # warpgroup's run, kernels/sm90_fp8_turn_taking_promotion.hpp; longer spans: CUTLASS's FP8 mainloop).
 ACCUMULATIONS = ("fast", "promoted")
-# two consumer warpgroups on one tile, or on alternating tiles (both persistent); or one consumer warpgroup and a
-# CTA per tile (`warpspecialized`: 256 threads, so that two CTAs can share an SM; for decode's few tiles)
-SCHEDULES = ("cooperative", "pingpong", "warpspecialized")
+SCHEDULES = ("cooperative", "pingpong")  # two consumer warpgroups on one tile, or on alternating tiles
 # persistent: whole output tiles per CTA; streamk: the last wave's tiles shared out along K (CUTLASS stream-K);
 # splitk: every tile's K cut into `splits` slices, reduced through the workspace; dynamic: whole tiles, each CTA's
 # next claimed from a counter as it starts its current one (kernels/sm90_dynamic_tile_scheduler.hpp), so that the
@@ -38,14 +36,13 @@ RASTERS = ("auto", "m", "n")
 PROMOTIONS = (1, 2, 4)
 # k-blocks of weights a CTA asks L2 for before it waits on the kernel before it (programmatic launch); 0: none
 L2_PREFETCHES = (0, 2, 4, 8, 16, 32)
-CTAS_PER_SM = (1, 2)
-_SCHEDULE_TAGS = {"cooperative": "coop", "pingpong": "pp", "warpspecialized": "ws"}
+_SCHEDULE_TAGS = {"cooperative": "coop", "pingpong": "pp"}
 _NAME_PATTERN = re.compile(
     r"fp8_(?P<a>e4m3|e5m2)(?P<b>e4m3|e5m2)_(?P<out>bf16|fp16|fp32)_(?P<tile>\d+x\d+x\d+)_c(?P<cluster>\d+x\d+)"
-    r"_(?P<schedule>coop|pp|ws)_(?P<accum>fast|promoted)(?:_p(?P<promotion>\d+))?(?P<turns>_turns)?"
+    r"_(?P<schedule>coop|pp)_(?P<accum>fast|promoted)(?:_p(?P<promotion>\d+))?(?P<turns>_turns)?"
     r"(?:_(?P<scheduler>streamk|splitk|dynamic)(?P<splits>\d+)?)?(?:_w(?P<swizzle>\d+))?(?:_r(?P<raster>[mn]))?"
     r"(?P<swap>_swap)?"
-    r"(?:_l2pf(?P<l2_prefetch>\d+))?(?P<co_resident>_occ2)?"
+    r"(?:_l2pf(?P<l2_prefetch>\d+))?"
 )
 
 
@@ -55,10 +52,8 @@ class Fp8Config(VariantFields):
 
     a_dtype, b_dtype: `e4m3` or `e5m2`. out_dtype: `bf16`, `fp16` or `fp32`. accum: `fast` or `promoted`.
     tile: (m, n, k) of one CTA's output tile and k-block; cluster: (m, n) CTAs sharing loads by TMA multicast.
-    schedule: `cooperative` or `pingpong` (persistent CTAs), or `warpspecialized` (name `_ws_`: one tile per CTA, a
-    CTA per tile, one consumer warpgroup; scheduler `persistent` in name only, no swizzle or raster).
-    scheduler: `persistent`, `streamk`, `splitk` (with `splits` > 1) or `dynamic` (cooperative, cluster (1, 1);
-    name suffix `_dynamic`).
+    schedule: `cooperative` or `pingpong`. scheduler: `persistent`, `streamk`, `splitk` (with `splits` > 1) or
+    `dynamic` (cooperative, cluster (1, 1); name suffix `_dynamic`).
     swizzle: tiles launched in groups of up to this many (L2 reuse; name suffix `_wN` unless 1).
     raster: `m` or `n` (name suffix `_rm`, `_rn`): the output's side the tile order runs along first, a band of
     `swizzle` tiles wide on the other side; `auto` leaves it to CUTLASS, which runs along the side with fewer tiles
@@ -75,9 +70,6 @@ class Fp8Config(VariantFields):
     l2_prefetch: k-blocks of weights (B) of its first tile that each CTA asks L2 for before it waits on the kernel
     before it (name suffix `_l2pfN`): the weight stream starts while that kernel drains. Persistent scheduler
     only (it knows each CTA's first tile before that wait).
-    ctas_per_sm: 2 (name suffix `_occ2`, `warpspecialized` only) compiles the kernel for two resident CTAs per SM
-    (half the shared memory for stages, at most 128 registers per thread), so that the next GEMM's CTAs, launched
-    once this one's producers have issued their last loads, start and prefetch beside it while it drains.
     """
 
     a_dtype: str = "e4m3"
@@ -95,7 +87,6 @@ class Fp8Config(VariantFields):
     turns: bool = False
     swap_ab: bool = False
     l2_prefetch: int = 0
-    ctas_per_sm: int = 1
     family: str = FAMILY
 
     def __post_init__(self):
@@ -135,13 +126,6 @@ class Fp8Config(VariantFields):
                 f"l2_prefetch={self.l2_prefetch} runs ahead of the programmatic-launch wait for the first tile of "
                 f"scheduler='persistent'; got scheduler={self.scheduler!r}"
             )
-        if self.ctas_per_sm not in CTAS_PER_SM:
-            raise ValueError(f"ctas_per_sm={self.ctas_per_sm!r} must be one of {list(CTAS_PER_SM)}")
-        if self.ctas_per_sm > 1 and self.schedule != "warpspecialized":
-            raise ValueError(
-                f"ctas_per_sm={self.ctas_per_sm} needs schedule='warpspecialized' (the persistent kernels take the "
-                f"whole register file); got schedule={self.schedule!r}"
-            )
         if (self.scheduler == "splitk") != (self.splits > 1):
             raise ValueError(f"splits={self.splits} goes with scheduler='splitk' (and only it takes splits > 1)")
 
@@ -170,7 +154,6 @@ class Fp8Config(VariantFields):
             f"_c{cluster[0]}x{cluster[1]}_{_SCHEDULE_TAGS[self.schedule]}_{self.accum}{promotion}{scheduler}{swizzle}"
             f"{raster}"
             f"{'_swap' if self.swap_ab else ''}{f'_l2pf{self.l2_prefetch}' if self.l2_prefetch else ''}"
-            f"{'_occ2' if self.ctas_per_sm == 2 else ''}"
         )
 
     @classmethod
@@ -195,7 +178,6 @@ class Fp8Config(VariantFields):
             turns=bool(match["turns"]),
             swap_ab=bool(match["swap"]),
             l2_prefetch=int(match["l2_prefetch"]) if match["l2_prefetch"] else 0,
-            ctas_per_sm=2 if match["co_resident"] else 1,
         )._named(name)
 
     def with_dtypes(self, a_dtype: str, b_dtype: str, out_dtype: str) -> Fp8Config:

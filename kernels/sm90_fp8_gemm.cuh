@@ -30,7 +30,6 @@
 #include "launcher_abi.h"
 #include "library_exports.h"
 #include "sm90_dynamic_tile_scheduler.hpp"
-#include "sm90_early_dependent_launch_mainloop.hpp"
 #include "sm90_fp8_overlapped_promotion.hpp"
 #include "sm90_fp8_turn_taking_promotion.hpp"
 #include "sm90_l2_prefetch_mainloop.hpp"
@@ -51,23 +50,6 @@ struct SchedulePingpong {
   using Kernel = cute::conditional_t<FastAccum, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
                                      cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
-};
-// One producer and one consumer warpgroup, one tile per CTA, a CTA per tile (CUTLASS's KernelTmaWarpSpecialized,
-// not persistent): 256 threads and no register reallocation, so that two CTAs can share an SM (CtasPerSm = 2) and
-// the next GEMM's CTAs start beside this one's while it drains. Its producer lets the next kernel launch once it
-// has issued its last load (sm90_early_dependent_launch_mainloop.hpp). For decode, where a CTA has one tile anyway.
-struct ScheduleWarpSpecialized {
-  template <bool FastAccum>
-  using Kernel = cute::conditional_t<FastAccum, cutlass::gemm::KernelTmaWarpSpecializedFP8FastAccum,
-                                     cutlass::gemm::KernelTmaWarpSpecialized>;
-  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
-};
-
-// A kernel compiled for `CtasPerSm` resident CTAs per SM (launch bounds: at most 65536 / (threads x CtasPerSm)
-// registers per thread); everything else is `Base`'s.
-template <class Base, int CtasPerSm>
-struct CoResidentKernel : Base {
-  static constexpr uint32_t MinBlocksPerMultiprocessor = CtasPerSm;
 };
 
 // How output tiles (and slices of K) are shared out over the persistent CTAs. Stream-K and split-K are one
@@ -104,12 +86,10 @@ enum class Raster { Auto, AlongM, AlongN };
 // waiting on the grid before it (sm90_l2_prefetch_mainloop.hpp); 0: none. Persistent, programmatic launch only.
 // PromotionTurns: promotion every k-block hidden behind the other warpgroup's k-block instead of the warpgroup's own
 // next one (sm90_fp8_turn_taking_promotion.hpp: two accumulator fragments instead of three, so wider tiles fit).
-// CtasPerSm: CTAs that fit on one SM at once, 1 or 2 (ScheduleWarpSpecialized only): with 2 the pipeline gets the
-// stages that half an SM's shared memory holds, and the registers are capped at 128 per thread.
 template <class ElementA, class ElementB, class ElementD, int TileM, int TileN, int TileK, int ClusterM,
           int ClusterN, class Schedule, bool FastAccum, class Decomposition, int Splits, int Swizzle = 1,
           int PromotionKBlocks = 1, bool SwapAB = false, int L2PrefetchKBlocks = 0, Raster RasterOrder = Raster::Auto,
-          bool PromotionTurns = false, int CtasPerSm = 1>
+          bool PromotionTurns = false>
 struct Sm90Fp8Gemm {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
@@ -154,22 +134,11 @@ struct Sm90Fp8Gemm {
   static constexpr int kCarveoutBytes =
       int(sizeof(typename Epilogue::SharedStorage)) +
       (kDynamic ? int(sizeof(typename DynamicTileSchedulerSm90::SharedStorage)) + 16 : 0);
-  static constexpr bool kOneTilePerCta = cute::is_same_v<Schedule, ScheduleWarpSpecialized>;
-  static_assert(CtasPerSm == 1 || (CtasPerSm == 2 && kOneTilePerCta),
-                "two CTAs share an SM only in the 256-thread kernel (the persistent ones take the register file)");
-  static_assert(!kOneTilePerCta || (cute::is_same_v<Decomposition, DecomposePersistent> && Swizzle == 1 &&
-                                    RasterOrder == Raster::Auto),
-                "the one-tile-per-CTA kernel takes its tile from its CTA index: no stream-K, split-K, swizzle or raster");
-  // An SM's 228 KB of shared memory, less 1 KB the hardware keeps per CTA, shared by CtasPerSm CTAs; CUTLASS's stage
-  // count fills its own capacity less the carve-out, so the carve-out grows by what the other CTAs take.
-  static constexpr int kSmemCapacity = cutlass::gemm::collective::detail::sm90_smem_capacity_bytes;
-  static constexpr int kCtaSmemBudget = CtasPerSm == 1 ? kSmemCapacity : 233472 / CtasPerSm - 1024;
-  static constexpr int kStageCarveoutBytes = kCarveoutBytes + (kSmemCapacity - kCtaSmemBudget);
 
   using StockMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, KernelElementA, cutlass::layout::RowMajor, kAlignmentAB,
       KernelElementB, cutlass::layout::ColumnMajor, kAlignmentAB, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<kStageCarveoutBytes>,
+      cutlass::gemm::collective::StageCountAutoCarveout<kCarveoutBytes>,
       typename Schedule::template Kernel<FastAccum>>::CollectiveOp;
   static_assert(cute::size<1>(typename StockMainloop::TiledMma::AtomShape_MNK{}) == TileN,
                 "one wgmma spans the tile's n (CuTe's extended wgmma shapes)");
@@ -185,16 +154,12 @@ struct Sm90Fp8Gemm {
       cute::conditional_t<(!FastAccum && PromotionKBlocks == 1), EveryBlockMainloop, StockMainloop>;
   static_assert(L2PrefetchKBlocks == 0 || cute::is_same_v<Decomposition, DecomposePersistent>,
                 "the L2 prefetch runs ahead of the programmatic-launch wait for the static scheduler's first tile");
-  using PrefetchingMainloop = cute::conditional_t<
-      (L2PrefetchKBlocks > 0),
-      L2PrefetchMainloop<PromotingMainloop, TileShape, ClusterShape, SwapAB, kOneTilePerCta>, PromotingMainloop>;
-  using Mainloop = cute::conditional_t<kOneTilePerCta, EarlyDependentLaunchMainloop<PrefetchingMainloop>,
-                                       PrefetchingMainloop>;
+  using Mainloop = cute::conditional_t<(L2PrefetchKBlocks > 0),
+                                       L2PrefetchMainloop<PromotingMainloop, TileShape, ClusterShape, SwapAB>,
+                                       PromotingMainloop>;
 
-  using StockKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                           typename Decomposition::TileScheduler>;
-  using Kernel = cute::conditional_t<CtasPerSm == 1, StockKernel, CoResidentKernel<StockKernel, CtasPerSm>>;
-  static_assert(int(Kernel::SharedStorageSize) <= kCtaSmemBudget, "CtasPerSm CTAs' shared memory fits an SM");
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                      typename Decomposition::TileScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
   static typename Gemm::Arguments arguments(const cutlass_ext_fp8_args& args) {

@@ -10,8 +10,7 @@
 //
 // Everything but the prefetch is the stock collective (`Base`, from CUTLASS's CollectiveBuilder). The kernel calls
 // `prefetch_tma_descriptors` from one thread before it waits; the CTA's first tile comes from the same persistent
-// tile scheduler, built from the same arguments, that the kernel uses, or, in a kernel with one tile per CTA
-// (CUTLASS's KernelTmaWarpSpecialized: OneTilePerCta), from the CTA's index as that kernel takes it.
+// tile scheduler, built from the same arguments, that the kernel uses.
 #pragma once
 
 #include "cute/tensor.hpp"
@@ -33,7 +32,7 @@ CUTE_DEVICE void prefetch_to_l2(cute::Copy_Atom<cute::Copy_Traits<Op, NumBits, A
 }
 
 // WeightsAreA: the weights are the kernel's A operand (swapped FP8 GEMM) rather than its B.
-template <class Base, class TileShape, class ClusterShape, bool WeightsAreA, bool OneTilePerCta = false>
+template <class Base, class TileShape, class ClusterShape, bool WeightsAreA>
 struct L2PrefetchMainloop : Base {
   using TileScheduler = typename cutlass::gemm::kernel::detail::TileSchedulerSelector<
       cutlass::gemm::PersistentScheduler, cutlass::arch::Sm90, TileShape, ClusterShape>::Scheduler;
@@ -69,27 +68,12 @@ struct L2PrefetchMainloop : Base {
             args.l2_prefetch_k_blocks};
   }
 
-  // The CTA's first (or only) output tile: M_idx, N_idx, L_idx in the kernel's tiles.
-  CUTLASS_DEVICE static auto first_tile(Params const& params) {
-    TileScheduler scheduler{params.scheduler};
-    auto work = scheduler.initial_work_tile_info(ClusterShape{});
-    if constexpr (OneTilePerCta) {
-      // the grid is the tiles (rounded up to whole clusters): blockIdx.x runs over M, y over N, z over L
-      int tiles_m = cute::ceil_div(params.m, int(cute::size<0>(TileShape{})));
-      int tiles_n = cute::ceil_div(params.n, int(cute::size<1>(TileShape{})));
-      work.M_idx = blockIdx.x;
-      work.N_idx = blockIdx.y;
-      work.L_idx = blockIdx.z;
-      work.is_valid_tile = int(blockIdx.x) < tiles_m && int(blockIdx.y) < tiles_n;
-    }
-    return work;
-  }
-
   CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& params) {
     using namespace cute;
     Base::prefetch_tma_descriptors(params);
     if (params.l2_prefetch_k_blocks <= 0) return;
-    auto work = first_tile(params);
+    TileScheduler scheduler{params.scheduler};
+    auto work = scheduler.initial_work_tile_info(ClusterShape{});
     if (!work.is_valid()) return;
     // As the collective's load() partitions its operands: A sliced by the CTA's cluster column, B by its row.
     uint32_t rank = block_rank_in_cluster();

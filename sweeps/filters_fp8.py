@@ -24,13 +24,8 @@ ACCUMULATOR_BUDGET = 216
 MAX_PROMOTION_SPAN = 128
 
 
-# Registers per thread a kernel compiled for two CTAs per SM may take (65536 / 2 / 256 threads); the accumulators
-# may take this much of it (addresses, scales and the pipeline the rest).
-CO_RESIDENT_ACCUMULATOR_BUDGET = 64
-
-
 def consumer_threads(config: Fp8Config) -> int:
-    """Threads that hold one tile's accumulators: two warpgroups (cooperative) or one (ping-pong, warp-specialized)."""
+    """Threads that hold one tile's accumulators: two warpgroups (cooperative) or one (ping-pong)."""
     return 256 if config.schedule == "cooperative" else 128
 
 
@@ -77,11 +72,6 @@ RULES = (
         lambda c, _: c.schedule == "pingpong" and c.scheduler != "persistent",
     ),
     Rule(
-        "warpspecialized_tile_order",
-        "the one-tile-per-CTA kernel takes its tile from its CTA index: no stream-K, split-K, swizzle or raster",
-        lambda c, _: c.schedule == "warpspecialized" and (c.scheduler, c.swizzle, c.raster) != ("persistent", 1, "auto"),
-    ),
-    Rule(
         "dynamic_scheduler_cluster_or_pingpong",
         "the dynamic tile scheduler runs cooperative kernels with one CTA per cluster",
         lambda c, _: c.scheduler == "dynamic" and (c.schedule != "cooperative" or c.cluster != (1, 1)),
@@ -97,11 +87,6 @@ RULES = (
         lambda c, limits: two_stage_shared_bytes(c) > limits.shared_memory_bytes,
     ),
     Rule(
-        "co_resident_shared_memory_under_two_stages",
-        "two CTAs per SM, each with two pipeline stages and the epilogue, over the device's shared memory",
-        lambda c, limits: c.ctas_per_sm * two_stage_shared_bytes(c) > limits.shared_memory_bytes,
-    ),
-    Rule(
         "promotion_span_over_128",
         f"promoted accumulation sums more than {MAX_PROMOTION_SPAN} k elements between promotions (tile k x promotion)",
         lambda c, _: c.accum == "promoted" and promotion_span(c) > MAX_PROMOTION_SPAN,
@@ -111,10 +96,5 @@ RULES = (
         f"accumulators (x3 when promoted every k-block, x2 taking turns) > {ACCUMULATOR_BUDGET} registers per "
         "consumer thread",
         lambda c, _: accumulator_registers(c) > ACCUMULATOR_BUDGET,
-    ),
-    Rule(
-        "co_resident_accumulator_registers_over_budget",
-        f"two CTAs per SM with accumulators > {CO_RESIDENT_ACCUMULATOR_BUDGET} registers per consumer thread",
-        lambda c, _: c.ctas_per_sm > 1 and accumulator_registers(c) > CO_RESIDENT_ACCUMULATOR_BUDGET,
     ),
 )

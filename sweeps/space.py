@@ -150,7 +150,6 @@ _FP8_CHOICES = {
     "turns": [False, True],
     "raster": list(fp8_config.RASTERS),
     "l2_prefetch": list(fp8_config.L2_PREFETCHES),
-    "ctas_per_sm": list(fp8_config.CTAS_PER_SM),
 }
 _FP8_TUPLES = {"tile": "mnk", "cluster": "mn"}
 _FP8_MODES = {f"fp8_{accum}": accum for accum in fp8_config.ACCUMULATIONS}
@@ -195,7 +194,6 @@ def _load_fp8_space(path: Path, document: dict) -> list:
     splits, promotions = axes.pop("splits", [1]), axes.pop("promotion", [1])
     prefetches = axes.pop("l2_prefetch", [0])
     turn_taking = axes.pop("turns", [False])
-    co_residence = axes.pop("ctas_per_sm", [1])
     names = list(axes)
     configs = []
     for mode in modes:
@@ -203,15 +201,12 @@ def _load_fp8_space(path: Path, document: dict) -> list:
             fields = dict(zip(names, values), accum=_FP8_MODES[mode])
             # only split-K takes a number of splits, only promoted accumulation a promotion interval, only the
             # persistent scheduler (programmatic launch) an L2 prefetch, only promotion every k-block of a
-            # cooperative tile turn-taking warpgroups, only the one-tile-per-CTA kernel two CTAs per SM
+            # cooperative tile turn-taking warpgroups
             persistent = fields.get("scheduler", "persistent") == "persistent"
             split_choices = [s for s in splits if s > 1] if fields.get("scheduler") == "splitk" else [1]
             promotion_choices = promotions if fields["accum"] == "promoted" else [1]
             prefetch_choices = prefetches if persistent else [0]
-            ctas_choices = co_residence if fields.get("schedule") == "warpspecialized" else [1]
-            for split, promotion, prefetch, ctas_per_sm in itertools.product(
-                split_choices, promotion_choices, prefetch_choices, ctas_choices
-            ):
+            for split, promotion, prefetch in itertools.product(split_choices, promotion_choices, prefetch_choices):
                 takes_turns = (fields["accum"], promotion, fields.get("schedule", "cooperative")) == (
                     "promoted",
                     1,
@@ -221,12 +216,7 @@ def _load_fp8_space(path: Path, document: dict) -> list:
                     try:
                         configs.append(
                             fp8_config.Fp8Config(
-                                **fields,
-                                splits=split,
-                                promotion=promotion,
-                                l2_prefetch=prefetch,
-                                turns=turns,
-                                ctas_per_sm=ctas_per_sm,
+                                **fields, splits=split, promotion=promotion, l2_prefetch=prefetch, turns=turns
                             )
                         )
                     except ValueError as error:

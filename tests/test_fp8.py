@@ -30,8 +30,6 @@ from cutlass_ext.variants import from_name
         Fp8Config(scheduler="dynamic", swizzle=4, raster="n"),
         Fp8Config(tile=(128, 208, 128), turns=True, scheduler="dynamic", swizzle=4),
         Fp8Config(tile=(128, 192, 128), cluster=(2, 1), turns=True, scheduler="streamk", raster="m"),
-        Fp8Config(accum="fast", tile=(64, 16, 256), schedule="warpspecialized", swap_ab=True, l2_prefetch=8),
-        Fp8Config(tile=(64, 16, 128), cluster=(2, 1), schedule="warpspecialized", swap_ab=True, ctas_per_sm=2),
     ],
     ids=lambda c: c.name,
 )
@@ -60,8 +58,6 @@ def test_names_round_trip(config):
         ({"turns": True, "accum": "fast"}, "turns=True takes promotion every k-block of a cooperative tile"),
         ({"turns": True, "promotion": 2}, "promotion=2, schedule='cooperative'"),
         ({"turns": True, "tile": (64, 128, 128), "schedule": "pingpong"}, "schedule='pingpong'"),
-        ({"ctas_per_sm": 3}, "ctas_per_sm=3 must be one of"),
-        ({"ctas_per_sm": 2, "tile": (64, 16, 128), "schedule": "pingpong"}, "needs schedule='warpspecialized'"),
     ],
 )
 def test_bad_fields_are_named(fields, message):
@@ -82,7 +78,7 @@ def test_generated_code_instantiates_the_config():
         "Sm90Fp8Gemm<cutlass::float_e5m2_t, cutlass::float_e4m3_t, cutlass::half_t, 64, 128, 128,\n"
         "                             2, 1, cutlass_ext::SchedulePingpong, true,\n"
         "                             cutlass_ext::DecomposeSplitK, 4, 1, 1, false,\n"
-        "                             0, cutlass_ext::Raster::AlongN, false, 1>"
+        "                             0, cutlass_ext::Raster::AlongN, false>"
     ) in source
     assert "CUTLASS_ENABLE_GDC_FOR_SM90" not in source  # stream-K scheduler: no programmatic launch
     with pytest.raises(ValueError, match="one family"):
@@ -93,7 +89,7 @@ def test_swapped_variants_name_and_instantiate_the_swap():
     config = Fp8Config(accum="fast", tile=(64, 16, 256), schedule="pingpong", swap_ab=True)
     assert config.name == "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap"
     assert (
-        "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n                             0, cutlass_ext::Raster::Auto, false, 1>"
+        "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n                             0, cutlass_ext::Raster::Auto, false>"
         in (codegen.render_library([config]))
     )
 
@@ -103,21 +99,10 @@ def test_l2_prefetching_variants_name_and_instantiate_the_depth():
     assert config.name == "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap_l2pf8"
     source = codegen.render_library([config])
     assert (
-        "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n                             8, cutlass_ext::Raster::Auto, false, 1>"
+        "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n                             8, cutlass_ext::Raster::Auto, false>"
         in source
     )
     assert "#define CUTLASS_ENABLE_GDC_FOR_SM90 1" in source  # the prefetch runs ahead of the PDL wait
-
-
-def test_co_resident_variants_name_and_instantiate_two_ctas_per_sm():
-    config = Fp8Config(
-        accum="fast", tile=(64, 16, 256), schedule="warpspecialized", swap_ab=True, l2_prefetch=8, ctas_per_sm=2
-    )
-    assert config.name == "fp8_e4m3e4m3_bf16_64x16x256_c1x1_ws_fast_swap_l2pf8_occ2"
-    source = codegen.render_library([config])
-    assert "cutlass_ext::ScheduleWarpSpecialized, true," in source
-    assert "8, cutlass_ext::Raster::Auto, false, 2>" in source
-    assert "#define CUTLASS_ENABLE_GDC_FOR_SM90 1" in source  # launched programmatically, as it signals early
 
 
 def test_persistent_variants_launch_programmatically_in_their_own_units():
@@ -144,8 +129,8 @@ def test_turn_taking_variants_name_and_instantiate_the_two_fragment_mainloop():
     config = Fp8Config(tile=(128, 192, 128), turns=True, scheduler="dynamic", swizzle=4)
     assert config.name == "fp8_e4m3e4m3_bf16_128x192x128_c1x1_coop_promoted_turns_dynamic_w4"
     assert "cutlass_ext::DecomposeDynamic, 1, 4, 1, false,\n" in codegen.render_library([config])
-    assert "cutlass_ext::Raster::Auto, true, 1>)" in codegen.render_library([config])
-    assert "cutlass_ext::Raster::Auto, false, 1>)" in codegen.render_library([dataclasses.replace(config, turns=False)])
+    assert "cutlass_ext::Raster::Auto, true>)" in codegen.render_library([config])
+    assert "cutlass_ext::Raster::Auto, false>)" in codegen.render_library([dataclasses.replace(config, turns=False)])
 
 
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])

@@ -35,7 +35,6 @@ SWAPPED = [
 PREFETCHING = [
     Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap_l2pf8"),
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x128x128_c2x1_coop_promoted_l2pf4"),
-    Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x256_c1x1_ws_fast_swap_l2pf8_occ2"),
 ]
 # promotion overlapped with the next k-block's wgmmas (two partial fragments, k-blocks alternating between them):
 # both schedules, a cluster, swapped, the schedulers that hand a CTA part of K (split-K, stream-K), and the widest
@@ -70,15 +69,6 @@ TURNS = [
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x192x128_c1x1_coop_promoted_turns_dynamic_w4"),
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x192x128_c1x1_coop_promoted_turns_streamk"),
 ]
-# one tile per CTA and one consumer warpgroup (CUTLASS's KernelTmaWarpSpecialized; its producer lets the next kernel
-# launch after its last load), two CTAs per SM where named (`_occ2`): swapped in both accumulations, with the L2
-# prefetch, in a cluster with a mixed input pair, and unswapped over several tiles of M
-WARP_SPECIALIZED = [
-    Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x256_c1x1_ws_fast_swap_l2pf8_occ2"),
-    Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x16x128_c1x1_ws_promoted_swap_occ2"),
-    Fp8Config.from_name("fp8_e5m2e4m3_fp16_64x32x128_c2x1_ws_promoted_swap_l2pf8_occ2"),
-    Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x64x128_c1x1_ws_promoted"),
-]
 # promoted every 512 k elements (a 256-deep k-block, every 2nd): the span the filter rule removes
 LONG_SPAN = Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x128x256_c1x1_pp_promoted_p2")
 
@@ -95,7 +85,7 @@ def defaults_only(tmp_path_factory):
     prefetch_bases = [dataclasses.replace(c, l2_prefetch=0) for c in PREFETCHING]
     raster_bases = [dataclasses.replace(c, raster="auto") for c in RASTERED]
     named = EXPLICIT + SWAPPED + OVERLAPPED + [LONG_SPAN] + PREFETCHING + prefetch_bases + RASTERED + raster_bases
-    named += DYNAMIC + [dataclasses.replace(c, scheduler="persistent") for c in DYNAMIC] + TURNS + WARP_SPECIALIZED
+    named += DYNAMIC + [dataclasses.replace(c, scheduler="persistent") for c in DYNAMIC] + TURNS
     registry.ensure_registered(configs + named, torch.device("cuda"))
     yield
     ext.set_tuned_table(None)
@@ -245,61 +235,6 @@ def test_swapped_operands(config, m, granularity):
     ours = numerics.relative_residual(c, reference)
     peer = peer_relres(a, b, scale_a, scale_b, bias, out_dtype, config.accum, reference)
     assert ours <= FACTOR * peer, f"{config.name}: relres {ours:.3g} vs peer {peer:.3g}"
-
-
-@pytest.mark.parametrize("config", WARP_SPECIALIZED, ids=lambda c: c.name)
-@pytest.mark.parametrize("m", [1, 17, 200])
-@pytest.mark.parametrize("granularity", ["tensor", "row"])
-def test_one_tile_per_cta_kernels(config, m, granularity):
-    """A CTA per output tile, its tile from its index: N and K not whole tiles, M of one to several token tiles
-    (several tiles of the kernel's M unswapped), scales and bias, against cuBLAS FP8 with the same scales."""
-    n, k = 272, 4112
-    a, b, scale_a, scale_b = fp8_operands(m, n, k, config.a_dtype, config.b_dtype, granularity, seed=m + 5)
-    out_dtype = OUT_DTYPES[config.out_dtype]
-    bias = (torch.randn(n, device="cuda") * 4).to(out_dtype)
-    reference = numerics.dequantized_product(a, b, scale_a, scale_b, bias)
-    poison_allocator(m, n)
-    c = ops.gemm_fp8(a, b, scale_a.reshape(-1), scale_b.reshape(-1), bias, out_dtype, [config.name])
-    assert torch.isfinite(c).all(), "unwritten (NaN-poisoned) outputs"
-    ours = numerics.relative_residual(c, reference)
-    peer = peer_relres(a, b, scale_a, scale_b, bias, out_dtype, config.accum, reference)
-    assert ours <= FACTOR * peer, f"{config.name}: relres {ours:.3g} vs peer {peer:.3g}"
-
-
-@pytest.mark.parametrize("config", [c for c in WARP_SPECIALIZED if c.ctas_per_sm == 2], ids=lambda c: c.name)
-def test_back_to_back_gemms_read_what_the_gemm_before_wrote(config):
-    """Each GEMM lets the next launch once its loads are issued, and the next starts beside it (two CTAs per SM):
-    in a chain where every GEMM's bias is the output row of the GEMM just before, replayed from a graph, each
-    product must equal (bit for bit) the one computed with the GPU synchronized between calls."""
-    n, k, steps = 8192, 4096, 6  # 128 weight tiles: every SM busy, as at decode
-    out_dtype = OUT_DTYPES[config.out_dtype]
-    operands = [fp8_operands(1, n, k, config.a_dtype, config.b_dtype, seed=40 + i) for i in range(steps)]
-    first_bias = torch.randn(n, device="cuda").to(out_dtype)
-
-    def chain(synchronize: bool) -> list:
-        outputs, bias = [], first_bias
-        for a, b, scale_a, scale_b in operands:
-            bias = ops.gemm_fp8(a, b, scale_a.reshape(1), scale_b.reshape(1), bias, out_dtype, [config.name])[0]
-            outputs.append(bias)
-            if synchronize:
-                torch.cuda.synchronize()
-        return outputs
-
-    expected = chain(synchronize=True)
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        chain(synchronize=False)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = chain(synchronize=False)
-    for _ in range(3):
-        for output in captured:
-            output.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        for step, (got, want) in enumerate(zip(captured, expected)):
-            assert torch.equal(got, want), f"step {step}: differs from the synchronized chain"
 
 
 def test_cuda_graph_capture_and_replay():
