@@ -31,7 +31,11 @@ def library_of(name: str, cache_dir: str) -> str:
         manifest = json.loads(Path(path).read_text())
         for fields in manifest["configs"]:
             fields = dict(fields, tile=tuple(fields["tile"]), cluster=tuple(fields["cluster"]))
-            if Fp8Config(**fields).name == name:
+            try:
+                config = Fp8Config(**fields)
+            except (TypeError, ValueError):  # a build of fields this version no longer has
+                continue
+            if config.name == name:
                 return path.replace("manifest.json", manifest["library"])
     raise SystemExit(f"{name} is not in {cache_dir}")
 
