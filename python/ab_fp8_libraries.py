@@ -4,16 +4,16 @@ baseline and to cuBLAS promoted, timed in the same passes), or variants built fr
 edited header changes every variant's cache key; the older builds stay in their folders under their old keys).
 `--floor` adds cuBLAS with fast accumulation and a plain read of the weights (decode's DRAM floor).
 
-    python python/ab_fp8_libraries.py 8192x8192x8192,4096x57344x8192 NAME@CACHE_DIR [NAME@CACHE_DIR ...]
+    python python/ab_fp8_libraries.py [--floor] 8192x8192x8192,4096x57344x8192 NAME@CACHE_DIR [NAME@CACHE_DIR ...]
 
 Each shape: the accuracy gate (sweeps.measure_fp8's problem), then graph replay in 5 round-robin passes; prints
 the median, TFLOP/s and the passes' spread.
 """
 
+import argparse
 import glob
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import torch
@@ -41,11 +41,14 @@ def library_of(name: str, cache_dir: str) -> str:
 
 
 def main() -> None:
-    floor = "--floor" in sys.argv
-    arguments = [a for a in sys.argv[1:] if a != "--floor"]
-    shapes = [tuple(int(v) for v in shape.split("x")) for shape in arguments[0].split(",")]
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("shapes", help="MxNxK[,MxNxK ...]")
+    parser.add_argument("variants", nargs="+", metavar="NAME@CACHE_DIR")
+    parser.add_argument("--floor", action="store_true", help="add cuBLAS fast accumulation and the weights read")
+    args = parser.parse_args()
+    shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")]
     configs = []
-    for argument in arguments[1:]:
+    for argument in args.variants:
         name, cache_dir = argument.split("@")
         config = Fp8Config.from_name(name)
         registry.register_library([config], library_of(name, cache_dir))
@@ -59,7 +62,7 @@ def main() -> None:
             print(f"{m}x{n}x{k} {config.name} relres {relres:.4g} gate {problem.gate(config.mode, relres)}")
             runs[config.name] = run
         runs["cublas promoted"] = peers_fp8.scaled_mm(torch.bfloat16, "promoted")
-        if floor:
+        if args.floor:
             runs["cublas fast"] = peers_fp8.scaled_mm(torch.bfloat16, "fast")
             _, runs["weights read"] = peers_fp8.weights_read(problem.input_sets, 10)
         passes = {name: [] for name in runs}
