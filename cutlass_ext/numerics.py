@@ -288,6 +288,6 @@ def relative_residual(c: torch.Tensor, ref: torch.Tensor) -> float:
     """‖c − ref‖_F / ‖ref‖_F computed in float64 (seed eq. 7)."""
     if c.shape != ref.shape:
         raise ValueError(f"c and ref must have the same shape; got {tuple(c.shape)} and {tuple(ref.shape)}")
-    ref64 = ref.to(torch.float64)
-    difference = c.to(device=ref64.device, dtype=torch.float64) - ref64
+    ref64 = ref.detach().to(torch.float64)
+    difference = c.detach().to(device=ref64.device, dtype=torch.float64) - ref64
     return float(torch.linalg.vector_norm(difference) / torch.linalg.vector_norm(ref64))
