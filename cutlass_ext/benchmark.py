@@ -12,10 +12,16 @@ import torch
 from . import toolchain
 
 
+# Bytes of other inputs, in L2 sizes, read between two calls on the same input set. Three are enough while L2 evicts
+# by age; the decode kernels load their weights evict-first, so lines read without that hint (their L2 prefetch, 16-32
+# MB a call) outlive three L2 sizes of weights (ncu: 6-8 of 67 MB a call came from L2) but not ten (under 0.5 MB).
+ROTATION_L2_SIZES = 10
+
+
 def rotation_count(bytes_per_set: int, device=None) -> int:
     """How many input sets to cycle through so that each call finds its inputs outside L2 (at least 2)."""
     l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
-    return max(2, -(-3 * l2_bytes // max(bytes_per_set, 1)))
+    return max(2, -(-ROTATION_L2_SIZES * l2_bytes // max(bytes_per_set, 1)))
 
 
 def median_time_us(run, input_sets: list, warmup: int = 5, repeats: int = 30) -> float:

@@ -30,10 +30,9 @@ def library_of(name: str, cache_dir: str) -> str:
     for path in glob.glob(f"{cache_dir}/kernels/sm_90a/*/manifest.json"):
         manifest = json.loads(Path(path).read_text())
         for fields in manifest["configs"]:
-            fields = dict(fields, tile=tuple(fields["tile"]), cluster=tuple(fields["cluster"]))
             try:
-                config = Fp8Config(**fields)
-            except (TypeError, ValueError):  # a build of fields this version no longer has
+                config = Fp8Config(**dict(fields, tile=tuple(fields["tile"]), cluster=tuple(fields["cluster"])))
+            except (KeyError, TypeError, ValueError):  # another family's library, or fields this version lacks
                 continue
             if config.name == name:
                 return path.replace("manifest.json", manifest["library"])
@@ -45,6 +44,7 @@ def main() -> None:
     parser.add_argument("shapes", help="MxNxK[,MxNxK ...]")
     parser.add_argument("variants", nargs="+", metavar="NAME@CACHE_DIR")
     parser.add_argument("--floor", action="store_true", help="add cuBLAS fast accumulation and the weights read")
+    parser.add_argument("--sets", type=int, help="input sets to cycle through (default: 3x L2 in bytes, at least 2)")
     args = parser.parse_args()
     shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")]
     configs = []
@@ -54,7 +54,7 @@ def main() -> None:
         registry.register_library([config], library_of(name, cache_dir))
         configs.append(config)
     for m, n, k in shapes:
-        problem = measure_fp8.make_problem(m, n, k)
+        problem = measure_fp8.make_problem(m, n, k, sets=args.sets)
         runs = {}
         for config in configs:
             run, _ = measure_fp8.kernel_runner(config)

@@ -62,15 +62,16 @@ class Fp8Problem:
         return "ok", ""
 
 
-def make_problem(m: int, n: int, k: int, batch: int = 1, seed: int = 0) -> Fp8Problem:
-    """Activations from N(0, 1) and weights from N(0, 1/K), quantized to e4m3 per tensor, fresh per shape."""
+def make_problem(m: int, n: int, k: int, batch: int = 1, seed: int = 0, sets: int | None = None) -> Fp8Problem:
+    """Activations from N(0, 1) and weights from N(0, 1/K), quantized to e4m3 per tensor, fresh per shape; `sets`
+    input sets to cycle through (default: enough that each call finds its inputs outside L2)."""
     if batch != 1:
         raise ValueError(f"FP8 sweeps take unbatched shapes; got batch={batch}")
     from cutlass_ext.fp8 import quantize_fp8
 
     generator = torch.Generator(device="cuda").manual_seed(seed * 1_000_003 + m * 31 + n * 17 + k)
     input_sets = []
-    for _ in range(benchmark.rotation_count(m * k + n * k + 2 * m * n)):
+    for _ in range(sets or benchmark.rotation_count(m * k + n * k + 2 * m * n)):
         a, scale_a = quantize_fp8(torch.randn(m, k, generator=generator, device="cuda"))
         b, scale_b = quantize_fp8(torch.randn(n, k, generator=generator, device="cuda") / math.sqrt(k))
         input_sets.append((a, b, scale_a, scale_b))
