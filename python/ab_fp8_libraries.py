@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("shapes", help="MxNxK[,MxNxK ...]")
     parser.add_argument("variants", nargs="+", metavar="NAME@CACHE_DIR")
     parser.add_argument("--floor", action="store_true", help="add cuBLAS fast accumulation and the weights read")
-    parser.add_argument("--sets", type=int, help="input sets to cycle through (default: 3x L2 in bytes, at least 2)")
+    parser.add_argument("--sets", type=int, help="input sets to cycle through (default: benchmark.rotation_count)")
     args = parser.parse_args()
     shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")]
     configs = []
