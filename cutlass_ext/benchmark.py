@@ -11,7 +11,6 @@ import torch
 
 from . import toolchain
 
-
 # Bytes of other inputs, in L2 sizes, read between two calls on the same input set. Three are enough while L2 evicts
 # by age; the decode kernels load their weights evict-first, so lines read without that hint (their L2 prefetch, 16-32
 # MB a call) outlive three L2 sizes of weights (ncu: 6-8 of 67 MB a call came from L2) but not ten (under 0.5 MB).
@@ -22,6 +21,16 @@ def rotation_count(bytes_per_set: int, device=None) -> int:
     """How many input sets to cycle through so that each call finds its inputs outside L2 (at least 2)."""
     l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
     return max(2, -(-ROTATION_L2_SIZES * l2_bytes // max(bytes_per_set, 1)))
+
+
+def pass_order(items, pass_index: int) -> list:
+    """The order in which round-robin pass `pass_index` times `items`: as given on even passes, reversed on odd
+    ones. Under the 700 W cap a GEMM timed right after a light contender (a plain read, another shape's last row)
+    runs at higher clocks than one timed after a heavy GEMM; in a fixed order the same contender always gets that
+    place (seen at 256 x 57344 x 8192: 3-5% to the one listed first). Reversing changes every contender's
+    predecessor on alternate passes."""
+    items = list(items)
+    return items[::-1] if pass_index % 2 else items
 
 
 def median_time_us(run, input_sets: list, warmup: int = 5, repeats: int = 30) -> float:

@@ -6,7 +6,7 @@ edited header changes every variant's cache key; the older builds stay in their 
 
     python python/ab_fp8_libraries.py [--floor] 8192x8192x8192,4096x57344x8192 NAME@CACHE_DIR [NAME@CACHE_DIR ...]
 
-Each shape: the accuracy gate (sweeps.measure_fp8's problem), then graph replay in 5 round-robin passes; prints
+Each shape: the accuracy gate (sweeps.measure_fp8's problem), then graph replay in 5 round-robin passes (every other one reversed); prints
 the median, TFLOP/s and the passes' spread.
 """
 
@@ -66,8 +66,8 @@ def main() -> None:
             runs["cublas fast"] = peers_fp8.scaled_mm(torch.bfloat16, "fast")
             _, runs["weights read"] = peers_fp8.weights_read(problem.input_sets, 10)
         passes = {name: [] for name in runs}
-        for _ in range(ROUNDS):
-            for name, run in runs.items():
+        for pass_index in range(ROUNDS):
+            for name, run in benchmark.pass_order(runs.items(), pass_index):
                 passes[name].append(benchmark.graph_time_us(run, problem.input_sets, problem.graph_calls, 10))
         for name, times in passes.items():
             median = statistics.median(times)

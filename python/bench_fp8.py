@@ -87,7 +87,8 @@ def reference_relres(run, inputs) -> float:
 def measure_shape(m, n, k, repeats, environment, rounds: int = 2, sustained_seconds: float = 0.0) -> list[dict]:
     """Every contender first run (and checked against the reference), then timed: per call with events, and from
     graph replay in `rounds` round-robin passes over all contenders, the best pass kept. Round-robin so that no
-    contender is the one timed while the clocks settle (the first timed used to read up to 15% slow at N=57344).
+    contender is the one timed while the clocks settle (the first timed used to read up to 15% slow at N=57344),
+    every other pass in reverse (`benchmark.pass_order`) so that none always follows the same one.
     With `sustained_seconds`, then one sustained pass over the GEMMs."""
     sets = make_inputs(m, n, k)
     measured = []
@@ -99,8 +100,8 @@ def measure_shape(m, n, k, repeats, environment, rounds: int = 2, sustained_seco
             print(f"  {name} {granularity} {accum}: skipped ({str(error).splitlines()[0][:120]})", file=sys.stderr)
             continue
         measured.append(((family, name, granularity, accum, run, input_sets), relres, events_us, []))
-    for _ in range(rounds):
-        for (_, _, _, _, run, input_sets), _, events_us, graph_times in measured:
+    for round_index in range(rounds):
+        for (_, _, _, _, run, input_sets), _, events_us, graph_times in benchmark.pass_order(measured, round_index):
             # ~20 ms of replay per timing, between 2 and 20 calls per graph
             calls = max(2, min(20, int(20_000 / events_us)))
             graph_times.append(benchmark.graph_time_us(run, input_sets, calls=calls, repeats=5 if calls < 20 else 10))

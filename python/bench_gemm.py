@@ -98,7 +98,7 @@ def measure(shape, modes, variants, repeats, layouts="rr", rounds: int = 2):
     entries = list(contenders(modes, variants, input_sets, repeats))
     residuals, times = {}, {i: [] for i in range(len(entries))}
     for round_index in range(rounds):
-        for i, (_, _, _, run, prepare) in enumerate(entries):
+        for i, (_, _, _, run, prepare) in benchmark.pass_order(enumerate(entries), round_index):
             sets = [prepare(*inputs) for inputs in input_sets] if prepare else input_sets
             if round_index == 0:
                 residuals[i] = numerics.relative_residual(run(*sets[0]), ref)

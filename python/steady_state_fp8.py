@@ -49,8 +49,8 @@ def measure_shape(m, n, k, variants, passes, warm_seconds, seconds, environment)
     sets = make_inputs(m, n, k)
     runs = list(shape_contenders(sets, variants))
     results = {index: [] for index in range(len(runs))}
-    for _ in range(passes):
-        for index, (_, _, _, run, input_sets) in enumerate(runs):
+    for pass_index in range(passes):
+        for index, (_, _, _, run, input_sets) in benchmark.pass_order(enumerate(runs), pass_index):
             results[index].append(sustained(run, input_sets, warm_seconds, seconds))
     rows = []
     for index, (name, granularity, accum, _, _) in enumerate(runs):

@@ -84,8 +84,8 @@ def confirm(problem, mode: str, names: list, rounds: int, repeats: int, seconds:
         if status == "ok":
             runs[name] = (run, sets)
     times, watts = {name: [] for name in runs}, {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, (run, sets) in runs.items():
+    for round_index in range(rounds):
+        for name, (run, sets) in benchmark.pass_order(runs.items(), round_index):
             if seconds:
                 sampler = Sampler()
                 times[name].append(benchmark.sustained_time_us(run, sets, seconds, during=sampler))

@@ -124,6 +124,30 @@ def test_a_rows_time_is_the_median_of_its_round_robin_passes(monkeypatch):
     assert "23.00-25.00" in measured[C1]["detail"]
 
 
+def test_every_other_pass_times_the_variants_in_reverse(monkeypatch):
+    """Under the power cap the variant timed after a light one reads fast: no variant always follows the same one."""
+    problem = argparse.Namespace(graph_calls=10, flops=1.0, operands=lambda prepare: [("set",)])
+    problem.relres = lambda output: 1e-3
+    problem.gate = lambda mode, relres: ("ok", "")
+    order = []
+
+    def graph_time_us(run, sets, calls, repeats):
+        order.append(run.__name__)
+        return 10.0
+
+    def runner(config):
+        def run(*inputs):
+            return config.name
+
+        run.__name__ = config.name
+        return run, None
+
+    monkeypatch.setattr(confirm.benchmark, "graph_time_us", graph_time_us)
+    monkeypatch.setattr(confirm.FAMILY_MEASURES["sm90_fp8"], "kernel_runner", runner)
+    confirm.confirm(problem, "fp8_fast", [C1, N8, C2], rounds=3, repeats=10)
+    assert order == [C1, N8, C2, C2, N8, C1, C1, N8, C2]
+
+
 def test_added_variants_join_every_shape_of_their_mode():
     shapes = [(4, 8192, 8192, 1), (16, 8192, 8192, 1)]
     promoted = "fp8_e4m3e4m3_bf16_64x16x128_c1x1_pp_promoted_swap_l2pf16"
