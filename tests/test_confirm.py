@@ -4,6 +4,7 @@ row, and how its runs take precedence in the tuned table."""
 import argparse
 
 import pandas as pd
+import pytest
 
 from cutlass_ext import tuned
 from sweeps import confirm
@@ -96,16 +97,15 @@ def test_the_sweeps_tuned_table_reads_the_folders_confirmation_runs(tmp_path):
     assert {(r.m, r.name) for r in table.itertuples()} == {(4, C1), (8, N8), (16, C1)}
 
 
-def test_a_rows_time_is_the_median_of_its_round_robin_passes(monkeypatch):
-    problem = argparse.Namespace(graph_calls=10, flops=2.0 * 8 * 8192 * 8192, operands=lambda prepare: [("set",)])
-    problem.relres = lambda output: 1e-3 if output == C1 else 1.0
-    problem.gate = lambda mode, relres: ("ok", "") if relres < 0.1 else ("inaccurate", "relres over the bound")
-    passes = iter([24.0, 23.0, 25.0])
-    order = []
+@pytest.fixture
+def timed_order(monkeypatch):
+    """Fakes the kernels (each returns its name) and the graph timer, which takes its times from `times` and
+    records which variant it timed, in order."""
+    order, times = [], []
 
     def graph_time_us(run, sets, calls, repeats):
         order.append(run.__name__)
-        return next(passes)
+        return times.pop(0)
 
     def runner(config):
         def run(*inputs):
@@ -116,6 +116,15 @@ def test_a_rows_time_is_the_median_of_its_round_robin_passes(monkeypatch):
 
     monkeypatch.setattr(confirm.benchmark, "graph_time_us", graph_time_us)
     monkeypatch.setattr(confirm.FAMILY_MEASURES["sm90_fp8"], "kernel_runner", runner)
+    return order, times
+
+
+def test_a_rows_time_is_the_median_of_its_round_robin_passes(timed_order):
+    order, times = timed_order
+    times.extend([24.0, 23.0, 25.0])
+    problem = argparse.Namespace(graph_calls=10, flops=2.0 * 8 * 8192 * 8192, operands=lambda prepare: [("set",)])
+    problem.relres = lambda output: 1e-3 if output == C1 else 1.0
+    problem.gate = lambda mode, relres: ("ok", "") if relres < 0.1 else ("inaccurate", "relres over the bound")
     measured = confirm.confirm(problem, "fp8_fast", [C1, C2], rounds=3, repeats=10)
     assert order == [C1, C1, C1]  # C2 failed the gate: never timed
     assert measured[C2]["status"] == "inaccurate" and "time_us" not in measured[C2]
@@ -124,26 +133,13 @@ def test_a_rows_time_is_the_median_of_its_round_robin_passes(monkeypatch):
     assert "23.00-25.00" in measured[C1]["detail"]
 
 
-def test_every_other_pass_times_the_variants_in_reverse(monkeypatch):
+def test_every_other_pass_times_the_variants_in_reverse(timed_order):
     """Under the power cap the variant timed after a light one reads fast: no variant always follows the same one."""
+    order, times = timed_order
+    times.extend([10.0] * 9)
     problem = argparse.Namespace(graph_calls=10, flops=1.0, operands=lambda prepare: [("set",)])
     problem.relres = lambda output: 1e-3
     problem.gate = lambda mode, relres: ("ok", "")
-    order = []
-
-    def graph_time_us(run, sets, calls, repeats):
-        order.append(run.__name__)
-        return 10.0
-
-    def runner(config):
-        def run(*inputs):
-            return config.name
-
-        run.__name__ = config.name
-        return run, None
-
-    monkeypatch.setattr(confirm.benchmark, "graph_time_us", graph_time_us)
-    monkeypatch.setattr(confirm.FAMILY_MEASURES["sm90_fp8"], "kernel_runner", runner)
     confirm.confirm(problem, "fp8_fast", [C1, N8, C2], rounds=3, repeats=10)
     assert order == [C1, N8, C2, C2, N8, C1, C1, N8, C2]
 
