@@ -64,7 +64,7 @@ class Fp8Config(VariantFields):
     128 k elements break the accuracy bound: sweeps/filters_fp8.py).
     turns: promotion every k-block (cooperative) with the two warpgroups taking turns at the Tensor Core, each
     promoting while the other's k-block runs (name suffix `_turns`): two accumulator fragments per thread instead
-    of three, so promoted tiles up to 128x208 fit (kernels/sm90_fp8_turn_taking_promotion.hpp).
+    of three, so promoted tiles up to 128x224 fit (kernels/sm90_fp8_turn_taking_promotion.hpp).
     swap_ab: the kernel computes Dᵀ = B · Aᵀ (name suffix `_swap`), so `tile` is (n, m, k): its first side runs
     over N (the weights fill wgmma's 64 rows) and its second over M (decode's few tokens in a 16- or 32-wide n).
     l2_prefetch: k-blocks of weights (B) of its first tile that each CTA asks L2 for before it waits on the kernel

@@ -13,10 +13,12 @@ WGMMA_N_STEP = 8  # FP8 wgmma n: every multiple of 8 (kernels/sm90_fp8_gemm.cuh 
 SWIZZLE_K = 64  # FP8 elements: tile k in whole 64-byte swizzle atoms of shared memory
 MAX_CLUSTER = 8  # CTAs in a portable thread-block cluster
 EPILOGUE_SHARED_BYTES = 32 * 1024  # the TMA-store epilogue's staging buffers, at most (EpilogueTileAuto)
-# FP32 accumulator registers per consumer thread above this spill: consumers get 232-240 registers through
-# setmaxnreg, and addresses, scales and the pipeline take the rest (a 128x144 cooperative promoted tile, three
-# fragments of 72, builds without spills).
-ACCUMULATOR_BUDGET = 216
+# FP32 accumulator registers per consumer thread above this spill in the mainloop: consumers get 232-240 registers
+# through setmaxnreg, and addresses, scales and the pipeline take the rest. A 128x144 cooperative promoted tile
+# (three fragments of 72: 216) builds without spills; a 128x224 turn-taking tile (two fragments of 112: 224)
+# spills 60-68 bytes around the tile loop, none inside the mainloop (SASS), and is the fastest promoted tile at
+# N = 57344 prefill (NOTES.md, nineteenth session).
+ACCUMULATOR_BUDGET = 224
 # K elements summed inside the Tensor Core between two promotions into FP32 registers, at most. cuBLAS's promoted
 # mode is as accurate as promoting every 128; every 256, 512 and 1024 measured 1.6x, 2.7x and 4.2x its relres at
 # FP32 output (relres grows with the span; NOTES.md, 2026-11-23). A bf16 output's rounding hides this, so the

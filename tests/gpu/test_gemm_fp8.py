@@ -62,12 +62,14 @@ DYNAMIC = [
 ]
 # promotion every k-block with the two warpgroups taking turns at the Tensor Core (two accumulator fragments:
 # kernels/sm90_fp8_turn_taking_promotion.hpp): on a tile that the three-fragment mainloop also runs, and on the
-# wider tiles it lets promote, under the fixed stride (in a cluster), the dynamic scheduler and stream-K
+# wider tiles it lets promote, under the fixed stride (in a cluster), the dynamic scheduler and stream-K, up to the
+# register rule's limit (128x224)
 TURNS = [
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x144x128_c1x1_coop_promoted_turns"),
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x208x128_c2x1_coop_promoted_turns_w4"),
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x192x128_c1x1_coop_promoted_turns_dynamic_w4"),
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x192x128_c1x1_coop_promoted_turns_streamk"),
+    Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x224x128_c1x1_coop_promoted_turns_w4"),
 ]
 # promoted every 512 k elements (a 256-deep k-block, every 2nd): the span the filter rule removes
 LONG_SPAN = Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x128x256_c1x1_pp_promoted_p2")
