@@ -6,8 +6,8 @@ edited header changes every variant's cache key; the older builds stay in their 
 
     python python/ab_fp8_libraries.py [--floor] 8192x8192x8192,4096x57344x8192 NAME@CACHE_DIR [NAME@CACHE_DIR ...]
 
-Each shape: the accuracy gate (sweeps.measure_fp8's problem), then graph replay in 5 round-robin passes (every other one reversed); prints
-the median, TFLOP/s and the passes' spread.
+Each shape: the accuracy gate (sweeps.measure_fp8's problem), then graph replay in 5 round-robin passes, every
+other one in reverse order; prints the median, TFLOP/s and the passes' spread.
 """
 
 import argparse
