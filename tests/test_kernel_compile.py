@@ -117,10 +117,10 @@ def test_fp8_default_and_widest_promoted_kernels_compile_without_spills(cache_di
         for config in result.configs:
             for fn in ("fp8_can_implement", "fp8_workspace_size", "fp8_run"):
                 assert f" T {config.name}_{fn}\n" in exported
-    *clean, at_limit = results
-    for result in clean:
-        assert spill_store_bytes(result) and not any(spill_store_bytes(result)), result.configs
-    assert spill_store_bytes(at_limit) and max(spill_store_bytes(at_limit)) < 128
+    *clean, at_limit = [spill_store_bytes(result) for result in results]
+    for result, spills in zip(results, clean):
+        assert spills and not any(spills), (result.configs, spills)
+    assert at_limit and max(at_limit) < 128, at_limit
 
 
 def test_hopper_corrected_defaults_compile_without_spills(cache_dir):
