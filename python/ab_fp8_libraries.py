@@ -38,12 +38,12 @@ def library_of(name: str, cache_dir: str) -> str:
             except (KeyError, TypeError, ValueError):  # another family's library, or fields this version lacks
                 continue
             if config.name == name:
-                found.append(Path(path))
+                found.append(Path(path).parent / manifest["library"])
     if not found:
         raise SystemExit(f"{name} is not in {cache_dir}")
-    newest = max(found, key=lambda path: path.stat().st_mtime)
+    newest = max(found, key=lambda library: (library.parent / "manifest.json").stat().st_mtime)
     print(f"{name}: {newest.parent} (newest of {len(found)})")
-    return str(newest.parent / json.loads(newest.read_text())["library"])
+    return str(newest)
 
 
 def row_wise_sets(input_sets):
@@ -86,11 +86,12 @@ def main() -> None:
         runs = {}
         for config in configs:
             run, _ = measure_fp8.kernel_runner(config)
-            relres = problem.relres(run(*problem.input_sets[0]))
+            per_tensor = run(*problem.input_sets[0])
+            relres = problem.relres(per_tensor)
             print(f"{m}x{n}x{k} {config.name} relres {relres:.4g} gate {problem.gate(config.mode, relres)}")
             if args.row_wise:  # equal scales per row: the same output as per tensor
                 runs[config.name] = scales_as_given(config)
-                same = torch.equal(runs[config.name](*input_sets[0]), run(*problem.input_sets[0]))
+                same = torch.equal(runs[config.name](*input_sets[0]), per_tensor)
                 print(f"{m}x{n}x{k} {config.name} row-wise output equals per-tensor output: {same}")
             else:
                 runs[config.name] = run
