@@ -47,8 +47,12 @@ def two_stage_shared_bytes(config: Fp8Config) -> int:
 
 
 def promotion_span(config: Fp8Config) -> int:
-    """K elements between promotions: both promoting mainloops promote at most once per k-block."""
-    return config.tile[2] * config.promotion
+    """K elements between promotions: every `promotion` k-blocks, except that the overlapped mainloop promotes a
+    256-deep k-block in two slices of 128 (kernels/sm90_fp8_overlapped_promotion.hpp)."""
+    tile_k = config.tile[2]
+    if config.promotion == 1 and not config.turns and tile_k == 256:
+        return 128
+    return tile_k * config.promotion
 
 
 RULES = (

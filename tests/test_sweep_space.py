@@ -243,6 +243,25 @@ def test_the_turns_space_promotes_wide_tiles_only_by_taking_turns():
     assert all(filters_fp8.accumulator_registers(c) <= filters_fp8.ACCUMULATOR_BUDGET for c in result.survivors)
 
 
+def test_the_decode_space_promotes_256_deep_k_blocks_in_slices_of_128():
+    """The overlapped mainloop promotes a 256-deep k-block twice (kernels/sm90_fp8_overlapped_promotion.hpp), so
+    the span rule keeps it; a longer span stays out: the same k-block promoted by turns or every 2nd k-block."""
+    from cutlass_ext.fp8_config import Fp8Config
+
+    configs = load_space(CONFIGS / "sm90_fp8_decode.yaml")
+    result = filters.apply_rules(configs, filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90_fp8"))
+    assert {c.tile[2] for c in result.survivors if c.accum == "promoted"} == {128, 256}
+    sliced = Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_promoted_swap")
+    assert filters_fp8.promotion_span(sliced) == 128
+    longer = [
+        Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x128x256_c1x1_coop_promoted_turns"),
+        Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x128_c1x1_pp_promoted_p2_swap"),
+    ]
+    assert [filters_fp8.promotion_span(c) for c in longer] == [256, 256]
+    removed = filters.apply_rules(longer + [sliced], filters.DeviceLimits.for_arch("90a"), filters_fp8.RULES)
+    assert removed.survivors == [sliced] and removed.counts["promotion_span_over_128"] == 2
+
+
 @pytest.mark.parametrize(
     "space, message",
     [

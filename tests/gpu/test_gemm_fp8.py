@@ -47,6 +47,13 @@ OVERLAPPED = [
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x32x128_c1x1_coop_promoted_splitk2_swap"),
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x128x128_c1x1_coop_promoted_streamk"),
 ]
+# k-blocks 256 and 512 deep, promoted in slices of 128 (beside each, in OVERLAPPED or built for the test below, the
+# same tile with 128-deep k-blocks)
+SLICED = [
+    Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x16x256_c1x1_pp_promoted_swap"),
+    Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x16x512_c2x1_pp_promoted_swap_l2pf8"),
+    Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x128x256_c2x1_coop_promoted"),
+]
 # the tile order named (down M, along N; swapped, the kernel's own M and N are the output's N and M), beside the
 # same kernel in CUTLASS's order
 RASTERED = [
@@ -86,7 +93,9 @@ def defaults_only(tmp_path_factory):
     configs = [dataclasses.replace(DEFAULT_FP8, accum=accum).with_dtypes(a, b, out) for a, b, out, accum in combos]
     prefetch_bases = [dataclasses.replace(c, l2_prefetch=0) for c in PREFETCHING]
     raster_bases = [dataclasses.replace(c, raster="auto") for c in RASTERED]
-    named = EXPLICIT + SWAPPED + OVERLAPPED + [LONG_SPAN] + PREFETCHING + prefetch_bases + RASTERED + raster_bases
+    sliced_bases = [with_128_deep_k_blocks(c) for c in SLICED]
+    named = EXPLICIT + SWAPPED + OVERLAPPED + SLICED + sliced_bases + [LONG_SPAN]
+    named += PREFETCHING + prefetch_bases + RASTERED + raster_bases
     named += DYNAMIC + [dataclasses.replace(c, scheduler="persistent") for c in DYNAMIC] + TURNS
     registry.ensure_registered(configs + named, torch.device("cuda"))
     yield
@@ -372,6 +381,30 @@ def test_overlapped_promotion_adds_every_k_block_once(config, k_blocks):
     reference = numerics.dequantized_product(a, b, scale_a, scale_b)
     poison_allocator(m, n)
     c = ops.gemm_fp8(a, b, scale_a.reshape(1), scale_b.reshape(1), None, torch.float32, [config.name])
+    ours = numerics.relative_residual(c, reference)
+    peer = peer_relres(a, b, scale_a, scale_b, None, torch.float32, "promoted", reference)
+    assert ours <= FACTOR * peer, f"{config.name}: relres {ours:.3g} vs torch._scaled_mm {peer:.3g}"
+
+
+def with_128_deep_k_blocks(config: Fp8Config) -> Fp8Config:
+    return dataclasses.replace(config, tile=(*config.tile[:2], 128))
+
+
+@pytest.mark.parametrize("config", SLICED, ids=lambda c: c.name)
+@pytest.mark.parametrize("k_blocks", [1, 2, 3, 5, 64])
+def test_sliced_promotion_is_the_128_deep_k_blocks_sums(config, k_blocks):
+    """A k-block of 256 or 512 promoted in slices of 128 makes the same FP32 additions in the same order as the
+    same tile with 128-deep k-blocks: bit for bit its output, for slice counts that end a k-block early (TMA pads
+    the rest with zeros), and within the bound at FP32 output."""
+    m, n, k = 200, 320, 128 * k_blocks - 16
+    a, b, scale_a, scale_b = fp8_operands(m, n, k, seed=k_blocks + 200)
+    run = functools.partial(ops.gemm_fp8, a, b, scale_a.reshape(1), scale_b.reshape(1), None, torch.float32)
+    poison_allocator(m, n)
+    c = run([config.name])
+    assert torch.isfinite(c).all(), "unwritten (NaN-poisoned) outputs"
+    poison_allocator(m, n)
+    assert torch.equal(c, run([with_128_deep_k_blocks(config).name]))
+    reference = numerics.dequantized_product(a, b, scale_a, scale_b)
     ours = numerics.relative_residual(c, reference)
     peer = peer_relres(a, b, scale_a, scale_b, None, torch.float32, "promoted", reference)
     assert ours <= FACTOR * peer, f"{config.name}: relres {ours:.3g} vs torch._scaled_mm {peer:.3g}"
