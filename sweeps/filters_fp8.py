@@ -46,11 +46,17 @@ def two_stage_shared_bytes(config: Fp8Config) -> int:
     return 2 * (tm + tn) * tk + EPILOGUE_SHARED_BYTES
 
 
+def slices_k_blocks(config: Fp8Config) -> bool:
+    """Whether the overlapped mainloop runs it (promotion every k-block, not by turns): it promotes each k-block
+    in slices of 128 k elements (kernels/sm90_fp8_overlapped_promotion.hpp)."""
+    return config.accum == "promoted" and config.promotion == 1 and not config.turns
+
+
 def promotion_span(config: Fp8Config) -> int:
-    """K elements between promotions: every `promotion` k-blocks, except that the overlapped mainloop promotes a
-    256-deep k-block in two slices of 128 (kernels/sm90_fp8_overlapped_promotion.hpp)."""
+    """K elements between promotions: every `promotion` k-blocks, or 128 where the overlapped mainloop slices a
+    k-block of 256, 512, ... into pairs of slices."""
     tile_k = config.tile[2]
-    if config.promotion == 1 and not config.turns and tile_k == 256:
+    if slices_k_blocks(config) and tile_k % 256 == 0:
         return 128
     return tile_k * config.promotion
 
@@ -96,6 +102,11 @@ RULES = (
         "promotion_span_over_128",
         f"promoted accumulation sums more than {MAX_PROMOTION_SPAN} k elements between promotions (tile k x promotion)",
         lambda c, _: c.accum == "promoted" and promotion_span(c) > MAX_PROMOTION_SPAN,
+    ),
+    Rule(
+        "promoted_k_block_under_128",
+        "the overlapped mainloop promotes k-blocks in slices of 128 k elements: a shallower k-block does not build",
+        lambda c, _: slices_k_blocks(c) and c.tile[2] < 128,
     ),
     Rule(
         "accumulator_registers_over_budget",

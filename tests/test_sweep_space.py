@@ -251,15 +251,21 @@ def test_the_decode_space_promotes_256_deep_k_blocks_in_slices_of_128():
     configs = load_space(CONFIGS / "sm90_fp8_decode.yaml")
     result = filters.apply_rules(configs, filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90_fp8"))
     assert {c.tile[2] for c in result.survivors if c.accum == "promoted"} == {128, 256}
-    sliced = Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_promoted_swap")
-    assert filters_fp8.promotion_span(sliced) == 128
+    sliced = [
+        Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_promoted_swap"),
+        Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x512_c1x1_pp_promoted_swap"),
+    ]
+    assert [filters_fp8.promotion_span(c) for c in sliced] == [128, 128]
     longer = [
         Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x128x256_c1x1_coop_promoted_turns"),
         Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x128_c1x1_pp_promoted_p2_swap"),
+        Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x384_c1x1_pp_promoted_swap"),  # three slices: not in pairs
     ]
-    assert [filters_fp8.promotion_span(c) for c in longer] == [256, 256]
-    removed = filters.apply_rules(longer + [sliced], filters.DeviceLimits.for_arch("90a"), filters_fp8.RULES)
-    assert removed.survivors == [sliced] and removed.counts["promotion_span_over_128"] == 2
+    assert [filters_fp8.promotion_span(c) for c in longer] == [256, 256, 384]
+    shallow = Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x64_c1x1_pp_promoted_swap")
+    removed = filters.apply_rules(longer + sliced + [shallow], filters.DeviceLimits.for_arch("90a"), filters_fp8.RULES)
+    assert removed.survivors == sliced
+    assert removed.counts["promotion_span_over_128"] == 3 and removed.counts["promoted_k_block_under_128"] == 1
 
 
 @pytest.mark.parametrize(
