@@ -33,6 +33,7 @@
 #include "sm90_fp8_overlapped_promotion.hpp"
 #include "sm90_fp8_turn_taking_promotion.hpp"
 #include "sm90_l2_prefetch_mainloop.hpp"
+#include "sm90_stage_epilogue.hpp"
 
 namespace cutlass_ext {
 
@@ -122,7 +123,7 @@ struct Sm90Fp8Gemm {
       cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float, kRound>, RowScale,
       ScaledAccumulator, Bias>;
 
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+  using TmaEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignmentD, ElementD, LayoutD,
       kAlignmentD, typename Schedule::Epilogue, Output>::CollectiveOp;
@@ -130,9 +131,14 @@ struct Sm90Fp8Gemm {
   static constexpr bool kDynamic = cute::is_same_v<Decomposition, DecomposeDynamic>;
   static_assert(!kDynamic || (cute::is_same_v<Schedule, ScheduleCooperative> && ClusterM * ClusterN == 1),
                 "the dynamic tile scheduler runs cooperative kernels with one CTA per cluster");
+  // EXPERIMENT (sm90_stage_epilogue.hpp): D written through the tile's last mainloop stage, where it fits.
+  static constexpr bool kStageEpilogue =
+      !SwapAB && !FastAccum && PromotionKBlocks == 1 && !PromotionTurns &&
+      cute::is_same_v<Schedule, ScheduleCooperative> && cute::is_same_v<Decomposition, DecomposePersistent> &&
+      sizeof(ElementD) == 2 && TileM == 128 && TileK == 128 && TileN % 64 == 0 && TileN <= 128;
   // Shared memory the mainloop's stages leave to the rest: the epilogue's, and the dynamic scheduler's posted tiles.
   static constexpr int kCarveoutBytes =
-      int(sizeof(typename Epilogue::SharedStorage)) +
+      (kStageEpilogue ? 0 : int(sizeof(typename TmaEpilogue::SharedStorage))) +
       (kDynamic ? int(sizeof(typename DynamicTileSchedulerSm90::SharedStorage)) + 16 : 0);
 
   using StockMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -154,13 +160,25 @@ struct Sm90Fp8Gemm {
       cute::conditional_t<(!FastAccum && PromotionKBlocks == 1), EveryBlockMainloop, StockMainloop>;
   static_assert(L2PrefetchKBlocks == 0 || cute::is_same_v<Decomposition, DecomposePersistent>,
                 "the L2 prefetch runs ahead of the programmatic-launch wait for the static scheduler's first tile");
-  using Mainloop = cute::conditional_t<(L2PrefetchKBlocks > 0),
-                                       L2PrefetchMainloop<PromotingMainloop, TileShape, ClusterShape, SwapAB>,
-                                       PromotingMainloop>;
+  using PrefetchingMainloop = cute::conditional_t<(L2PrefetchKBlocks > 0),
+                                                  L2PrefetchMainloop<PromotingMainloop, TileShape, ClusterShape, SwapAB>,
+                                                  PromotingMainloop>;
+  using Mainloop =
+      cute::conditional_t<kStageEpilogue, HoldLastStageMainloop<PrefetchingMainloop>, PrefetchingMainloop>;
+  using Epilogue = cute::conditional_t<
+      kStageEpilogue,
+      StageEpilogueAdapter<StageEpilogue<ElementD, TileShape, typename StockMainloop::TensorStorage,
+                                         StockMainloop::DispatchPolicy::Stages>>,
+      TmaEpilogue>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
                                                       typename Decomposition::TileScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  static_assert(!kStageEpilogue ||
+                    sizeof(typename Kernel::SharedStorage::TensorStorage) ==
+                        sizeof(KernelTensorStorageMirror<typename Epilogue::TensorStorage,
+                                                         typename StockMainloop::TensorStorage>),
+                "the stage epilogue finds the mainloop's stages where the kernel puts them");
 
   static typename Gemm::Arguments arguments(const cutlass_ext_fp8_args& args) {
     using cute::_0;
@@ -182,12 +200,20 @@ struct Sm90Fp8Gemm {
     const void* column_scale = SwapAB ? args.scale_a : args.scale_b;
     bool row_scale_rowwise = SwapAB ? args.scale_b_rowwise : args.scale_a_rowwise;
     bool column_scale_rowwise = SwapAB ? args.scale_a_rowwise : args.scale_b_rowwise;
-    typename Bias::Arguments bias{static_cast<const ElementD*>(args.bias), ElementD(0), {}};
-    arguments.epilogue.thread = {
-        {static_cast<const float*>(row_scale), 1.0f, {row_scale_rowwise, _0{}, int64_t(0)}},
-        {{static_cast<const float*>(column_scale), 1.0f, {_0{}, column_scale_rowwise, int64_t(0)}}, {}, {}},
-        bias,
-        {}};
+    if constexpr (kStageEpilogue) {
+      arguments.epilogue.row_scale = static_cast<const float*>(row_scale);
+      arguments.epilogue.row_scale_rowwise = row_scale_rowwise;
+      arguments.epilogue.column_scale = static_cast<const float*>(column_scale);
+      arguments.epilogue.column_scale_rowwise = column_scale_rowwise;
+      arguments.epilogue.bias = static_cast<const ElementD*>(args.bias);
+    } else {
+      typename Bias::Arguments bias{static_cast<const ElementD*>(args.bias), ElementD(0), {}};
+      arguments.epilogue.thread = {
+          {static_cast<const float*>(row_scale), 1.0f, {row_scale_rowwise, _0{}, int64_t(0)}},
+          {{static_cast<const float*>(column_scale), 1.0f, {_0{}, column_scale_rowwise, int64_t(0)}}, {}, {}},
+          bias,
+          {}};
+    }
     // D (m, n) row-major is Dᵀ (n, m) column-major: the same bytes, ldd apart.
     arguments.epilogue.ptr_C = nullptr;
     arguments.epilogue.ptr_D = static_cast<ElementD*>(args.d);

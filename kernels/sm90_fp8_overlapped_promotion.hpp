@@ -48,11 +48,17 @@ struct OverlappedPromotionMainloop : Base {
 
   static constexpr int kPromotionK = 128;  // k elements the Tensor Core sums between two promotions
 
+  struct Nothing {
+    CUTLASS_DEVICE void operator()() const {}
+  };
+
   // Consumer: accum = Σ over k-blocks of that block's Tensor Core sum, added in FP32 with round-to-nearest.
-  // Every stage but the last is released here; the kernel's mma_tail releases the last.
-  template <class FrgTensorC>
+  // Every stage but the last is released here; the kernel's mma_tail releases the last. after_first_issue runs
+  // once the tile's first wgmmas are issued (sm90_stage_epilogue.hpp releases the last tile's stage there).
+  template <class FrgTensorC, class AfterFirstIssue = Nothing>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
-                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
+                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&,
+                          AfterFirstIssue&& after_first_issue = {}) {
     using namespace cute;
     Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});  // (BLK_M,BLK_K,PIPE)
     Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (BLK_N,BLK_K,PIPE)
@@ -125,6 +131,7 @@ struct OverlappedPromotionMainloop : Base {
     };
 
     issue(even, Int<0>{});
+    after_first_issue();
     // Whole k-blocks per trip, two when a k-block is one slice, so that which fragment a slice uses is known at
     // compile time. (ptxas serializes every wgmma of the kernel for other loop shapes tried: an unconditional loop
     // counting k-blocks, or a k-block's last slice drained after the loop instead of inside.)
