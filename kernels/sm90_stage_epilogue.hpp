@@ -202,8 +202,10 @@ class StageEpilogue {
           float acc = accumulators(v0 + 2 * v1 + 4 * g);
           pair[v0] = to_d(fmaf(row_scales[v1], column_scales[v0] * acc, biases[v0]));  // as the EVT rounds
         }
-        // box g / 8, row `row`, 16-byte chunk g % 8 swizzled by the row's low three bits, 4 bytes q
-        uint32_t address = half_address + (g / 8) * kBoxBytes + row * 128 + (((g % 8) ^ (row % 8)) * 16) + q * 4;
+        // box g / 8, row `row`, 16-byte chunk g % 8, 4 bytes q; TMA's 128-byte swizzle XORs the chunk with bits 7-9
+        // of the shared memory address (the stage need not start on a 1024-byte boundary)
+        uint32_t address = half_address + (g / 8) * kBoxBytes + row * 128 + (g % 8) * 16 + q * 4;
+        address ^= ((address >> 7) & 7) << 4;
         asm volatile("st.shared.b32 [%0], %1;" ::"r"(address), "r"(reinterpret_cast<uint32_t const&>(pair)));
       }
     }
