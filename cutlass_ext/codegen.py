@@ -88,6 +88,7 @@ def render_fp8_instance(config: Fp8Config) -> str:
         swap_ab="true" if config.swap_ab else "false",
         l2_prefetch=config.l2_prefetch,
         turns="true" if config.turns else "false",
+        stage_epilogue="true" if config.stage_epilogue else "false",
     )
 
 

@@ -42,7 +42,7 @@ _NAME_PATTERN = re.compile(
     r"_(?P<schedule>coop|pp)_(?P<accum>fast|promoted)(?:_p(?P<promotion>\d+))?(?P<turns>_turns)?"
     r"(?:_(?P<scheduler>streamk|splitk|dynamic)(?P<splits>\d+)?)?(?:_w(?P<swizzle>\d+))?(?:_r(?P<raster>[mn]))?"
     r"(?P<swap>_swap)?"
-    r"(?:_l2pf(?P<l2_prefetch>\d+))?"
+    r"(?:_l2pf(?P<l2_prefetch>\d+))?(?P<stage_epilogue>_se)?"
 )
 
 
@@ -71,6 +71,10 @@ class Fp8Config(VariantFields):
     l2_prefetch: k-blocks of weights (B) of its first tile that each CTA asks L2 for before it waits on the kernel
     before it (name suffix `_l2pfN`): the weight stream starts while that kernel drains. Persistent scheduler
     only (it knows each CTA's first tile before that wait).
+    stage_epilogue: D written through the tile's last mainloop stage instead of an epilogue buffer of its own
+    (name suffix `_se`), which leaves a 128x128x128 mainloop a seventh stage (kernels/sm90_stage_epilogue.hpp):
+    cooperative, persistent, promoted every k-block without turns, 128x64 or 128x128 tiles, 16-bit output, not
+    swapped.
     """
 
     a_dtype: str = "e4m3"
@@ -88,6 +92,7 @@ class Fp8Config(VariantFields):
     turns: bool = False
     swap_ab: bool = False
     l2_prefetch: int = 0
+    stage_epilogue: bool = False
     family: str = FAMILY
 
     def __post_init__(self):
@@ -127,8 +132,26 @@ class Fp8Config(VariantFields):
                 f"l2_prefetch={self.l2_prefetch} runs ahead of the programmatic-launch wait for the first tile of "
                 f"scheduler='persistent'; got scheduler={self.scheduler!r}"
             )
+        if self.stage_epilogue is not True and self.stage_epilogue is not False:
+            raise ValueError(f"stage_epilogue={self.stage_epilogue!r} must be True or False")
+        if self.stage_epilogue and not self.stage_epilogue_fits:
+            raise ValueError(
+                "stage_epilogue=True takes a cooperative, persistent kernel promoting every k-block without turns, "
+                "a 128x64x128 or 128x128x128 tile, bf16 or fp16 output and no swap; got " + self.name
+            )
         if (self.scheduler == "splitk") != (self.splits > 1):
             raise ValueError(f"splits={self.splits} goes with scheduler='splitk' (and only it takes splits > 1)")
+
+    @property
+    def stage_epilogue_fits(self) -> bool:
+        """Whether D can go through the tile's last mainloop stage: each warpgroup's 64 rows of 16-bit D fill at
+        most its half (A's or B's) of one 128x128x128 FP8 stage."""
+        return (
+            (self.schedule, self.scheduler, self.accum, self.promotion, self.turns, self.swap_ab)
+            == ("cooperative", "persistent", "promoted", 1, False, False)
+            and self.out_dtype in ("bf16", "fp16")
+            and self.tile in ((128, 64, 128), (128, 128, 128))
+        )
 
     @property
     def programmatic_launch(self) -> bool:
@@ -155,6 +178,7 @@ class Fp8Config(VariantFields):
             f"_c{cluster[0]}x{cluster[1]}_{_SCHEDULE_TAGS[self.schedule]}_{self.accum}{promotion}{scheduler}{swizzle}"
             f"{raster}"
             f"{'_swap' if self.swap_ab else ''}{f'_l2pf{self.l2_prefetch}' if self.l2_prefetch else ''}"
+            f"{'_se' if self.stage_epilogue else ''}"
         )
 
     @classmethod
@@ -179,11 +203,16 @@ class Fp8Config(VariantFields):
             turns=bool(match["turns"]),
             swap_ab=bool(match["swap"]),
             l2_prefetch=int(match["l2_prefetch"]) if match["l2_prefetch"] else 0,
+            stage_epilogue=bool(match["stage_epilogue"]),
         )._named(name)
 
     def with_dtypes(self, a_dtype: str, b_dtype: str, out_dtype: str) -> Fp8Config:
-        """The same kernel shape for other input and output types (tuned tables are measured for one pair)."""
-        return dataclasses.replace(self, a_dtype=a_dtype, b_dtype=b_dtype, out_dtype=out_dtype)
+        """The same kernel shape for other input and output types (tuned tables are measured for one pair). FP32
+        output does not fit through a mainloop stage: such a variant keeps CUTLASS's epilogue there."""
+        stage_epilogue = self.stage_epilogue and out_dtype in ("bf16", "fp16")
+        return dataclasses.replace(
+            self, a_dtype=a_dtype, b_dtype=b_dtype, out_dtype=out_dtype, stage_epilogue=stage_epilogue
+        )
 
 
 # When no tuned table applies: CUTLASS's stream-K scheduler runs whole tiles where they fill the GPU and shares

@@ -87,10 +87,12 @@ enum class Raster { Auto, AlongM, AlongN };
 // waiting on the grid before it (sm90_l2_prefetch_mainloop.hpp); 0: none. Persistent, programmatic launch only.
 // PromotionTurns: promotion every k-block hidden behind the other warpgroup's k-block instead of the warpgroup's own
 // next one (sm90_fp8_turn_taking_promotion.hpp: two accumulator fragments instead of three, so wider tiles fit).
+// StageEpilogueD: D written through the tile's last mainloop stage (sm90_stage_epilogue.hpp), which leaves the
+// mainloop a seventh stage at 128x128x128.
 template <class ElementA, class ElementB, class ElementD, int TileM, int TileN, int TileK, int ClusterM,
           int ClusterN, class Schedule, bool FastAccum, class Decomposition, int Splits, int Swizzle = 1,
           int PromotionKBlocks = 1, bool SwapAB = false, int L2PrefetchKBlocks = 0, Raster RasterOrder = Raster::Auto,
-          bool PromotionTurns = false>
+          bool PromotionTurns = false, bool StageEpilogueD = false>
 struct Sm90Fp8Gemm {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
@@ -131,14 +133,19 @@ struct Sm90Fp8Gemm {
   static constexpr bool kDynamic = cute::is_same_v<Decomposition, DecomposeDynamic>;
   static_assert(!kDynamic || (cute::is_same_v<Schedule, ScheduleCooperative> && ClusterM * ClusterN == 1),
                 "the dynamic tile scheduler runs cooperative kernels with one CTA per cluster");
-  // EXPERIMENT (sm90_stage_epilogue.hpp): D written through the tile's last mainloop stage, where it fits.
-  static constexpr bool kStageEpilogue =
-      !SwapAB && !FastAccum && PromotionKBlocks == 1 && !PromotionTurns &&
-      cute::is_same_v<Schedule, ScheduleCooperative> && cute::is_same_v<Decomposition, DecomposePersistent> &&
-      sizeof(ElementD) == 2 && TileM == 128 && TileK == 128 && TileN % 64 == 0 && TileN <= 128;
+  // D written through the tile's last mainloop stage (sm90_stage_epilogue.hpp) instead of CUTLASS's TMA epilogue.
+  static constexpr bool kStageEpilogue = StageEpilogueD;
+  static_assert(!kStageEpilogue ||
+                    (!SwapAB && !FastAccum && PromotionKBlocks == 1 && !PromotionTurns &&
+                     cute::is_same_v<Schedule, ScheduleCooperative> &&
+                     cute::is_same_v<Decomposition, DecomposePersistent> && sizeof(ElementD) == 2 && TileM == 128 &&
+                     TileK == 128 && TileN % 64 == 0 && TileN <= 128),
+                "the stage epilogue takes cooperative, persistent, promoted-every-k-block 128x(64|128)x128 tiles of "
+                "16-bit row-major D");
   // Shared memory the mainloop's stages leave to the rest: the epilogue's, and the dynamic scheduler's posted tiles.
   static constexpr int kCarveoutBytes =
-      (kStageEpilogue ? 0 : int(sizeof(typename TmaEpilogue::SharedStorage))) +
+      (kStageEpilogue ? int(sizeof(StageEpilogueColumns<ElementD, TileN>))
+                      : int(sizeof(typename TmaEpilogue::SharedStorage))) +
       (kDynamic ? int(sizeof(typename DynamicTileSchedulerSm90::SharedStorage)) + 16 : 0);
 
   using StockMainloop = typename cutlass::gemm::collective::CollectiveBuilder<

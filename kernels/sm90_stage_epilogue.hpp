@@ -1,16 +1,19 @@
-// EXPERIMENT: an sm90 epilogue that writes D into the shared memory of the tile's last mainloop stage and TMA-stores
-// it from there, so the mainloop gets all of shared memory (a seventh 32 KB stage at 128x128x128 FP8) and the
-// epilogue needs none of its own.
+// An sm90 epilogue that writes D into the shared memory of the tile's last mainloop stage and TMA-stores it from
+// there, so that the mainloop's stages take (nearly) all of shared memory: a seventh 32 KB stage at 128x128x128 FP8.
 //
-// Why: at 256 x 57344 x 8192 a seventh stage speeds the mainloop ~4% (NOTES.md, twenty-third session), but
-// CUTLASS's TMA epilogue needs 16 KB of its own and storing from registers costs more than the stage gains. The
-// last stage of a tile is free once both warpgroups' wgmmas on it retire: 32 KB, exactly a 128x128 16-bit tile.
+// Why: at 256 x 57344 x 8192 the mainloop waits on its loads; a seventh stage gives them one more k-block of
+// lookahead (NOTES.md, twenty-third session), but CUTLASS's TMA epilogue needs 16 KB of its own and storing from
+// registers costs more than the stage gains. The last stage of a tile is free once both warpgroups' wgmmas on it
+// retire: 32 KB, exactly a 128x128 tile of 16-bit D. Measured (twenty-fourth session): 2.3% faster under the
+// board's power cap, bit for bit the same output as the EVT epilogue.
 //
 // How: the mainloop keeps the tile's last stage instead of releasing it (HoldLastStageMainloop); the epilogue
 // writes each warpgroup's 64 rows into that stage (warpgroup 0 into its A half, 1 into its B half) as 64x64 boxes
 // with 128-byte swizzle, and one thread per warpgroup TMA-stores them. The next tile's mma releases the stage once
 // that thread's stores have read it, after the next tile's first wgmmas are issued, so the Tensor Core is not idle
 // meanwhile. The last tile's stage is never released: the producer's tail waits for all stages but that one.
+// D = row_scale[m] · (column_scale[n] · acc) + bias[n] with the EVT's roundings (sm90_fp8_gemm.cuh); row-wise
+// column scales and the bias pass through 1.5 KB of shared memory, one tile's worth per buffer.
 #pragma once
 
 #include "cute/arch/copy_sm90_tma.hpp"
@@ -46,6 +49,14 @@ struct KernelTensorStorageMirror : cute::aligned_struct<128, cute::_1> {
   MainloopStorage mainloop;
 };
 
+// The epilogue's own shared memory: a tile's row-wise column scales and bias, in two buffers (a warpgroup fills the
+// next tile's before it waits for the other warpgroup, which may still read this tile's).
+template <class ElementD, int TileN>
+struct StageEpilogueColumns {
+  float column_scale[2][TileN];
+  ElementD bias[2][TileN];
+};
+
 template <class ElementD_, class TileShape, class MainloopStorage, int Stages>
 class StageEpilogue {
  public:
@@ -62,12 +73,12 @@ class StageEpilogue {
   using GmemTiledCopyC = void;
   using GmemTiledCopyD = void;
   using ThreadEpilogueOp = cutlass::epilogue::thread::LinearCombination<ElementD, 1, float, float>;  // a name only
-  struct SharedStorage {};
-  using TensorStorage = SharedStorage;
 
   static constexpr int kTileM = cute::size<0>(TileShape{});
   static constexpr int kTileN = cute::size<1>(TileShape{});
   static constexpr int kTileK = cute::size<2>(TileShape{});
+  using SharedStorage = StageEpilogueColumns<ElementD, kTileN>;
+  using TensorStorage = SharedStorage;
   static_assert(sizeof(ElementD) == 2 && kTileM == 128 && kTileK == 128 && kTileN % 64 == 0 && kTileN <= 128,
                 "a warpgroup's 64 rows of 16-bit D fit its half of one 128x128 FP8 stage");
   static constexpr int kStageBytesA = kTileM * kTileK;  // FP8
@@ -166,8 +177,18 @@ class StageEpilogue {
       }
     }
     bool per_column = params.column_scale_rowwise || params.bias != nullptr;
+    auto& columns = *reinterpret_cast<SharedStorage*>(epilogue_storage);
+    int buffer = tiles_done % 2;
+    if (per_column && t < kTileN) {  // warpgroup 0 loads the tile's column scales, 1 its bias
+      int n = n0 + t;
+      if (warp_group == 0 && params.column_scale_rowwise) {
+        columns.column_scale[buffer][t] = n < N ? params.column_scale[n] : 0.f;
+      }
+      if (warp_group == 1 && params.bias != nullptr) columns.bias[buffer][t] = n < N ? params.bias[n] : ElementD(0);
+    }
 
-    // Both warpgroups' wgmmas on the last stage have retired (each waited for its own before the epilogue).
+    // Both warpgroups' wgmmas on the last stage have retired (each waited for its own before the epilogue), and
+    // the column values are in shared memory.
     cutlass::arch::NamedBarrier::sync(2 * cutlass::NumThreadsPerWarpGroup, stage_epilogue::kBothWarpGroupsBarrier);
     int stage = (tiles_done * k_blocks + k_blocks - 1) % Stages;
     ++tiles_done;
@@ -188,9 +209,9 @@ class StageEpilogue {
       if (per_column) {
         CUTLASS_PRAGMA_UNROLL
         for (int v0 = 0; v0 < 2; ++v0) {
-          int n = n0 + 8 * g + 2 * q + v0;
-          if (params.column_scale_rowwise) column_scales[v0] = n < N ? params.column_scale[n] : 0.f;
-          if (params.bias != nullptr) biases[v0] = n < N ? from_d(params.bias[n]) : 0.f;
+          int column = 8 * g + 2 * q + v0;
+          if (params.column_scale_rowwise) column_scales[v0] = columns.column_scale[buffer][column];
+          if (params.bias != nullptr) biases[v0] = from_d(columns.bias[buffer][column]);
         }
       }
       CUTLASS_PRAGMA_UNROLL

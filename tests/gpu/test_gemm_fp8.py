@@ -78,6 +78,13 @@ TURNS = [
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x192x128_c1x1_coop_promoted_turns_streamk"),
     Fp8Config.from_name("fp8_e4m3e4m3_fp32_128x224x128_c1x1_coop_promoted_turns_w4"),
 ]
+# D through the tile's last mainloop stage (kernels/sm90_stage_epilogue.hpp), beside the same kernels with CUTLASS's
+# epilogue: a cluster with the L2 prefetch, fp16 output from a mixed input pair, the 128x64 tile
+STAGE = [
+    Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x128x128_c2x1_coop_promoted_l2pf8_se"),
+    Fp8Config.from_name("fp8_e5m2e4m3_fp16_128x128x128_c1x1_coop_promoted_se"),
+    Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x64x128_c1x1_coop_promoted_w4_se"),
+]
 # promoted every 512 k elements (a 256-deep k-block, every 2nd): the span the filter rule removes
 LONG_SPAN = Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x128x256_c1x1_pp_promoted_p2")
 
@@ -97,6 +104,7 @@ def defaults_only(tmp_path_factory):
     named = EXPLICIT + SWAPPED + OVERLAPPED + SLICED + sliced_bases + [LONG_SPAN]
     named += PREFETCHING + prefetch_bases + RASTERED + raster_bases
     named += DYNAMIC + [dataclasses.replace(c, scheduler="persistent") for c in DYNAMIC] + TURNS
+    named += STAGE + [dataclasses.replace(c, stage_epilogue=False) for c in STAGE]
     registry.ensure_registered(configs + named, torch.device("cuda"))
     yield
     ext.set_tuned_table(None)
@@ -317,6 +325,32 @@ def test_tile_order_changes_no_output(config):
     assert torch.equal(c, run([dataclasses.replace(config, raster="auto").name]))
     reference = numerics.dequantized_product(a, b, scale_a, scale_b)
     peer = peer_relres(a, b, scale_a, scale_b, None, torch.bfloat16, config.accum, reference)
+    assert numerics.relative_residual(c, reference) <= FACTOR * peer
+
+
+@pytest.mark.parametrize("config", STAGE, ids=lambda c: c.name)
+@pytest.mark.parametrize("granularity", ["tensor", "row"])
+@pytest.mark.parametrize(
+    "m, n, k, with_bias",
+    [(256, 8192, 1024, False), (17, 1008, 4112, True), (1000, 3008, 1008, True), (300, 2048, 128, True),
+     (4096, 4096, 256, False)],
+    ids=["decode_256", "odd_m_partial_k", "edge_tiles", "one_k_block", "many_tiles_per_cta"],
+)
+def test_stage_epilogue_writes_what_cutlass_epilogue_writes(config, granularity, m, n, k, with_bias):
+    """D written through the tile's last mainloop stage equals, bit for bit, the same kernel's output through
+    CUTLASS's epilogue: partial tiles in M and N, row-wise scales and bias (which pass through shared memory in two
+    buffers), one or two k-blocks per tile (the stage to reuse cycles fastest) and up to 8 tiles per CTA."""
+    a, b, scale_a, scale_b = fp8_operands(m, n, k, config.a_dtype, config.b_dtype, granularity, seed=5)
+    out_dtype = OUT_DTYPES[config.out_dtype]
+    bias = (torch.randn(n, device="cuda") * 4).to(out_dtype) if with_bias else None
+    run = functools.partial(ops.gemm_fp8, a, b, scale_a.reshape(-1), scale_b.reshape(-1), bias, out_dtype)
+    poison_allocator(m, n)
+    c = run([config.name])
+    assert torch.isfinite(c).all(), "unwritten (NaN-poisoned) outputs"
+    poison_allocator(m, n)
+    assert torch.equal(c, run([dataclasses.replace(config, stage_epilogue=False).name]))
+    reference = numerics.dequantized_product(a, b, scale_a, scale_b, bias)
+    peer = peer_relres(a, b, scale_a, scale_b, bias, out_dtype, config.accum, reference)
     assert numerics.relative_residual(c, reference) <= FACTOR * peer
 
 
