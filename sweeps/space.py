@@ -34,6 +34,7 @@ An FP8 space (family sm90_fp8, Fp8Config fields; modes fp8_fast / fp8_promoted s
       splits: [2, 4]          # taken by scheduler splitk only (the others run unsplit)
       swizzle: [1, 4]
       promotion: [1, 2]       # taken by fp8_promoted only
+      stage_epilogue: [false, true]  # taken by the kernels whose D fits a mainloop stage (Fp8Config)
       out_dtype: [bf16]       # a_dtype, b_dtype, out_dtype default to e4m3, e4m3, bf16
 
 A shape file: `shapes: [[m, n, k], [m, n, k, batch], ...]`. Errors name the file, the key and the bad value.
@@ -148,6 +149,7 @@ _FP8_CHOICES = {
     "scheduler": list(fp8_config.SCHEDULERS),
     "swap_ab": [False, True],
     "turns": [False, True],
+    "stage_epilogue": [False, True],
     "raster": list(fp8_config.RASTERS),
     "l2_prefetch": list(fp8_config.L2_PREFETCHES),
 }
@@ -194,6 +196,7 @@ def _load_fp8_space(path: Path, document: dict) -> list:
     splits, promotions = axes.pop("splits", [1]), axes.pop("promotion", [1])
     prefetches = axes.pop("l2_prefetch", [0])
     turn_taking = axes.pop("turns", [False])
+    stage_epilogues = axes.pop("stage_epilogue", [False])
     names = list(axes)
     configs = []
     for mode in modes:
@@ -201,7 +204,7 @@ def _load_fp8_space(path: Path, document: dict) -> list:
             fields = dict(zip(names, values), accum=_FP8_MODES[mode])
             # only split-K takes a number of splits, only promoted accumulation a promotion interval, only the
             # persistent scheduler (programmatic launch) an L2 prefetch, only promotion every k-block of a
-            # cooperative tile turn-taking warpgroups
+            # cooperative tile turn-taking warpgroups, only the kernels whose D fits a stage the stage epilogue
             persistent = fields.get("scheduler", "persistent") == "persistent"
             split_choices = [s for s in splits if s > 1] if fields.get("scheduler") == "splitk" else [1]
             promotion_choices = promotions if fields["accum"] == "promoted" else [1]
@@ -212,15 +215,18 @@ def _load_fp8_space(path: Path, document: dict) -> list:
                     1,
                     "cooperative",
                 )
-                for turns in turn_taking if takes_turns else [False]:
+                turn_choices = turn_taking if takes_turns else [False]
+                for turns, stage_epilogue in itertools.product(turn_choices, stage_epilogues):
                     try:
-                        configs.append(
-                            fp8_config.Fp8Config(
-                                **fields, splits=split, promotion=promotion, l2_prefetch=prefetch, turns=turns
-                            )
+                        config = fp8_config.Fp8Config(
+                            **fields, splits=split, promotion=promotion, l2_prefetch=prefetch, turns=turns
                         )
                     except ValueError as error:
                         raise SpaceError(f"{path}: {error}") from error
+                    if not stage_epilogue:
+                        configs.append(config)
+                    elif config.stage_epilogue_fits:
+                        configs.append(dataclasses.replace(config, stage_epilogue=True))
     return configs
 
 

@@ -45,13 +45,14 @@ FP8_CONFIG_FIELDS = [
     "turns",
     "swap_ab",
     "l2_prefetch",
+    "stage_epilogue",
 ]
 SPLIT_CONFIG_FIELDS = ["tile", "cluster", "schedule", "promotion", "swizzle"]
 FAMILY_CONFIG_FIELDS = {"sm80": CONFIG_FIELDS, "sm90_fp8": FP8_CONFIG_FIELDS, "sm90": SPLIT_CONFIG_FIELDS}
 COLUMNS = MEASURED + PROVENANCE + CONFIG_FIELDS
 KEY = ["name", "m", "n", "k", "batch", "gpu"]
 # Columns added after tables were first written: an older table gains them (empty) when it is opened.
-ADDED_LATER = {"repeats", "swizzle", "swap_ab", "l2_prefetch", "raster", "turns"}
+ADDED_LATER = {"repeats", "swizzle", "swap_ab", "l2_prefetch", "raster", "turns", "stage_epilogue"}
 
 
 def config_columns(config, fields: list[str] = CONFIG_FIELDS) -> dict:

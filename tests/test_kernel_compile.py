@@ -103,6 +103,8 @@ def test_fp8_default_and_widest_promoted_kernels_compile_without_spills(cache_di
     # 128x224 (224 registers) spill a little around the tile loop (NOTES.md, nineteenth session): it builds, with
     # under 128 bytes. A decode tile with 256-deep k-blocks promoted in slices of 128: ptxas must not serialize its
     # wgmmas (warning C7514), which it does for some shapes of the slice loop, nor any other promoting mainloop's.
+    # The 256-row decode tile with D written through its last mainloop stage (kernels/sm90_stage_epilogue.hpp):
+    # seven 32 KB stages.
     widest = Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x144x128_c1x1_coop_promoted")
     assert filters_fp8.accumulator_registers(widest) == 216
     widest_dynamic = dataclasses.replace(widest, scheduler="dynamic")
@@ -112,7 +114,8 @@ def test_fp8_default_and_widest_promoted_kernels_compile_without_spills(cache_di
     assert filters_fp8.accumulator_registers(widest_turns) == filters_fp8.ACCUMULATOR_BUDGET
     # three libraries: stream-K (the default) and persistent or dynamic variants differ in programmatic launch
     sliced = Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_promoted_swap_l2pf8")
-    groups = [(DEFAULT_FP8,), (widest, widest_dynamic, wide_turns, sliced), (widest_turns,)]
+    stage = Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x128x128_c2x1_coop_promoted_l2pf8_se")
+    groups = [(DEFAULT_FP8,), (widest, widest_dynamic, wide_turns, sliced, stage), (widest_turns,)]
     results = build.build_libraries(groups, "90a", verbose=False)
     for result in results:
         assert result.error is None, result.error
@@ -124,6 +127,10 @@ def test_fp8_default_and_widest_promoted_kernels_compile_without_spills(cache_di
                 assert f" T {config.name}_{fn}\n" in exported
     for result in results:
         assert "C7514" not in resource_usage(result), [c.name for c in result.configs]
+    stage_kernels = [
+        line for line in resource_usage(results[1]).splitlines() if line.startswith("ptxas") and "StageEpilogue" in line
+    ]
+    assert stage_kernels and all("MainloopSm90TmaGmmaWarpSpecializedFP8ILi7E" in line for line in stage_kernels)
     *clean, at_limit = [spill_store_bytes(result) for result in results]
     for result, spills in zip(results, clean):
         assert spills and not any(spills), (result.configs, spills)

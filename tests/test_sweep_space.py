@@ -219,6 +219,22 @@ def test_the_raster_space_pairs_both_tile_orders_per_kernel_and_swizzle():
     assert {c.raster for c in result.survivors} == {"m", "n"}
 
 
+def test_the_stage_epilogue_space_pairs_each_fitting_kernel_with_its_tma_epilogue_twin(tmp_path):
+    configs = load_space(CONFIGS / "sm90_fp8_stage_epilogue.yaml")
+    result = filters.apply_rules(configs, filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90_fp8"))
+    staged = [c for c in result.survivors if c.stage_epilogue]
+    assert len(staged) == 8 and len(result.survivors) == 16
+    assert all(dataclasses.replace(c, stage_epilogue=False) in result.survivors for c in staged)
+    # only the kernels whose D fits a stage take it: fast accumulation, ping-pong and turns enumerate once
+    mixed = write(
+        tmp_path,
+        "family: sm90_fp8\nmodes: [fp8_fast, fp8_promoted]\nspace:\n  tile: {m: [128], n: [128], k: [128]}\n"
+        "  schedule: [cooperative, pingpong]\n  scheduler: [persistent]\n  stage_epilogue: [false, true]\n",
+    )
+    names = [c.name for c in load_space(mixed)]
+    assert names.count("fp8_e4m3e4m3_bf16_128x128x128_c1x1_coop_promoted_se") == 1 and len(names) == 5
+
+
 def test_the_dynamic_space_runs_the_counter_on_one_cta_clusters_beside_both_fixed_strides():
     configs = load_space(CONFIGS / "sm90_fp8_dynamic.yaml")
     result = filters.apply_rules(configs, filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90_fp8"))

@@ -332,8 +332,13 @@ def test_tile_order_changes_no_output(config):
 @pytest.mark.parametrize("granularity", ["tensor", "row"])
 @pytest.mark.parametrize(
     "m, n, k, with_bias",
-    [(256, 8192, 1024, False), (17, 1008, 4112, True), (1000, 3008, 1008, True), (300, 2048, 128, True),
-     (4096, 4096, 256, False)],
+    [
+        (256, 8192, 1024, False),
+        (17, 1008, 4112, True),
+        (1000, 3008, 1008, True),
+        (300, 2048, 128, True),
+        (4096, 4096, 256, False),
+    ],
     ids=["decode_256", "odd_m_partial_k", "edge_tiles", "one_k_block", "many_tiles_per_cta"],
 )
 def test_stage_epilogue_writes_what_cutlass_epilogue_writes(config, granularity, m, n, k, with_bias):
