@@ -144,7 +144,9 @@ def test_turn_taking_variants_name_and_instantiate_the_two_fragment_mainloop():
     assert config.name == "fp8_e4m3e4m3_bf16_128x192x128_c1x1_coop_promoted_turns_dynamic_w4"
     assert "cutlass_ext::DecomposeDynamic, 1, 4, 1, false,\n" in codegen.render_library([config])
     assert "cutlass_ext::Raster::Auto, true, false>)" in codegen.render_library([config])
-    assert "cutlass_ext::Raster::Auto, false, false>)" in codegen.render_library([dataclasses.replace(config, turns=False)])
+    assert "cutlass_ext::Raster::Auto, false, false>)" in codegen.render_library(
+        [dataclasses.replace(config, turns=False)]
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
