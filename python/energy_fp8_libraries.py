@@ -1,5 +1,5 @@
 """Sustained time, board power, SM clock and energy per call of one FP8 variant from a given kernel-cache folder,
-beside cuBLAS promoted (`torch._scaled_mm`), in alternating order. A large decode GEMM (256 x 57344 x 8192) runs
+beside cuBLAS with the variant's accumulation (`torch._scaled_mm`), in alternating order. A large decode GEMM (256 x 57344 x 8192) runs
 the H100 at its 700 W cap, where the clock settles per kernel: a kernel that stalls less finishes sooner only if it
 also spends less energy per call, which graph replay of a few calls does not show (NOTES.md, twenty-fourth
 session). Run one process per build of a name (a variant's name keys its symbols), as ab_fp8_libraries.py does.
@@ -36,7 +36,7 @@ def main() -> None:
     problem = measure_fp8.make_problem(m, n, k)
     sets = row_wise_sets(problem.input_sets) if args.row_wise else problem.input_sets
     ours = scales_as_given(config) if args.row_wise else measure_fp8.kernel_runner(config)[0]
-    runs = {name: ours, "cublas promoted": peers_fp8.scaled_mm(torch.bfloat16, "promoted")}
+    runs = {name: ours, f"cublas {config.accum}": peers_fp8.scaled_mm(torch.bfloat16, config.accum)}
     label = args.shape + (" row-wise" if args.row_wise else "")
     for _ in range(args.rounds):
         for run_name, run in runs.items():
