@@ -1,8 +1,8 @@
 """Sustained time, board power, SM clock and energy per call of one FP8 variant from a given kernel-cache folder,
-beside cuBLAS with the variant's accumulation (`torch._scaled_mm`), in alternating order. A large decode GEMM (256 x 57344 x 8192) runs
-the H100 at its 700 W cap, where the clock settles per kernel: a kernel that stalls less finishes sooner only if it
-also spends less energy per call, which graph replay of a few calls does not show (NOTES.md, twenty-fourth
-session). Run one process per build of a name (a variant's name keys its symbols), as ab_fp8_libraries.py does.
+beside cuBLAS with the variant's accumulation (`torch._scaled_mm`), in alternating order. A large decode GEMM
+(256 x 57344 x 8192) runs the H100 at its 700 W cap, where the clock settles per kernel: a kernel that stalls less
+finishes sooner only if it also spends less energy per call, which graph replay of a few calls does not show
+(NOTES.md, twenty-fourth session). Run one process per build of a name (a variant's name keys its symbols), as ab_fp8_libraries.py does.
 
     python python/energy_fp8_libraries.py [--row-wise] [--seconds 3] 256x57344x8192 NAME@CACHE_DIR
 """

@@ -23,6 +23,7 @@ SHAPES = [
     (16, 8192, 28672),
     (64, 10240, 8192),
     (128, 57344, 8192),
+    (256, 57344, 8192),  # 176-wide fast tiles, the stage epilogue promoted
     (256, 8192, 28672),  # the stage epilogue's row (per tensor and row-wise; FP32 output keeps CUTLASS's)
     (256, 10240, 8192),
     (1024, 8192, 8192),
