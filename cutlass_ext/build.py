@@ -266,6 +266,12 @@ def _parse_args(argv):
         choices=list(KERNEL_MODES) + ["fp8_fast", "fp8_promoted"],
         help="modes whose defaults and tuned winners to build (FP8: e4m3 inputs, bf16 output)",
     )
+    parser.add_argument(
+        "--names",
+        nargs="+",
+        metavar="NAME",
+        help="build these variants instead of the modes' (e.g. the tuned table's names, to carry the cache to a GPU)",
+    )
     parser.add_argument("--no-binding", action="store_true", help="build only the torch-free kernel libraries")
     parser.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: all cores)")
     return parser.parse_args(argv)
@@ -294,12 +300,21 @@ def main(argv=None) -> int:
             print("no CUDA device: name the target with --arch (e.g. --arch 90a)", file=sys.stderr)
             return 2
         archs = [toolchain.device_arch()]
-    configs = prebuild_configs(args.modes)
+    if args.names:
+        from . import variants
+
+        try:
+            configs = list(dict.fromkeys(variants.from_name(name) for name in args.names))
+        except ValueError as error:
+            print(f"--names: {error}", file=sys.stderr)
+            return 2
+    else:
+        configs = prebuild_configs(args.modes)
     failed = 0
     for arch in archs:
-        if arch != "90a":
-            configs = [c for c in configs if c.family not in ("sm90_fp8", "sm90")]  # Hopper (sm_90a) only
-        for result in build_libraries([(c,) for c in configs], arch, jobs=args.jobs):
+        hopper_only = ("sm90_fp8", "sm90")  # families built for sm_90a alone
+        arch_configs = configs if arch == "90a" else [c for c in configs if c.family not in hopper_only]
+        for result in build_libraries([(c,) for c in arch_configs], arch, jobs=args.jobs):
             state = "cached" if result.cached else ("built" if result.library else "FAILED")
             print(f"sm_{arch}  {result.configs[0].name:48s} {state}  {result.library or ''}")
             if result.error:

@@ -157,3 +157,16 @@ def test_prebuild_builds_each_fp8_variant_once():
     names = [c.name for c in configs]
     assert len(names) == len(set(names)) > 2
     assert {c.family for c in configs} == {"sm90_fp8"}
+
+
+def test_prebuild_by_names_builds_those_variants_for_each_arch_they_run_on(cache_dir, stub_compiler):
+    fp8 = "fp8_e4m3e4m3_bf16_128x176x128_c2x1_pp_fast"
+    argv = ["--prebuild", "--no-binding", "--arch", "80", "--arch", "90a", "--names", CONFIG.name, fp8, fp8]
+    assert build.main(argv) == 0
+    assert stub_compiler == [[CONFIG.name], [CONFIG.name, fp8]]  # the FP8 kernel for sm_90a only, once
+
+
+def test_prebuild_by_names_refuses_an_unknown_name(cache_dir, stub_compiler, capsys):
+    assert build.main(["--prebuild", "--no-binding", "--arch", "90a", "--names", "fp8_e4m3e4m3_bf16_tile"]) == 2
+    assert "--names: 'fp8_e4m3e4m3_bf16_tile' is not an FP8 variant name" in capsys.readouterr().err
+    assert stub_compiler == []
