@@ -23,6 +23,7 @@ from . import cache, codegen, toolchain
 from .config import KERNEL_MODES, KernelConfig
 
 BINDING_SOURCE = "torch_binding.cpp"
+HOPPER_ONLY_FAMILIES = ("sm90_fp8", "sm90")  # CUTLASS 3.x kernels (TMA + wgmma): built for sm_90a alone
 _NINJA_STATUS = re.compile(r"^\[(?P<finished>\d+)/(?P<total>\d+)\] ")
 
 
@@ -312,8 +313,7 @@ def main(argv=None) -> int:
         configs = prebuild_configs(args.modes)
     failed = 0
     for arch in archs:
-        hopper_only = ("sm90_fp8", "sm90")  # families built for sm_90a alone
-        arch_configs = configs if arch == "90a" else [c for c in configs if c.family not in hopper_only]
+        arch_configs = configs if arch == "90a" else [c for c in configs if c.family not in HOPPER_ONLY_FAMILIES]
         for result in build_libraries([(c,) for c in arch_configs], arch, jobs=args.jobs):
             state = "cached" if result.cached else ("built" if result.library else "FAILED")
             print(f"sm_{arch}  {result.configs[0].name:48s} {state}  {result.library or ''}")
