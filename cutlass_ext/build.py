@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import cache, codegen, toolchain
+from . import cache, codegen, toolchain, variants
 from .config import KERNEL_MODES, KernelConfig
 
 BINDING_SOURCE = "torch_binding.cpp"
@@ -302,8 +302,6 @@ def main(argv=None) -> int:
             return 2
         archs = [toolchain.device_arch()]
     if args.names:
-        from . import variants
-
         try:
             configs = list(dict.fromkeys(variants.from_name(name) for name in args.names))
         except ValueError as error:
