@@ -89,6 +89,7 @@ def render_fp8_instance(config: Fp8Config) -> str:
         l2_prefetch=config.l2_prefetch,
         turns="true" if config.turns else "false",
         stage_epilogue="true" if config.stage_epilogue else "false",
+        weights_first="true" if config.weights_first else "false",
     )
 
 

@@ -42,7 +42,7 @@ _NAME_PATTERN = re.compile(
     r"_(?P<schedule>coop|pp)_(?P<accum>fast|promoted)(?:_p(?P<promotion>\d+))?(?P<turns>_turns)?"
     r"(?:_(?P<scheduler>streamk|splitk|dynamic)(?P<splits>\d+)?)?(?:_w(?P<swizzle>\d+))?(?:_r(?P<raster>[mn]))?"
     r"(?P<swap>_swap)?"
-    r"(?:_l2pf(?P<l2_prefetch>\d+))?(?P<stage_epilogue>_se)?"
+    r"(?:_l2pf(?P<l2_prefetch>\d+))?(?P<stage_epilogue>_se)?(?P<weights_first>_wf)?"
 )
 
 
@@ -75,6 +75,9 @@ class Fp8Config(VariantFields):
     (name suffix `_se`), which leaves a 128x128x128 mainloop a seventh stage (kernels/sm90_stage_epilogue.hpp):
     cooperative, persistent, promoted every k-block without turns, 128x64 or 128x128 tiles, 16-bit output, not
     swapped.
+    weights_first: the producer requests each k-block's weights (B) before its activations (name suffix `_wf`;
+    CUTLASS requests A first): the activation reads of CTAs sharing a token tile then merge more often before L2
+    (kernels/sm90_weights_load_mainloop.hpp). Not swapped (there the weights are A, already first).
     """
 
     a_dtype: str = "e4m3"
@@ -93,6 +96,7 @@ class Fp8Config(VariantFields):
     swap_ab: bool = False
     l2_prefetch: int = 0
     stage_epilogue: bool = False
+    weights_first: bool = False
     family: str = FAMILY
 
     def __post_init__(self):
@@ -139,6 +143,12 @@ class Fp8Config(VariantFields):
                 "stage_epilogue=True takes a cooperative, persistent kernel promoting every k-block without turns, "
                 "a 128x64x128 or 128x128x128 tile, bf16 or fp16 output and no swap; got " + self.name
             )
+        if self.weights_first is not True and self.weights_first is not False:
+            raise ValueError(f"weights_first={self.weights_first!r} must be True or False")
+        if self.weights_first and self.swap_ab:
+            raise ValueError(
+                "weights_first=True reorders B's loads before A's; swapped, the weights are A and load first"
+            )
         if (self.scheduler == "splitk") != (self.splits > 1):
             raise ValueError(f"splits={self.splits} goes with scheduler='splitk' (and only it takes splits > 1)")
 
@@ -178,7 +188,7 @@ class Fp8Config(VariantFields):
             f"_c{cluster[0]}x{cluster[1]}_{_SCHEDULE_TAGS[self.schedule]}_{self.accum}{promotion}{scheduler}{swizzle}"
             f"{raster}"
             f"{'_swap' if self.swap_ab else ''}{f'_l2pf{self.l2_prefetch}' if self.l2_prefetch else ''}"
-            f"{'_se' if self.stage_epilogue else ''}"
+            f"{'_se' if self.stage_epilogue else ''}{'_wf' if self.weights_first else ''}"
         )
 
     @classmethod
@@ -204,6 +214,7 @@ class Fp8Config(VariantFields):
             swap_ab=bool(match["swap"]),
             l2_prefetch=int(match["l2_prefetch"]) if match["l2_prefetch"] else 0,
             stage_epilogue=bool(match["stage_epilogue"]),
+            weights_first=bool(match["weights_first"]),
         )._named(name)
 
     def with_dtypes(self, a_dtype: str, b_dtype: str, out_dtype: str) -> Fp8Config:

@@ -34,6 +34,7 @@
 #include "sm90_fp8_turn_taking_promotion.hpp"
 #include "sm90_l2_prefetch_mainloop.hpp"
 #include "sm90_stage_epilogue.hpp"
+#include "sm90_weights_load_mainloop.hpp"
 
 namespace cutlass_ext {
 
@@ -89,10 +90,11 @@ enum class Raster { Auto, AlongM, AlongN };
 // next one (sm90_fp8_turn_taking_promotion.hpp: two accumulator fragments instead of three, so wider tiles fit).
 // StageEpilogueD: D written through the tile's last mainloop stage (sm90_stage_epilogue.hpp), which leaves the
 // mainloop a seventh stage at 128x128x128.
+// WeightsFirst: the producer requests each k-block's weights before its activations (sm90_weights_load_mainloop.hpp).
 template <class ElementA, class ElementB, class ElementD, int TileM, int TileN, int TileK, int ClusterM,
           int ClusterN, class Schedule, bool FastAccum, class Decomposition, int Splits, int Swizzle = 1,
           int PromotionKBlocks = 1, bool SwapAB = false, int L2PrefetchKBlocks = 0, Raster RasterOrder = Raster::Auto,
-          bool PromotionTurns = false, bool StageEpilogueD = false>
+          bool PromotionTurns = false, bool StageEpilogueD = false, bool WeightsFirst = false>
 struct Sm90Fp8Gemm {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
@@ -167,9 +169,11 @@ struct Sm90Fp8Gemm {
       cute::conditional_t<(!FastAccum && PromotionKBlocks == 1), EveryBlockMainloop, StockMainloop>;
   static_assert(L2PrefetchKBlocks == 0 || cute::is_same_v<Decomposition, DecomposePersistent>,
                 "the L2 prefetch runs ahead of the programmatic-launch wait for the static scheduler's first tile");
-  using PrefetchingMainloop = cute::conditional_t<(L2PrefetchKBlocks > 0),
-                                                  L2PrefetchMainloop<PromotingMainloop, TileShape, ClusterShape, SwapAB>,
-                                                  PromotingMainloop>;
+  using OrderedMainloop =
+      cute::conditional_t<WeightsFirst, WeightsLoadMainloop<PromotingMainloop, SwapAB, false, true>, PromotingMainloop>;
+  using PrefetchingMainloop = cute::conditional_t<
+      (L2PrefetchKBlocks > 0),
+      L2PrefetchMainloop<PromotingMainloop, TileShape, ClusterShape, SwapAB, WeightsFirst>, OrderedMainloop>;
   using Mainloop =
       cute::conditional_t<kStageEpilogue, HoldLastStageMainloop<PrefetchingMainloop>, PrefetchingMainloop>;
   using Epilogue = cute::conditional_t<

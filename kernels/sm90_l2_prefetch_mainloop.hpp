@@ -8,10 +8,10 @@
 // feed the Tensor Cores still come after the wait, and L2 is where the previous grid's writes land, so what they
 // read is what a kernel without the prefetch would read.
 //
-// The producer's TMA loads also mark the weights evict-first: each weight byte is read once per call, so it should
-// be the first line L2 gives up, not the tokens, the lines prefetched for the next tile or what other kernels keep
-// there. Measured on the lent H100 (NOTES.md, eighteenth session): 0.7-1.7 µs faster per decode call at
-// N = K = 8192, with the same DRAM bytes per call when the inputs rotate through 8 sets.
+// The producer's TMA loads also mark the weights evict-first (sm90_weights_load_mainloop.hpp): each weight byte is
+// read once per call, so it should be the first line L2 gives up, not the tokens, the lines prefetched for the next
+// tile or what other kernels keep there. Measured on the lent H100 (NOTES.md, eighteenth session): 0.7-1.7 µs
+// faster per decode call at N = K = 8192, with the same DRAM bytes per call when the inputs rotate through 8 sets.
 //
 // Everything else is the stock collective (`Base`, from CUTLASS's CollectiveBuilder). The kernel calls
 // `prefetch_tma_descriptors` from one thread before it waits; the CTA's first tile comes from the same persistent
@@ -22,6 +22,7 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/kernel_hardware_info.hpp"
+#include "sm90_weights_load_mainloop.hpp"
 
 namespace cutlass_ext {
 
@@ -36,9 +37,10 @@ CUTE_DEVICE void prefetch_to_l2(cute::Copy_Atom<cute::Copy_Traits<Op, NumBits, A
   cute::copy(prefetch, tile, ignored);
 }
 
-// WeightsAreA: the weights are the kernel's A operand (swapped FP8 GEMM) rather than its B.
-template <class Base, class TileShape, class ClusterShape, bool WeightsAreA>
-struct L2PrefetchMainloop : Base {
+// WeightsAreA: the weights are the kernel's A operand (swapped FP8 GEMM) rather than its B. WeightsFirst: the
+// producer requests each k-block's weights before its activations.
+template <class Base, class TileShape, class ClusterShape, bool WeightsAreA, bool WeightsFirst = false>
+struct L2PrefetchMainloop : WeightsLoadMainloop<Base, WeightsAreA, /*EvictFirstWeights=*/true, WeightsFirst> {
   using TileScheduler = typename cutlass::gemm::kernel::detail::TileSchedulerSelector<
       cutlass::gemm::PersistentScheduler, cutlass::arch::Sm90, TileShape, ClusterShape>::Scheduler;
 
@@ -71,49 +73,6 @@ struct L2PrefetchMainloop : Base {
             int(k),
             int(l),
             args.l2_prefetch_k_blocks};
-  }
-
-  // The stock producer loop (CUTLASS's sm90 TMA warp-specialized collectives, FP8 or not, load alike), with the
-  // weights' loads hinted evict-first.
-  template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
-  CUTLASS_DEVICE void load(Params const& params, typename Base::MainloopPipeline pipeline,
-                           typename Base::PipelineState write_state, cute::tuple<TensorA, TensorB> const& load_inputs,
-                           BlockCoord const& blk_coord, KTileIterator k_tile_iter, int k_tile_count, int /*thread_idx*/,
-                           uint32_t block_rank_in_cluster, typename Base::TensorStorage& shared_tensors) {
-    using namespace cute;
-    using Hint = TMA::CacheHintSm90;
-    constexpr Hint hint_a = WeightsAreA ? Hint::EVICT_FIRST : Hint::EVICT_NORMAL;
-    constexpr Hint hint_b = WeightsAreA ? Hint::EVICT_NORMAL : Hint::EVICT_FIRST;
-    if (!elect_one_sync()) return;
-    using ClusterShape_ = typename Base::DispatchPolicy::ClusterShape;
-    constexpr uint32_t cluster_m = size<0>(ClusterShape_{});
-    uint32_t cluster_x = block_rank_in_cluster % cluster_m, cluster_y = block_rank_in_cluster / cluster_m;
-    auto tma_a = params.tma_load_a.get_slice(cluster_y);
-    auto tma_b = params.tma_load_b.get_slice(cluster_x);
-    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
-    Tensor tAgA = tma_a.partition_S(get<0>(load_inputs)(_, _, m_coord, _, l_coord));  // (TMA, TMA_M, TMA_K, k)
-    Tensor tBgB = tma_b.partition_S(get<1>(load_inputs)(_, _, n_coord, _, l_coord));  // (TMA, TMA_N, TMA_K, k)
-    Tensor tAsA = tma_a.partition_D(
-        make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), typename Base::SmemLayoutA{}));  // (..., PIPE)
-    Tensor tBsB = tma_b.partition_D(
-        make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), typename Base::SmemLayoutB{}));  // (..., PIPE)
-    // A is multicast along the cluster's n (the CTAs that share its rows), B along its m.
-    uint16_t mcast_a = 0, mcast_b = 0;
-    auto block_layout = Layout<ClusterShape_>{};  // (m, n) -> block id
-    if constexpr (is_same_v<typename Base::GmemTiledCopyA, SM90_TMA_LOAD_MULTICAST>) {
-      for (int n = 0; n < size<1>(block_layout); ++n) mcast_a |= uint16_t(1) << block_layout(cluster_x, n, Int<0>{});
-    }
-    if constexpr (is_same_v<typename Base::GmemTiledCopyB, SM90_TMA_LOAD_MULTICAST>) {
-      for (int m = 0; m < size<0>(block_layout); ++m) mcast_b |= uint16_t(1) << block_layout(m, cluster_y, Int<0>{});
-    }
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (; k_tile_count > 0; --k_tile_count, ++k_tile_iter, ++write_state) {
-      pipeline.producer_acquire(write_state);
-      auto* barrier = pipeline.producer_get_barrier(write_state);
-      int stage = write_state.index();
-      copy(params.tma_load_a.with(*barrier, mcast_a, hint_a), tAgA(_, _, _, *k_tile_iter), tAsA(_, _, _, stage));
-      copy(params.tma_load_b.with(*barrier, mcast_b, hint_b), tBgB(_, _, _, *k_tile_iter), tBsB(_, _, _, stage));
-    }
   }
 
   CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& params) {

@@ -35,6 +35,7 @@ An FP8 space (family sm90_fp8, Fp8Config fields; modes fp8_fast / fp8_promoted s
       swizzle: [1, 4]
       promotion: [1, 2]       # taken by fp8_promoted only
       stage_epilogue: [false, true]  # taken by the kernels whose D fits a mainloop stage (Fp8Config)
+      weights_first: [false, true]   # taken by unswapped kernels (swapped, the weights already load first)
       out_dtype: [bf16]       # a_dtype, b_dtype, out_dtype default to e4m3, e4m3, bf16
 
 A shape file: `shapes: [[m, n, k], [m, n, k, batch], ...]`. Errors name the file, the key and the bad value.
@@ -152,6 +153,7 @@ _FP8_CHOICES = {
     "stage_epilogue": [False, True],
     "raster": list(fp8_config.RASTERS),
     "l2_prefetch": list(fp8_config.L2_PREFETCHES),
+    "weights_first": [False, True],
 }
 _FP8_TUPLES = {"tile": "mnk", "cluster": "mn"}
 _FP8_MODES = {f"fp8_{accum}": accum for accum in fp8_config.ACCUMULATIONS}
@@ -197,6 +199,7 @@ def _load_fp8_space(path: Path, document: dict) -> list:
     prefetches = axes.pop("l2_prefetch", [0])
     turn_taking = axes.pop("turns", [False])
     stage_epilogues = axes.pop("stage_epilogue", [False])
+    weights_orders = axes.pop("weights_first", [False])
     names = list(axes)
     configs = []
     for mode in modes:
@@ -204,12 +207,16 @@ def _load_fp8_space(path: Path, document: dict) -> list:
             fields = dict(zip(names, values), accum=_FP8_MODES[mode])
             # only split-K takes a number of splits, only promoted accumulation a promotion interval, only the
             # persistent scheduler (programmatic launch) an L2 prefetch, only promotion every k-block of a
-            # cooperative tile turn-taking warpgroups, only the kernels whose D fits a stage the stage epilogue
+            # cooperative tile turn-taking warpgroups, only the kernels whose D fits a stage the stage epilogue, only
+            # unswapped kernels (whose weights are B) a weights-first load order
             persistent = fields.get("scheduler", "persistent") == "persistent"
             split_choices = [s for s in splits if s > 1] if fields.get("scheduler") == "splitk" else [1]
             promotion_choices = promotions if fields["accum"] == "promoted" else [1]
             prefetch_choices = prefetches if persistent else [0]
-            for split, promotion, prefetch in itertools.product(split_choices, promotion_choices, prefetch_choices):
+            order_choices = [False] if fields.get("swap_ab", False) else weights_orders
+            for split, promotion, prefetch, weights_first in itertools.product(
+                split_choices, promotion_choices, prefetch_choices, order_choices
+            ):
                 takes_turns = (fields["accum"], promotion, fields.get("schedule", "cooperative")) == (
                     "promoted",
                     1,
@@ -219,7 +226,12 @@ def _load_fp8_space(path: Path, document: dict) -> list:
                 for turns, stage_epilogue in itertools.product(turn_choices, stage_epilogues):
                     try:
                         config = fp8_config.Fp8Config(
-                            **fields, splits=split, promotion=promotion, l2_prefetch=prefetch, turns=turns
+                            **fields,
+                            splits=split,
+                            promotion=promotion,
+                            l2_prefetch=prefetch,
+                            turns=turns,
+                            weights_first=weights_first,
                         )
                     except ValueError as error:
                         raise SpaceError(f"{path}: {error}") from error

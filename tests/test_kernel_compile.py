@@ -104,7 +104,7 @@ def test_fp8_default_and_widest_promoted_kernels_compile_without_spills(cache_di
     # under 128 bytes. A decode tile with 256-deep k-blocks promoted in slices of 128: ptxas must not serialize its
     # wgmmas (warning C7514), which it does for some shapes of the slice loop, nor any other promoting mainloop's.
     # The 256-row decode tile with D written through its last mainloop stage (kernels/sm90_stage_epilogue.hpp):
-    # seven 32 KB stages.
+    # seven 32 KB stages; its producer requests the weights first (kernels/sm90_weights_load_mainloop.hpp).
     widest = Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x144x128_c1x1_coop_promoted")
     assert filters_fp8.accumulator_registers(widest) == 216
     widest_dynamic = dataclasses.replace(widest, scheduler="dynamic")
@@ -114,7 +114,7 @@ def test_fp8_default_and_widest_promoted_kernels_compile_without_spills(cache_di
     assert filters_fp8.accumulator_registers(widest_turns) == filters_fp8.ACCUMULATOR_BUDGET
     # three libraries: stream-K (the default) and persistent or dynamic variants differ in programmatic launch
     sliced = Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_promoted_swap_l2pf8")
-    stage = Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x128x128_c2x1_coop_promoted_l2pf8_se")
+    stage = Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x128x128_c2x1_coop_promoted_l2pf8_se_wf")
     groups = [(DEFAULT_FP8,), (widest, widest_dynamic, wide_turns, sliced, stage), (widest_turns,)]
     results = build.build_libraries(groups, "90a", verbose=False)
     for result in results:

@@ -235,6 +235,25 @@ def test_the_stage_epilogue_space_pairs_each_fitting_kernel_with_its_tma_epilogu
     assert names.count("fp8_e4m3e4m3_bf16_128x128x128_c1x1_coop_promoted_se") == 1 and len(names) == 5
 
 
+def test_weights_first_pairs_each_unswapped_kernel_with_cutlass_order(tmp_path):
+    configs = load_space(CONFIGS / "sm90_fp8_weights_first.yaml")
+    first = [c for c in configs if c.weights_first]
+    assert first and len(configs) == 2 * len(first)
+    assert all(dataclasses.replace(c, weights_first=False) in configs for c in first)
+    # swapped kernels load their weights (A) first already: they enumerate once
+    mixed = write(
+        tmp_path,
+        "family: sm90_fp8\nmodes: [fp8_fast]\nspace:\n  tile: {m: [64], n: [16], k: [256]}\n"
+        "  schedule: [pingpong]\n  swap_ab: [false, true]\n  weights_first: [false, true]\n",
+    )
+    names = [c.name for c in load_space(mixed)]
+    assert sorted(names) == [
+        "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast",
+        "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap",
+        "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_wf",
+    ]
+
+
 def test_the_dynamic_space_runs_the_counter_on_one_cta_clusters_beside_both_fixed_strides():
     configs = load_space(CONFIGS / "sm90_fp8_dynamic.yaml")
     result = filters.apply_rules(configs, filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90_fp8"))

@@ -85,6 +85,14 @@ STAGE = [
     Fp8Config.from_name("fp8_e5m2e4m3_fp16_128x128x128_c1x1_coop_promoted_se"),
     Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x64x128_c1x1_coop_promoted_w4_se"),
 ]
+# each k-block's weights requested before its activations (kernels/sm90_weights_load_mainloop.hpp), beside the same
+# kernels in CUTLASS's order: the tuned 176-column ping-pong fast tile in a 2-CTA cluster, the L2-prefetching
+# stage-epilogue tile, fp32 output from a mixed input pair
+WEIGHTS_FIRST = [
+    Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x176x128_c2x1_pp_fast_wf"),
+    Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x128x128_c2x1_coop_promoted_l2pf8_se_wf"),
+    Fp8Config.from_name("fp8_e5m2e4m3_fp32_128x128x128_c1x1_coop_promoted_w4_wf"),
+]
 # promoted every 512 k elements (a 256-deep k-block, every 2nd): the span the filter rule removes
 LONG_SPAN = Fp8Config.from_name("fp8_e4m3e4m3_fp32_64x128x256_c1x1_pp_promoted_p2")
 
@@ -105,6 +113,7 @@ def defaults_only(tmp_path_factory):
     named += PREFETCHING + prefetch_bases + RASTERED + raster_bases
     named += DYNAMIC + [dataclasses.replace(c, scheduler="persistent") for c in DYNAMIC] + TURNS
     named += STAGE + [dataclasses.replace(c, stage_epilogue=False) for c in STAGE]
+    named += WEIGHTS_FIRST + [dataclasses.replace(c, weights_first=False) for c in WEIGHTS_FIRST]
     registry.ensure_registered(configs + named, torch.device("cuda"))
     yield
     ext.set_tuned_table(None)
@@ -354,6 +363,31 @@ def test_stage_epilogue_writes_what_cutlass_epilogue_writes(config, granularity,
     assert torch.isfinite(c).all(), "unwritten (NaN-poisoned) outputs"
     poison_allocator(m, n)
     assert torch.equal(c, run([dataclasses.replace(config, stage_epilogue=False).name]))
+    reference = numerics.dequantized_product(a, b, scale_a, scale_b, bias)
+    peer = peer_relres(a, b, scale_a, scale_b, bias, out_dtype, config.accum, reference)
+    assert numerics.relative_residual(c, reference) <= FACTOR * peer
+
+
+@pytest.mark.parametrize("config", WEIGHTS_FIRST, ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    "m, n, k, with_bias",
+    [(256, 8192, 2048, False), (17, 1000, 4112, True), (1000, 3000, 1008, True), (3, 264, 128, False)],
+    ids=["decode_256", "odd_m_partial_k", "edge_tiles", "one_k_block"],
+)
+def test_weights_first_changes_no_output(config, m, n, k, with_bias):
+    """The load order changes only which TMA request goes out first: bit for bit the same kernel's output in
+    CUTLASS's order, on partial tiles in M, N and K, with row-wise scales and bias; each output written."""
+    a, b, scale_a, scale_b = fp8_operands(m, n, k, config.a_dtype, config.b_dtype, "row", seed=17)
+    out_dtype = OUT_DTYPES[config.out_dtype]
+    bias = (torch.randn(n, device="cuda") * 4).to(out_dtype) if with_bias else None
+    run = functools.partial(ops.gemm_fp8, a, b, scale_a.reshape(-1), scale_b.reshape(-1), bias, out_dtype)
+    poison_allocator(m, n)
+    c = run([config.name])
+    assert torch.isfinite(c).all(), "unwritten (NaN-poisoned) outputs"
+    poison_allocator(m, n)
+    assert torch.equal(c, run([dataclasses.replace(config, weights_first=False).name]))
+    if config.accum == "fast" and m <= 16:
+        return  # unsplit fast accumulation at decode is outside the bound (test_fast_accumulation_...)
     reference = numerics.dequantized_product(a, b, scale_a, scale_b, bias)
     peer = peer_relres(a, b, scale_a, scale_b, bias, out_dtype, config.accum, reference)
     assert numerics.relative_residual(c, reference) <= FACTOR * peer
