@@ -337,6 +337,26 @@ def test_tile_order_changes_no_output(config):
     assert numerics.relative_residual(c, reference) <= FACTOR * peer
 
 
+def assert_twin_output(config, twin, m, n, k, granularity, with_bias, seed):
+    """`config` writes every output (poisoned before each call), bit for bit what `twin` (the same kernel without
+    one knob) writes, within the bound of cuBLAS's relres with the same accumulation (not checked for unsplit fast
+    accumulation at decode, which is outside it: test_fast_accumulation_without_split_k_...)."""
+    a, b, scale_a, scale_b = fp8_operands(m, n, k, config.a_dtype, config.b_dtype, granularity, seed=seed)
+    out_dtype = OUT_DTYPES[config.out_dtype]
+    bias = (torch.randn(n, device="cuda") * 4).to(out_dtype) if with_bias else None
+    run = functools.partial(ops.gemm_fp8, a, b, scale_a.reshape(-1), scale_b.reshape(-1), bias, out_dtype)
+    poison_allocator(m, n)
+    c = run([config.name])
+    assert torch.isfinite(c).all(), "unwritten (NaN-poisoned) outputs"
+    poison_allocator(m, n)
+    assert torch.equal(c, run([twin.name]))
+    if config.accum == "fast" and m <= 16:
+        return
+    reference = numerics.dequantized_product(a, b, scale_a, scale_b, bias)
+    peer = peer_relres(a, b, scale_a, scale_b, bias, out_dtype, config.accum, reference)
+    assert numerics.relative_residual(c, reference) <= FACTOR * peer
+
+
 @pytest.mark.parametrize("config", STAGE, ids=lambda c: c.name)
 @pytest.mark.parametrize("granularity", ["tensor", "row"])
 @pytest.mark.parametrize(
@@ -354,18 +374,7 @@ def test_stage_epilogue_writes_what_cutlass_epilogue_writes(config, granularity,
     """D written through the tile's last mainloop stage equals, bit for bit, the same kernel's output through
     CUTLASS's epilogue: partial tiles in M and N, row-wise scales and bias (which pass through shared memory in two
     buffers), one or two k-blocks per tile (the stage to reuse cycles fastest) and up to 8 tiles per CTA."""
-    a, b, scale_a, scale_b = fp8_operands(m, n, k, config.a_dtype, config.b_dtype, granularity, seed=5)
-    out_dtype = OUT_DTYPES[config.out_dtype]
-    bias = (torch.randn(n, device="cuda") * 4).to(out_dtype) if with_bias else None
-    run = functools.partial(ops.gemm_fp8, a, b, scale_a.reshape(-1), scale_b.reshape(-1), bias, out_dtype)
-    poison_allocator(m, n)
-    c = run([config.name])
-    assert torch.isfinite(c).all(), "unwritten (NaN-poisoned) outputs"
-    poison_allocator(m, n)
-    assert torch.equal(c, run([dataclasses.replace(config, stage_epilogue=False).name]))
-    reference = numerics.dequantized_product(a, b, scale_a, scale_b, bias)
-    peer = peer_relres(a, b, scale_a, scale_b, bias, out_dtype, config.accum, reference)
-    assert numerics.relative_residual(c, reference) <= FACTOR * peer
+    assert_twin_output(config, dataclasses.replace(config, stage_epilogue=False), m, n, k, granularity, with_bias, 5)
 
 
 @pytest.mark.parametrize("config", WEIGHTS_FIRST, ids=lambda c: c.name)
@@ -377,20 +386,7 @@ def test_stage_epilogue_writes_what_cutlass_epilogue_writes(config, granularity,
 def test_weights_first_changes_no_output(config, m, n, k, with_bias):
     """The load order changes only which TMA request goes out first: bit for bit the same kernel's output in
     CUTLASS's order, on partial tiles in M, N and K, with row-wise scales and bias; each output written."""
-    a, b, scale_a, scale_b = fp8_operands(m, n, k, config.a_dtype, config.b_dtype, "row", seed=17)
-    out_dtype = OUT_DTYPES[config.out_dtype]
-    bias = (torch.randn(n, device="cuda") * 4).to(out_dtype) if with_bias else None
-    run = functools.partial(ops.gemm_fp8, a, b, scale_a.reshape(-1), scale_b.reshape(-1), bias, out_dtype)
-    poison_allocator(m, n)
-    c = run([config.name])
-    assert torch.isfinite(c).all(), "unwritten (NaN-poisoned) outputs"
-    poison_allocator(m, n)
-    assert torch.equal(c, run([dataclasses.replace(config, weights_first=False).name]))
-    if config.accum == "fast" and m <= 16:
-        return  # unsplit fast accumulation at decode is outside the bound (test_fast_accumulation_...)
-    reference = numerics.dequantized_product(a, b, scale_a, scale_b, bias)
-    peer = peer_relres(a, b, scale_a, scale_b, bias, out_dtype, config.accum, reference)
-    assert numerics.relative_residual(c, reference) <= FACTOR * peer
+    assert_twin_output(config, dataclasses.replace(config, weights_first=False), m, n, k, "row", with_bias, 17)
 
 
 @pytest.mark.parametrize("config", DYNAMIC, ids=lambda c: c.name)
