@@ -21,5 +21,5 @@ setup(
         "nvidia-ml-py",
         "tqdm",
     ],
-    extras_require={"test": ["pytest"], "report": ["matplotlib"]},
+    extras_require={"test": ["pytest", "triton"], "report": ["matplotlib"]},  # tests import the Triton peers
 )
