@@ -106,6 +106,9 @@ class Fp8Config(VariantFields):
         for field, choices in (("accum", ACCUMULATIONS), ("schedule", SCHEDULES), ("scheduler", SCHEDULERS)):
             if getattr(self, field) not in choices:
                 raise ValueError(f"{field}={getattr(self, field)!r} is not one of {list(choices)}")
+        for field in ("turns", "swap_ab", "stage_epilogue", "weights_first"):
+            if getattr(self, field) is not True and getattr(self, field) is not False:
+                raise ValueError(f"{field}={getattr(self, field)!r} must be True or False")
         if self.family != FAMILY:
             raise ValueError(f"family={self.family!r} must be {FAMILY!r}")
         self._check_extents(tile="mnk", cluster="mn")
@@ -119,16 +122,12 @@ class Fp8Config(VariantFields):
             raise ValueError(f"promotion={self.promotion!r} must be one of {list(PROMOTIONS)}")
         if self.promotion > 1 and self.accum != "promoted":
             raise ValueError(f"promotion={self.promotion} is for accum='promoted'; fast accumulation never promotes")
-        if self.turns is not True and self.turns is not False:
-            raise ValueError(f"turns={self.turns!r} must be True or False")
         if self.turns and (self.accum, self.promotion, self.schedule) != ("promoted", 1, "cooperative"):
             raise ValueError(
                 "turns=True takes promotion every k-block of a cooperative tile (accum='promoted', promotion=1, "
                 f"schedule='cooperative'); got accum={self.accum!r}, promotion={self.promotion}, "
                 f"schedule={self.schedule!r}"
             )
-        if self.swap_ab is not True and self.swap_ab is not False:
-            raise ValueError(f"swap_ab={self.swap_ab!r} must be True or False")
         if self.l2_prefetch not in L2_PREFETCHES:
             raise ValueError(f"l2_prefetch={self.l2_prefetch!r} must be one of {list(L2_PREFETCHES)}")
         if self.l2_prefetch and self.scheduler != "persistent":
@@ -136,15 +135,11 @@ class Fp8Config(VariantFields):
                 f"l2_prefetch={self.l2_prefetch} runs ahead of the programmatic-launch wait for the first tile of "
                 f"scheduler='persistent'; got scheduler={self.scheduler!r}"
             )
-        if self.stage_epilogue is not True and self.stage_epilogue is not False:
-            raise ValueError(f"stage_epilogue={self.stage_epilogue!r} must be True or False")
         if self.stage_epilogue and not self.stage_epilogue_fits:
             raise ValueError(
                 "stage_epilogue=True takes a cooperative, persistent kernel promoting every k-block without turns, "
                 "a 128x64x128 or 128x128x128 tile, bf16 or fp16 output and no swap; got " + self.name
             )
-        if self.weights_first is not True and self.weights_first is not False:
-            raise ValueError(f"weights_first={self.weights_first!r} must be True or False")
         if self.weights_first and self.swap_ab:
             raise ValueError(
                 "weights_first=True reorders B's loads before A's; swapped, the weights are A and load first"
