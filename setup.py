@@ -1,13 +1,13 @@
 """cutlass_ext: kernels are compiled at first use (or by `python -m cutlass_ext.build --prebuild`), not here."""
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 setup(
     name="cutlass_ext",
     version="0.1.0",
     description="CUTLASS GEMM kernels for PyTorch: FP32-accurate GEMM on Tensor Cores, FP8, accumulation studies",
     python_requires=">=3.10",
-    packages=["cutlass_ext", "cutlass_ext.kernels"],
+    packages=find_packages(include=["cutlass_ext", "cutlass_ext.*"]) + ["cutlass_ext.kernels"],
     # The CUDA sources live at the top level (kernels/ holds no Python) and ship inside the package.
     package_dir={"cutlass_ext.kernels": "kernels"},
     package_data={"cutlass_ext.kernels": ["*.h", "*.hpp", "*.cuh", "*.in", "*.cpp"], "cutlass_ext": ["tuned/*.csv"]},
