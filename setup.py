@@ -6,6 +6,7 @@ setup(
     name="cutlass_ext",
     version="0.1.0",
     description="CUTLASS GEMM kernels for PyTorch: FP32-accurate GEMM on Tensor Cores, FP8, accumulation studies",
+    license="BSD-3-Clause",
     python_requires=">=3.10",
     packages=find_packages(include=["cutlass_ext", "cutlass_ext.*"]) + ["cutlass_ext.kernels"],
     # The CUDA sources live at the top level (kernels/ holds no Python) and ship inside the package.
