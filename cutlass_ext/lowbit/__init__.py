@@ -1,0 +1,1 @@
+"""Low-bit-accumulator GEMMs (seed 002): the bit-exact definition (`format`, `reference`)."""
