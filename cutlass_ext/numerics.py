@@ -291,3 +291,6 @@ def relative_residual(c: torch.Tensor, ref: torch.Tensor) -> float:
     ref64 = ref.detach().to(torch.float64)
     difference = c.detach().to(device=ref64.device, dtype=torch.float64) - ref64
     return float(torch.linalg.vector_norm(difference) / torch.linalg.vector_norm(ref64))
+
+# The low-bit-accumulator GEMM (seed 002) is defined with its format in `lowbit`, which imports nothing from here.
+from .lowbit.reference import lowbit_matmul  # noqa: E402
