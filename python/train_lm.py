@@ -1,0 +1,290 @@
+"""A small character-level transformer language model trained on the Python standard library's own source.
+
+    python python/train_lm.py --precision bf16-stochastic [--optimizer adamw] [--steps 1500] [--seed 0]
+                              [--device cuda] [--out sweeps/results/h200/]
+
+Nothing is downloaded: the corpus is the top-level `*.py` files of this interpreter's standard library
+(`sysconfig.get_paths()["stdlib"]`), sorted by name, read as bytes (a 256-symbol vocabulary); every tenth file
+(by that order) is validation, the rest training. Runs on the same Python version therefore read the same text.
+
+Precisions (seed 004 Table 4 and the mixed-precision baseline):
+  fp32             FP32 weights, compute and optimizer (torch.optim);
+  mixed            FP32 master weights and states, forward/backward under BF16 autocast (torch.optim, fused on
+                   CUDA);
+  bf16-nearest     BF16 weights and states, BF16 forward/backward, cutlass_ext.optim with nearest updates;
+  bf16-stochastic  the same with stochastically rounded updates (reproducible for a given --seed);
+  bf16-kahan       the same with Kahan-compensated updates.
+The model is GPT-like (pre-norm blocks, causal attention, GELU MLP, learned positions); the learning rate warms up
+linearly and decays by a cosine to a tenth. Writes lm_<precision>_seed<seed>.csv (train and validation loss over
+steps); `train` returns the run's summary for other scripts (optim_lm_precisions.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import sysconfig
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cutlass_ext import optim, tuned
+
+PRECISIONS = ("fp32", "mixed", "bf16-nearest", "bf16-stochastic", "bf16-kahan")
+OPTIMIZERS = ("adamw", "sgd")
+VOCABULARY = 256  # bytes
+VALIDATION_EVERY_NTH_FILE = 10
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    precision: str = "bf16-stochastic"
+    optimizer: str = "adamw"
+    steps: int = 1500
+    seed: int = 0
+    device: str = "cuda"
+    layers: int = 4
+    width: int = 256
+    heads: int = 4
+    context: int = 128
+    batch: int = 64
+    lr: float = 1e-3
+    warmup: int = 100
+    weight_decay: float = 0.1
+    eval_every: int = 100
+    eval_batches: int = 8
+    final_eval_batches: int = 64
+    max_files: int = 0  # 0: every file; a few for smoke tests
+
+
+def default_out(device: torch.device) -> Path:
+    gpu = tuned.gpu_key(torch.cuda.get_device_name(device)) if device.type == "cuda" else "cpu"
+    return Path("sweeps") / "results" / gpu
+
+
+def corpus_files(max_files: int = 0) -> list[Path]:
+    """The standard library's top-level modules, sorted by name (the fixed file list)."""
+    files = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"), key=lambda path: path.name)
+    if not files:
+        raise FileNotFoundError(f"no *.py files in the standard library folder {sysconfig.get_paths()['stdlib']}")
+    return files[:max_files] if max_files else files
+
+
+def load_corpus(max_files: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train, validation) byte streams (uint8), files split by their index in `corpus_files`."""
+    train, validation = [], []
+    for index, path in enumerate(corpus_files(max_files)):
+        (validation if index % VALIDATION_EVERY_NTH_FILE == 0 else train).append(path.read_bytes())
+    as_tensor = lambda parts: torch.frombuffer(bytearray(b"".join(parts)), dtype=torch.uint8)  # noqa: E731
+    return as_tensor(train), as_tensor(validation)
+
+
+class Block(nn.Module):
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.attention_norm = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width, bias=False)
+        self.projection = nn.Linear(width, width, bias=False)
+        self.mlp_norm = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width, bias=False), nn.GELU(),
+                                 nn.Linear(4 * width, width, bias=False))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = self.qkv(self.attention_norm(x)).split(width, dim=-1)
+        q, k, v = (t.view(batch, length, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.projection(attended.transpose(1, 2).reshape(batch, length, width))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class CharTransformer(nn.Module):
+    def __init__(self, layers: int, width: int, heads: int, context: int):
+        super().__init__()
+        self.token_embedding = nn.Embedding(VOCABULARY, width)
+        self.position_embedding = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.final_norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, VOCABULARY, bias=False)
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=0.02)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.token_embedding(tokens) + self.position_embedding(positions)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.final_norm(x))
+
+
+def batch_at(stream: torch.Tensor, starts: torch.Tensor, context: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and next-byte targets of the windows starting at `starts`."""
+    windows = torch.stack([stream[s : s + context + 1] for s in starts.tolist()]).to(device=device, dtype=torch.long)
+    return windows[:, :-1], windows[:, 1:]
+
+
+def make_optimizer(config: TrainConfig, model: nn.Module, device: torch.device):
+    params = list(model.parameters())
+    if config.precision in ("fp32", "mixed"):
+        if config.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=config.lr, momentum=0.9, weight_decay=config.weight_decay)
+        return torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.99), weight_decay=config.weight_decay,
+                                 fused=device.type == "cuda")
+    update = config.precision.removeprefix("bf16-")
+    if config.optimizer == "sgd":
+        return optim.SGD(params, lr=config.lr, momentum=0.9, weight_decay=config.weight_decay, update=update,
+                         seed=config.seed)
+    return optim.AdamW(params, lr=config.lr, betas=(0.9, 0.99), weight_decay=config.weight_decay, update=update,
+                       seed=config.seed)
+
+
+def lr_factor(config: TrainConfig, step: int) -> float:
+    """Linear warm-up, then a cosine from 1 to 0.1."""
+    if step < config.warmup:
+        return (step + 1) / config.warmup
+    progress = (step - config.warmup) / max(1, config.steps - config.warmup)
+    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def validate(config: TrainConfig) -> None:
+    if config.precision not in PRECISIONS:
+        raise ValueError(f"precision={config.precision!r} is not one of {list(PRECISIONS)}")
+    if config.optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer={config.optimizer!r} is not one of {list(OPTIMIZERS)}")
+    for name in ("steps", "layers", "width", "heads", "context", "batch", "eval_every", "eval_batches",
+                 "final_eval_batches"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name}={getattr(config, name)} must be at least 1")
+    if config.width % config.heads:
+        raise ValueError(f"width={config.width} must be a multiple of heads={config.heads}")
+    if config.lr <= 0:
+        raise ValueError(f"lr={config.lr} must be positive")
+
+
+def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
+    """Train one model; returns the summary (final validation loss, time, ...) with the curve under "curve".
+    Writes the curve to `out`/lm_<precision>_seed<seed>.csv when `out` is given."""
+    validate(config)
+    device = torch.device(config.device)
+    train_stream, validation_stream = load_corpus(config.max_files)
+    for name, stream in (("training", train_stream), ("validation", validation_stream)):
+        if stream.numel() <= config.context + 1:
+            raise ValueError(f"the {name} text ({stream.numel()} bytes) is shorter than context={config.context}")
+
+    torch.manual_seed(config.seed)
+    model = CharTransformer(config.layers, config.width, config.heads, config.context).to(device)
+    if config.precision.startswith("bf16"):
+        model = model.to(torch.bfloat16)
+    optimizer = make_optimizer(config, model, device)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(config, step))
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "mixed")
+
+    # the same batches for every precision of a seed; validation windows fixed across seeds too
+    sampler = torch.Generator().manual_seed(config.seed)
+    validation_starts = torch.randint(validation_stream.numel() - config.context - 1,
+                                      (config.final_eval_batches, config.batch), generator=torch.Generator().manual_seed(0))
+
+    def loss_of(inputs, targets):
+        with autocast:
+            logits = model(inputs)
+        return F.cross_entropy(logits.float().view(-1, VOCABULARY), targets.reshape(-1))
+
+    @torch.no_grad()
+    def validation_loss(batches: int) -> float:
+        model.eval()
+        total = sum(loss_of(*batch_at(validation_stream, validation_starts[i], config.context, device)).item()
+                    for i in range(batches))
+        model.train()
+        return total / batches
+
+    curve = []
+    start = time.perf_counter()
+    for step in range(config.steps):
+        starts = torch.randint(train_stream.numel() - config.context - 1, (config.batch,), generator=sampler)
+        loss = loss_of(*batch_at(train_stream, starts, config.context, device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        if (step + 1) % config.eval_every == 0 and step + 1 < config.steps:
+            curve.append({"step": step + 1, "lr": scheduler.get_last_lr()[0], "train_loss": loss.item(),
+                          "val_loss": validation_loss(config.eval_batches)})
+            log(f"{config.precision} seed {config.seed} step {step + 1}: train {curve[-1]['train_loss']:.4f} "
+                f"val {curve[-1]['val_loss']:.4f}")
+    final_validation = validation_loss(config.final_eval_batches)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - start
+    curve.append({"step": config.steps, "lr": scheduler.get_last_lr()[0], "train_loss": loss.item(),
+                  "val_loss": final_validation})
+    log(f"{config.precision} seed {config.seed}: final validation loss {final_validation:.4f} ({seconds:.1f} s)")
+
+    summary = {
+        **asdict(config),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "train_bytes": train_stream.numel(),
+        "validation_bytes": validation_stream.numel(),
+        "final_train_loss": loss.item(),
+        "final_val_loss": final_validation,
+        "seconds": seconds,
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "python": sysconfig.get_python_version(),
+        "torch": torch.__version__,
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    frame = pd.DataFrame(curve).assign(precision=config.precision, optimizer=config.optimizer, seed=config.seed)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        frame.to_csv(out / f"lm_{config.precision}_seed{config.seed}.csv", index=False)
+    return {**summary, "curve": frame}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    defaults = TrainConfig()
+    parser.add_argument("--precision", choices=PRECISIONS, default=defaults.precision)
+    parser.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer)
+    parser.add_argument("--steps", type=int, default=defaults.steps)
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    for name in ("layers", "width", "heads", "context", "batch", "warmup", "eval_every", "eval_batches",
+                 "final_eval_batches"):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
+    parser.add_argument("--lr", type=float, default=defaults.lr, help="peak learning rate (AdamW's; SGD wants ~0.1)")
+    parser.add_argument("--weight-decay", type=float, default=defaults.weight_decay)
+    parser.add_argument("--out", type=Path, help="results folder (default sweeps/results/<gpu>/)")
+    parser.add_argument("--quick", action="store_true", help="CPU, a tiny model, 10 steps (CI smoke test)")
+    return parser
+
+
+QUICK = dict(device="cpu", steps=10, layers=1, width=32, heads=2, context=32, batch=8, warmup=3, eval_every=5,
+             eval_batches=2, final_eval_batches=2, max_files=12)
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    fields = {name: getattr(args, name) for name in TrainConfig.__dataclass_fields__ if hasattr(args, name)}
+    return TrainConfig(**{**fields, **(QUICK if args.quick else {})})
+
+
+def main(argv=None) -> dict:
+    args = build_parser().parse_args(argv)
+    config = config_from_args(args)
+    try:
+        validate(config)
+    except ValueError as error:
+        build_parser().error(str(error))
+    out = args.out or default_out(torch.device(config.device))
+    return train(config, out)
+
+
+if __name__ == "__main__":
+    main()
