@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import reference
+from . import kernel, reference
 from .reference import ARITHMETICS, UPDATES, AdamWConstants, Rounding, SgdConstants
 
 _SEED_LIMIT = 2**64
@@ -114,7 +114,7 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
         torch._foreach_add_(steps, 1.0)
         scalars = reference.step_scalars(self._kind, group["lr"], torch.stack(steps), group.get("betas"),
                                          group["arithmetic"])
-        fused = []
+        fused = [i for i, p in enumerate(params) if p.dtype == torch.bfloat16 and p.device.type == "cuda"]
         if fused:
             self._step_fused(group, [params[i] for i in fused], [grads[i] for i in fused],
                              [states[i] for i in fused], scalars[fused])

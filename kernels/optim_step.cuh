@@ -1,0 +1,196 @@
+// The fused multi-tensor step of the 16-bit optimizers: one launch updates up to kMaxTensors BF16 tensors (the
+// launcher batches longer lists), each block one chunk of one tensor, with 16-byte loads and stores.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "optim_update.cuh"
+
+extern "C" {
+
+// One BF16 tensor of a step (cutlass_ext/optim/kernel.py mirrors this layout). Unused states are null. scalars:
+// the tensor's four FP32 step scalars in device memory (optim_update.cuh's Scalars).
+typedef struct {
+  void* param;
+  const void* grad;
+  void* state0;
+  void* state1;
+  void* compensation;
+  int64_t numel;
+  int64_t element_offset;
+  const float* scalars;
+  uint32_t param_key;
+} cutlass_ext_optim_tensor;
+
+// Every optimizer variant `<name>` exports `<name>_optim_step(tensors, count, constants, stream)`; it returns 0 or
+// a cudaError_t.
+typedef int (*cutlass_ext_optim_step_fn)(const cutlass_ext_optim_tensor* tensors, int32_t count,
+                                         const cutlass_ext::optim::Constants* constants, void* cuda_stream);
+}
+
+namespace cutlass_ext {
+namespace optim {
+
+constexpr int kVectorElements = 8;  // BF16 values per 16-byte access
+
+struct alignas(16) Vector {
+  uint16_t element[kVectorElements];
+};
+
+template <Kind kKind, Update kUpdate, Arithmetic kArithmetic, int kThreads, int kVectorsPerThread>
+struct OptimStep {
+  static constexpr int kThreadsPerBlock = kThreads;
+  static constexpr int64_t kChunk = int64_t(kThreads) * kVectorsPerThread * kVectorElements;
+  static constexpr int kMaxTensors = 40;  // keeps the batch within the 4 KB kernel-parameter space of every arch
+  static constexpr bool kHasState1 = kKind == Kind::kAdamW;
+  static constexpr bool kHasCompensation = kUpdate == Update::kKahan;
+
+  struct Batch {
+    cutlass_ext_optim_tensor tensors[kMaxTensors];
+    int32_t block_start[kMaxTensors + 1];  // the first block of each tensor, then the total
+  };
+
+  // The random words of elements index..index+7 (index = the whole tensor's element index): two Philox blocks
+  // when they line up with a block, else one block per element.
+  __device__ static void random_words(const PhiloxStream& stream, uint64_t index, uint32_t (&random)[8]) {
+    if ((index & 3) == 0) {
+      PhiloxWords low = stream.block(index >> 2), high = stream.block((index >> 2) + 1);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        random[k] = low.word[k];
+        random[k + 4] = high.word[k];
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) random[k] = stream.element(index + k);
+    }
+  }
+
+  struct Registers {
+    Vector weight, grad, state0, state1, compensation;
+  };
+
+  __device__ static void load(const cutlass_ext_optim_tensor& t, int64_t i, bool has_state0, Registers& r) {
+    r.weight = *reinterpret_cast<const Vector*>(static_cast<const uint16_t*>(t.param) + i);
+    r.grad = *reinterpret_cast<const Vector*>(static_cast<const uint16_t*>(t.grad) + i);
+    if (has_state0) r.state0 = *reinterpret_cast<const Vector*>(static_cast<const uint16_t*>(t.state0) + i);
+    if (kHasState1) r.state1 = *reinterpret_cast<const Vector*>(static_cast<const uint16_t*>(t.state1) + i);
+    if (kHasCompensation) {
+      r.compensation = *reinterpret_cast<const Vector*>(static_cast<const uint16_t*>(t.compensation) + i);
+    }
+  }
+
+  __device__ static void compute_store(const cutlass_ext_optim_tensor& t, int64_t i, bool has_state0,
+                                       Registers& r, const PhiloxStream& stream, const Constants& c,
+                                       const Scalars& s) {
+    uint32_t random[8] = {};
+    if (kUpdate == Update::kStochastic) random_words(stream, uint64_t(t.element_offset + i), random);
+#pragma unroll
+    for (int k = 0; k < kVectorElements; ++k) {
+      r.weight.element[k] = update_element<kKind, kUpdate, kArithmetic>(
+          r.weight.element[k], r.grad.element[k], r.state0.element[k], r.state1.element[k],
+          r.compensation.element[k], random[k], c, s);
+    }
+    *reinterpret_cast<Vector*>(static_cast<uint16_t*>(t.param) + i) = r.weight;
+    if (has_state0) *reinterpret_cast<Vector*>(static_cast<uint16_t*>(t.state0) + i) = r.state0;
+    if (kHasState1) *reinterpret_cast<Vector*>(static_cast<uint16_t*>(t.state1) + i) = r.state1;
+    if (kHasCompensation) *reinterpret_cast<Vector*>(static_cast<uint16_t*>(t.compensation) + i) = r.compensation;
+  }
+
+  __device__ static void update_scalar(const cutlass_ext_optim_tensor& t, int64_t i, bool has_state0,
+                                       const PhiloxStream& stream, const Constants& c, const Scalars& s) {
+    uint16_t* param = static_cast<uint16_t*>(t.param) + i;
+    uint16_t state0 = has_state0 ? static_cast<uint16_t*>(t.state0)[i] : uint16_t(0);
+    uint16_t state1 = kHasState1 ? static_cast<uint16_t*>(t.state1)[i] : uint16_t(0);
+    uint16_t compensation = kHasCompensation ? static_cast<uint16_t*>(t.compensation)[i] : uint16_t(0);
+    uint32_t random = kUpdate == Update::kStochastic ? stream.element(uint64_t(t.element_offset + i)) : 0u;
+    *param = update_element<kKind, kUpdate, kArithmetic>(*param, static_cast<const uint16_t*>(t.grad)[i], state0,
+                                                          state1, compensation, random, c, s);
+    if (has_state0) static_cast<uint16_t*>(t.state0)[i] = state0;
+    if (kHasState1) static_cast<uint16_t*>(t.state1)[i] = state1;
+    if (kHasCompensation) static_cast<uint16_t*>(t.compensation)[i] = compensation;
+  }
+
+  __device__ static void run_block(const Batch& batch, const Constants& c) {
+    int tensor_index = 0;
+    while (int(blockIdx.x) >= batch.block_start[tensor_index + 1]) ++tensor_index;
+    const cutlass_ext_optim_tensor& t = batch.tensors[tensor_index];
+    const Scalars s{t.scalars[0], t.scalars[1], t.scalars[2], t.scalars[3]};
+    const PhiloxStream stream{c.seed_low, c.seed_high, t.param_key, uint32_t(s.step)};
+    const bool has_state0 = t.state0 != nullptr;
+    const int64_t begin = int64_t(blockIdx.x - batch.block_start[tensor_index]) * kChunk;
+    const int64_t end = begin + kChunk < t.numel ? begin + kChunk : t.numel;
+    uintptr_t addresses = uintptr_t(t.param) | uintptr_t(t.grad) | uintptr_t(t.state0) | uintptr_t(t.state1) |
+                          uintptr_t(t.compensation);
+    int64_t scalar_begin = begin;
+    if ((addresses & 15) == 0) {
+      if (end - begin == kChunk) {
+        // A whole chunk: every load of the thread issued before the first store (the states may alias nothing,
+        // but the compiler cannot know it).
+        Registers r[kVectorsPerThread];
+#pragma unroll
+        for (int v = 0; v < kVectorsPerThread; ++v) {
+          load(t, begin + (int64_t(v) * kThreads + threadIdx.x) * kVectorElements, has_state0, r[v]);
+        }
+#pragma unroll
+        for (int v = 0; v < kVectorsPerThread; ++v) {
+          compute_store(t, begin + (int64_t(v) * kThreads + threadIdx.x) * kVectorElements, has_state0, r[v],
+                        stream, c, s);
+        }
+        return;
+      }
+      const int64_t vector_end = begin + (end - begin) / kVectorElements * kVectorElements;
+      for (int64_t i = begin + int64_t(threadIdx.x) * kVectorElements; i < vector_end;
+           i += int64_t(kThreads) * kVectorElements) {
+        Registers r;
+        load(t, i, has_state0, r);
+        compute_store(t, i, has_state0, r, stream, c, s);
+      }
+      scalar_begin = vector_end;
+    }
+    for (int64_t i = scalar_begin + threadIdx.x; i < end; i += kThreads) update_scalar(t, i, has_state0, stream, c, s);
+  }
+
+  static int launch(const cutlass_ext_optim_tensor* tensors, int32_t count, const Constants* constants,
+                    void* cuda_stream);
+};
+
+template <class Step>
+__global__ void __launch_bounds__(Step::kThreadsPerBlock) optim_step_kernel(const typename Step::Batch batch,
+                                                                    const Constants constants) {
+  Step::run_block(batch, constants);
+}
+
+template <Kind kKind, Update kUpdate, Arithmetic kArithmetic, int kThreads, int kVectorsPerThread>
+int OptimStep<kKind, kUpdate, kArithmetic, kThreads, kVectorsPerThread>::launch(
+    const cutlass_ext_optim_tensor* tensors, int32_t count, const Constants* constants, void* cuda_stream) {
+  cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
+  Batch batch;
+  int batched = 0;
+  int64_t blocks = 0;
+  auto flush = [&]() -> int {
+    if (batched == 0) return 0;
+    batch.block_start[batched] = int32_t(blocks);
+    optim_step_kernel<OptimStep><<<unsigned(blocks), kThreads, 0, stream>>>(batch, *constants);
+    batched = 0;
+    blocks = 0;
+    return int(cudaGetLastError());
+  };
+  for (int32_t i = 0; i < count; ++i) {
+    if (tensors[i].numel <= 0) continue;
+    const int64_t chunks = (tensors[i].numel + kChunk - 1) / kChunk;
+    if (chunks > INT32_MAX / 2) return int(cudaErrorInvalidValue);
+    if (batched == kMaxTensors || blocks + chunks > INT32_MAX / 2) {
+      if (int status = flush()) return status;
+    }
+    batch.tensors[batched] = tensors[i];
+    batch.block_start[batched] = int32_t(blocks);
+    blocks += chunks;
+    ++batched;
+  }
+  return flush();
+}
+
+}  // namespace optim
+}  // namespace cutlass_ext
