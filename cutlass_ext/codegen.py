@@ -7,6 +7,7 @@ from string import Template
 
 from .config import KernelConfig
 from .fp8_config import Fp8Config
+from .optim.config import render_optim_instance
 from .split_config import SplitConfig
 from .toolchain import kernels_dir
 
@@ -118,6 +119,7 @@ _FAMILIES = {
     "sm80": ("sm80_gemm.cu.in", render_instance),
     "sm90_fp8": ("sm90_fp8_gemm.cu.in", render_fp8_instance),
     "sm90": ("sm90_corrected_gemm.cu.in", render_split_instance),
+    "optim": ("optim_step.cu.in", render_optim_instance),
 }
 
 
