@@ -1,4 +1,4 @@
-"""`LowbitFormat`: the product and accumulator formats of a low-bit-accumulator GEMM (seed 002, eq. 2, Fig. 1).
+"""`LowbitFormat`: product and accumulator formats of a low-bit-accumulator GEMM (seed 002, eq. 2, Fig. 1).
 
 A format Q(·; M, E, b) keeps M mantissa bits (truncated toward zero by a bit mask of the FP32 word, section 3),
 saturates at R_OF = 2^(2^E − b − 1)·(2 − 2^−M) and, when underflow is on, flushes magnitudes below R_UF = 2^−b

@@ -144,7 +144,9 @@ def _check_operands(a, b) -> tuple[torch.Tensor, torch.Tensor]:
     _check_float32("a", a)
     _check_float32("b", b)
     if a.dim() < 2 or b.dim() < 2:
-        raise ValueError(f"a and b must have at least 2 dimensions (…, M, K) and (…, K, N); got {a.dim()} and {b.dim()}")
+        raise ValueError(
+            f"a and b must have at least 2 dimensions (…, M, K) and (…, K, N); got {a.dim()} and {b.dim()}"
+        )
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(f"a (…, M, K) and b (…, K, N) must agree on K; got a {tuple(a.shape)}, b {tuple(b.shape)}")
     if a.device != b.device:
