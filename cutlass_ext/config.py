@@ -114,6 +114,12 @@ class KernelConfig(VariantFields):
         return INSTRUCTION_SHAPES[self.mode]
 
     @property
+    def shared_memory_bytes(self) -> int:
+        """The multistage mainloop's A and B tiles, every stage (32-bit words, packed halfhalf ones too)."""
+        bm, bn, bk = self.threadblock
+        return (bm * bk + bk * bn) * 4 * self.stages
+
+    @property
     def name(self) -> str:
         tb, warp = self.threadblock, self.warp
         layouts = "" if self.layout_a == self.layout_b == "row" else f"_{self.layout_a[0]}{self.layout_b[0]}"
@@ -170,16 +176,22 @@ _COLUMN_MAJOR_B_TILES = {"halfhalf": ((128, 64, 32), (32, 32, 32), 4)}
 
 
 def default_configs(
-    mode: str, layout_a: str = "row", layout_b: str = "row", operands: str | None = None
+    mode: str,
+    layout_a: str = "row",
+    layout_b: str = "row",
+    operands: str | None = None,
+    shared_memory_bytes: int | None = None,
 ) -> list[KernelConfig]:
-    """Variants `ext.gemm` uses when no tuned table applies: the vectorized one first, then one for any shape."""
+    """Variants `ext.gemm` uses when no tuned table applies: the vectorized one first, then one for any shape.
+    shared_memory_bytes: the device's opt-in limit; stages are dropped until the tiles fit (sm86/sm89 have 99 KB,
+    where halfhalf's 4 stages take 128)."""
     operands = operands or DEFAULT_OPERANDS.get(mode, "fp32")
     override = _COLUMN_MAJOR_B_TILES.get(mode) if layout_b == "col" else None
     threadblock, warp, stages = override or DEFAULT_TILES[mode]
-    return [
-        KernelConfig(mode, "sm80", threadblock, warp, stages, alignment, layout_a, layout_b, operands)
-        for alignment in (4, 1)
-    ]
+    config = KernelConfig(mode, "sm80", threadblock, warp, stages, 4, layout_a, layout_b, operands)
+    while shared_memory_bytes is not None and config.shared_memory_bytes > shared_memory_bytes and config.stages > 2:
+        config = dataclasses.replace(config, stages=config.stages - 1)
+    return [config, dataclasses.replace(config, alignment=1)]
 
 
 # CUTLASS example 27's kernel (27_ampere_3xtf32_fast_accurate_tensorop_gemm.cu): its tiles, stages, alignment and

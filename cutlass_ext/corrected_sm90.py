@@ -4,8 +4,6 @@ with wgmma and promotes hi·hi into FP32 registers (kernels/sm90_corrected_gemm.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from . import ops, registry, scaling
@@ -14,16 +12,10 @@ from .split_config import DEFAULT_SPLIT
 _FORMATS = {"tf32tf32": ops.PLANES_TF32, "halfhalf": ops.PLANES_HALF}
 
 
-@functools.cache
-def is_hopper(device_index: int) -> bool:
-    return torch.cuda.get_device_capability(device_index) == (9, 0)
-
-
-def supports(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether this path runs the product: a Hopper GPU, N a multiple of 4 (the output's TMA store moves 16-byte
-    rows), and a batch only where B has one too or A folds into one matrix (a 2-D B)."""
-    n = b.shape[-1]
-    return is_hopper(a.device.index or 0) and isinstance(n, int) and n % 4 == 0 and not (a.dim() == 2 and b.dim() == 3)
+def supports_shapes(a_dim: int, b_dim: int, n: int) -> bool:
+    """Whether this path takes such operands on a Hopper GPU: N a multiple of 4 (the output's TMA store moves
+    16-byte rows), and a batch only where B has one too or A folds into one matrix (a 2-D B)."""
+    return isinstance(n, int) and n % 4 == 0 and not (a_dim == 2 and b_dim == 3)
 
 
 def default_variants(mode: str) -> list[str]:
@@ -31,7 +23,7 @@ def default_variants(mode: str) -> list[str]:
 
 
 def product(a: torch.Tensor, b: torch.Tensor, mode: str, variants: list[str] | None = None) -> torch.Tensor:
-    """A·B for float32 CUDA a (…, M, K) and b (…, K, N) that `supports` accepts, through the first of `variants`
+    """A·B for float32 CUDA a (…, M, K) and b (…, K, N) that `supports_shapes` accepts on a Hopper GPU, through the first of `variants`
     (SplitConfig names of `mode`) that can run it; the default variant if none are given."""
     variants = variants or default_variants(mode)
     if not torch.compiler.is_compiling():

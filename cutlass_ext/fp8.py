@@ -13,6 +13,7 @@ import math
 
 import torch
 
+from . import device as device_info
 from . import ops, registry, tuned
 from .fp8_config import ACCUMULATIONS, DEFAULT_FP8, FP8_DTYPES, OUT_DTYPES, Fp8Config, dtype_name
 
@@ -157,25 +158,58 @@ def dispatch_configs(accums=ACCUMULATIONS) -> list:
     """The FP8 variants `gemm_fp8` runs for e4m3 inputs and bf16 output (what `--prebuild` builds): the default
     per accumulation and the shipped tuned tables' winners."""
     defaults = [Fp8Config.from_name(_default_variant("e4m3", "e4m3", "bf16", accum)) for accum in accums]
+    defaults += [Fp8Config.from_name(name) for (accum, _), name in DECODE_DEFAULTS.items() if accum in accums]
     shipped = [c for c in tuned.shipped_configs() if isinstance(c, Fp8Config) and c.accum in accums]
     return list(dict.fromkeys(defaults + shipped))
 
 
 def _variants(device, a_dtype: str, b_dtype: str, out_dtype: str, accum: str, m: int, n: int, k: int) -> list[str]:
-    """variant_names for this call, built and loaded."""
+    """variant_names for this call, the first usable one built and loaded."""
     variants = variant_names(device, a_dtype, b_dtype, out_dtype, accum, m, n, k)
     if not torch.compiler.is_compiling():
-        registry.ensure_names_registered(variants, device)
+        variants = registry.first_usable(variants, device)
     return variants
 
 
 def variant_names(device, a_dtype: str, b_dtype: str, out_dtype: str, accum: str, m: int, n: int, k: int):
-    """The variants gemm_fp8 runs for this problem on `device`, neither built nor loaded: the tuned variant for
-    the nearest shape (if the GPU's table has one), then the default. Dtypes by short name (`e4m3`, `bf16`)."""
+    """The variants gemm_fp8 runs for this problem on `device`, neither built nor loaded (see `plan`)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    best = _tuned_variant(index, a_dtype, b_dtype, out_dtype, accum, m, n, k)
+    return list(_planned(index, a_dtype, b_dtype, out_dtype, accum, m, n, k).split(","))
+
+
+# Decode (M up to 64): the swapped-operand kernels (Dᵀ = B·Aᵀ, the weights on wgmma's 64-row side) that the H100's
+# table picks at N = K = 8192, per accumulation and M bucket: what an sm90 GPU runs off its table's shapes.
+DECODE_DEFAULTS = {
+    ("fast", 16): "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap_l2pf8",
+    ("fast", 32): "fp8_e4m3e4m3_bf16_64x32x256_c1x1_pp_fast_swap_l2pf8",
+    ("fast", 64): "fp8_e4m3e4m3_bf16_64x64x256_c1x1_pp_fast",
+    ("promoted", 16): "fp8_e4m3e4m3_bf16_64x16x128_c1x1_pp_promoted_swap_l2pf8",
+    ("promoted", 32): "fp8_e4m3e4m3_bf16_64x32x128_c1x1_pp_promoted_swap_l2pf8",
+    ("promoted", 64): "fp8_e4m3e4m3_bf16_64x32x128_c1x1_pp_promoted_swap_l2pf8",
+}
+
+
+def plan(gpu, a_dtype: str, b_dtype: str, out_dtype: str, accum: str, m: int, n: int, k: int):
+    """(variant names, where the first came from) for gemm_fp8 on `gpu` (no GPU needed: `explain`): the tuned
+    tables' entry for the nearest shape (tables by `tuned.table_chain`), else the sm90 default for the size — the
+    swapped decode kernels up to M = 64, the 128x128 stream-K kernel above — with the 128x128 kernel last."""
+    bucket_above = m <= DECODE_M  # decode: a tile tuned for fewer tokens would stream the weights more than once
+    config, source = tuned.resolve(gpu.name, f"fp8_{accum}", m, n, k, m_bucket_above=bucket_above, gpu=gpu)
     default = _default_variant(a_dtype, b_dtype, out_dtype, accum)
-    return [default] if best in (None, default) else [best, default]
+    if config is not None:
+        best = _name_with_dtypes(config.name, a_dtype, b_dtype, out_dtype)
+    else:
+        bucket = next((b for b in (16, 32, 64) if m <= b), None)
+        best = DECODE_DEFAULTS.get((accum, bucket))
+        best = best and _name_with_dtypes(best, a_dtype, b_dtype, out_dtype)
+        source = f"sm90 default ({source})"
+    return ([default] if best in (None, default) else [best, default]), source
+
+
+@torch.compiler.assume_constant_result
+def _planned(index: int, a_dtype: str, b_dtype: str, out_dtype: str, accum: str, m: int, n: int, k: int) -> str:
+    """`plan`'s names, comma-joined (a constant to torch.compile)."""
+    return ",".join(plan(device_info.info(index), a_dtype, b_dtype, out_dtype, accum, m, n, k)[0])
 
 
 @functools.cache
@@ -184,20 +218,7 @@ def _default_variant(a_dtype: str, b_dtype: str, out_dtype: str, accum: str) -> 
     return dataclasses.replace(DEFAULT_FP8, accum=accum).with_dtypes(a_dtype, b_dtype, out_dtype).name
 
 
-@torch.compiler.assume_constant_result
-def _tuned_variant(index: int, a_dtype: str, b_dtype: str, out_dtype: str, accum: str, m: int, n: int, k: int):
-    """The tuned table's kernel shape for the nearest (M, N, K), with these dtypes (a constant to torch.compile)."""
-    bucket_above = m <= DECODE_M  # decode: a tile tuned for fewer tokens would stream the weights more than once
-    config = tuned.lookup(_device_name(index), f"fp8_{accum}", m, n, k, m_bucket_above=bucket_above)
-    return None if config is None else _name_with_dtypes(config.name, a_dtype, b_dtype, out_dtype)
-
-
 @functools.cache
 def _name_with_dtypes(name: str, a_dtype: str, b_dtype: str, out_dtype: str) -> str:
     """A tuned variant's name for other dtypes (asked on every call: derived once)."""
     return Fp8Config.from_name(name).with_dtypes(a_dtype, b_dtype, out_dtype).name
-
-
-@functools.cache
-def _device_name(index: int) -> str:
-    return torch.cuda.get_device_name(index)

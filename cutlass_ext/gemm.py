@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import functools
+import warnings
+from dataclasses import dataclass
 
 import torch
 
 from . import corrected_sm90, ops, registry, scaling, tuned
+from . import device as device_info
 from .config import KERNEL_MODES, LAYOUTS, KernelConfig, default_configs
-from .split_config import SplitConfig
+from .split_config import DEFAULT_SPLIT, SplitConfig
 
 MODES = KERNEL_MODES + ("fp32",)
 # halfhalf's packing pass writes row-major operands from any strides (its row-major kernels are its fastest:
@@ -16,12 +19,13 @@ MODES = KERNEL_MODES + ("fp32",)
 _PACKS_ROW_MAJOR = {"halfhalf"}
 
 
-def _configs_for(mode: str, layout_a: str, layout_b: str) -> list:
+def _configs_for(mode: str, layout_a: str, layout_b: str, shared_memory_bytes: int | None = None) -> list:
     """The variants that read such operands as stored, then the row-major ones the binding falls back to with
-    contiguous copies."""
+    contiguous copies; tiles fitted to the device's shared memory."""
     if mode in _PACKS_ROW_MAJOR:
         layout_a = layout_b = "row"
-    return list(dict.fromkeys(default_configs(mode, layout_a, layout_b) + default_configs(mode)))
+    fitted = functools.partial(default_configs, mode, shared_memory_bytes=shared_memory_bytes)
+    return list(dict.fromkeys(fitted(layout_a=layout_a, layout_b=layout_b) + fitted()))
 
 
 # Per (mode, layout of A, layout of B); plain data, so torch.compile reads it without tracing.
@@ -31,7 +35,7 @@ _DEFAULT_CONFIGS = {
     for layout_a in LAYOUTS
     for layout_b in LAYOUTS
 }
-_DEFAULT_VARIANTS = {key: [c.name for c in configs] for key, configs in _DEFAULT_CONFIGS.items()}
+_DEFAULT_VARIANTS = {key: tuple(c.name for c in configs) for key, configs in _DEFAULT_CONFIGS.items()}
 
 
 def dispatch_configs(modes=KERNEL_MODES) -> list:
@@ -113,58 +117,86 @@ def _product(a: torch.Tensor, b: torch.Tensor, mode: str) -> torch.Tensor:
     """The forward product of validated operands."""
     if mode == "fp32":
         return _cublas_sgemm(a, b)
-    if a.numel() and b.numel() and (hopper := _hopper_variant(a, b, mode)) is not None:
-        return corrected_sm90.product(a, b, mode, [hopper])
-    if mode == "halfhalf" and a.numel() and b.numel():
-        variants = _variants(a, b, mode)  # loaded before the packing pass, which the kernel libraries export
+    m, n, k = a.shape[-2], b.shape[-1], a.shape[-1]
+    if not (a.numel() and b.numel()) or not all(isinstance(v, int) for v in (m, n, k)):
+        # empty or K = 0 (no kernel runs), or symbolic shapes under torch.compile: the defaults
+        registry.binding()
+        return ops.gemm(a, b, list(_DEFAULT_VARIANTS[mode, _layout(a), _layout(b)]))
+    hopper_ok = corrected_sm90.supports_shapes(a.dim(), b.dim(), n)
+    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    path, variants = _runtime_plan(index, mode, _layout(a), _layout(b), m, n, k, hopper_ok).split(":")
+    variants = variants.split(",")
+    if path == "sm90":
+        return corrected_sm90.product(a, b, mode, variants)
+    if mode == "halfhalf":
         a, b, row_shift, column_shift = scaling.packed_operands(a, b)
         return scaling.unscaled_product(ops.gemm(a, b, variants), row_shift, column_shift)
-    return ops.gemm(a, b, _variants(a, b, mode))
+    return ops.gemm(a, b, variants)
 
 
-def _hopper_variant(a: torch.Tensor, b: torch.Tensor, mode: str) -> str | None:
-    """The Hopper corrected variant (kernels/sm90_corrected_gemm.cuh) where the tuned table chose one for this
-    shape and the path supports the operands; None otherwise."""
-    shape = (a.shape[-2], b.shape[-1], a.shape[-1])
-    if not all(isinstance(v, int) for v in shape):
-        return None
-    name = _tuned_name(a.device.index or 0, mode, *shape)
-    if name is None or not SplitConfig.is_name(name) or not corrected_sm90.supports(a, b):
-        return None
-    return name
+# Below about one wave of 128x128 tiles (132 SMs on an H100 or H200) the sm80 kernels' smaller tiles and split-K
+# fill the GPU better than the Hopper path's: the H100's table picks sm80 at 1024³ (64 tiles) and sm90 at 4096³.
+HOPPER_MIN_TILES = 128
 
 
-def _variants(a: torch.Tensor, b: torch.Tensor, mode: str) -> list[str]:
-    """The tuned variant for this shape (if the GPU's tuned table has one for these layouts), then the defaults
-    for the operands' layouts; built and loaded (cheap once done)."""
-    key = (mode, _layout(a), _layout(b))
-    shape = (a.shape[-2], b.shape[-1], a.shape[-1])
-    best = _tuned_variant(a.device.index or 0, *key, *shape) if all(isinstance(v, int) for v in shape) else None
-    variants = _DEFAULT_VARIANTS[key] if best is None else [best] + [v for v in _DEFAULT_VARIANTS[key] if v != best]
-    if not torch.compiler.is_compiling():
-        registry.ensure_names_registered(variants, a.device)
-    return variants
+@dataclass(frozen=True)
+class Plan:
+    """What `gemm` runs for one problem: `path` (`sm90` Hopper corrected kernels, `sm80` mma.sync kernels), the
+    variant names in order of preference, and where the first came from."""
+
+    path: str
+    variants: tuple[str, ...]
+    source: str
+
+
+def plan(
+    gpu: device_info.DeviceInfo,
+    mode: str,
+    m: int,
+    n: int,
+    k: int,
+    layout_a="row",
+    layout_b="row",
+    hopper_ok: bool = True,
+) -> Plan:
+    """The variants `gemm` runs for an (m, k) x (k, n) product of `mode` on `gpu` (no GPU needed: `explain`):
+    the tuned tables' entry (tables by `tuned.table_chain`), else the architecture's default: on Hopper the
+    corrected sm90 kernels for problems of a wave of tiles or more, else the sm80 kernels that fit the device's
+    shared memory. hopper_ok: whether the sm90 path takes these operands (`corrected_sm90.supports_shapes`)."""
+    if mode in _PACKS_ROW_MAJOR:
+        layout_a = layout_b = "row"
+    defaults = tuple(c.name for c in _configs_for(mode, layout_a, layout_b, gpu.shared_memory_bytes))
+    config, source = tuned.resolve(gpu.name, mode, m, n, k, gpu=gpu)
+    if isinstance(config, SplitConfig) and hopper_ok:
+        return Plan("sm90", (config.name,), source)
+    if isinstance(config, KernelConfig) and (config.layout_a, config.layout_b) == (layout_a, layout_b):
+        return Plan("sm80", (config.name,) + tuple(v for v in defaults if v != config.name), source)
+    tiles = -(-m // 128) * -(-n // 128)
+    if gpu.hopper and mode in DEFAULT_SPLIT and hopper_ok and tiles >= HOPPER_MIN_TILES:
+        return Plan("sm90", (DEFAULT_SPLIT[mode].name,), f"sm90 default ({source})")
+    return Plan("sm80", defaults, f"sm{gpu.arch or '80'} default ({source})")
 
 
 @torch.compiler.assume_constant_result
-def _tuned_variant(device_index: int, mode: str, layout_a: str, layout_b: str, m: int, n: int, k: int) -> str | None:
-    """The tuned table's variant name for the nearest shape, or None (a constant to torch.compile)."""
-    config = tuned.lookup(_device_name(device_index), mode, m, n, k)
-    if not isinstance(config, KernelConfig) or (config.layout_a, config.layout_b) != (layout_a, layout_b):
-        return None
-    return config.name
+def _runtime_plan(index: int, mode: str, layout_a: str, layout_b: str, m: int, n: int, k: int, hopper_ok: bool) -> str:
+    """`path:variant,variant` for this problem on device `index`, its first variant built and loaded (a constant
+    to torch.compile, which calls it while tracing)."""
+    return _cached_runtime_plan(index, mode, layout_a, layout_b, m, n, k, hopper_ok, tuned.generation())
 
 
-@torch.compiler.assume_constant_result
-def _tuned_name(device_index: int, mode: str, m: int, n: int, k: int) -> str | None:
-    """The tuned table's variant name for the nearest shape, of any family (a constant to torch.compile)."""
-    config = tuned.lookup(_device_name(device_index), mode, m, n, k)
-    return None if config is None else config.name
-
-
-@functools.cache
-def _device_name(device_index: int) -> str:
-    return torch.cuda.get_device_name(device_index)
+@functools.lru_cache(maxsize=4096)
+def _cached_runtime_plan(index, mode, layout_a, layout_b, m, n, k, hopper_ok, _generation) -> str:
+    chosen = plan(device_info.info(index), mode, m, n, k, layout_a, layout_b, hopper_ok)
+    device = torch.device("cuda", index)
+    try:
+        variants = registry.first_usable(list(chosen.variants), device)
+    except RuntimeError as error:
+        if chosen.path != "sm90":
+            raise
+        warnings.warn(f"cutlass_ext: {error}\nfalling back to the sm80 kernels", RuntimeWarning, stacklevel=2)
+        chosen = Plan("sm80", _DEFAULT_VARIANTS[mode, layout_a, layout_b], "sm80 default")
+        variants = registry.first_usable(list(chosen.variants), device)
+    return f"{chosen.path}:{','.join(variants)}"
 
 
 class _Gemm(torch.autograd.Function):

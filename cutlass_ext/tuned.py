@@ -1,20 +1,29 @@
-"""Tuned tables: per GPU, the sweep's fastest variant per (mode, shape), which `ext.gemm` dispatches from.
+"""Tuned tables: per GPU, the sweep's fastest variant per (mode, shape), which dispatch reads.
 
 A table is a CSV with columns mode, m, n, k, batch, name, tflops (and provenance). Lookup takes the entry of
-the nearest shape (distance in log2 of m, n and k) among those within a factor of 4 in each. The table used is, in order: the one given to
-`set_tuned_table(path)`, the file named by the environment variable CUTLASS_EXT_TUNED_TABLE, the one shipped for
-this GPU (cutlass_ext/tuned/<gpu>.csv, e.g. h100.csv); with none, `ext.gemm` uses its default variants.
+the nearest shape (distance in log2 of m, n and k) among those within a factor of 4 in each. The tables asked, in
+order (the first with an entry for the mode near the shape answers):
+1. the one given to `set_tuned_table(path)`, else the file named by the environment variable
+   CUTLASS_EXT_TUNED_TABLE; with either set, no other table is asked;
+2. the one shipped for this GPU (cutlass_ext/tuned/<gpu>.csv, e.g. h100.csv);
+3. the shipped tables of other GPUs of the same architecture (an H200 or H100 PCIe reads h100.csv until it has its
+   own; sm80-class GPUs share among 80/86/87/89).
+Entries the device cannot run (Hopper-only kernels elsewhere, tiles over its shared memory) are skipped. With no
+entry, dispatch uses the architecture's built-in defaults. Which table answered is logged once per GPU and table
+(logger `cutlass_ext.dispatch`); `python -m cutlass_ext.explain` prints it for a shape.
 """
 
 from __future__ import annotations
 
+import csv
+import logging
 import math
 import os
 import re
+import threading
 from pathlib import Path
 
-import pandas as pd
-
+from . import device as device_info
 from . import variants
 from .config import DEFAULT_OPERANDS, KernelConfig
 
@@ -23,17 +32,24 @@ TABLE_ENV = "CUTLASS_EXT_TUNED_TABLE"
 COLUMNS = ["mode", "m", "n", "k", "batch", "name", "tflops", "gpu", "date"]
 PEER_FAMILIES = ("cublas", "triton")
 
+HOPPER_ONLY_FAMILIES = ("sm90_fp8", "sm90")  # CUTLASS 3.x kernels (TMA + wgmma): sm_90a alone runs them
+_log = logging.getLogger("cutlass_ext.dispatch")
+
 _override: Path | None = None
-_loaded: dict[str, list[tuple] | None] = {}  # gpu name -> [(mode, m, n, k, name)] or None
-_chosen: dict[tuple, KernelConfig | None] = {}  # (gpu name, mode, m, n, k) -> lookup's answer: ext.gemm asks per call
+_loaded: dict[Path, list[tuple]] = {}  # table path -> [(mode, m, n, k, name)]
+_chosen: dict[tuple, tuple] = {}  # (gpu, arch, mode, m, n, k, bucket) -> (config, source): dispatch asks per call
+_logged: set[tuple] = set()
+_lock = threading.Lock()
 _generation = 0  # counts table changes: callers that cache what lookup answered key their caches with it
 
 
 def _forget() -> None:
     global _generation
-    _loaded.clear()
-    _chosen.clear()
-    _generation += 1
+    with _lock:
+        _loaded.clear()
+        _chosen.clear()
+        _logged.clear()
+        _generation += 1
 
 
 def generation() -> int:
@@ -59,10 +75,12 @@ def set_tuned_table(path: str | os.PathLike | None) -> None:
     _forget()
 
 
-def winners(frame: pd.DataFrame) -> pd.DataFrame:
+def winners(frame):
     """Per (mode, m, n, k, batch) the fastest variant of a sweep table that passed the accuracy gate. A tie goes to
     the earlier measurement (then the name): a later sweep that only equals a winner does not replace it, and the
     table does not depend on the order its sweep tables are read in."""
+    import pandas as pd
+
     ours = frame[~frame["family"].isin(PEER_FAMILIES) & (frame["status"] == "ok")]
     if ours.empty:
         return pd.DataFrame(columns=COLUMNS)
@@ -71,10 +89,12 @@ def winners(frame: pd.DataFrame) -> pd.DataFrame:
     return best[COLUMNS].sort_values(["mode", "m", "n", "k", "batch"]).reset_index(drop=True)
 
 
-def confirmed_winners(sweeps: pd.DataFrame, confirmations: pd.DataFrame) -> pd.DataFrame:
+def confirmed_winners(sweeps, confirmations):
     """`winners` of the sweep tables, except where a confirmation run (sweeps/confirm.py: a shape's leading
     variants re-timed side by side, round-robin) measured the (mode, shape): there its latest run picks. The sweep
     tables are a union of runs taken at different clocks, and their fastest row is partly the luck of its run."""
+    import pandas as pd
+
     if confirmations.empty:
         return winners(sweeps)
     key = ["mode", "m", "n", "k", "batch"]
@@ -86,36 +106,61 @@ def confirmed_winners(sweeps: pd.DataFrame, confirmations: pd.DataFrame) -> pd.D
     return pd.concat([confirmed, rest]).sort_values(key).reset_index(drop=True)
 
 
-def write_table(table: pd.DataFrame, path: Path) -> None:
+def write_table(table, path: Path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     table[COLUMNS].to_csv(path, index=False)
     _forget()
 
 
-def _table_path(gpu_name: str) -> Path | None:
+def merge_table(table, path: Path) -> None:
+    """Write `table`'s rows into the table at `path`, replacing rows of the same (mode, m, n, k, batch) and keeping
+    every other row (other families' and shapes' winners), so a sweep of one space never drops what it did not
+    measure."""
+    import pandas as pd
+
+    key = ["mode", "m", "n", "k", "batch"]
+    path = Path(path)
+    if path.is_file():
+        existing = pd.read_csv(path)
+        kept = existing[~existing.set_index(key).index.isin(table.set_index(key).index)]
+        table = pd.concat([kept[COLUMNS], table[COLUMNS]]).sort_values(key).reset_index(drop=True)
+    write_table(table, path)
+
+
+def _shipped() -> dict[str, Path]:
+    return {path.stem: path for path in sorted(TUNED_DIR.glob("*.csv"))}
+
+
+def table_chain(gpu: device_info.DeviceInfo) -> list[tuple[Path, str]]:
+    """The tables dispatch asks for this GPU, in order, each with the reason it is asked."""
     if _override is not None:
-        return _override
+        return [(_override, "set_tuned_table")]
     if os.environ.get(TABLE_ENV):
-        return Path(os.environ[TABLE_ENV])
-    shipped = TUNED_DIR / f"{gpu_key(gpu_name)}.csv"
-    return shipped if shipped.is_file() else None
+        return [(Path(os.environ[TABLE_ENV]), TABLE_ENV)]
+    shipped = _shipped()
+    own = gpu_key(gpu.name)
+    chain = [(shipped[own], "this GPU's table")] if own in shipped else []
+    if gpu.arch is not None:
+        same_arch = []
+        for key, path in shipped.items():
+            arch = device_info.arch_of_name(key)
+            if key != own and arch is not None and arch[0] == gpu.arch[0]:
+                same_arch.append((arch != gpu.arch, key, path))  # the exact arch first, then by name
+        chain += [(path, f"architecture fallback (sm{gpu.arch}: {key}'s table)") for _, key, path in sorted(same_arch)]
+    return chain
 
 
-def _entries(gpu_name: str) -> list[tuple] | None:
-    if gpu_name not in _loaded:
-        path = _table_path(gpu_name)
-        if path is None:
-            _loaded[gpu_name] = None
-        else:
-            table = pd.read_csv(path)
-            missing = [c for c in ("mode", "m", "n", "k", "name") if c not in table.columns]
-            if missing:
-                raise ValueError(f"tuned table {path} lacks columns {missing}")
-            _loaded[gpu_name] = [
-                (mode, int(m), int(n), int(k), name)
-                for mode, m, n, k, name in table[["mode", "m", "n", "k", "name"]].itertuples(index=False)
-            ]
-    return _loaded[gpu_name]
+def _entries(path: Path) -> list[tuple]:
+    found = _loaded.get(path)
+    if found is None:
+        with open(path, newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        missing = [c for c in ("mode", "m", "n", "k", "name") if rows and c not in rows[0]]
+        if missing:
+            raise ValueError(f"tuned table {path} lacks columns {missing}")
+        found = [(r["mode"], int(r["m"]), int(r["n"]), int(r["k"]), r["name"]) for r in rows]
+        _loaded[path] = found
+    return found
 
 
 # A table entry serves shapes within this factor of it in each of m, n and k; farther shapes (a deep-K product
@@ -124,40 +169,72 @@ def _entries(gpu_name: str) -> list[tuple] | None:
 MAX_RATIO = 4.0
 
 
-def lookup(gpu_name: str, mode: str, m: int, n: int, k: int, m_bucket_above: bool = False):
-    """The tuned variant for the nearest shape of `mode` within MAX_RATIO per dimension, if this GPU has one.
+def runs_on(config, gpu: device_info.DeviceInfo) -> bool:
+    """Whether `gpu` can run the variant: Hopper kernels on sm_90a only, sm80 tiles within its shared memory."""
+    if config.family in HOPPER_ONLY_FAMILIES:
+        return gpu.hopper
+    limit = gpu.shared_memory_bytes
+    return not isinstance(config, KernelConfig) or limit is None or config.shared_memory_bytes <= limit
 
+
+def lookup(gpu_name: str, mode: str, m: int, n: int, k: int, m_bucket_above: bool = False, gpu=None):
+    """The tuned variant for the nearest shape of `mode` within MAX_RATIO per dimension, from the first table of
+    `table_chain` that has one the GPU can run; None if none has (dispatch then uses its defaults).
+
+    gpu: the DeviceInfo of the GPU (default: described from `gpu_name`).
     m_bucket_above: among those, prefer entries tuned for at least m rows (M buckets are upper bounds). FP8
     decode wants it: a tile tuned for fewer tokens than m covers them in several column tiles and streams the
     weights once per column tile (M = 32 on the M = 16 winner's 16-wide tile read them twice).
     """
-    key = (gpu_name, mode, m, n, k, m_bucket_above)
-    if key not in _chosen:
-        _chosen[key] = _nearest(gpu_name, mode, m, n, k, m_bucket_above)
-    return _chosen[key]
+    return resolve(gpu_name, mode, m, n, k, m_bucket_above, gpu)[0]
 
 
-def _nearest(gpu_name: str, mode: str, m: int, n: int, k: int, m_bucket_above: bool = False):
+def resolve(gpu_name: str, mode: str, m: int, n: int, k: int, m_bucket_above: bool = False, gpu=None):
+    """(config or None, where it came from): `lookup` with the table and entry that answered."""
+    gpu = gpu or device_info.named(gpu_name)
+    key = (gpu_name, gpu.arch, mode, m, n, k, m_bucket_above)
+    found = _chosen.get(key)
+    if found is None:
+        found = _resolve(gpu, mode, m, n, k, m_bucket_above)
+        _chosen[key] = found
+    return found
+
+
+def _resolve(gpu, mode, m, n, k, m_bucket_above):
+    for path, reason in table_chain(gpu):
+        entry = _nearest(_entries(path), mode, m, n, k, m_bucket_above)
+        if entry is None:
+            continue
+        config = variants.from_name(entry[4])
+        # the mode's operand format is fixed by its pipeline (halfhalf packs): a table for another is not for us
+        if isinstance(config, KernelConfig) and config.operands != DEFAULT_OPERANDS.get(mode, "fp32"):
+            continue
+        if not runs_on(config, gpu):
+            continue
+        if (gpu.name, path) not in _logged:
+            _logged.add((gpu.name, path))
+            _log.info("cutlass_ext: %s dispatches from %s (%s)", gpu.name, path, reason)
+        return config, f"{path} ({reason}), entry {entry[0]} {entry[1]}x{entry[2]}x{entry[3]}"
+    return None, "no tuned entry"
+
+
+def _nearest(entries, mode: str, m: int, n: int, k: int, m_bucket_above: bool = False):
 
     def gaps(entry):
         return [abs(math.log2(max(a, 1)) - math.log2(max(b, 1))) for a, b in zip(entry[1:4], (m, n, k))]
 
     limit = math.log2(MAX_RATIO)
-    entries = [e for e in (_entries(gpu_name) or []) if e[0] == mode and max(gaps(e)) <= limit]
+    near = [e for e in entries if e[0] == mode and max(gaps(e)) <= limit]
     if m_bucket_above:
-        entries = [e for e in entries if e[1] >= m] or entries
-    if not entries:
-        return None
-    config = variants.from_name(min(entries, key=lambda e: sum(gaps(e)))[4])
-    # the mode's operand format is fixed by its pipeline (halfhalf packs): a table for another is not for us
-    if isinstance(config, KernelConfig) and config.operands != DEFAULT_OPERANDS.get(mode, "fp32"):
-        return None
-    return config
+        near = [e for e in near if e[1] >= m] or near
+    return min(near, key=lambda e: sum(gaps(e))) if near else None
 
 
-def shipped_configs() -> list:
-    """Every variant named by a shipped table (what `--prebuild` builds besides the defaults)."""
+def shipped_configs(gpu=None) -> list:
+    """Every variant named by the shipped tables dispatch asks for `gpu` (all shipped tables if None): what
+    `--prebuild` builds besides the defaults."""
+    paths = [path for path, _ in table_chain(gpu)] if gpu is not None else list(_shipped().values())
     configs = []
-    for path in sorted(TUNED_DIR.glob("*.csv")):
-        configs.extend(variants.from_name(name) for name in pd.read_csv(path)["name"])
-    return list(dict.fromkeys(configs))
+    for path in paths:
+        configs.extend(variants.from_name(entry[4]) for entry in _entries(path))
+    return [c for c in dict.fromkeys(configs) if gpu is None or runs_on(c, gpu)]

@@ -120,12 +120,20 @@ std::vector<std::string> registered_variants() {
   return names;
 }
 
-Variant lookup(const std::string& name) {
+// A variant list names the preferred variant first and fallbacks after it; Python loads only the first, so a
+// fallback that is not loaded is skipped and, if nothing ran, named after this marker: Python then loads the rest
+// and calls again (a first call builds only the kernel that runs).
+constexpr const char* kUnloadedMarker = "[cutlass_ext:unloaded]";
+
+template <typename VariantT>
+const VariantT* find_in(const std::unordered_map<std::string, VariantT>& table, const std::string& name) {
   std::lock_guard<std::mutex> lock(registry_mutex);
-  auto found = registry.find(name);
-  TORCH_CHECK(found != registry.end(), "kernel variant ", name,
-              " is not registered in this process; cutlass_ext.gemm builds and registers it");
-  return found->second;
+  auto found = table.find(name);
+  return found == table.end() ? nullptr : &found->second;  // entries are never erased: the pointer stays valid
+}
+
+void check_unloaded(const std::vector<std::string>& unloaded) {
+  TORCH_CHECK(unloaded.empty(), kUnloadedMarker, " ", c10::Join(",", unloaded));
 }
 
 // Runs `variant` on the current stream with a workspace from the caching allocator; false (nothing launched) if
@@ -171,10 +179,15 @@ int64_t batch_stride(const at::Tensor& t) { return t.dim() == 3 && t.size(0) > 1
 
 // Runs the first variant that reads a and b as stored and can implement the problem; false if none could.
 bool run_first_fitting(const std::vector<std::string>& variants, const at::Tensor& a, const at::Tensor& b,
-                       at::Tensor& d, int64_t batch) {
+                       at::Tensor& d, int64_t batch, std::vector<std::string>& unloaded) {
   const int64_t m = a.size(-2), n = b.size(-1), k = a.size(-1);
   for (const auto& name : variants) {
-    Variant variant = lookup(name);
+    const Variant* found = find_in(registry, name);
+    if (found == nullptr) {
+      if (std::find(unloaded.begin(), unloaded.end(), name) == unloaded.end()) unloaded.push_back(name);
+      continue;
+    }
+    const Variant& variant = *found;
     bool a_columns = variant.layouts & CUTLASS_EXT_A_COLUMN_MAJOR,
          b_columns = variant.layouts & CUTLASS_EXT_B_COLUMN_MAJOR;
     if (!readable(a, a_columns) || !readable(b, b_columns)) continue;
@@ -218,8 +231,10 @@ at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::vector<std::
   if (m == 0 || n == 0 || batch == 0) return d;
   if (k == 0) return d.zero_();
   // Views the variants read as stored run without a copy; anything else is made contiguous (row-major).
-  if (run_first_fitting(variants, a, b, d, batch)) return d;
-  if (run_first_fitting(variants, a.contiguous(), b.contiguous(), d, batch)) return d;
+  std::vector<std::string> unloaded;
+  if (run_first_fitting(variants, a, b, d, batch, unloaded)) return d;
+  if (run_first_fitting(variants, a.contiguous(), b.contiguous(), d, batch, unloaded)) return d;
+  check_unloaded(unloaded);
   TORCH_CHECK(false, "none of the kernel variants ", c10::Join(", ", variants), " can run a ", shape_string(a.sizes()),
               " x ", shape_string(b.sizes()), " product with strides ", shape_string(a.strides()), " and ",
               shape_string(b.strides()));
@@ -236,18 +251,6 @@ int sm_count(int device) {
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
   return counts[device] = count;
 }
-
-template <typename VariantT>
-VariantT lookup_in(const std::unordered_map<std::string, VariantT>& table, const std::string& name,
-                   const char* family) {
-  std::lock_guard<std::mutex> lock(registry_mutex);
-  auto found = table.find(name);
-  TORCH_CHECK(found != table.end(), family, " kernel variant ", name,
-              " is not registered in this process; cutlass_ext builds and registers it at first use");
-  return found->second;
-}
-
-Fp8Variant lookup_fp8(const std::string& name) { return lookup_in(fp8_registry, name, "FP8"); }
 
 // The checks of gemm_fp8's arguments that can change from call to call with one signature: devices, strides,
 // alignment, scale and bias shapes. cutlass_ext.fp8 checks dtypes and shapes once per signature; doing these
@@ -343,9 +346,16 @@ at::Tensor gemm_fp8_cuda(const at::Tensor& a, const at::Tensor& b, const at::Ten
   args.bias = bias ? bias_vector.data_ptr() : nullptr;
   args.device = device_index;
   args.sm_count = sm_count(device_index);
+  std::vector<std::string> unloaded;
   for (const auto& name : variants) {
-    if (run_if_implementable(lookup_fp8(name), args, name, a.options())) return d;
+    const Fp8Variant* variant = find_in(fp8_registry, name);
+    if (variant == nullptr) {
+      unloaded.push_back(name);
+    } else if (run_if_implementable(*variant, args, name, a.options())) {
+      return d;
+    }
   }
+  check_unloaded(unloaded);
   TORCH_CHECK(false, "none of the FP8 kernel variants ", c10::Join(", ", variants), " can run a ",
               shape_string(a.sizes()), " x ", shape_string(b.sizes()), "^T product with row strides ",
               std::to_string(args.lda), " and ", std::to_string(args.ldb),
@@ -525,11 +535,16 @@ at::Tensor gemm_split_cuda(const at::Tensor& a_hi, const at::Tensor& a_lo, const
   }
   args.device = a_hi.get_device();
   args.sm_count = sm_count(args.device);
+  std::vector<std::string> unloaded;
   for (const auto& name : variants) {
-    if (run_if_implementable(lookup_in(split_registry, name, "Hopper corrected"), args, name, a_hi.options())) {
+    const SplitVariant* variant = find_in(split_registry, name);
+    if (variant == nullptr) {
+      unloaded.push_back(name);
+    } else if (run_if_implementable(*variant, args, name, a_hi.options())) {
       return d;
     }
   }
+  check_unloaded(unloaded);
   TORCH_CHECK(false, "none of the Hopper corrected kernel variants ", c10::Join(", ", variants), " can run planes ",
               shape_string(a_hi.sizes()), " x ", shape_string(b_hi.sizes()),
               " (TMA needs 16-byte aligned rows and n a multiple of 4)");

@@ -29,7 +29,7 @@ from cutlass_ext import benchmark, registry, tuned, variants
 
 from .power import Sampler
 from .space import load_shapes
-from .sweep import FAMILY_MEASURES, write_tuned
+from .sweep import FAMILY_MEASURES, tuned_table_path, write_tuned
 from .table import FAMILY_CONFIG_FIELDS, ResumableTable, config_columns
 
 
@@ -126,7 +126,12 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=10, help="graph replays per pass")
     parser.add_argument("--out", type=Path, help="results folder (default sweeps/results/<gpu>/)")
-    parser.add_argument("--tuned-out", type=Path, help="tuned table to write (default cutlass_ext/tuned/<gpu>.csv)")
+    parser.add_argument(
+        "--tuned-out",
+        type=Path,
+        help="tuned table to merge the winners into (default: with --out DIR, DIR/tuned_<gpu>.csv; else "
+        "cutlass_ext/tuned/<gpu>.csv); rows of other shapes and families are kept",
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("sweeps.confirm times kernels: it needs a CUDA GPU")
@@ -157,7 +162,7 @@ def main(argv=None) -> int:
             table.append(row | config_columns(variants.from_name(name), fields))
         del problem
         torch.cuda.empty_cache()
-    path = write_tuned(out, gpu, args.tuned_out)
+    path = write_tuned(out, gpu, tuned_table_path(gpu, args.out, args.tuned_out))
     print(f"tuned table: {path}")
     return 0
 

@@ -84,7 +84,12 @@ def _parse_args(argv):
         "--power-top", type=int, default=1, help="per mode and shape, how many of the fastest get power"
     )
     parser.add_argument("--power-seconds", type=float, default=2.0, help="power sampling window (at least 2 s)")
-    parser.add_argument("--tuned-out", type=Path, help="tuned table to write (default cutlass_ext/tuned/<gpu>.csv)")
+    parser.add_argument(
+        "--tuned-out",
+        type=Path,
+        help="tuned table to merge the winners into (default: with --out DIR, DIR/tuned_<gpu>.csv; else "
+        "cutlass_ext/tuned/<gpu>.csv); rows of other shapes and families are kept",
+    )
     parser.add_argument("--limit", type=int, help="measure only the first N survivors per mode (smoke runs)")
     parser.add_argument(
         "--mode",

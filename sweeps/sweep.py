@@ -22,9 +22,20 @@ from .table import FAMILY_CONFIG_FIELDS, ResumableTable, config_columns
 FAMILY_MEASURES = {"sm80": measure, "sm90_fp8": measure_fp8, "sm90": measure_split}
 
 
-def write_tuned(folder: Path, gpu: str, path: Path | None = None) -> Path | None:
+def tuned_table_path(gpu: str, out: Path | None, tuned_out: Path | None) -> Path:
+    """Where a sweep writes its tuned table: `--tuned-out` if given; with `--out DIR`, DIR/tuned_<gpu>.csv (the
+    shipped tables stay as they are); else the shipped table of this GPU, cutlass_ext/tuned/<gpu>.csv."""
+    if tuned_out is not None:
+        return Path(tuned_out)
+    if out is not None:
+        return Path(out) / f"tuned_{tuned.gpu_key(gpu)}.csv"
+    return tuned.TUNED_DIR / f"{tuned.gpu_key(gpu)}.csv"
+
+
+def write_tuned(folder: Path, gpu: str, path: Path) -> Path | None:
     """The tuned table from a results folder's sweep tables and confirmation runs (tuned.confirmed_winners), this
-    GPU's rows; to `path` or the shipped table of this GPU."""
+    GPU's rows, merged into the table at `path`: rows of the (mode, shape)s measured are replaced, every other row
+    (other families', other shapes') is kept."""
 
     def rows(pattern: str) -> pd.DataFrame:
         tables = [pd.read_csv(table) for table in sorted(Path(folder).glob(pattern))]
@@ -34,8 +45,7 @@ def write_tuned(folder: Path, gpu: str, path: Path | None = None) -> Path | None
     winners = tuned.confirmed_winners(rows("sweep_*.csv"), rows("confirm_*.csv"))
     if winners.empty:
         return None
-    path = path or tuned.TUNED_DIR / f"{tuned.gpu_key(gpu)}.csv"
-    tuned.write_table(winners, path)
+    tuned.merge_table(winners, path)
     return path
 
 
@@ -189,7 +199,8 @@ class Sweep:
     def write_tuned(self) -> Path | None:
         """Winners over every sweep table in this table's folder (this GPU's rows): a sweep of one space keeps the
         faster variants that a sweep of another space found; confirmation runs pick where they measured."""
-        return write_tuned(self.table.path.parent, self.gpu, self.args.tuned_out)
+        path = tuned_table_path(self.gpu, self.args.out, self.args.tuned_out)
+        return write_tuned(self.table.path.parent, self.gpu, path)
 
     def print_summary(self) -> None:
         """Each mode's fastest row per shape on this GPU, with its ratio to cuBLAS FP32 (report.best_per_shape)."""

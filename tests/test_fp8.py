@@ -229,7 +229,7 @@ def test_variant_names_are_what_dispatch_runs_without_building_them(monkeypatch)
     """The benchmark builds these for all its shapes at once; asking for them must not build or load anything."""
     from cutlass_ext import fp8, registry, tuned
 
-    monkeypatch.setattr(fp8, "_device_name", lambda index: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(fp8.device_info, "info", lambda index: fp8.device_info.named("NVIDIA H100 80GB HBM3"))
     monkeypatch.setattr(registry, "ensure_names_registered", lambda *_: pytest.fail("variant_names built a kernel"))
     tuned.set_tuned_table(None)  # the shipped tables
     cuda = torch.device("cuda", 0)

@@ -1,0 +1,75 @@
+"""python -m cutlass_ext.explain --gpu "NVIDIA H200" --op gemm|gemm_fp8 --mode MODE --shape MxNxK
+
+Prints the kernel variant dispatch would run for one product on a GPU, and where the choice came from (a tuned
+table and its entry, an architecture fallback table, or the architecture's built-in default). Needs no GPU: the
+GPU is named (its architecture is read from the name, or given with --arch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+from . import device
+from .fp8_config import ACCUMULATIONS
+from .gemm import KERNEL_MODES
+
+_SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")
+
+
+def explain(gpu: str, op: str, mode: str, shape: tuple[int, int, int], arch: str | None = None) -> list[str]:
+    """The lines `main` prints: GPU and architecture, variants in order of preference, and their source."""
+    info = device.named(gpu, arch)
+    m, n, k = shape
+    lines = [f"gpu: {info.name} (sm{info.arch or '?'})", f"problem: {op} {mode} {m}x{n}x{k}"]
+    if op == "gemm":
+        from .gemm import plan
+
+        chosen = plan(info, mode, m, n, k)
+        lines += [f"path: {chosen.path}", f"runs: {chosen.variants[0]}", f"source: {chosen.source}"]
+        lines += [f"fallback: {name}" for name in chosen.variants[1:]]
+    else:
+        if not info.hopper:
+            return lines + [f"gemm_fp8 runs on Hopper (sm90) GPUs only; {info.name} is sm{info.arch or '?'}"]
+        from .fp8 import plan
+
+        names, source = plan(info, "e4m3", "e4m3", "bf16", mode, m, n, k)
+        lines += [f"runs: {names[0]}", f"source: {source}"] + [f"fallback: {name}" for name in names[1:]]
+    return lines
+
+
+def _parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="python -m cutlass_ext.explain", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--gpu", required=True, help="the GPU's name as the driver reports it, e.g. 'NVIDIA H200'")
+    parser.add_argument("--arch", help="its architecture if the name does not tell (80, 86, 89, 90a)")
+    parser.add_argument("--op", choices=["gemm", "gemm_fp8"], default="gemm")
+    parser.add_argument(
+        "--mode",
+        required=True,
+        help=f"gemm: one of {', '.join(KERNEL_MODES)}; gemm_fp8: {' or '.join(ACCUMULATIONS)} "
+        "(e4m3 inputs, bf16 output)",
+    )
+    parser.add_argument("--shape", required=True, help="MxNxK, e.g. 8192x8192x8192")
+    args = parser.parse_args(argv)
+    modes = KERNEL_MODES if args.op == "gemm" else ACCUMULATIONS
+    if args.mode not in modes:
+        parser.error(f"--mode {args.mode!r} is not one of {list(modes)} for --op {args.op}")
+    match = _SHAPE.fullmatch(args.shape)
+    if match is None:
+        parser.error(f"--shape {args.shape!r} must look like 8192x8192x8192")
+    if args.arch and args.arch not in device.SHARED_MEMORY_BYTES:
+        parser.error(f"--arch {args.arch!r} is not one of {sorted(device.SHARED_MEMORY_BYTES)}")
+    return args, tuple(int(v) for v in match.groups())
+
+
+def main(argv=None) -> int:
+    args, shape = _parse_args(argv)
+    print("\n".join(explain(args.gpu, args.op, args.mode, shape, args.arch)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

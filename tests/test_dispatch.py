@@ -1,0 +1,194 @@
+"""Dispatch without a GPU: the table chain (this GPU's, the same architecture's, the built-in defaults), variants the
+device cannot run, `explain`, a sweep's tuned table that never drops shipped rows, and build failures."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import logging
+import shutil
+
+import pandas as pd
+import pytest
+import torch
+
+from cutlass_ext import device, explain, fp8, registry, tuned
+from cutlass_ext.split_config import DEFAULT_SPLIT, SplitConfig
+from sweeps import sweep as sweep_module
+
+H100, H200, A100, RTX4090 = (
+    device.named(name) for name in ("NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "RTX 4090")
+)
+SHIPPED = tuned.TUNED_DIR / "h100.csv"
+gemm = importlib.import_module("cutlass_ext.gemm")  # the module, which the package's `gemm` function shadows
+
+
+@pytest.fixture(autouse=True)
+def shipped_tables(monkeypatch):
+    """Each test reads the shipped tables, or its own copy of the tuned folder, with no override."""
+    monkeypatch.delenv(tuned.TABLE_ENV, raising=False)
+    tuned.set_tuned_table(None)
+    yield
+    tuned.set_tuned_table(None)
+
+
+def row(mode, m, n, k, name):
+    return {"mode": mode, "m": m, "n": n, "k": k, "batch": 1, "name": name, "tflops": 1.0, "gpu": "x", "date": "d"}
+
+
+def test_architectures_are_read_from_names():
+    assert [g.arch for g in (H100, H200, A100, RTX4090)] == ["90a", "90a", "80", "89"]
+    assert device.arch_of_name("NVIDIA GeForce RTX 3090") == "86"
+    assert device.arch_of_name("NVIDIA L40S") == "89"
+    assert device.named("Some Future GPU").arch is None
+
+
+def test_an_h200_without_its_own_table_reads_the_h100s():
+    chain = tuned.table_chain(H200)
+    assert [path.name for path, _ in chain] == ["h100.csv"] and "architecture fallback" in chain[0][1]
+    chosen = gemm.plan(H200, "tf32tf32", 8192, 8192, 8192)
+    assert chosen.path == "sm90" and chosen.variants == gemm.plan(H100, "tf32tf32", 8192, 8192, 8192).variants
+    assert "h100.csv" in chosen.source and "this GPU's table" in gemm.plan(H100, "tf32tf32", 8192, 8192, 8192).source
+    names, source = fp8.plan(H200, "e4m3", "e4m3", "bf16", "fast", 16, 8192, 8192)
+    assert "_swap" in names[0] and "h100.csv" in source
+
+
+def test_own_table_first_then_the_same_architectures_entry_by_entry(tmp_path, monkeypatch):
+    shutil.copy(SHIPPED, tmp_path / "h100.csv")
+    own = SplitConfig("tf32tf32", (128, 256, 32)).name
+    pd.DataFrame([row("tf32tf32", 8192, 8192, 8192, own)]).to_csv(tmp_path / "h200.csv", index=False)
+    monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
+    tuned.set_tuned_table(None)
+    assert [p.name for p, _ in tuned.table_chain(H200)] == ["h200.csv", "h100.csv"]
+    assert gemm.plan(H200, "tf32tf32", 8192, 8192, 8192).variants == (own,)
+    halfhalf = gemm.plan(H200, "halfhalf", 8192, 8192, 8192)  # the H200's table has no halfhalf entry
+    assert "h100.csv" in halfhalf.source and halfhalf.path == "sm90"
+    assert tuned.table_chain(A100) == []  # no sm80-class table shipped
+
+
+def test_defaults_are_each_architectures_fast_path():
+    assert gemm.plan(A100, "tf32tf32", 8192, 8192, 8192).path == "sm80"
+    unknown = gemm.plan(device.named("Some Future GPU"), "halfhalf", 8192, 8192, 8192)
+    assert unknown.path == "sm80" and "default" in unknown.source
+    # off every tuned shape on Hopper: the corrected sm90 kernels once the problem fills a wave of tiles
+    wide = gemm.plan(H200, "tf32tf32", 65536, 4096, 256)
+    assert wide.path == "sm90" and wide.variants == (DEFAULT_SPLIT["tf32tf32"].name,) and "default" in wide.source
+    assert gemm.plan(H200, "tf32tf32", 256, 256, 65536).path == "sm80"  # 4 tiles: split-K on the sm80 kernels
+    assert gemm.plan(H200, "tf32tf32", 65536, 4096, 256, hopper_ok=False).path == "sm80"  # e.g. N % 4 != 0
+    assert gemm.plan(H200, "tf32", 8192, 8192, 8192).path == "sm80"  # no Hopper kernel for plain TF32
+    names, source = fp8.plan(H200, "e4m3", "e4m3", "bf16", "promoted", 8, 2048, 512)
+    assert names[0] == fp8.DECODE_DEFAULTS["promoted", 16] and "sm90 default" in source
+    assert names[-1] == fp8._default_variant("e4m3", "e4m3", "bf16", "promoted")
+
+
+def test_dispatch_never_picks_what_the_device_cannot_run(tmp_path):
+    path = tmp_path / "mixed.csv"
+    hopper = SplitConfig("tf32tf32", (128, 128, 32)).name
+    pd.DataFrame([row("tf32tf32", 8192, 8192, 8192, hopper)]).to_csv(path, index=False)
+    tuned.set_tuned_table(path)
+    assert gemm.plan(A100, "tf32tf32", 8192, 8192, 8192).path == "sm80"
+    assert gemm.plan(H100, "tf32tf32", 8192, 8192, 8192).variants == (hopper,)
+    # halfhalf's 4-stage 128x128 tiles take 128 KB: sm86/sm89 have 99
+    for config in (registry.variants.from_name(name) for name in gemm.plan(RTX4090, "halfhalf", 64, 64, 64).variants):
+        assert config.shared_memory_bytes <= device.SHARED_MEMORY_BYTES["89"]
+    assert not tuned.runs_on(registry.variants.from_name(gemm.plan(A100, "halfhalf", 64, 64, 64).variants[0]), RTX4090)
+
+
+@pytest.mark.parametrize("gpu", ["NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "Unknown GPU X"])
+def test_explain_names_the_variant_and_its_source(gpu, capsys):
+    assert explain.main(["--gpu", gpu, "--op", "gemm", "--mode", "tf32tf32", "--shape", "8192x8192x8192"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    runs = next(line for line in lines if line.startswith("runs: ")).removeprefix("runs: ")
+    source = next(line for line in lines if line.startswith("source: "))
+    hopper = gpu.startswith("NVIDIA H")
+    assert ("_sm90_" in runs) == hopper and ("h100.csv" in source) == hopper
+    assert explain.main(["--gpu", gpu, "--op", "gemm_fp8", "--mode", "fast", "--shape", "16x8192x8192"]) == 0
+    fp8_lines = capsys.readouterr().out
+    assert ("runs: fp8_" in fp8_lines) == hopper and (("Hopper (sm90) GPUs only" in fp8_lines) != hopper)
+
+
+def test_explain_rejects_bad_arguments(capsys):
+    with pytest.raises(SystemExit):
+        explain.main(["--gpu", "NVIDIA H200", "--mode", "tf32tf32", "--shape", "8192x8192"])
+    assert "--shape" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        explain.main(["--gpu", "NVIDIA H200", "--op", "gemm_fp8", "--mode", "tf32tf32", "--shape", "1x8x16"])
+    assert "--mode" in capsys.readouterr().err
+
+
+def test_the_table_source_is_logged_once(caplog):
+    with caplog.at_level(logging.INFO, logger="cutlass_ext.dispatch"):
+        for shape in ((8192, 8192, 8192), (4096, 4096, 4096), (8192, 8192, 8192)):
+            gemm.plan(H200, "tf32tf32", *shape)
+    assert len([r for r in caplog.records if "h100.csv" in r.getMessage()]) == 1
+
+
+def _digests():
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(tuned.TUNED_DIR.glob("*.csv"))}
+
+
+def test_a_sweep_with_out_leaves_the_shipped_tables_as_they_were(tmp_path):
+    before = _digests()
+    sweep = pd.DataFrame(
+        [
+            row("tf32tf32", 8192, 8192, 8192, "tf32tf32_sm80_64x128x32_64x32x16_s3_a4")
+            | {"family": "sm80", "status": "ok", "gpu": "NVIDIA H100 80GB HBM3"}
+        ]
+    )
+    sweep.to_csv(tmp_path / "sweep_sm80_corrected.csv", index=False)
+    path = sweep_module.tuned_table_path("NVIDIA H100 80GB HBM3", tmp_path, None)
+    assert path == tmp_path / "tuned_h100.csv"
+    sweep_module.write_tuned(tmp_path, "NVIDIA H100 80GB HBM3", path)
+    assert _digests() == before
+    assert list(pd.read_csv(path)["name"]) == ["tf32tf32_sm80_64x128x32_64x32x16_s3_a4"]
+    assert sweep_module.tuned_table_path("NVIDIA H100 80GB HBM3", None, None) == SHIPPED
+
+
+def test_merging_into_a_table_keeps_the_rows_not_measured(tmp_path):
+    path = tmp_path / "h100.csv"
+    shutil.copy(SHIPPED, path)
+    shipped = pd.read_csv(SHIPPED)
+    new = pd.DataFrame([row("tf32tf32", 8192, 8192, 8192, "tf32tf32_sm80_64x128x32_64x32x16_s3_a4")])
+    tuned.merge_table(new, path)
+    merged = pd.read_csv(path)
+    assert len(merged) == len(shipped)  # one row replaced, every other kept (FP8 and halfhalf among them)
+    assert set(merged[merged["mode"] != "tf32tf32"]["name"]) == set(shipped[shipped["mode"] != "tf32tf32"]["name"])
+    replaced = merged[(merged["mode"] == "tf32tf32") & (merged["m"] == 8192)]["name"]
+    assert list(replaced) == ["tf32tf32_sm80_64x128x32_64x32x16_s3_a4"]
+
+
+def test_a_variant_that_fails_to_build_falls_back_with_a_warning(monkeypatch):
+    loaded = []
+
+    def ensure(names, device_):
+        if names == ["broken"]:
+            raise RuntimeError("building kernel broken for sm_90a failed:\nerror")
+        loaded.extend(names)
+
+    monkeypatch.setattr(registry, "ensure_names_registered", ensure)
+    monkeypatch.setattr(registry.toolchain, "device_arch", lambda device_=None: "90a")
+    registry._failed.clear()
+    cuda = torch.device("cuda", 0)
+    with pytest.warns(RuntimeWarning, match="falling back to default_a4"):
+        assert registry.first_usable(["broken", "default_a4", "default_a1"], cuda) == ["default_a4", "default_a1"]
+    assert loaded == ["default_a4"]  # the fallbacks after the one that runs are not built
+    assert registry.first_usable(["broken", "default_a4"], cuda) == ["default_a4"]  # remembered: no second try
+    with pytest.raises(RuntimeError, match="building kernel broken"):
+        registry.first_usable(["broken"], cuda)
+    registry._failed.clear()
+
+
+def test_fallbacks_are_loaded_only_when_the_binding_asks(monkeypatch):
+    loaded, calls = [], []
+
+    def op(x, variants):
+        calls.append(list(variants))
+        if len(calls) == 1:
+            raise RuntimeError(f"{registry.UNLOADED_MARKER} second")
+        return x
+
+    monkeypatch.setattr(registry, "ensure_names_registered", lambda names, device_: loaded.extend(names))
+    assert registry.call_loading_fallbacks(op, ["first", "second"], torch.device("cuda", 0), 7) == 7
+    assert loaded == ["first", "second"] and len(calls) == 2
+    with pytest.raises(RuntimeError, match="other"):
+        registry.call_loading_fallbacks(lambda x, v: (_ for _ in ()).throw(RuntimeError("other")), ["a"], None, 1)
