@@ -1,1 +1,216 @@
-"""Low-bit-accumulator GEMMs (seed 002): the bit-exact definition (`format`, `reference`)."""
+"""Low-bit-accumulator GEMMs (seed 002: Blumenfeld, Hubara, Soudry), forward and STE gradients.
+
+from cutlass_ext import lowbit
+config = lowbit.LowbitConfig(lowbit.LowbitFormat.make(7, 4), ste="immediate-diff")
+y = lowbit.linear(x, weight, bias, config)          # F.linear with an M7E4 chunked accumulator
+model = lowbit.convert(model, config)              # every Linear / Conv2d but the last one
+lowbit.set_underflow(model, True)                  # second stage of dual-stage fine-tuning (Table 2)
+
+CUDA tensors run the kernel (`lowbit.kernel`); CPU tensors run the bit-exact reference (`lowbit.reference`),
+with the STE gradients of `lowbit.ste`. The arithmetic is defined in `lowbit.reference`'s docstring.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .format import LowbitFormat, bias_range
+from .reference import lowbit_matmul, lowbit_matmul_events, lowbit_matmul_fmt, quantize
+
+# seed 002 section 4 and appendix D: identity (eq. 5 not applied), recursive OF (eq. 7), immediate OF and DIFF (eq. 17)
+STES = ("identity", "recursive-of", "immediate-of", "immediate-diff")
+
+
+@dataclass(frozen=True)
+class LowbitConfig:
+    """How a layer accumulates: the format, the gradient estimator and the bias policy.
+
+    format: `LowbitFormat` (bits, biases, chunk, underflow). ste: one of `STES`. eps1, eps2: the DIFF STE's
+    constants (eq. 17: the product passes its gradient when |FMAq(x, w, S) − S| / (|x·w| + ε1) > ε2; ε1 only
+    guards x·w = 0, ε2 = 1e-3 blocks products that full swamping or underflow erased). dynamic_bias: pick the
+    biases per call from the output's largest exponent (the seed's Llama runs, Table 5; see `dynamic_format`).
+    """
+
+    format: LowbitFormat
+    ste: str = "identity"
+    eps1: float = 1e-12
+    eps2: float = 1e-3
+    dynamic_bias: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.format, LowbitFormat):
+            raise TypeError(f"format must be a LowbitFormat; got {type(self.format).__name__}")
+        if self.ste not in STES:
+            raise ValueError(f"ste={self.ste!r} is not one of {list(STES)}")
+        for name in ("eps1", "eps2"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ValueError(f"{name}={value!r} must be a finite number ≥ 0")
+        if not isinstance(self.dynamic_bias, bool):
+            raise ValueError(f"dynamic_bias={self.dynamic_bias!r} must be True or False")
+
+    def with_underflow(self, on: bool) -> "LowbitConfig":
+        return dataclasses.replace(self, format=self.format.with_underflow(on))
+
+
+def dynamic_format(a: torch.Tensor, b: torch.Tensor, fmt: LowbitFormat) -> LowbitFormat:
+    """`fmt` with biases set from e = ⌊log2 max|a @ b|⌋ (FP32 product): b_acc = 2^E − 2 − e.
+
+    Then R_OF = 2^(e+1)·(2 − 2^−M) lies in the binade above the output's largest value (headroom for partial sums
+    larger than the result) and the accumulator's range reaches 2^E − 2 binades below it. b_prod keeps fmt's gap
+    b_prod − b_acc (the ½·log2(chunk) rule). Both are clamped to the valid range; an all-zero output keeps fmt.
+    """
+    with torch.no_grad():
+        largest = float(torch.matmul(a.detach(), b.detach()).abs().amax()) if a.numel() and b.numel() else 0.0
+    if not 0.0 < largest < math.inf:
+        return fmt
+    acc_bias = 2**fmt.exp - 2 - math.frexp(largest)[1] + 1  # frexp: largest = f·2^(e+1), f in [0.5, 1)
+    prod_bias = acc_bias + fmt.prod_bias - fmt.acc_bias
+    acc_bias = min(max(acc_bias, bias_range(fmt.exp)[0]), bias_range(fmt.exp)[1])
+    prod_bias = min(max(prod_bias, bias_range(fmt.prod_exp)[0]), bias_range(fmt.prod_exp)[1])
+    return fmt.with_biases(acc_bias, prod_bias)
+
+
+def _check_operand(name: str, x) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor; got {x.dtype}")
+
+
+def _check_config(config) -> None:
+    if not isinstance(config, LowbitConfig):
+        raise TypeError(f"config must be a LowbitConfig; got {type(config).__name__}")
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, config: LowbitConfig) -> torch.Tensor:
+    """(…, M, K) @ (…, K, N) with a low-bit accumulator, batch dimensions broadcast; float32 out, differentiable.
+
+    Inputs of any floating dtype are cast to float32 (the seed's full-precision weights and activations).
+    """
+    _check_operand("a", a)
+    _check_operand("b", b)
+    _check_config(config)
+    if a.dim() < 2 or b.dim() < 2:
+        raise ValueError(f"a and b must have at least 2 dimensions (…, M, K) and (…, K, N); got {a.dim()}, {b.dim()}")
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"a (…, M, K) and b (…, K, N) must agree on K; got a {tuple(a.shape)}, b {tuple(b.shape)}")
+    if a.device != b.device:
+        raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
+    try:
+        torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"batch dimensions of a {tuple(a.shape)} and b {tuple(b.shape)} do not broadcast") from None
+    a, b = a.float(), b.float()
+    fmt = dynamic_format(a, b, config.format) if config.dynamic_bias else config.format
+    if a.is_cuda:
+        try:
+            from .kernel import matmul as kernel_matmul
+        except ImportError:
+            kernel_matmul = None
+        if kernel_matmul is not None:
+            return kernel_matmul(a, b, fmt, config.ste, config.eps1, config.eps2)
+    return _reference_op(
+        a, b, fmt.man, fmt.exp, fmt.acc_bias, fmt.prod_bias, fmt.prod_man, fmt.prod_exp, fmt.chunk, fmt.underflow,
+        config.ste, float(config.eps1), float(config.eps2),
+    )
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, config: LowbitConfig) -> torch.Tensor:
+    """F.linear(x, weight, bias) = x·weightᵀ + bias with a low-bit accumulator; the bias is added in FP32 after."""
+    _check_operand("x", x)
+    _check_operand("weight", weight)
+    if weight.dim() != 2:
+        raise ValueError(f"weight must be 2-D (out_features, in_features); got shape {tuple(weight.shape)}")
+    if x.dim() < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"x's last dimension must equal weight's in_features {weight.shape[1]}; got x {tuple(x.shape)}"
+        )
+    if bias is not None:
+        _check_operand("bias", bias)
+        if bias.shape != (weight.shape[0],):
+            raise ValueError(f"bias must have shape ({weight.shape[0]},); got {tuple(bias.shape)}")
+    y = matmul(x.reshape(-1, weight.shape[1]), weight.t(), config)
+    if bias is not None:
+        y = y + bias.float()
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+# ---- the reference path (CPU, or CUDA without the kernel), as an op torch.compile treats as one opaque call
+
+
+@torch.library.custom_op("cutlass_ext::lowbit_matmul_reference", mutates_args=())
+def _reference_op(
+    a: torch.Tensor, b: torch.Tensor, man: int, exp: int, acc_bias: int, prod_bias: int, prod_man: int,
+    prod_exp: int, chunk: int, underflow: bool, ste: str, eps1: float, eps2: float,
+) -> torch.Tensor:
+    fmt = LowbitFormat(man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow)
+    return lowbit_matmul_fmt(a, b, fmt)
+
+
+@_reference_op.register_fake
+def _(a, b, man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow, ste, eps1, eps2):
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return a.new_empty((*batch, a.shape[-2], b.shape[-1]))
+
+
+def _setup_context(ctx, inputs, output):
+    a, b, *fields, ste, eps1, eps2 = inputs
+    ctx.save_for_backward(a, b)
+    ctx.fmt = LowbitFormat(*fields)
+    ctx.ste, ctx.eps = ste, (eps1, eps2)
+
+
+def _backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    grad_a, grad_b = reference_grads(a, b, grad, ctx.fmt, ctx.ste, *ctx.eps)
+    return (grad_a, grad_b) + (None,) * 11
+
+
+_reference_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def reference_grads(
+    a: torch.Tensor, b: torch.Tensor, grad_out: torch.Tensor, fmt: LowbitFormat, ste: str, eps1: float, eps2: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """STE gradients of `lowbit_matmul_fmt(a, b, fmt)` for batched, broadcast operands (pure torch, small shapes)."""
+    if ste == "identity":  # eq. 5 not applied: the accumulator is transparent to the gradient
+        grad_a, grad_b = grad_out @ b.mT, a.mT @ grad_out
+    else:
+        from .ste import grad_reference
+
+        batch = grad_out.shape[:-2]
+        a_rows = a.expand(*batch, *a.shape[-2:]).reshape(-1, *a.shape[-2:])
+        b_rows = b.expand(*batch, *b.shape[-2:]).reshape(-1, *b.shape[-2:])
+        pairs = [
+            grad_reference(x, w, g, fmt, ste, eps1, eps2)
+            for x, w, g in zip(a_rows, b_rows, grad_out.reshape(-1, *grad_out.shape[-2:]))
+        ]
+        grad_a = torch.stack([p[0] for p in pairs]).reshape(*batch, *a.shape[-2:])
+        grad_b = torch.stack([p[1] for p in pairs]).reshape(*batch, *b.shape[-2:])
+    return grad_a.sum_to_size(a.shape), grad_b.sum_to_size(b.shape)
+
+
+from .nn import Conv2d, Linear, convert, set_underflow  # noqa: E402  (nn builds on the functions above)
+
+__all__ = [
+    "STES",
+    "Conv2d",
+    "Linear",
+    "LowbitConfig",
+    "LowbitFormat",
+    "convert",
+    "dynamic_format",
+    "linear",
+    "lowbit_matmul",
+    "lowbit_matmul_events",
+    "lowbit_matmul_fmt",
+    "matmul",
+    "quantize",
+    "reference_grads",
+    "set_underflow",
+]

@@ -1,0 +1,124 @@
+"""Layers whose forward GEMMs run with a low-bit accumulator, and model conversion (seed 002, section 3, App. C)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+
+from . import LowbitConfig, linear, matmul
+
+
+def _checked(config) -> LowbitConfig:
+    if not isinstance(config, LowbitConfig):
+        raise TypeError(f"config must be a LowbitConfig; got {type(config).__name__}")
+    return config
+
+
+class Linear(torch.nn.Linear):
+    """`torch.nn.Linear` with y = x·Wᵀ accumulated by `config`, then + bias in FP32; same parameters and keys."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, config: LowbitConfig,
+                 device=None, dtype=None):
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self.config = _checked(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias, self.config)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, lowbit={self.config.format.name}, ste={self.config.ste!r}"
+
+
+class Conv2d(torch.nn.Conv2d):
+    """`torch.nn.Conv2d` as unfold + a low-bit-accumulator GEMM over (C/groups)·kh·kw; bias added in FP32 after.
+
+    The reduction index runs over channels, then kernel rows, then kernel columns (`F.unfold`'s order), the order
+    the accumulator chain sees. Zero padding only, with explicit sizes.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
+                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", *, config: LowbitConfig,
+                 device=None, dtype=None):
+        if padding_mode != "zeros":
+            raise ValueError(f"padding_mode={padding_mode!r}: only 'zeros' is supported")
+        if isinstance(padding, str):
+            raise ValueError(f"padding={padding!r}: give the padding as integers")
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                         padding_mode, device=device, dtype=dtype)
+        self.config = _checked(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(f"x must be (N, {self.in_channels}, H, W); got {tuple(x.shape)}")
+        n, _, height, width = x.shape
+        kh, kw = self.kernel_size
+        out_h = (height + 2 * self.padding[0] - self.dilation[0] * (kh - 1) - 1) // self.stride[0] + 1
+        out_w = (width + 2 * self.padding[1] - self.dilation[1] * (kw - 1) - 1) // self.stride[1] + 1
+        columns = F.unfold(x, self.kernel_size, self.dilation, self.padding, self.stride)  # (N, C·kh·kw, L)
+        g = self.groups
+        columns = columns.reshape(n, g, columns.shape[1] // g, columns.shape[2])
+        weight = self.weight.reshape(g, self.out_channels // g, -1)
+        y = matmul(weight, columns, self.config)  # (N, g, O/g, L)
+        if self.bias is not None:
+            y = y + self.bias.float().reshape(g, -1, 1)
+        return y.reshape(n, self.out_channels, out_h, out_w)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, lowbit={self.config.format.name}, ste={self.config.ste!r}"
+
+
+def _lowbit_twin(module: torch.nn.Module, config: LowbitConfig) -> torch.nn.Module:
+    """A low-bit layer sharing `module`'s parameters (so optimizers and state-dict keys stay valid)."""
+    if isinstance(module, torch.nn.Linear):
+        twin = Linear(module.in_features, module.out_features, module.bias is not None, config=config, device="meta")
+    else:
+        twin = Conv2d(module.in_channels, module.out_channels, module.kernel_size, module.stride, module.padding,
+                      module.dilation, module.groups, module.bias is not None, module.padding_mode, config=config,
+                      device="meta")
+    twin.weight = module.weight
+    twin.bias = module.bias
+    twin.train(module.training)
+    return twin
+
+
+_CONVERTIBLE = (torch.nn.Linear, torch.nn.Conv2d)
+
+
+def convert(model: torch.nn.Module, config: LowbitConfig, skip: Iterable[str] | None = None) -> torch.nn.Module:
+    """Replace, in place, every `nn.Linear` and `nn.Conv2d` of `model` by its low-bit twin; returns `model`.
+
+    skip: qualified names (as in `model.named_modules()`) left exact. None keeps the last of these layers exact,
+    as the seed does (appendix C.2: the final fully connected layer). Parameters and state-dict keys are unchanged.
+    """
+    _checked(config)
+    layers = [name for name, module in model.named_modules() if type(module) in _CONVERTIBLE]
+    if skip is None:
+        skip = set(layers[-1:])
+    else:
+        skip = {skip} if isinstance(skip, str) else set(skip)
+        unknown = skip - {name for name, _ in model.named_modules()}
+        if unknown:
+            raise ValueError(f"skip names modules that model does not have: {sorted(unknown)}")
+    for name in layers:
+        if name in skip:
+            continue
+        if not name:
+            raise ValueError("model is itself a Linear or Conv2d; convert a module that contains it")
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        setattr(parent, child, _lowbit_twin(getattr(parent, child), config))
+    return model
+
+
+def set_underflow(model: torch.nn.Module, on: bool) -> int:
+    """Turn underflow flushing on or off in every low-bit layer of `model` (dual-stage, Table 2); returns the count."""
+    if not isinstance(on, bool):
+        raise ValueError(f"on={on!r} must be True or False")
+    count = 0
+    for module in model.modules():
+        if isinstance(module, (Linear, Conv2d)):
+            module.config = module.config.with_underflow(on)
+            count += 1
+    return count
