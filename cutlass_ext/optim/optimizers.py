@@ -13,6 +13,9 @@ from . import kernel, reference
 from .reference import ARITHMETICS, UPDATES, AdamWConstants, Rounding, SgdConstants
 
 _SEED_LIMIT = 2**64
+# torch's check that a non-capturable optimizer is not being captured (generalised beyond CUDA in later torch)
+_capture_health_check = (getattr(torch.optim.Optimizer, "_accelerator_graph_capture_health_check", None)
+                         or torch.optim.Optimizer._cuda_graph_capture_health_check)
 _KEY_LIMIT = 2**32
 
 
@@ -84,7 +87,7 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         """One optimizer step over every parameter with a gradient (parameters whose grad is None are skipped)."""
-        self._cuda_graph_capture_health_check()
+        _capture_health_check(self)
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -110,33 +113,35 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
         return loss
 
     def _step_group(self, group: dict, params, grads, states) -> None:
-        steps = [state["step"] for state in states]
-        torch._foreach_add_(steps, 1.0)
-        scalars = reference.step_scalars(self._kind, group["lr"], torch.stack(steps), group.get("betas"),
-                                         group["arithmetic"])
-        fused = [i for i, p in enumerate(params) if p.dtype == torch.bfloat16 and p.device.type == "cuda"]
+        torch._foreach_add_([state["step"] for state in states], 1.0)
+        fused, plain = [], []
+        for i, param in enumerate(params):
+            (fused if param.dtype == torch.bfloat16 and param.device.type == "cuda" else plain).append(i)
         if fused:
             self._step_fused(group, [params[i] for i in fused], [grads[i] for i in fused],
-                             [states[i] for i in fused], scalars[fused])
-        fused_set = set(fused)
-        for i, (param, grad, state) in enumerate(zip(params, grads, states)):
-            if i in fused_set:
-                continue
+                             [states[i] for i in fused])
+        for i in plain:
+            param, state = params[i], states[i]
+            # FP32 params update plainly: FP32 arithmetic, FP32 hyperparameters, no rounding of w - u
             arithmetic = group["arithmetic"] if param.dtype == torch.bfloat16 else "fp32"
+            row = self._scalars(group, [state], arithmetic)[0].to(param.device)
             rounding = Rounding(group["update"], group["seed"], state["rng_key"], state["element_offset"])
-            self._update_reference(param, grad, state, scalars[i].to(param.device),
-                                   self._constants(group, arithmetic), rounding, arithmetic)
+            self._update_reference(param, grads[i], state, row, self._constants(group, arithmetic), rounding,
+                                   arithmetic)
 
-    def _step_fused(self, group, params, grads, states, scalars) -> None:
-        devices = {p.device for p in params}
-        for device in devices:
+    def _scalars(self, group: dict, states, arithmetic: str) -> torch.Tensor:
+        steps = torch.stack([state["step"] for state in states])
+        return reference.step_scalars(self._kind, group["lr"], steps, group.get("betas"), arithmetic)
+
+    def _step_fused(self, group, params, grads, states) -> None:
+        for device in {p.device for p in params}:
             chosen = [i for i, p in enumerate(params) if p.device == device]
             kernel.fused_step(
                 self._kind,
                 [params[i] for i in chosen],
                 [grads[i] for i in chosen],
                 [[states[i][name] for i in chosen] for name in self._kernel_state_names(group)],
-                scalars[chosen].to(device),
+                self._scalars(group, [states[i] for i in chosen], group["arithmetic"]).to(device),
                 self._constants(group, group["arithmetic"]),
                 group["update"],
                 group["arithmetic"],
