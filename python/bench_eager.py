@@ -1,0 +1,94 @@
+"""Eager cost per call: `ext.gemm` called back to back, as training code calls it, beside torch.mm (FP32 and TF32).
+
+    python python/bench_eager.py --out sweeps/results/h200/eager_gemm.csv [--profile DIR]
+
+Each row is the wall time per call of `calls` calls in a row (host and GPU together, synchronised once at the end),
+so below the size where the GPU's time dominates it is the host's cost per call. The summary names, per mode, the
+smallest size at which it is faster than cuBLAS SGEMM in eager mode (the crossover). `--profile DIR` writes a
+cProfile of each mode's calls at 256³ for finding where host time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+import cutlass_ext as ext
+from cutlass_ext import benchmark
+
+SIZES = (64, 128, 256, 512, 1024, 2048, 4096)
+MODES = ("tf32tf32", "halfhalf", "markidis", "tf32", "fp32")
+
+
+def per_call_us(run, a, b, calls: int) -> float:
+    for _ in range(3):
+        run(a, b)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        run(a, b)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e6 / calls
+
+
+def contenders():
+    """(name, run, torch's FP32 matmul precision while it runs): set once around the calls, not per call."""
+    yield "torch.mm fp32 (ieee)", torch.mm, "ieee"
+    yield "torch.mm tf32", torch.mm, "tf32"
+    for mode in MODES:
+        yield f"ext.gemm {mode}", lambda a, b, mode=mode: ext.gemm(a, b, mode=mode), "ieee"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--profile", type=Path, help="folder for cProfile summaries of each mode at 256³")
+    args = parser.parse_args(argv)
+    rows = []
+    for size in args.sizes:
+        a = torch.randn(size, size, device="cuda")
+        b = torch.randn(size, size, device="cuda")
+        calls = max(10, min(args.calls, int(args.calls * (1024 / size) ** 3)))
+        for name, run, precision in contenders():
+            previous, torch.backends.cuda.matmul.fp32_precision = torch.backends.cuda.matmul.fp32_precision, precision
+            try:
+                time_us = per_call_us(run, a, b, calls)
+            finally:
+                torch.backends.cuda.matmul.fp32_precision = previous
+            rows.append({"contender": name, "size": size, "us_per_call": round(time_us, 2)})
+            print(f"{size:6d} {name:24s} {rows[-1]['us_per_call']:10.2f} us", flush=True)
+    frame = pd.DataFrame(rows).assign(**benchmark.environment())
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(args.out, index=False)
+    sgemm = frame[frame["contender"] == "torch.mm fp32 (ieee)"].set_index("size")["us_per_call"]
+    for name in frame["contender"].unique():
+        mine = frame[frame["contender"] == name].set_index("size")["us_per_call"]
+        faster = [size for size in mine.index if mine[size] < sgemm[size]]
+        at_256 = mine.get(256, float("nan"))
+        print(f"{name:24s} at 256³ {at_256:8.2f} us/call; faster than SGEMM from {faster[0] if faster else '-'}")
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        a, b = torch.randn(256, 256, device="cuda"), torch.randn(256, 256, device="cuda")
+        for mode in MODES:
+            ext.gemm(a, b, mode=mode)
+            profile = cProfile.Profile()
+            profile.enable()
+            for _ in range(200):
+                ext.gemm(a, b, mode=mode)
+            torch.cuda.synchronize()
+            profile.disable()
+            with open(args.profile / f"eager_profile_{mode}.txt", "w") as handle:
+                pstats.Stats(profile, stream=handle).sort_stats("tottime").print_stats(25)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
