@@ -1,6 +1,6 @@
 """Seed 004 Figure 2: least-squares regression trained by SGD (batch 1) with BF16 weight updates.
 
-    python python/optim_least_squares.py [--device cuda] [--seeds 8] [--steps 6000] [--out sweeps/results/h200/]
+    python python/optim_least_squares.py [--device cuda] [--seeds 16] [--steps 3000] [--out sweeps/results/h200/]
 
 The seed's problem (section 3.1, "Theory Validation"): d = 10, x ~ N(0, 1), w* ~ U[0, 100), labels x·w* plus
 N(0, 0.5²) noise, loss 1/2 (x·w - y)², lr 0.01, batch 1, w from 0. Five ways to train it:
@@ -130,7 +130,7 @@ def main(argv=None) -> pd.DataFrame:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seeds", type=int, default=16, help="independent problems, averaged (at least 1)")
     parser.add_argument("--samples", type=int, default=1000, help="dataset size of each problem")
-    parser.add_argument("--steps", type=int, default=6000)
+    parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--record-every", type=int, default=20)
     parser.add_argument("--arithmetic", choices=("bf16", "fp32"), default="bf16",
                         help="how the BF16 optimizers compute the update (bf16: the seed's 16-bit FPU)")
