@@ -7,6 +7,7 @@ from string import Template
 
 from .config import KernelConfig
 from .fp8_config import Fp8Config
+from .lowbit.kernel import render_instance as render_lowbit_instance
 from .optim.config import render_optim_instance
 from .split_config import SplitConfig
 from .toolchain import kernels_dir
@@ -120,6 +121,7 @@ _FAMILIES = {
     "sm90_fp8": ("sm90_fp8_gemm.cu.in", render_fp8_instance),
     "sm90": ("sm90_corrected_gemm.cu.in", render_split_instance),
     "optim": ("optim_step.cu.in", render_optim_instance),
+    "lowbit": ("lowbit_gemm.cu.in", render_lowbit_instance),
 }
 
 

@@ -1,0 +1,321 @@
+"""The low-bit-accumulator GEMM kernels (seed 002) on CUDA: forward and STE backward, as a kernel family.
+
+`LowbitKernelConfig` is the family's one description of a variant (tiles of the forward, window of the
+backward); codegen renders it from `kernels/lowbit_gemm*.in`, and `native.library` builds and loads it. The
+forward equals `reference.lowbit_matmul_fmt` bit for bit (its docstring is the definition). The backward of an
+STE other than the identity recomputes each output's chain window by window inside the kernel and applies the
+STE's mask on the fly (`ste.grad_reference` defines it); nothing of size M·N·K is stored. The recursive STE also
+keeps, from the forward, one int32 per output: the last chunk whose second-level add overflowed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from dataclasses import dataclass
+from string import Template
+
+import torch
+
+from .. import native
+from ..config import VariantFields
+from ..toolchain import kernels_dir
+from .format import LowbitFormat
+from .ste import STES, check_ste
+
+FAMILY = "lowbit"
+_STE_CODES = {"recursive-of": 1, "immediate-of": 2, "immediate-diff": 3}  # lowbit_abi.h
+_NAME_PATTERN = re.compile(r"lowbit_(?P<block>\d+x\d+x\d+)_t(?P<thread>\d+x\d+)_w(?P<window>\d+)")
+# Seed 002 eq. 17's small constants of the DIFF STE: ε1 keeps the denominator positive, ε2 is the threshold
+# below which a step's contribution counts as swamped.
+DEFAULT_EPS1 = 1e-12
+DEFAULT_EPS2 = 1e-3
+
+
+@dataclass(frozen=True)
+class LowbitKernelConfig(VariantFields):
+    """One low-bit GEMM variant. block: (m, n, k) of a CTA's output tile and k-tile; thread: (m, n) outputs each
+    thread owns (their chains run side by side); window: k per thread of the backward (1..32)."""
+
+    block: tuple[int, int, int] = (64, 64, 32)
+    thread: tuple[int, int] = (4, 4)
+    window: int = 16
+    family: str = FAMILY
+
+    def __post_init__(self):
+        if self.family != FAMILY:
+            raise ValueError(f"family={self.family!r} must be {FAMILY!r}")
+        self._check_extents(block="mnk", thread="mn")
+        (block_m, block_n, block_k), (thread_m, thread_n) = self.block, self.thread
+        if block_m % thread_m or block_n % thread_n:
+            raise ValueError(f"thread={self.thread!r} must divide block={self.block!r} in m and n")
+        threads = (block_m // thread_m) * (block_n // thread_n)
+        if threads > 1024 or (block_m * block_k) % threads or (block_k * block_n) % threads:
+            raise ValueError(
+                f"block={self.block!r}, thread={self.thread!r}: {threads} threads must be at most 1024 and divide "
+                "the k-tiles of A and B"
+            )
+        if not isinstance(self.window, int) or not 1 <= self.window <= 32:
+            raise ValueError(f"window={self.window!r} must be an integer in 1..32")
+
+    @property
+    def name(self) -> str:
+        (bm, bn, bk), (tm, tn) = self.block, self.thread
+        return f"lowbit_{bm}x{bn}x{bk}_t{tm}x{tn}_w{self.window}"
+
+    @classmethod
+    def from_name(cls, name: str) -> LowbitKernelConfig:
+        match = _NAME_PATTERN.fullmatch(name)
+        if match is None:
+            raise ValueError(f"{name!r} is not a low-bit GEMM variant name such as {cls().name!r}")
+        return cls(
+            block=tuple(int(v) for v in match["block"].split("x")),
+            thread=tuple(int(v) for v in match["thread"].split("x")),
+            window=int(match["window"]),
+        )._named(name)
+
+    @staticmethod
+    def is_name(name: str) -> bool:
+        return name.startswith("lowbit_")
+
+
+DEFAULT_CONFIG = LowbitKernelConfig()
+
+
+def render_instance(config: LowbitKernelConfig) -> str:
+    """The variant's launchers in the family's translation unit (kernels/lowbit_gemm_instance.in)."""
+    (block_m, block_n, block_k), (thread_m, thread_n) = config.block, config.thread
+    return Template((kernels_dir() / "lowbit_gemm_instance.in").read_text()).substitute(
+        name=config.name,
+        block_m=block_m,
+        block_n=block_n,
+        block_k=block_k,
+        thread_m=thread_m,
+        thread_n=thread_n,
+        window=config.window,
+    )
+
+
+class _Format(ctypes.Structure):
+    _fields_ = [
+        ("acc_mask", ctypes.c_uint32),
+        ("prod_mask", ctypes.c_uint32),
+        ("acc_overflow", ctypes.c_float),
+        ("acc_underflow", ctypes.c_float),
+        ("prod_overflow", ctypes.c_float),
+        ("prod_underflow", ctypes.c_float),
+        ("chunk", ctypes.c_int64),
+        ("underflow", ctypes.c_int32),
+    ]
+
+
+def _strided(name: str) -> list:
+    return [(name, ctypes.c_void_p)] + [(f"{name}_{s}_stride", ctypes.c_int64) for s in ("batch", "row", "column")]
+
+
+class _ForwardArgs(ctypes.Structure):
+    _fields_ = (
+        [(f, ctypes.c_int64) for f in ("m", "n", "k", "batch")]
+        + _strided("a")
+        + _strided("b")
+        + _strided("d")
+        + [("blocked", ctypes.c_void_p), ("format", _Format)]
+    )
+
+
+class _GradArgs(ctypes.Structure):
+    _fields_ = (
+        [(f, ctypes.c_int64) for f in ("rows", "columns", "k", "batch")]
+        + _strided("x")
+        + _strided("w")
+        + _strided("g")
+        + _strided("blocked")
+        + _strided("dx")
+        + [("format", _Format), ("ste", ctypes.c_int32), ("eps1", ctypes.c_float), ("eps2", ctypes.c_float)]
+    )
+
+
+# The format crosses the op boundary as plain fields (what torch.library schemas hold).
+_FORMAT_FIELDS = ("man", "exp", "acc_bias", "prod_bias", "prod_man", "prod_exp", "chunk", "underflow")
+
+
+def _format_fields(fmt: LowbitFormat) -> tuple:
+    return tuple(getattr(fmt, field) for field in _FORMAT_FIELDS)
+
+
+def _c_format(fields) -> _Format:
+    fmt = LowbitFormat(*fields)
+    return _Format(
+        fmt.acc_mask, fmt.prod_mask, fmt.acc_overflow, fmt.acc_underflow, fmt.prod_overflow, fmt.prod_underflow,
+        fmt.chunk, int(fmt.underflow),
+    )
+
+
+def _strides(t: torch.Tensor) -> list:
+    return [t.data_ptr(), *t.stride()]
+
+
+def _launch(function_name: str, args, device: torch.device) -> None:
+    library = native.library(DEFAULT_CONFIG, device)
+    function = getattr(library, f"{DEFAULT_CONFIG.name}_{function_name}")
+    status = function(ctypes.byref(args), native.stream_handle(device))
+    native.check_status(status, f"{DEFAULT_CONFIG.name}_{function_name}")
+
+
+@torch.library.custom_op("cutlass_ext::lowbit_forward", mutates_args=())
+def lowbit_forward(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    man: int,
+    exp: int,
+    acc_bias: int,
+    prod_bias: int,
+    prod_man: int,
+    prod_exp: int,
+    chunk: int,
+    underflow: bool,
+    with_blocked: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, M, K) @ (B, K, N) by the chunked FMAq chain -> (B, M, N) float32, and, with_blocked, the (B, M, N) int32
+    last chunk whose second-level add overflowed (−1: none; the recursive STE's backward reads it)."""
+    batch, m, k = a.shape
+    n = b.shape[-1]
+    out = a.new_empty((batch, m, n))
+    blocked = a.new_empty((batch, m, n) if with_blocked else (0,), dtype=torch.int32)
+    if out.numel() == 0:
+        return out, blocked
+    fields = (man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow)
+    args = _ForwardArgs(
+        m, n, k, batch, *_strides(a), *_strides(b), *_strides(out),
+        blocked.data_ptr() if with_blocked else None, _c_format(fields),
+    )
+    with torch.cuda.device(a.device):
+        _launch("lowbit_forward", args, a.device)
+    return out, blocked
+
+
+@lowbit_forward.register_fake
+def _(a, b, man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow, with_blocked):
+    batch, m, _ = a.shape
+    n = b.shape[-1]
+    blocked = a.new_empty((batch, m, n) if with_blocked else (0,), dtype=torch.int32)
+    return a.new_empty((batch, m, n)), blocked
+
+
+@torch.library.custom_op("cutlass_ext::lowbit_grad", mutates_args=())
+def lowbit_grad(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    g: torch.Tensor,
+    blocked: torch.Tensor,
+    man: int,
+    exp: int,
+    acc_bias: int,
+    prod_bias: int,
+    prod_man: int,
+    prod_exp: int,
+    chunk: int,
+    underflow: bool,
+    ste: str,
+    eps1: float,
+    eps2: float,
+) -> torch.Tensor:
+    """dX (B, R, K) of the chain X (B, R, K) @ W (B, K, C) under `ste`, given dY = g (B, R, C): the first
+    operand's gradient (the second's is this of the transposed problem). blocked: the forward's (B, R, C)
+    int32 output for the recursive STE, any tensor for the others."""
+    batch, rows, k = x.shape
+    columns = w.shape[-1]
+    dx = x.new_empty((batch, rows, k))
+    if dx.numel() == 0:
+        return dx
+    recursive = ste == "recursive-of"
+    args = _GradArgs(
+        rows, columns, k, batch, *_strides(x), *_strides(w), *_strides(g),
+        *(_strides(blocked) if recursive else [None, 0, 0, 0]), *_strides(dx),
+        _c_format((man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow)),
+        _STE_CODES[ste], eps1, eps2,
+    )
+    with torch.cuda.device(x.device):
+        _launch("lowbit_grad", args, x.device)
+    return dx
+
+
+@lowbit_grad.register_fake
+def _(x, w, g, blocked, man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow, ste, eps1, eps2):
+    return x.new_empty(x.shape)
+
+
+class LowbitMatmul(torch.autograd.Function):
+    """(B, M, K) @ (B, K, N) by the chunked FMAq chain; its backward applies the STE (seed 002 section 4)."""
+
+    @staticmethod
+    def forward(ctx, a, b, fields, ste, eps1, eps2):
+        with_blocked = ste == "recursive-of" and (a.requires_grad or b.requires_grad)
+        out, blocked = torch.ops.cutlass_ext.lowbit_forward(a, b, *fields, with_blocked)
+        ctx.save_for_backward(a, b, blocked)
+        ctx.fields, ctx.ste, ctx.eps = fields, ste, (eps1, eps2)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        a, b, blocked = ctx.saved_tensors
+        grad_a = grad_b = None
+        if ctx.ste == "identity":
+            if ctx.needs_input_grad[0]:
+                grad_a = grad_out @ b.transpose(-1, -2)
+            if ctx.needs_input_grad[1]:
+                grad_b = a.transpose(-1, -2) @ grad_out
+            return grad_a, grad_b, None, None, None, None
+        options = (*ctx.fields, ctx.ste, *ctx.eps)
+        if ctx.needs_input_grad[0]:
+            grad_a = torch.ops.cutlass_ext.lowbit_grad(a, b, grad_out, blocked, *options)
+        if ctx.needs_input_grad[1]:
+            # The gradient of B is the first operand's gradient of the transposed chain Bᵀ·Aᵀ (same products).
+            t = lambda x: x.transpose(-1, -2)  # noqa: E731
+            blocked_t = t(blocked) if blocked.dim() == 3 else blocked
+            grad_b = t(torch.ops.cutlass_ext.lowbit_grad(t(b), t(a), t(grad_out), blocked_t, *options))
+        return grad_a, grad_b, None, None, None, None
+
+
+def _check_operand(name: str, x) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
+    if x.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32; got {x.dtype}")
+    if x.device.type != "cuda":
+        raise ValueError(f"{name} must be a CUDA tensor; got device {x.device}")
+    if x.dim() < 2:
+        raise ValueError(f"{name} must have at least 2 dimensions; got shape {tuple(x.shape)}")
+
+
+def matmul(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    fmt: LowbitFormat,
+    ste: str = "identity",
+    eps1: float = DEFAULT_EPS1,
+    eps2: float = DEFAULT_EPS2,
+) -> torch.Tensor:
+    """(…, M, K) @ (…, K, N) float32 CUDA tensors (any strides, batch broadcast) by the chunked FMAq chain of `fmt`,
+    equal to `reference.lowbit_matmul_fmt` bit for bit; autograd through `ste` (one of STES, `ste.py`)."""
+    _check_operand("a", a)
+    _check_operand("b", b)
+    if not isinstance(fmt, LowbitFormat):
+        raise TypeError(f"fmt must be a LowbitFormat; got {type(fmt).__name__}")
+    check_ste(ste)
+    if a.device != b.device:
+        raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"a (…, M, K) and b (…, K, N) must agree on K; got a {tuple(a.shape)}, b {tuple(b.shape)}")
+    try:
+        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"batch dimensions of a {tuple(a.shape)} and b {tuple(b.shape)} do not broadcast") from None
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    a3 = a.expand(*batch, m, k).reshape(-1, m, k)
+    b3 = b.expand(*batch, k, n).reshape(-1, k, n)
+    out = LowbitMatmul.apply(a3, b3, _format_fields(fmt), ste, float(eps1), float(eps2))
+    return out.reshape(*batch, m, n)
+
+
+__all__ = ["DEFAULT_CONFIG", "LowbitKernelConfig", "STES", "matmul", "render_instance"]
