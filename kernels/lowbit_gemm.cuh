@@ -7,6 +7,7 @@
 
 #include "lowbit_abi.h"
 #include "lowbit_fmaq.cuh"
+#include "lowbit_grad.cuh"
 
 namespace cutlass_ext {
 namespace lowbit {
@@ -213,88 +214,10 @@ struct LowbitGemm {
       }
   }
 
-  // dX[r, k0 .. k0 + kWindow) for one row r: for each column c in increasing order, the chain of output (r, c) is
-  // recomputed from the start of the chunk holding k0 through the window (and, for the recursive STE, to the end
-  // of the window's last chunk), giving each step's STE bit; the unmasked terms G[r, c]·W[k, c] are added.
   template <int kSte, bool kUnderflow>
   __device__ static void grad(const cutlass_ext_lowbit_grad_args& args) {
     const int64_t row = int64_t(blockIdx.x) * kGradThreads + threadIdx.x;
-    if (row >= args.rows) return;
-    const Format format = Format::from(args.format);
-    const int64_t batch = blockIdx.z, chunk = args.format.chunk, k0 = int64_t(blockIdx.y) * kWindow;
-    const int width = int(args.k - k0 < kWindow ? args.k - k0 : kWindow);
-    const float* x = args.x + batch * args.x_batch_stride + row * args.x_row_stride;
-    const float* w = args.w + batch * args.w_batch_stride;
-    const float* g = args.g + batch * args.g_batch_stride + row * args.g_row_stride;
-    const int64_t first = k0 / chunk * chunk;                                 // start of k0's chunk
-    const int64_t tail_end = ((k0 + width - 1) / chunk + 1) * chunk;          // end of the last k's chunk
-    const int64_t chain_end = tail_end < args.k ? tail_end : args.k;
-
-    float x_window[kWindow];
-    bool starts_chunk[kWindow];
-    int64_t position = k0 - first;
-#pragma unroll
-    for (int i = 0; i < kWindow; ++i) {
-      x_window[i] = i < width ? x[(k0 + i) * args.x_column_stride] : 0.0f;
-      starts_chunk[i] = position == 0;
-      position = position + 1 == chunk ? 0 : position + 1;
-    }
-    float grad_window[kWindow];
-#pragma unroll
-    for (int i = 0; i < kWindow; ++i) grad_window[i] = 0.0f;
-
-    for (int64_t column = 0; column < args.columns; ++column) {
-      const float* w_column = w + column * args.w_column_stride;
-      float w_window[kWindow];
-#pragma unroll
-      for (int i = 0; i < kWindow; ++i) w_window[i] = i < width ? w_column[(k0 + i) * args.w_row_stride] : 0.0f;
-      const float g_value = g[column * args.g_column_stride];
-
-      float s = 0.0f;
-      for (int64_t k = first; k < k0; ++k)
-        s = format.fmaq<kUnderflow>(x[k * args.x_column_stride], w_column[k * args.w_row_stride], s);
-      bool passes[kWindow];
-#pragma unroll
-      for (int i = 0; i < kWindow; ++i) {
-        passes[i] = false;
-        if (i < width) {
-          if (starts_chunk[i]) s = 0.0f;
-          const Step step = fmaq_step<kUnderflow>(format, x_window[i], w_window[i], s);
-          passes[i] = kSte == CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF ? passes_diff(step, s, args.eps1, args.eps2)
-                                                                    : format.passes_overflow(step.sum);
-          s = step.result;
-        }
-      }
-      if (kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF) {
-        // seed 002 eq. 11 in the chunked order: a step's gradient passes every later step of its chunk and every
-        // later second-level add; the forward recorded the last chunk whose second-level add overflowed.
-        bool later_pass = true;
-        for (int64_t k = k0 + width; k < chain_end; ++k) {
-          const Step step = fmaq_step<kUnderflow>(format, x[k * args.x_column_stride], w_column[k * args.w_row_stride], s);
-          later_pass = later_pass && format.passes_overflow(step.sum);
-          s = step.result;
-        }
-        const int64_t blocked = args.blocked[batch * args.blocked_batch_stride + row * args.blocked_row_stride +
-                                             column * args.blocked_column_stride];
-        const int64_t open_from = (blocked + 1) * chunk;  // first k whose chunk is after the last blocked one
-#pragma unroll
-        for (int i = kWindow - 1; i >= 0; --i) {
-          if (i < width) {
-            const bool through = passes[i] && later_pass;
-            later_pass = starts_chunk[i] || through;
-            passes[i] = through && k0 + i >= open_from;
-          }
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < kWindow; ++i)
-        if (passes[i]) grad_window[i] = add_rn(grad_window[i], mul_rn(g_value, w_window[i]));
-    }
-
-    float* dx = args.dx + batch * args.dx_batch_stride + row * args.dx_row_stride;
-#pragma unroll
-    for (int i = 0; i < kWindow; ++i)
-      if (i < width) dx[(k0 + i) * args.dx_column_stride] = grad_window[i];
+    if (row < args.rows) grad_row_window<kWindow, kSte, kUnderflow>(args, blockIdx.z, row, blockIdx.y);
   }
 
   static int run_forward(const cutlass_ext_lowbit_forward_args* args, void* stream);

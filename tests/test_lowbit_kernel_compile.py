@@ -1,0 +1,173 @@
+"""The low-bit GEMM kernels without a GPU: the rendered translation unit compiles with nvcc and exports its
+launchers, and the kernels' arithmetic (kernels/lowbit_fmaq.cuh, the backward's per-thread work in
+kernels/lowbit_grad.cuh), compiled into a host program, equals the reference and the STE reference bit for bit."""
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from cutlass_ext import build, cache, toolchain
+from cutlass_ext.lowbit.format import LowbitFormat
+from cutlass_ext.lowbit.kernel import DEFAULT_CONFIG
+from cutlass_ext.lowbit.reference import lowbit_matmul_fmt
+from cutlass_ext.lowbit.ste import grad_reference
+
+have_nvcc = shutil.which("nvcc") is not None or os.path.exists("/usr/local/cuda/bin/nvcc")
+have_cxx = shutil.which("g++") is not None
+
+# A host program: the forward chain through Format::fmaq / q_acc (as the forward kernel's threads run it) and the
+# backward through grad_row_window for every (row, window), for A·B and for the transposed problem Bᵀ·Aᵀ.
+_HOST_PROGRAM = r"""
+#include <cstdio>
+#include <string>
+#include <vector>
+#include "lowbit_grad.cuh"
+using namespace cutlass_ext::lowbit;
+
+template <class T> std::vector<T> read(const char* dir, const char* name, size_t count) {
+  std::vector<T> v(count);
+  std::string path = std::string(dir) + "/" + name;
+  FILE* f = fopen(path.c_str(), "rb");
+  if (fread(v.data(), sizeof(T), count, f) != count) { fprintf(stderr, "short %s\n", name); }
+  fclose(f);
+  return v;
+}
+template <class T> void write(const char* dir, const char* name, const std::vector<T>& v) {
+  std::string path = std::string(dir) + "/" + name;
+  FILE* f = fopen(path.c_str(), "wb");
+  fwrite(v.data(), sizeof(T), v.size(), f);
+  fclose(f);
+}
+
+template <int kSte, bool kUf>
+void grads(cutlass_ext_lowbit_grad_args args) {
+  for (int64_t window = 0; window * 16 < args.k; ++window)
+    for (int64_t row = 0; row < args.rows; ++row) grad_row_window<16, kSte, kUf>(args, 0, row, window);
+}
+
+int main(int argc, char** argv) {
+  const char* dir = argv[1];
+  long long m, n, k, chunk; unsigned acc_mask, prod_mask, bits[6]; int uf, ste;
+  FILE* meta = fopen((std::string(dir) + "/meta.txt").c_str(), "r");
+  fscanf(meta, "%lld %lld %lld %lld %u %u %u %u %u %u %u %u %d %d", &m, &n, &k, &chunk, &acc_mask, &prod_mask,
+         &bits[0], &bits[1], &bits[2], &bits[3], &bits[4], &bits[5], &uf, &ste);
+  fclose(meta);
+  cutlass_ext_lowbit_format f{acc_mask, prod_mask, float_of(bits[0]), float_of(bits[1]), float_of(bits[2]),
+                              float_of(bits[3]), chunk, uf};
+  Format format = Format::from(f);
+  auto a = read<float>(dir, "a.bin", m * k), b = read<float>(dir, "b.bin", k * n), g = read<float>(dir, "g.bin", m * n);
+  std::vector<float> d(m * n);
+  std::vector<int32_t> blocked(m * n);
+  for (long long i = 0; i < m; ++i)
+    for (long long j = 0; j < n; ++j) {
+      float s = 0.0f, t = 0.0f;
+      int32_t last = -1;
+      for (long long kk = 0; kk < k; ++kk) {
+        s = uf ? format.fmaq<true>(a[i * k + kk], b[kk * n + j], s) : format.fmaq<false>(a[i * k + kk], b[kk * n + j], s);
+        if ((kk + 1) % chunk == 0 || kk + 1 == k) {
+          const float v = add_rn(t, s);
+          if (!format.passes_overflow(v)) last = int32_t(kk / chunk);
+          t = uf ? format.q_acc<true>(v) : format.q_acc<false>(v);
+          s = 0.0f;
+        }
+      }
+      d[i * n + j] = t;
+      blocked[i * n + j] = last;
+    }
+  write(dir, "d.bin", d);
+  std::vector<float> da(m * k), db(k * n);
+  // dA: X = A (m, k), W = B (k, n), G (m, n); dB: X = Bᵀ (n, k), W = Aᵀ (k, m), Gᵀ, blockedᵀ, dBᵀ.
+  cutlass_ext_lowbit_grad_args ga{m, n, k, 1, a.data(), 0, k, 1, b.data(), 0, n, 1, g.data(), 0, n, 1,
+                                  blocked.data(), 0, n, 1, da.data(), 0, k, 1, f, ste, float_of(bits[4]), float_of(bits[5])};
+  cutlass_ext_lowbit_grad_args gb{n, m, k, 1, b.data(), 0, 1, n, a.data(), 0, 1, k, g.data(), 0, 1, n,
+                                  blocked.data(), 0, 1, n, db.data(), 0, 1, n, f, ste, float_of(bits[4]), float_of(bits[5])};
+  for (auto* args : {&ga, &gb}) {
+    if (ste == 1) { if (uf) grads<1, true>(*args); else grads<1, false>(*args); }
+    if (ste == 2) { if (uf) grads<2, true>(*args); else grads<2, false>(*args); }
+    if (ste == 3) { if (uf) grads<3, true>(*args); else grads<3, false>(*args); }
+  }
+  write(dir, "da.bin", da);
+  write(dir, "db.bin", db);
+  return 0;
+}
+"""
+_STE_CODES = {"recursive-of": 1, "immediate-of": 2, "immediate-diff": 3}
+
+
+@pytest.fixture(scope="module")
+def host_program(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("lowbit_host")
+    source = directory / "check.cpp"
+    source.write_text(_HOST_PROGRAM)
+    program = directory / "check"
+    subprocess.run(
+        ["g++", "-O2", "-std=c++17", "-ffp-contract=off", f"-I{toolchain.kernels_dir()}", str(source), "-o",
+         str(program)],
+        check=True,
+    )
+    return program
+
+
+def _bits(value: float) -> int:
+    return int(np.array(value, dtype=np.float32).view(np.uint32))
+
+
+def _run_host(program, directory, a, b, g, fmt, ste, eps1, eps2):
+    m, k = a.shape
+    n = b.shape[1]
+    for name, t in (("a", a), ("b", b), ("g", g)):
+        t.contiguous().numpy().tofile(directory / f"{name}.bin")
+    values = (fmt.acc_overflow, fmt.acc_underflow, fmt.prod_overflow, fmt.prod_underflow, eps1, eps2)
+    (directory / "meta.txt").write_text(
+        " ".join(str(v) for v in (m, n, k, fmt.chunk, fmt.acc_mask, fmt.prod_mask, *map(_bits, values),
+                                  int(fmt.underflow), _STE_CODES[ste]))
+    )
+    subprocess.run([str(program), str(directory)], check=True)
+    load = lambda name, shape: torch.from_numpy(np.fromfile(directory / name, dtype=np.float32).reshape(shape))  # noqa: E731
+    return load("d.bin", (m, n)), load("da.bin", (m, k)), load("db.bin", (k, n))
+
+
+def _same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
+    return torch.equal(x.view(torch.int32), y.view(torch.int32))
+
+
+@pytest.mark.skipif(not have_cxx, reason="g++ not installed")
+@pytest.mark.parametrize("ste", list(_STE_CODES))
+@pytest.mark.parametrize(
+    "shape, fmt",
+    [
+        ((5, 40, 7), LowbitFormat.make(7, 4, chunk=16)),
+        ((6, 37, 4), LowbitFormat.make(4, 3, acc_bias=2, prod_bias=3, chunk=5)),  # chunks across windows
+        ((3, 70, 5), LowbitFormat.make(3, 3, acc_bias=1, prod_bias=2, chunk=24, underflow=False)),
+        ((4, 33, 3), LowbitFormat.make(5, 4, acc_bias=4, prod_bias=6, chunk=1)),
+        ((3, 1, 2), LowbitFormat.make(7, 4, chunk=16)),
+    ],
+)
+def test_host_arithmetic_equals_references(host_program, tmp_path, ste, shape, fmt):
+    m, k, n = shape
+    generator = torch.Generator().manual_seed(m * 1000 + k * 10 + n)
+    # Magnitudes over several binades, so that products and sums overflow, underflow and swamp.
+    a = torch.randn(m, k, generator=generator) * 2.0 ** torch.randint(-6, 6, (m, k), generator=generator)
+    b = torch.randn(k, n, generator=generator) * 2.0 ** torch.randint(-6, 6, (k, n), generator=generator)
+    g = torch.randn(m, n, generator=generator)
+    d, da, db = _run_host(host_program, tmp_path, a, b, g, fmt, ste, 1e-12, 1e-3)
+    assert _same_bits(d, lowbit_matmul_fmt(a, b, fmt))
+    grad_a, grad_b = grad_reference(a, b, g, fmt, ste, 1e-12, 1e-3)
+    assert _same_bits(da, grad_a)
+    assert _same_bits(db, grad_b)
+
+
+@pytest.mark.skipif(not have_nvcc, reason="nvcc not installed")
+def test_library_compiles_and_exports_launchers(tmp_path, monkeypatch):
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
+    (result,) = build.build_libraries([(DEFAULT_CONFIG,)], "90a", verbose=False)
+    assert result.error is None, result.error
+    exported = subprocess.run(
+        ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
+    ).stdout
+    for function in ("lowbit_forward", "lowbit_grad"):
+        assert f" T {DEFAULT_CONFIG.name}_{function}\n" in exported
