@@ -58,6 +58,10 @@ def llama_shapes(target: float, width: int, intermediate: int, vocabulary: int) 
     return outer[:1] + layer * layers + outer[1:]
 
 
+def count_text(count: int) -> str:
+    return f"{count / 1e9:.3f} B" if count >= 1e9 else f"{count / 1e6:.2f} M"
+
+
 def contenders(device: torch.device, graph: bool):
     """(name, family, dtype, make_optimizer(params) or an import error's text, capturable in a CUDA graph)."""
     for update in ("nearest", "stochastic", "kahan"):
@@ -223,7 +227,7 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
         axes[0].text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {fraction:.0%} of copy BW",
                      va="center", fontsize=8)
     axes[0].set_xlabel("AdamW step (ms)")
-    axes[0].set_title(f"{measured['parameters'].iloc[0] / 1e9:.2f} B parameters, copy {frame['copy_gbps'].iloc[0]:.0f} GB/s")
+    axes[0].set_title(f"{count_text(measured['parameters'].iloc[0])} parameters, copy {frame['copy_gbps'].iloc[0]:.0f} GB/s")
     axes[1].barh(measured["contender"], measured["bytes_per_param"], color=bar_colors, label="weights + states")
     axes[1].barh(measured["contender"], measured["model_copy_bytes_per_param"], left=measured["bytes_per_param"],
                  color="white", edgecolor="black", hatch="//", label="BF16 model copy")
@@ -265,7 +269,7 @@ def main(argv=None) -> pd.DataFrame:
 
     shapes = llama_shapes(args.params, args.width, args.intermediate, args.vocabulary)
     bandwidth = copy_gbps(device, args.copy_gib, args.repeats)
-    print(f"{sum(torch.Size(s).numel() for s in shapes) / 1e6:.1f} M parameters in {len(shapes)} tensors; "
+    print(f"{count_text(sum(torch.Size(s).numel() for s in shapes))} parameters in {len(shapes)} tensors; "
           f"copy bandwidth {bandwidth:.0f} GB/s")
     environment = {
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

@@ -14,6 +14,7 @@ Precisions (seed 004 Table 4 and the mixed-precision baseline):
   bf16-nearest     BF16 weights and states, BF16 forward/backward, cutlass_ext.optim with nearest updates;
   bf16-stochastic  the same with stochastically rounded updates (reproducible for a given --seed);
   bf16-kahan       the same with Kahan-compensated updates.
+`--arithmetic bf16` makes the BF16 precisions' optimizer round every operation to BF16 (the seed's 16-bit FPU).
 The model is GPT-like (pre-norm blocks, causal attention, GELU MLP, learned positions); the learning rate warms up
 linearly and decays by a cosine to a tenth. Writes lm_<precision>_seed<seed>.csv (train and validation loss over
 steps); `train` returns the run's summary for other scripts (optim_lm_precisions.py).
@@ -38,6 +39,7 @@ from cutlass_ext import optim, tuned
 
 PRECISIONS = ("fp32", "mixed", "bf16-nearest", "bf16-stochastic", "bf16-kahan")
 OPTIMIZERS = ("adamw", "sgd")
+ARITHMETICS = ("fp32", "bf16")
 VOCABULARY = 256  # bytes
 VALIDATION_EVERY_NTH_FILE = 10
 
@@ -46,6 +48,7 @@ VALIDATION_EVERY_NTH_FILE = 10
 class TrainConfig:
     precision: str = "bf16-stochastic"
     optimizer: str = "adamw"
+    arithmetic: str = "fp32"  # how cutlass_ext.optim computes the BF16 precisions' updates
     steps: int = 1500
     seed: int = 0
     device: str = "cuda"
@@ -141,9 +144,9 @@ def make_optimizer(config: TrainConfig, model: nn.Module, device: torch.device):
     update = config.precision.removeprefix("bf16-")
     if config.optimizer == "sgd":
         return optim.SGD(params, lr=config.lr, momentum=0.9, weight_decay=config.weight_decay, update=update,
-                         seed=config.seed)
+                         arithmetic=config.arithmetic, seed=config.seed)
     return optim.AdamW(params, lr=config.lr, betas=(0.9, 0.99), weight_decay=config.weight_decay, update=update,
-                       seed=config.seed)
+                       arithmetic=config.arithmetic, seed=config.seed)
 
 
 def lr_factor(config: TrainConfig, step: int) -> float:
@@ -159,6 +162,8 @@ def validate(config: TrainConfig) -> None:
         raise ValueError(f"precision={config.precision!r} is not one of {list(PRECISIONS)}")
     if config.optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer={config.optimizer!r} is not one of {list(OPTIMIZERS)}")
+    if config.arithmetic not in ARITHMETICS:
+        raise ValueError(f"arithmetic={config.arithmetic!r} is not one of {list(ARITHMETICS)}")
     for name in ("steps", "layers", "width", "heads", "context", "batch", "eval_every", "eval_batches",
                  "final_eval_batches"):
         if getattr(config, name) < 1:
@@ -253,6 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = TrainConfig()
     parser.add_argument("--precision", choices=PRECISIONS, default=defaults.precision)
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer)
+    parser.add_argument("--arithmetic", choices=ARITHMETICS, default=defaults.arithmetic,
+                        help="BF16 precisions: the update computed in FP32, or every operation in BF16 (16-bit FPU)")
     parser.add_argument("--steps", type=int, default=defaults.steps)
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
