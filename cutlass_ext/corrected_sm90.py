@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from . import ops, registry, scaling
+from . import ops, registry
 from .split_config import DEFAULT_SPLIT
 
 _FORMATS = {"tf32tf32": ops.PLANES_TF32, "halfhalf": ops.PLANES_HALF}
@@ -33,8 +33,8 @@ def product(a: torch.Tensor, b: torch.Tensor, mode: str, variants: list[str] | N
     b_t = b.mT  # (…, N, K): both operands K-major, as TF32 wgmma wants them
     format = _FORMATS[mode]
     if mode == "halfhalf":
-        row_shift = scaling.fp16_range_shift(a_rows, dim=-1)  # (…, M, 1)
-        column_shift = scaling.fp16_range_shift(b, dim=-2)  # (…, 1, N)
+        row_shift = ops.range_shift(a_rows, -1)  # (…, M, 1), as scaling.fp16_range_shift
+        column_shift = ops.range_shift(b, -2)  # (…, 1, N)
         a_hi, a_lo = ops.split_planes(a_rows, row_shift, format)
         b_hi, b_lo = ops.split_planes(b_t, column_shift.mT, format)
     else:

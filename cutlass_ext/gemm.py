@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import corrected_sm90, ops, registry, scaling, tuned
+from . import corrected_sm90, ops, registry, tuned
 from . import device as device_info
 from .config import KERNEL_MODES, LAYOUTS, KernelConfig, default_configs
 from .split_config import DEFAULT_SPLIT, SplitConfig
@@ -129,8 +129,7 @@ def _product(a: torch.Tensor, b: torch.Tensor, mode: str) -> torch.Tensor:
     if path == "sm90":
         return corrected_sm90.product(a, b, mode, variants)
     if mode == "halfhalf":
-        a, b, row_shift, column_shift = scaling.packed_operands(a, b)
-        return scaling.unscaled_product(ops.gemm(a, b, variants), row_shift, column_shift)
+        return ops.halfhalf_gemm(a, b, variants)  # shifts, packing, product and unscaling in one call
     return ops.gemm(a, b, variants)
 
 

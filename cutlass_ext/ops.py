@@ -31,6 +31,11 @@ _library.define(
     "str[] variants) -> Tensor"
 )
 PLANES_TF32, PLANES_HALF = 0, 1
+# halfhalf's range shifts, int32: one per row of x (dim -1: (…, rows, 1)) or per column (dim -2: (…, 1, columns)),
+# as scaling.fp16_range_shift computes them; and halfhalf's whole sm80 path (shifts, packing, product, unscaling)
+# in one call.
+_library.define("range_shift(Tensor x, int dim) -> Tensor")
+_library.define("halfhalf_gemm(Tensor a, Tensor b, str[] variants) -> Tensor")
 
 
 @torch.library.register_fake("cutlass_ext::gemm")
@@ -104,3 +109,25 @@ def gemm_split(a_hi, a_lo, b_hi, b_lo, row_shift, column_shift, variants: list[s
     if torch.compiler.is_compiling():
         return op(a_hi, a_lo, b_hi, b_lo, row_shift, column_shift, variants)
     return registry.call_loading_fallbacks(op, variants, a_hi.device, a_hi, a_lo, b_hi, b_lo, row_shift, column_shift)
+
+
+@torch.library.register_fake("cutlass_ext::range_shift")
+def _range_shift_fake(x: torch.Tensor, dim: int) -> torch.Tensor:
+    shape = list(x.shape)
+    shape[dim] = 1
+    return x.new_empty(shape, dtype=torch.int32)
+
+
+@torch.library.register_fake("cutlass_ext::halfhalf_gemm")
+def _halfhalf_gemm_fake(a: torch.Tensor, b: torch.Tensor, variants: list[str]) -> torch.Tensor:
+    return _gemm_fake(a, b, variants)
+
+
+def range_shift(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return torch.ops.cutlass_ext.range_shift(x, dim)
+
+
+def halfhalf_gemm(a: torch.Tensor, b: torch.Tensor, variants: list[str]) -> torch.Tensor:
+    if torch.compiler.is_compiling():
+        return torch.ops.cutlass_ext.halfhalf_gemm(a, b, variants)
+    return registry.call_loading_fallbacks(torch.ops.cutlass_ext.halfhalf_gemm, variants, a.device, a, b)

@@ -35,8 +35,8 @@ def packed_operands(a: torch.Tensor, b: torch.Tensor):
     pack splits each scaled element into FP16 hi and lo·2^11 in one 32-bit word (ops.halfhalf_pack), in one
     pass that writes row-major whatever the inputs' strides; the kernels regroup the halves.
     """
-    row_shift = fp16_range_shift(a, dim=-1)
-    column_shift = fp16_range_shift(b, dim=-2)
+    row_shift = ops.range_shift(a, -1)
+    column_shift = ops.range_shift(b, -2)
     return ops.halfhalf_pack(a, row_shift), ops.halfhalf_pack(b, column_shift), row_shift, column_shift
 
 

@@ -11,6 +11,7 @@
 #include "cutlass/cutlass.h"
 
 #include "launcher_abi.h"
+#include "range_shift_abi.h"
 
 namespace cutlass_ext {
 
@@ -306,12 +307,95 @@ __global__ void halfhalf_unscale_kernel(cutlass_ext_unscale_args args) {
   }
 }
 
+// halfhalf's range shifts (seed 4.1.1), as cutlass_ext.scaling.fp16_range_shift computes them with torch ops: the
+// largest magnitude of each slice (NaN if the slice holds one) and 15 - its frexp exponent, clamped to +-126.
+// Slices along a unit stride are read by one warp each; slices across it by 32 neighbouring slices per block, 8
+// partial maxima each, combined in shared memory.
+__device__ __forceinline__ int range_shift_of(float largest) {
+  int exponent;
+  frexpf(largest, &exponent);
+  return min(max(15 - exponent, -126), 126);
+}
+
+__device__ __forceinline__ float max_magnitude(float a, float b) {
+  return (isnan(a) || isnan(b)) ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+}
+
+// One warp per slice: lanes walk the slice's elements (unit stride when the slice runs along it).
+__global__ void range_shift_along_kernel(cutlass_ext_range_shift_args args, int64_t slices, int64_t length,
+                                         int64_t slice_stride, int64_t element_stride) {
+  const int64_t warps_per_block = blockDim.x / 32;
+  for (int64_t slice = int64_t(blockIdx.x) * warps_per_block + threadIdx.x / 32; slice < args.batch * slices;
+       slice += int64_t(gridDim.x) * warps_per_block) {
+    const int64_t batch = slice / slices, index = slice % slices;
+    const float* x = args.x + batch * args.x_stride_batch + index * slice_stride;
+    float largest = 0.0f;
+    for (int64_t i = threadIdx.x % 32; i < length; i += 32) largest = max_magnitude(largest, fabsf(x[i * element_stride]));
+    CUTLASS_PRAGMA_UNROLL
+    for (int offset = 16; offset > 0; offset /= 2) {
+      largest = max_magnitude(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+    }
+    if (threadIdx.x % 32 == 0) args.out[slice] = range_shift_of(largest);
+  }
+}
+
+// 32 neighbouring slices per block (threadIdx.x), 8 threads along each (threadIdx.y): reads coalesce across slices.
+__global__ void range_shift_across_kernel(cutlass_ext_range_shift_args args, int64_t slices, int64_t length,
+                                          int64_t slice_stride, int64_t element_stride) {
+  __shared__ float partial[kTileRowsPerPass][kTile + 1];
+  const int64_t tiles = (slices + kTile - 1) / kTile;
+  for (int64_t tile = blockIdx.x; tile < args.batch * tiles; tile += gridDim.x) {
+    const int64_t batch = tile / tiles, index = (tile % tiles) * kTile + threadIdx.x;
+    float largest = 0.0f;
+    if (index < slices) {
+      const float* x = args.x + batch * args.x_stride_batch + index * slice_stride;
+      for (int64_t i = threadIdx.y; i < length; i += kTileRowsPerPass) {
+        largest = max_magnitude(largest, fabsf(x[i * element_stride]));
+      }
+    }
+    partial[threadIdx.y][threadIdx.x] = largest;
+    __syncthreads();
+    if (threadIdx.y == 0 && index < slices) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 1; j < kTileRowsPerPass; ++j) largest = max_magnitude(largest, partial[j][threadIdx.x]);
+      args.out[batch * slices + index] = range_shift_of(largest);
+    }
+    __syncthreads();
+  }
+}
+
+inline int launch_range_shift(const cutlass_ext_range_shift_args& args, cudaStream_t stream) {
+  const bool per_column = args.per_column != 0;
+  const int64_t slices = per_column ? args.columns : args.rows, length = per_column ? args.rows : args.columns;
+  const int64_t slice_stride = per_column ? args.x_stride_column : args.x_stride_row;
+  const int64_t element_stride = per_column ? args.x_stride_row : args.x_stride_column;
+  if (args.batch * slices * length == 0) return 0;
+  constexpr int64_t kMaxBlocks = 65535;
+  if (element_stride == 1 || slice_stride != 1) {
+    constexpr int kWarps = 8;
+    int64_t blocks = (args.batch * slices + kWarps - 1) / kWarps;
+    range_shift_along_kernel<<<unsigned(blocks < kMaxBlocks ? blocks : kMaxBlocks), kWarps * 32, 0, stream>>>(
+        args, slices, length, slice_stride, element_stride);
+  } else {
+    int64_t blocks = args.batch * ((slices + kTile - 1) / kTile);
+    range_shift_across_kernel<<<unsigned(blocks < kMaxBlocks ? blocks : kMaxBlocks), dim3(kTile, kTileRowsPerPass), 0,
+                                stream>>>(args, slices, length, slice_stride, element_stride);
+  }
+  return int(cudaGetLastError());
+}
+
 #undef CUTLASS_EXT_FOR_EACH_TILE
 
 }  // namespace cutlass_ext
 
 // 0 or a cudaError_t; an empty problem launches nothing.
+#define CUTLASS_EXT_EXPORT_RANGE_SHIFT()                                                                    \
+  extern "C" int cutlass_ext_range_shift(const cutlass_ext_range_shift_args* args, void* stream) {          \
+    return cutlass_ext::launch_range_shift(*args, static_cast<cudaStream_t>(stream));                      \
+  }
+
 #define CUTLASS_EXT_EXPORT_HALFHALF_OPERANDS()                                                              \
+  CUTLASS_EXT_EXPORT_RANGE_SHIFT()                                                                          \
   extern "C" int cutlass_ext_halfhalf_pack(const cutlass_ext_pack_args* args, void* stream) {              \
     if (args->batch * args->rows * args->columns == 0) return 0;                                            \
     cutlass_ext::SplitSource source{args->x,             args->batch,        args->rows,                        \
@@ -332,6 +416,7 @@ __global__ void halfhalf_unscale_kernel(cutlass_ext_unscale_args args) {
 
 // The Hopper corrected SGEMM's operand pass (launcher_abi.h): 0 or a cudaError_t.
 #define CUTLASS_EXT_EXPORT_SPLIT_PLANES()                                                                   \
+  CUTLASS_EXT_EXPORT_RANGE_SHIFT()                                                                          \
   extern "C" int cutlass_ext_split_planes(const cutlass_ext_planes_args* args, void* stream) {             \
     if (args->batch * args->rows * args->columns == 0) return 0;                                            \
     cutlass_ext::SplitSource source{args->x,             args->batch,        args->rows,                        \

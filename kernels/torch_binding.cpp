@@ -16,6 +16,7 @@
 #include <torch/extension.h>
 
 #include "launcher_abi.h"
+#include "range_shift_abi.h"
 
 namespace {
 
@@ -49,6 +50,8 @@ cutlass_ext_split_planes_fn split_planes_launcher = nullptr;
 // halfhalf's operand passes; every kernel library exports them, the first one loaded serves.
 cutlass_ext_halfhalf_pack_fn halfhalf_pack_launcher = nullptr;
 cutlass_ext_halfhalf_unscale_fn halfhalf_unscale_launcher = nullptr;
+// halfhalf's range shifts; exported by the sm80 and the Hopper corrected libraries alike.
+cutlass_ext_range_shift_fn range_shift_launcher = nullptr;
 
 template <typename Fn>
 Fn find_symbol(void* handle, const std::string& symbol, const std::string& library) {
@@ -94,7 +97,13 @@ void register_variant(const std::string& name, const std::string& library) {
     if (split_planes_launcher == nullptr) {
       split_planes_launcher = find_symbol<cutlass_ext_split_planes_fn>(handle, "cutlass_ext_split_planes", library);
     }
+    if (range_shift_launcher == nullptr) {
+      range_shift_launcher = find_symbol<cutlass_ext_range_shift_fn>(handle, "cutlass_ext_range_shift", library);
+    }
     return;
+  }
+  if (range_shift_launcher == nullptr) {
+    range_shift_launcher = find_symbol<cutlass_ext_range_shift_fn>(handle, "cutlass_ext_range_shift", library);
   }
   if (halfhalf_pack_launcher == nullptr) {
     halfhalf_pack_launcher = find_symbol<cutlass_ext_halfhalf_pack_fn>(handle, "cutlass_ext_halfhalf_pack", library);
@@ -435,6 +444,40 @@ at::Tensor halfhalf_unscale_cuda(const at::Tensor& c, const at::Tensor& row_shif
   return out;
 }
 
+// halfhalf's range shifts of x (float32, 2-D or 3-D, any strides): per row (dim -1, reduced along the columns:
+// (…, rows, 1)) or per column (dim -2: (…, 1, columns)), int32; what cutlass_ext.scaling.fp16_range_shift computes
+// with torch ops, in one launch.
+at::Tensor range_shift_cuda(const at::Tensor& x, int64_t dim) {
+  TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && (x.dim() == 2 || x.dim() == 3),
+              "x must be a 2-D or 3-D float32 CUDA tensor; got ", x.scalar_type(), " ", shape_string(x.sizes()));
+  TORCH_CHECK(dim == -1 || dim == -2, "dim must be -1 (one shift per row) or -2 (per column); got ", dim);
+  c10::cuda::CUDAGuard device_guard(x.device());
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape[shape.size() + dim] = 1;
+  at::Tensor out = at::empty(shape, x.options().dtype(at::kInt));
+  const at::Tensor source = x.dim() == 3 ? x : x.unsqueeze(0);
+  cutlass_ext_range_shift_args args{source.data_ptr<float>(),
+                                    source.size(0),
+                                    source.size(1),
+                                    source.size(2),
+                                    source.stride(0),
+                                    source.stride(1),
+                                    source.stride(2),
+                                    dim == -2,
+                                    out.data_ptr<int32_t>()};
+  check_launch(loaded(range_shift_launcher)(&args, c10::cuda::getCurrentCUDAStream().stream()), "range_shift");
+  return out;
+}
+
+// halfhalf on the sm80 kernels in one call: range shifts, packed operands, the product, unscaled. The same passes
+// as cutlass_ext.scaling's, without a Python dispatch between them (an eager call's host cost).
+at::Tensor halfhalf_gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::vector<std::string> variants) {
+  const at::Tensor row_shift = range_shift_cuda(a, -1), column_shift = range_shift_cuda(b, -2);
+  const at::Tensor product = gemm_cuda(halfhalf_pack_cuda(a, row_shift), halfhalf_pack_cuda(b, column_shift),
+                                       std::move(variants));
+  return halfhalf_unscale_cuda(product, row_shift, column_shift);
+}
+
 // x (float32, 2-D or 3-D, any strides) · 2^shift (shift optional, int32, broadcast against x) split into hi and
 // lo planes of `format` (launcher_abi.h), (…, rows, ld) row-major: columns padded with zeros to 16 bytes, as TMA
 // wants rows, so that the planes' product over the padded K is the product over K.
@@ -558,6 +601,8 @@ TORCH_LIBRARY_IMPL(cutlass_ext, CUDA, m) {
   m.impl("halfhalf_pack", &halfhalf_pack_cuda);
   m.impl("halfhalf_unscale", &halfhalf_unscale_cuda);
   m.impl("split_planes", &split_planes_cuda);
+  m.impl("range_shift", &range_shift_cuda);
+  m.impl("halfhalf_gemm", &halfhalf_gemm_cuda);
   m.impl("gemm_split", &gemm_split_cuda);
 }
 

@@ -95,3 +95,33 @@ def test_views_give_bit_identical_products(layout_a, layout_b, batched):
     ours = ext.gemm(LAYOUTS[layout_a](a), LAYOUTS[layout_b](b), mode="halfhalf")
     assert torch.isfinite(ours).all()
     assert torch.equal(ours, expected)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize(
+    "shape, dim", [((37, 53), -1), ((37, 53), -2), ((3, 17, 9), -1), ((3, 17, 9), -2), ((2, 5, 70000), -1)]
+)
+def test_range_shift_equals_the_torch_reference(layout, shape, dim):
+    """One launch computes what fp16_range_shift computes with torch ops, NaN, Inf, zero slices and both reading
+    directions (along the unit stride and across it) included."""
+    generator = torch.Generator(device="cuda").manual_seed(25)
+    x = LAYOUTS[layout](numerics.exp_rand(shape, -126, 120, generator=generator))
+    x[..., 0, 0] = float("nan")
+    x[..., 1, 1] = float("inf")
+    x[..., 2, :] = 0.0
+    x[..., :, 2] = -0.0
+    ours = ops.range_shift(x, dim)
+    assert ours.dtype == torch.int32
+    assert torch.equal(ours, scaling.fp16_range_shift(x, dim=dim).to(torch.int32))
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_fused_halfhalf_equals_its_passes_one_by_one(batched):
+    a, b = operands("type4", 130, 70, 257, seed=26)
+    if batched:
+        a, b = torch.stack([a, 3 * a]), torch.stack([b, -b])
+    names = [c.name for c in PACKED]
+    row_shift, column_shift = scaling.fp16_range_shift(a, dim=-1), scaling.fp16_range_shift(b, dim=-2)
+    packed_a, packed_b = ops.halfhalf_pack(a, row_shift), ops.halfhalf_pack(b, column_shift)
+    expected = ops.halfhalf_unscale(ops.gemm(packed_a, packed_b, names), row_shift, column_shift)
+    assert torch.equal(ops.halfhalf_gemm(a, b, names), expected)
