@@ -102,10 +102,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: LowbitConfig) -> torch.Tens
     if a.device != b.device:
         raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
     try:
-        torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except RuntimeError:
         raise ValueError(f"batch dimensions of a {tuple(a.shape)} and b {tuple(b.shape)} do not broadcast") from None
-    a, b = a.float(), b.float()
+    # Broadcast batch dimensions as stride-0 views: the kernel sees one batch, autograd sums the expanded gradients.
+    a = a.float().expand(*batch, *a.shape[-2:])
+    b = b.float().expand(*batch, *b.shape[-2:])
     fmt = dynamic_format(a, b, config.format) if config.dynamic_bias else config.format
     if a.is_cuda:
         try:
@@ -184,14 +186,9 @@ def reference_grads(
         from .ste import grad_reference
 
         batch = grad_out.shape[:-2]
-        a_rows = a.expand(*batch, *a.shape[-2:]).reshape(-1, *a.shape[-2:])
-        b_rows = b.expand(*batch, *b.shape[-2:]).reshape(-1, *b.shape[-2:])
-        pairs = [
-            grad_reference(x, w, g, fmt, ste, eps1, eps2)
-            for x, w, g in zip(a_rows, b_rows, grad_out.reshape(-1, *grad_out.shape[-2:]))
-        ]
-        grad_a = torch.stack([p[0] for p in pairs]).reshape(*batch, *a.shape[-2:])
-        grad_b = torch.stack([p[1] for p in pairs]).reshape(*batch, *b.shape[-2:])
+        grad_a, grad_b = grad_reference(
+            a.expand(*batch, *a.shape[-2:]), b.expand(*batch, *b.shape[-2:]), grad_out, fmt, ste, eps1, eps2
+        )
     return grad_a.sum_to_size(a.shape), grad_b.sum_to_size(b.shape)
 
 

@@ -41,11 +41,12 @@ def _signed(mask: int) -> int:
 
 
 def _q(y: torch.Tensor, mask: int, r_of: float, r_uf: float | None) -> torch.Tensor:
-    """Q of FP32 arithmetic results (quiet NaNs keep the mask's top mantissa bit, so NaN stays NaN)."""
-    y = (y.view(torch.int32) & _signed(mask)).view(torch.float32).clamp(-r_of, r_of)
-    if r_uf is None:
-        return y
-    return torch.where(y.abs() < r_uf, 0.0, y)
+    """Q, in place, of FP32 arithmetic results (quiet NaNs keep the mask's top mantissa bit, so NaN stays NaN)."""
+    y.view(torch.int32).bitwise_and_(_signed(mask))
+    y.clamp_(-r_of, r_of)
+    if r_uf is not None:
+        y.masked_fill_(y.abs() < r_uf, 0.0)
+    return y
 
 
 def _check_float32(name: str, x) -> None:
@@ -61,7 +62,7 @@ def quantize(x: torch.Tensor, man: int, exp: int, bias: int, underflow: bool = T
     # A format with these bits and this bias for both roles validates the arguments with their names.
     LowbitFormat(man, exp, bias, bias, man, exp, 1, underflow)
     r_uf = underflow_threshold(bias) if underflow else None
-    y = _q(x.detach(), mantissa_mask(man), overflow_threshold(man, exp, bias), r_uf)
+    y = _q(x.detach().clone(), mantissa_mask(man), overflow_threshold(man, exp, bias), r_uf)
     # A signalling NaN whose payload lies in the dropped bits would mask to ±inf; NaN is kept as given instead.
     return torch.where(torch.isnan(x), x.detach(), y)
 
@@ -88,10 +89,13 @@ class _Events:
             "swamping", "full_swamping")
 
     def __init__(self):
-        self.counts = dict.fromkeys(self.KEYS, 0)
+        self.counts = dict.fromkeys(self.KEYS, 0)  # python ints or, once counted, device tensors (one sync at the end)
 
     def _add(self, key: str, mask: torch.Tensor) -> None:
-        self.counts[key] += int(mask.sum())
+        self.counts[key] = self.counts[key] + mask.sum()
+
+    def totals(self) -> dict[str, int]:
+        return {key: int(value) for key, value in self.counts.items()}
 
     def product(self, x: torch.Tensor, w: torch.Tensor, p: torch.Tensor, fmt: LowbitFormat) -> None:
         self.counts["products"] += p.numel()
@@ -116,27 +120,28 @@ class _Events:
 
 
 def _add_step(s: torch.Tensor, term: torch.Tensor, fmt: LowbitFormat, events: _Events | None) -> torch.Tensor:
+    """Q_acc(s + term), written into s (a view of the running sums) and returned."""
+    if events is None:
+        return _q_acc(s.add_(term), fmt)
     y = s + term
-    r = _q_acc(y, fmt)
-    if events is not None:
-        events.addition(s, term, y, r, fmt)
-    return r
+    r = _q_acc(y.clone(), fmt)
+    events.addition(s, term, y, r, fmt)
+    return s.copy_(r)
 
 
 def _chunk_sums(a: torch.Tensor, bt: torch.Tensor, fmt: LowbitFormat, events: _Events | None) -> torch.Tensor:
-    """S_c of every chunk of a (…, M, k) and bᵀ (…, N, k), k = the chunks' span: (…, M, N, chunks)."""
+    """S_c of every chunk of a (…, M, k) and bᵀ (…, N, k), k = the chunks' span: (chunks, …, M, N)."""
     span = a.shape[-1]
     count = math.ceil(span / fmt.chunk)
-    sums = a.new_zeros((*a.shape[:-1], bt.shape[-2], count))
+    sums = a.new_zeros((count, *a.shape[:-1], bt.shape[-2]))
     for j in range(min(fmt.chunk, span)):
         # The j-th product of every chunk that has one (all but a short last chunk when j is past its end).
-        x = a[..., j :: fmt.chunk].unsqueeze(-2)
-        w = bt[..., j :: fmt.chunk].unsqueeze(-3)
+        x = a[..., j :: fmt.chunk].movedim(-1, 0).unsqueeze(-1)
+        w = bt[..., j :: fmt.chunk].movedim(-1, 0).unsqueeze(-2)
         p = x * w
         if events is not None:
             events.product(x, w, p, fmt)
-        width = p.shape[-1]
-        sums[..., :width] = _add_step(sums[..., :width], _q_prod(p, fmt), fmt, events)
+        _add_step(sums[: p.shape[0]], _q_prod(p, fmt), fmt, events)
     return sums
 
 
@@ -172,8 +177,8 @@ def _chain(a: torch.Tensor, b: torch.Tensor, fmt: LowbitFormat, events: _Events 
     for first in range(0, chunks, group):
         lo, hi = first * fmt.chunk, min(k, (first + group) * fmt.chunk)
         sums = _chunk_sums(a[..., lo:hi], bt[..., lo:hi], fmt, events)
-        for c in range(sums.shape[-1]):
-            total = _add_step(total, sums[..., c], fmt, events)
+        for chunk_sum in sums:
+            _add_step(total, chunk_sum, fmt, events)
     return total
 
 
@@ -214,7 +219,7 @@ def lowbit_matmul_events(a: torch.Tensor, b: torch.Tensor, fmt: LowbitFormat) ->
     """
     events = _Events()
     _chain(a, b, fmt, events)
-    counts = dict(events.counts)
+    counts = events.totals()
     counts["overflow"] = counts["prod_overflow"] + counts["acc_overflow"]
     counts["underflow"] = counts["prod_underflow"] + counts["acc_underflow"]
     return counts
