@@ -171,3 +171,38 @@ def test_library_compiles_and_exports_launchers(tmp_path, monkeypatch):
     ).stdout
     for function in ("lowbit_forward", "lowbit_grad"):
         assert f" T {DEFAULT_CONFIG.name}_{function}\n" in exported
+
+
+def test_config_names_parse_back():
+    from cutlass_ext import variants
+    from cutlass_ext.lowbit.kernel import LowbitKernelConfig
+
+    config = LowbitKernelConfig(block=(128, 64, 16), thread=(8, 4), window=8)
+    assert config.name == "lowbit_128x64x16_t8x4_w8"
+    assert variants.from_name(config.name) == config
+
+
+@pytest.mark.parametrize(
+    "fields, match",
+    [
+        (dict(block=(64, 64, 32), thread=(3, 4)), "must divide"),
+        (dict(block=(256, 256, 8), thread=(1, 1)), "at most 1024"),
+        (dict(window=33), "window="),
+        (dict(family="sm80"), "family="),
+    ],
+)
+def test_bad_configs_name_the_field(fields, match):
+    from cutlass_ext.lowbit.kernel import LowbitKernelConfig
+
+    with pytest.raises(ValueError, match=match):
+        LowbitKernelConfig(**fields)
+
+
+def test_matmul_rejects_cpu_and_non_float_operands():
+    from cutlass_ext.lowbit.kernel import matmul
+
+    fmt = LowbitFormat.make(7, 4)
+    with pytest.raises(ValueError, match="a must be a CUDA tensor"):
+        matmul(torch.zeros(2, 3), torch.zeros(3, 2), fmt)
+    with pytest.raises(TypeError, match="a must be float32"):
+        matmul(torch.zeros(2, 3, dtype=torch.float16), torch.zeros(3, 2), fmt)

@@ -11,6 +11,7 @@ keeps, from the forward, one int32 per output: the last chunk whose second-level
 from __future__ import annotations
 
 import ctypes
+import math
 import re
 from dataclasses import dataclass
 from string import Template
@@ -312,8 +313,9 @@ def matmul(
     except RuntimeError:
         raise ValueError(f"batch dimensions of a {tuple(a.shape)} and b {tuple(b.shape)} do not broadcast") from None
     (m, k), n = a.shape[-2:], b.shape[-1]
-    a3 = a.expand(*batch, m, k).reshape(-1, m, k)
-    b3 = b.expand(*batch, k, n).reshape(-1, k, n)
+    count = math.prod(batch)
+    a3 = a.expand(*batch, m, k).reshape(count, m, k)
+    b3 = b.expand(*batch, k, n).reshape(count, k, n)
     out = LowbitMatmul.apply(a3, b3, _format_fields(fmt), ste, float(eps1), float(eps2))
     return out.reshape(*batch, m, n)
 

@@ -20,6 +20,8 @@ Gradients, with masked terms skipped and each product and sum rounded once (the 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .format import LowbitFormat
@@ -121,7 +123,7 @@ def grad_reference(
     if grad_out.shape[-2:] != (a.shape[-2], b.shape[-1]):
         raise ValueError(f"grad_out must be (…, {a.shape[-2]}, {b.shape[-1]}); got {tuple(grad_out.shape)}")
     eps = [torch.tensor(e, dtype=torch.float32, device=a.device) for e in (eps1, eps2)]
-    a3, b3, g3 = (x.detach().reshape(-1, *x.shape[-2:]) for x in (a, b, grad_out))
+    a3, b3, g3 = (x.detach().reshape(math.prod(batch), *x.shape[-2:]) for x in (a, b, grad_out))
     pairs = [_grad_pair(a3[i], b3[i], g3[i], fmt, ste, *eps) for i in range(a3.shape[0])]
     grad_a = torch.stack([p[0] for p in pairs]) if pairs else a3.new_zeros(a3.shape)
     grad_b = torch.stack([p[1] for p in pairs]) if pairs else b3.new_zeros(b3.shape)
