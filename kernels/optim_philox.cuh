@@ -66,7 +66,12 @@ struct PhiloxStream {
   }
 
   OPTIM_HOST_DEVICE uint32_t element(uint64_t element_index) const {
-    return block(element_index >> 2).word[element_index & 3];
+    PhiloxWords words = block(element_index >> 2);
+    // selects, not a dynamic index, keep the words in registers (no local-memory array)
+    uint32_t lane = uint32_t(element_index & 3);
+    uint32_t low = lane & 1 ? words.word[1] : words.word[0];
+    uint32_t high = lane & 1 ? words.word[3] : words.word[2];
+    return lane & 2 ? high : low;
   }
 };
 

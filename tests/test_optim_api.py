@@ -35,11 +35,11 @@ def _train(optimizer, params, grads):
 @pytest.mark.parametrize(
     "kwargs, argument",
     [
-        (dict(update="round"), "update"),
-        (dict(arithmetic="fp16"), "arithmetic"),
-        (dict(lr=-1.0), "lr"),
-        (dict(seed=-1), "seed"),
-        (dict(seed=2**64), "seed"),
+        ({"update": "round"}, "update"),
+        ({"arithmetic": "fp16"}, "arithmetic"),
+        ({"lr": -1.0}, "lr"),
+        ({"seed": -1}, "seed"),
+        ({"seed": 2**64}, "seed"),
     ],
 )
 def test_bad_arguments_name_themselves(make, kwargs, argument):

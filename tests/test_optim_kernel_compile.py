@@ -82,9 +82,9 @@ def _pointer(tensor):
     return ctypes.c_void_p(tensor.data_ptr())
 
 
-SGD_GROUP = dict(lr=0.02, momentum=0.9, dampening=0.1, nesterov=False, weight_decay=1e-2)
-NESTEROV_GROUP = dict(lr=0.02, momentum=0.9, dampening=0.0, nesterov=True, weight_decay=0.0)
-ADAMW_GROUP = dict(lr=3e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=1e-2)
+SGD_GROUP = {"lr": 0.02, "momentum": 0.9, "dampening": 0.1, "nesterov": False, "weight_decay": 1e-2}
+NESTEROV_GROUP = {"lr": 0.02, "momentum": 0.9, "dampening": 0.0, "nesterov": True, "weight_decay": 0.0}
+ADAMW_GROUP = {"lr": 3e-3, "betas": (0.9, 0.99), "eps": 1e-8, "weight_decay": 1e-2}
 
 
 @pytest.mark.parametrize("kind, group", [("sgd", SGD_GROUP), ("sgd", NESTEROV_GROUP), ("adamw", ADAMW_GROUP)])
@@ -109,8 +109,8 @@ def test_kernel_arithmetic_matches_reference(host_step, kind, group, update, ari
             reference.adamw_update(ref["w"], ref["g"], ref["s0"], ref["s1"], ref["c"], scalars, constants, rounding,
                                    arithmetic)
         host = {name: t.clone() for name, t in tensors.items()}
-        values = dict(momentum=0.0, one_minus_dampening=1.0, weight_decay=0.0, beta1=0.0, beta2=0.0,
-                      one_minus_beta1=0.0, one_minus_beta2=0.0, eps=0.0, nesterov=0)
+        values = {"momentum": 0.0, "one_minus_dampening": 1.0, "weight_decay": 0.0, "beta1": 0.0, "beta2": 0.0,
+                      "one_minus_beta1": 0.0, "one_minus_beta2": 0.0, "eps": 0.0, "nesterov": 0}
         values.update({k: v for k, v in vars(constants).items()})
         packed = _Constants(**{**values, "nesterov": int(values["nesterov"])}, seed_low=seed & 0xFFFFFFFF,
                             seed_high=seed >> 32)

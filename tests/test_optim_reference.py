@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from cutlass_ext.optim import SGD, AdamW
-from cutlass_ext.optim import reference
+from cutlass_ext.optim import SGD, AdamW, reference
 from cutlass_ext.optim.philox import philox4x32_10
 
 MASK32 = 0xFFFFFFFF
@@ -135,9 +134,9 @@ DISTRIBUTIONS = {
     "wide": lambda g, shape: torch.randn(shape, generator=g) * torch.exp(4 * torch.randn(shape, generator=g)),
 }
 SGD_SETTINGS = [
-    dict(lr=0.05, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0),
-    dict(lr=0.01, momentum=0.9, dampening=0.1, nesterov=False, weight_decay=1e-2),
-    dict(lr=0.003, momentum=0.8, dampening=0.0, nesterov=True, weight_decay=5e-4),
+    {"lr": 0.05, "momentum": 0.0, "dampening": 0.0, "nesterov": False, "weight_decay": 0.0},
+    {"lr": 0.01, "momentum": 0.9, "dampening": 0.1, "nesterov": False, "weight_decay": 1e-2},
+    {"lr": 0.003, "momentum": 0.8, "dampening": 0.0, "nesterov": True, "weight_decay": 5e-4},
 ]
 
 
@@ -177,8 +176,8 @@ def test_sgd_matches_algorithms_2_and_3(update, arithmetic, distribution, settin
 
 
 ADAMW_SETTINGS = [
-    dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2),
-    dict(lr=3e-2, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.0),
+    {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2},
+    {"lr": 3e-2, "betas": (0.8, 0.95), "eps": 1e-6, "weight_decay": 0.0},
 ]
 
 

@@ -39,7 +39,7 @@ class OptimConfig(VariantFields):
     update: str = "nearest"
     arithmetic: str = "fp32"
     threads: int = 256
-    vectors_per_thread: int = 4
+    vectors_per_thread: int = 2
     family: str = FAMILY
 
     def __post_init__(self):

@@ -14,6 +14,7 @@ import torch
 from .. import native
 from .config import OptimConfig
 
+
 class _Tensor(ctypes.Structure):
     """kernels/optim_step.cuh's cutlass_ext_optim_tensor."""
 
@@ -110,7 +111,7 @@ def _check_tensor(name: str, tensor: torch.Tensor, param: torch.Tensor) -> None:
 
 
 def fused_step(kind: str, params, grads, states, scalars: torch.Tensor, constants, update: str, arithmetic: str,
-               seed: int, keys, element_offsets, threads: int = 256, vectors_per_thread: int = 4) -> None:
+               seed: int, keys, element_offsets, threads: int = 256, vectors_per_thread: int = 2) -> None:
     """One fused step of BF16 CUDA `params` on one device (reference.sgd_update / adamw_update, bit for bit).
 
     states: the lists of state tensors the kind keeps, in the kernel's order (SGD: momentum buffers if momentum
@@ -132,8 +133,8 @@ def fused_step(kind: str, params, grads, states, scalars: torch.Tensor, constant
     states1 = states[1] if len(states) > 1 else []
     if scalars.device != params[0].device or scalars.dtype != torch.float32 or scalars.shape != (len(params), 4):
         raise ValueError(f"scalars must be FP32 ({len(params)}, 4) on {params[0].device}")
-    values = dict(momentum=0.0, one_minus_dampening=1.0, weight_decay=0.0, beta1=0.0, beta2=0.0,
-                  one_minus_beta1=0.0, one_minus_beta2=0.0, eps=0.0, nesterov=0.0)
+    values = {"momentum": 0.0, "one_minus_dampening": 1.0, "weight_decay": 0.0, "beta1": 0.0, "beta2": 0.0,
+                  "one_minus_beta1": 0.0, "one_minus_beta2": 0.0, "eps": 0.0, "nesterov": 0.0}
     values.update({k: float(v) for k, v in vars(constants).items()})
     _fused_step_op(params, grads, states0, states1, compensations, scalars.contiguous(), config.name,
                    [values[name] for name in _CONSTANT_NAMES], [seed & 0xFFFFFFFF, seed >> 32], list(keys),

@@ -176,7 +176,7 @@ class SGD(_SixteenBitOptimizer):
             raise ValueError(f"dampening={dampening!r} must be a number in [0, 1]")
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("nesterov=True needs momentum > 0 and dampening = 0")
-        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, nesterov=nesterov, weight_decay=weight_decay)
+        defaults = {"lr": lr, "momentum": momentum, "dampening": dampening, "nesterov": nesterov, "weight_decay": weight_decay}
         super().__init__(params, defaults, update, arithmetic, seed, capturable)
 
     def _state_names(self, group, param):
@@ -210,7 +210,7 @@ class AdamW(_SixteenBitOptimizer):
         if not isinstance(eps, (int, float)) or eps <= 0:
             raise ValueError(f"eps={eps!r} must be a positive number")
         _check_nonnegative("weight_decay", weight_decay)
-        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
         super().__init__(params, defaults, update, arithmetic, seed, capturable)
 
     def _state_names(self, group, param):

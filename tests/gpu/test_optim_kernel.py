@@ -8,15 +8,15 @@ import zlib
 import pytest
 import torch
 
-from cutlass_ext.optim import SGD, AdamW, reference
+from cutlass_ext.optim import SGD, AdamW, kernel, reference
 
 pytestmark = pytest.mark.gpu
 
 SETTINGS = {
-    "sgd": dict(lr=0.02, momentum=0.9, dampening=0.1, weight_decay=1e-2),
-    "sgd_nesterov": dict(lr=0.02, momentum=0.9, nesterov=True, weight_decay=0.0),
-    "sgd_plain": dict(lr=0.05),
-    "adamw": dict(lr=3e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=1e-2),
+    "sgd": {"lr": 0.02, "momentum": 0.9, "dampening": 0.1, "weight_decay": 1e-2},
+    "sgd_nesterov": {"lr": 0.02, "momentum": 0.9, "nesterov": True, "weight_decay": 0.0},
+    "sgd_plain": {"lr": 0.05},
+    "adamw": {"lr": 3e-3, "betas": (0.9, 0.99), "eps": 1e-8, "weight_decay": 1e-2},
 }
 # Odd sizes (scalar tails), one past a block's chunk, and one spanning many chunks.
 SHAPES = ((7,), (33, 17), (8191,), (8193,), (3, 128, 129), (1 << 20) + 5)
@@ -207,40 +207,71 @@ def _llama_like_shapes(layers, hidden, intermediate, vocab):
     return [(vocab, hidden)] + layer * layers + [(hidden,), (vocab, hidden)]
 
 
-@pytest.mark.parametrize("update", reference.UPDATES)
-def test_step_bandwidth(update):
-    """AdamW on a ~0.5-billion-parameter Llama-like list, one captured step replayed: the achieved bandwidth
-    against a device-to-device copy's (printed; run with -s). A floor of 60% catches a broken vector path."""
-    shapes = _llama_like_shapes(layers=12, hidden=2048, intermediate=5632, vocab=32000)
-    params = [torch.nn.Parameter(torch.randn(shape, device="cuda", dtype=torch.bfloat16) * 0.02) for shape in shapes]
-    count = sum(p.numel() for p in params)
-    for p in params:
-        p.grad = torch.randn_like(p) * 1e-3
-    optimizer = AdamW(params, lr=torch.tensor(1e-4, device="cuda"), update=update, capturable=True)
+def _seconds(run, repeats=20):
+    run()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeats):
+        run()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3 / repeats
+
+
+def _graphed(step):
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        optimizer.step()
+        step()  # builds the library and the state outside the capture
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        optimizer.step()
+        step()
+    return graph.replay
 
-    def seconds(run, repeats=20):
-        run()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(repeats):
-            run()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / 1e3 / repeats
 
-    step_bytes = count * 2 * (4 + 3 + (2 if update == "kahan" else 0))  # reads w g m v (c), writes w m v (c)
-    step_rate = step_bytes / seconds(graph.replay)
-    source = torch.empty(step_bytes // 4, device="cuda", dtype=torch.uint8)
+@pytest.fixture(scope="module")
+def copy_rate():
+    source = torch.empty(4 << 30, device="cuda", dtype=torch.uint8)
     target = torch.empty_like(source)
-    copy_rate = 2 * source.numel() / seconds(lambda: target.copy_(source))
-    print(f"AdamW {update}: {count / 1e9:.2f} B params, {step_rate / 1e12:.2f} TB/s = "
-          f"{step_rate / copy_rate:.0%} of copy ({copy_rate / 1e12:.2f} TB/s)")
-    assert step_rate >= 0.6 * copy_rate
+    return 2 * source.numel() / _seconds(lambda: target.copy_(source))
+
+
+@pytest.mark.parametrize("vectors_per_thread", [1, 2, 4])
+@pytest.mark.parametrize("update", reference.UPDATES)
+def test_kernel_bandwidth(copy_rate, update, vectors_per_thread):
+    """AdamW's kernels alone on a ~0.6-billion-parameter Llama-like list, captured and replayed, against a
+    device-to-device copy (printed; run with -s to choose the default launch shape). A floor of 60% catches a
+    broken vector path."""
+    shapes = _llama_like_shapes(layers=12, hidden=2048, intermediate=5632, vocab=32000)
+    params = [torch.randn(shape, device="cuda", dtype=torch.bfloat16) * 0.02 for shape in shapes]
+    grads = [torch.randn_like(p) * 1e-3 for p in params]
+    states = [[torch.zeros_like(p) for p in params] for _ in range(3 if update == "kahan" else 2)]
+    scalars = reference.step_scalars("adamw", 1e-4, torch.full((len(params),), 3.0, device="cuda"), (0.9, 0.999),
+                                     "fp32")
+    constants = reference.AdamWConstants.from_group({"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01}, "fp32")
+    replay = _graphed(lambda: kernel.fused_step("adamw", params, grads, states, scalars, constants, update, "fp32",
+                                                7, range(len(params)), [0] * len(params),
+                                                vectors_per_thread=vectors_per_thread))
+    count = sum(p.numel() for p in params)
+    step_bytes = count * 2 * (4 + 3 + (2 if update == "kahan" else 0))  # reads w g m v (c), writes w m v (c)
+    rate = step_bytes / _seconds(replay)
+    print(f"\nAdamW kernel {update} v{vectors_per_thread}: {count / 1e9:.2f} B params, {rate / 1e12:.2f} TB/s = "
+          f"{rate / copy_rate:.0%} of copy ({copy_rate / 1e12:.2f} TB/s)")
+    assert rate >= 0.6 * copy_rate
+
+
+@pytest.mark.parametrize("update", reference.UPDATES)
+def test_optimizer_bandwidth(copy_rate, update):
+    """The whole AdamW step (per-tensor scalars included), captured with capturable=True and replayed."""
+    shapes = _llama_like_shapes(layers=12, hidden=2048, intermediate=5632, vocab=32000)
+    params = [torch.nn.Parameter(torch.randn(shape, device="cuda", dtype=torch.bfloat16) * 0.02) for shape in shapes]
+    for p in params:
+        p.grad = torch.randn_like(p) * 1e-3
+    optimizer = AdamW(params, lr=torch.tensor(1e-4, device="cuda"), update=update, capturable=True)
+    replay = _graphed(optimizer.step)
+    count = sum(p.numel() for p in params)
+    step_bytes = count * 2 * (4 + 3 + (2 if update == "kahan" else 0))
+    rate = step_bytes / _seconds(replay)
+    print(f"\nAdamW step {update}: {rate / 1e12:.2f} TB/s = {rate / copy_rate:.0%} of copy")
+    assert rate >= 0.6 * copy_rate
