@@ -69,8 +69,18 @@ def host_step(tmp_path_factory):
     (folder / "harness.cpp").write_text(HARNESS)
     library = folder / "harness.so"
     subprocess.run(
-        ["g++", "-O2", "-std=c++17", "-ffp-contract=off", "-shared", "-fPIC", f"-I{kernels_dir()}",
-         "-o", str(library), str(folder / "harness.cpp")],
+        [
+            "g++",
+            "-O2",
+            "-std=c++17",
+            "-ffp-contract=off",
+            "-shared",
+            "-fPIC",
+            f"-I{kernels_dir()}",
+            "-o",
+            str(library),
+            str(folder / "harness.cpp"),
+        ],
         check=True,
     )
     function = ctypes.CDLL(str(library)).optim_host_step
@@ -99,26 +109,43 @@ def test_kernel_arithmetic_matches_reference(host_step, kind, group, update, ari
     constants_type = reference.SgdConstants if kind == "sgd" else reference.AdamWConstants
     constants = constants_type.from_group(group, arithmetic)
     for step in (1, 5):
-        scalars = reference.step_scalars(kind, group["lr"], torch.tensor([float(step)]), group.get("betas"),
-                                         arithmetic)[0]
+        scalars = reference.step_scalars(
+            kind, group["lr"], torch.tensor([float(step)]), group.get("betas"), arithmetic
+        )[0]
         ref = {name: t.clone() for name, t in tensors.items()}
         rounding = reference.Rounding(update, seed, key, offset)
         if kind == "sgd":
             reference.sgd_update(ref["w"], ref["g"], ref["s0"], ref["c"], scalars, constants, rounding, arithmetic)
         else:
-            reference.adamw_update(ref["w"], ref["g"], ref["s0"], ref["s1"], ref["c"], scalars, constants, rounding,
-                                   arithmetic)
+            reference.adamw_update(
+                ref["w"], ref["g"], ref["s0"], ref["s1"], ref["c"], scalars, constants, rounding, arithmetic
+            )
         host = {name: t.clone() for name, t in tensors.items()}
-        values = {"momentum": 0.0, "one_minus_dampening": 1.0, "weight_decay": 0.0, "beta1": 0.0, "beta2": 0.0,
-                      "one_minus_beta1": 0.0, "one_minus_beta2": 0.0, "eps": 0.0, "nesterov": 0}
+        values = {
+            "momentum": 0.0,
+            "one_minus_dampening": 1.0,
+            "weight_decay": 0.0,
+            "beta1": 0.0,
+            "beta2": 0.0,
+            "one_minus_beta1": 0.0,
+            "one_minus_beta2": 0.0,
+            "eps": 0.0,
+            "nesterov": 0,
+        }
         values.update({k: v for k, v in vars(constants).items()})
-        packed = _Constants(**{**values, "nesterov": int(values["nesterov"])}, seed_low=seed & 0xFFFFFFFF,
-                            seed_high=seed >> 32)
+        packed = _Constants(
+            **{**values, "nesterov": int(values["nesterov"])}, seed_low=seed & 0xFFFFFFFF, seed_high=seed >> 32
+        )
         host_step(
-            ctypes.c_int(0 if kind == "sgd" else 1), ctypes.c_int(reference.UPDATES.index(update)),
-            ctypes.c_int(reference.ARITHMETICS.index(arithmetic)), ctypes.c_int64(n),
-            *(_pointer(host[name]) for name in ("w", "g", "s0", "s1", "c")), ctypes.byref(packed),
-            _pointer(scalars.contiguous()), ctypes.c_uint32(key), ctypes.c_int64(offset),
+            ctypes.c_int(0 if kind == "sgd" else 1),
+            ctypes.c_int(reference.UPDATES.index(update)),
+            ctypes.c_int(reference.ARITHMETICS.index(arithmetic)),
+            ctypes.c_int64(n),
+            *(_pointer(host[name]) for name in ("w", "g", "s0", "s1", "c")),
+            ctypes.byref(packed),
+            _pointer(scalars.contiguous()),
+            ctypes.c_uint32(key),
+            ctypes.c_int64(offset),
         )
         changed = ("w", "s0") + (("s1",) if kind == "adamw" else ()) + (("c",) if update == "kahan" else ())
         for name in changed:
@@ -141,8 +168,9 @@ def test_variant_builds_and_exports_its_launcher(cache_dir):
     config = OptimConfig("adamw", "stochastic", "bf16")
     (result,) = build.build_libraries([(config,)], "90a", verbose=False)
     assert result.error is None, result.error
-    exported = subprocess.run(["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True,
-                              check=True).stdout
+    exported = subprocess.run(
+        ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
+    ).stdout
     assert f" T {config.name}_optim_step\n" in exported
 
 

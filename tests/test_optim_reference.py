@@ -169,8 +169,9 @@ def test_sgd_matches_algorithms_2_and_3(update, arithmetic, distribution, settin
     hp = SGD_SETTINGS[setting]
     seed, key, offset = 2**40 + 977, 31337, 6
     weight, grads = _inputs(distribution, 100 + setting)
-    got = _run_optimizer(lambda p: SGD(p, **hp, update=update, arithmetic=arithmetic, seed=seed), weight, grads,
-                         key, offset)
+    got = _run_optimizer(
+        lambda p: SGD(p, **hp, update=update, arithmetic=arithmetic, seed=seed), weight, grads, key, offset
+    )
     want = naive_sgd(*_as_lists(weight, grads), update, arithmetic, hp, seed, key, offset)
     assert got == want
 
@@ -189,8 +190,9 @@ def test_adamw_matches_algorithms_4_and_5(update, arithmetic, distribution, sett
     hp = ADAMW_SETTINGS[setting]
     seed, key, offset = 123456789, 7, 1
     weight, grads = _inputs(distribution, 200 + setting)
-    got = _run_optimizer(lambda p: AdamW(p, **hp, update=update, arithmetic=arithmetic, seed=seed), weight, grads,
-                         key, offset)
+    got = _run_optimizer(
+        lambda p: AdamW(p, **hp, update=update, arithmetic=arithmetic, seed=seed), weight, grads, key, offset
+    )
     want = naive_adamw(*_as_lists(weight, grads), update, arithmetic, hp, seed, key, offset)
     assert got == want
 

@@ -65,8 +65,9 @@ class OptimConfig(VariantFields):
         match = _NAME_PATTERN.fullmatch(name)
         if match is None:
             raise ValueError(f"{name!r} is not an optimizer variant name such as {cls().name!r}")
-        return cls(match["kind"], match["update"], match["arithmetic"], int(match["threads"]),
-                   int(match["vectors"]))._named(name)
+        return cls(
+            match["kind"], match["update"], match["arithmetic"], int(match["threads"]), int(match["vectors"])
+        )._named(name)
 
     @staticmethod
     def is_name(name: str) -> bool:

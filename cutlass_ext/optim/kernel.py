@@ -35,18 +35,36 @@ class _Constants(ctypes.Structure):
     """kernels/optim_update.cuh's Constants."""
 
     _fields_ = [
-        *((name, ctypes.c_float) for name in (
-            "momentum", "one_minus_dampening", "weight_decay",
-            "beta1", "beta2", "one_minus_beta1", "one_minus_beta2", "eps",
-        )),
+        *(
+            (name, ctypes.c_float)
+            for name in (
+                "momentum",
+                "one_minus_dampening",
+                "weight_decay",
+                "beta1",
+                "beta2",
+                "one_minus_beta1",
+                "one_minus_beta2",
+                "eps",
+            )
+        ),
         ("nesterov", ctypes.c_int32),
         ("seed_low", ctypes.c_uint32),
         ("seed_high", ctypes.c_uint32),
     ]
 
 
-_CONSTANT_NAMES = ("momentum", "one_minus_dampening", "weight_decay", "beta1", "beta2", "one_minus_beta1",
-                   "one_minus_beta2", "eps", "nesterov")
+_CONSTANT_NAMES = (
+    "momentum",
+    "one_minus_dampening",
+    "weight_decay",
+    "beta1",
+    "beta2",
+    "one_minus_beta1",
+    "one_minus_beta2",
+    "eps",
+    "nesterov",
+)
 
 
 def _launcher(config: OptimConfig, device: torch.device):
@@ -89,29 +107,49 @@ def _fused_step_op(
             keys[i],
         )
     values = dict(zip(_CONSTANT_NAMES, constants))
-    packed = _Constants(**{k: v for k, v in values.items() if k != "nesterov"}, nesterov=int(values["nesterov"]),
-                        seed_low=seed_words[0], seed_high=seed_words[1])
+    packed = _Constants(
+        **{k: v for k, v in values.items() if k != "nesterov"},
+        nesterov=int(values["nesterov"]),
+        seed_low=seed_words[0],
+        seed_high=seed_words[1],
+    )
     with torch.cuda.device(device):
         status = _launcher(config, device)(table, len(params), ctypes.byref(packed), native.stream_handle(device))
     native.check_status(status, f"optimizer step {variant}")
 
 
 @_fused_step_op.register_fake
-def _(params, grads, states0, states1, compensations, scalars, variant, constants, seed_words, keys,
-      element_offsets) -> None:
+def _(
+    params, grads, states0, states1, compensations, scalars, variant, constants, seed_words, keys, element_offsets
+) -> None:
     return None
 
 
 def _check_tensor(name: str, tensor: torch.Tensor, param: torch.Tensor) -> None:
     if tensor.dtype != torch.bfloat16 or tensor.device != param.device or tensor.shape != param.shape:
-        raise ValueError(f"{name} must be a BF16 tensor of the param's shape on {param.device}, got "
-                         f"{tensor.dtype} {tuple(tensor.shape)} on {tensor.device}")
+        raise ValueError(
+            f"{name} must be a BF16 tensor of the param's shape on {param.device}, got "
+            f"{tensor.dtype} {tuple(tensor.shape)} on {tensor.device}"
+        )
     if not tensor.is_contiguous():
         raise ValueError(f"{name} must be contiguous")
 
 
-def fused_step(kind: str, params, grads, states, scalars: torch.Tensor, constants, update: str, arithmetic: str,
-               seed: int, keys, element_offsets, threads: int = 256, vectors_per_thread: int = 2) -> None:
+def fused_step(
+    kind: str,
+    params,
+    grads,
+    states,
+    scalars: torch.Tensor,
+    constants,
+    update: str,
+    arithmetic: str,
+    seed: int,
+    keys,
+    element_offsets,
+    threads: int = 256,
+    vectors_per_thread: int = 2,
+) -> None:
     """One fused step of BF16 CUDA `params` on one device (reference.sgd_update / adamw_update, bit for bit).
 
     states: the lists of state tensors the kind keeps, in the kernel's order (SGD: momentum buffers if momentum
@@ -133,9 +171,28 @@ def fused_step(kind: str, params, grads, states, scalars: torch.Tensor, constant
     states1 = states[1] if len(states) > 1 else []
     if scalars.device != params[0].device or scalars.dtype != torch.float32 or scalars.shape != (len(params), 4):
         raise ValueError(f"scalars must be FP32 ({len(params)}, 4) on {params[0].device}")
-    values = {"momentum": 0.0, "one_minus_dampening": 1.0, "weight_decay": 0.0, "beta1": 0.0, "beta2": 0.0,
-                  "one_minus_beta1": 0.0, "one_minus_beta2": 0.0, "eps": 0.0, "nesterov": 0.0}
+    values = {
+        "momentum": 0.0,
+        "one_minus_dampening": 1.0,
+        "weight_decay": 0.0,
+        "beta1": 0.0,
+        "beta2": 0.0,
+        "one_minus_beta1": 0.0,
+        "one_minus_beta2": 0.0,
+        "eps": 0.0,
+        "nesterov": 0.0,
+    }
     values.update({k: float(v) for k, v in vars(constants).items()})
-    _fused_step_op(params, grads, states0, states1, compensations, scalars.contiguous(), config.name,
-                   [values[name] for name in _CONSTANT_NAMES], [seed & 0xFFFFFFFF, seed >> 32], list(keys),
-                   list(element_offsets))
+    _fused_step_op(
+        params,
+        grads,
+        states0,
+        states1,
+        compensations,
+        scalars.contiguous(),
+        config.name,
+        [values[name] for name in _CONSTANT_NAMES],
+        [seed & 0xFFFFFFFF, seed >> 32],
+        list(keys),
+        list(element_offsets),
+    )

@@ -14,8 +14,10 @@ from .reference import ARITHMETICS, UPDATES, AdamWConstants, Rounding, SgdConsta
 
 _SEED_LIMIT = 2**64
 # torch's check that a non-capturable optimizer is not being captured (generalised beyond CUDA in later torch)
-_capture_health_check = (getattr(torch.optim.Optimizer, "_accelerator_graph_capture_health_check", None)
-                         or torch.optim.Optimizer._cuda_graph_capture_health_check)
+_capture_health_check = (
+    getattr(torch.optim.Optimizer, "_accelerator_graph_capture_health_check", None)
+    or torch.optim.Optimizer._cuda_graph_capture_health_check
+)
 _KEY_LIMIT = 2**32
 
 
@@ -118,16 +120,16 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
         for i, param in enumerate(params):
             (fused if param.dtype == torch.bfloat16 and param.device.type == "cuda" else plain).append(i)
         if fused:
-            self._step_fused(group, [params[i] for i in fused], [grads[i] for i in fused],
-                             [states[i] for i in fused])
+            self._step_fused(group, [params[i] for i in fused], [grads[i] for i in fused], [states[i] for i in fused])
         for i in plain:
             param, state = params[i], states[i]
             # FP32 params update plainly: FP32 arithmetic, FP32 hyperparameters, no rounding of w - u
             arithmetic = group["arithmetic"] if param.dtype == torch.bfloat16 else "fp32"
             row = self._scalars(group, [state], arithmetic)[0].to(param.device)
             rounding = Rounding(group["update"], group["seed"], state["rng_key"], state["element_offset"])
-            self._update_reference(param, grads[i], state, row, self._constants(group, arithmetic), rounding,
-                                   arithmetic)
+            self._update_reference(
+                param, grads[i], state, row, self._constants(group, arithmetic), rounding, arithmetic
+            )
 
     def _scalars(self, group: dict, states, arithmetic: str) -> torch.Tensor:
         steps = torch.stack([state["step"] for state in states])
@@ -168,15 +170,33 @@ class SGD(_SixteenBitOptimizer):
 
     _kind = "sgd"
 
-    def __init__(self, params, lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, *,
-                 update="nearest", arithmetic="fp32", seed=0, capturable=False):
+    def __init__(
+        self,
+        params,
+        lr,
+        momentum=0.0,
+        dampening=0.0,
+        nesterov=False,
+        weight_decay=0.0,
+        *,
+        update="nearest",
+        arithmetic="fp32",
+        seed=0,
+        capturable=False,
+    ):
         _check_nonnegative("momentum", momentum)
         _check_nonnegative("weight_decay", weight_decay)
         if not isinstance(dampening, (int, float)) or not 0 <= dampening <= 1:
             raise ValueError(f"dampening={dampening!r} must be a number in [0, 1]")
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("nesterov=True needs momentum > 0 and dampening = 0")
-        defaults = {"lr": lr, "momentum": momentum, "dampening": dampening, "nesterov": nesterov, "weight_decay": weight_decay}
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "dampening": dampening,
+            "nesterov": nesterov,
+            "weight_decay": weight_decay,
+        }
         super().__init__(params, defaults, update, arithmetic, seed, capturable)
 
     def _state_names(self, group, param):
@@ -186,8 +206,9 @@ class SGD(_SixteenBitOptimizer):
         return SgdConstants.from_group(group, arithmetic)
 
     def _update_reference(self, param, grad, state, row, constants, rounding, arithmetic):
-        reference.sgd_update(param, grad, state.get("momentum_buffer"), state.get("compensation"), row, constants,
-                             rounding, arithmetic)
+        reference.sgd_update(
+            param, grad, state.get("momentum_buffer"), state.get("compensation"), row, constants, rounding, arithmetic
+        )
 
 
 class AdamW(_SixteenBitOptimizer):
@@ -203,8 +224,19 @@ class AdamW(_SixteenBitOptimizer):
 
     _kind = "adamw"
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *, update="nearest",
-                 arithmetic="fp32", seed=0, capturable=False):
+    def __init__(
+        self,
+        params,
+        lr=1e-3,
+        betas=(0.9, 0.999),
+        eps=1e-8,
+        weight_decay=1e-2,
+        *,
+        update="nearest",
+        arithmetic="fp32",
+        seed=0,
+        capturable=False,
+    ):
         if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
             raise ValueError(f"betas={betas!r} must be two numbers in [0, 1)")
         if not isinstance(eps, (int, float)) or eps <= 0:
@@ -220,5 +252,14 @@ class AdamW(_SixteenBitOptimizer):
         return AdamWConstants.from_group(group, arithmetic)
 
     def _update_reference(self, param, grad, state, row, constants, rounding, arithmetic):
-        reference.adamw_update(param, grad, state["exp_avg"], state["exp_avg_sq"], state.get("compensation"), row,
-                               constants, rounding, arithmetic)
+        reference.adamw_update(
+            param,
+            grad,
+            state["exp_avg"],
+            state["exp_avg_sq"],
+            state.get("compensation"),
+            row,
+            constants,
+            rounding,
+            arithmetic,
+        )

@@ -171,8 +171,9 @@ def _apply_update(param, weight, update_value, compensation, scalars, rounding: 
         param.copy_(total)
 
 
-def sgd_update(param, grad, momentum_buffer, compensation, scalars, constants: SgdConstants, rounding: Rounding,
-               arithmetic: str) -> None:
+def sgd_update(
+    param, grad, momentum_buffer, compensation, scalars, constants: SgdConstants, rounding: Rounding, arithmetic: str
+) -> None:
     """One SGD step of one tensor, in place (Algorithms 2 and 3, with torch.optim.SGD's dampening and Nesterov).
 
     scalars: the tensor's row of `step_scalars("sgd", ...)`. momentum_buffer: None when momentum is 0.
@@ -186,15 +187,26 @@ def sgd_update(param, grad, momentum_buffer, compensation, scalars, constants: S
         direction = q(direction + q(constants.weight_decay * weight))
     if constants.momentum != 0:
         # torch.optim.SGD's first step copies the gradient into the buffer
-        blended = q(q(constants.momentum * momentum_buffer.to(torch.float32)) + q(constants.one_minus_dampening * direction))
+        blended = q(
+            q(constants.momentum * momentum_buffer.to(torch.float32)) + q(constants.one_minus_dampening * direction)
+        )
         momentum = torch.where(first != 0, direction, blended)
         momentum_buffer.copy_(momentum)
         direction = q(direction + q(constants.momentum * momentum)) if constants.nesterov else momentum
     _apply_update(param, weight, q(lr * direction), compensation, scalars, rounding, q)
 
 
-def adamw_update(param, grad, exp_avg, exp_avg_sq, compensation, scalars, constants: AdamWConstants,
-                 rounding: Rounding, arithmetic: str) -> None:
+def adamw_update(
+    param,
+    grad,
+    exp_avg,
+    exp_avg_sq,
+    compensation,
+    scalars,
+    constants: AdamWConstants,
+    rounding: Rounding,
+    arithmetic: str,
+) -> None:
     """One AdamW step of one tensor, in place (Algorithms 4 and 5: decoupled weight decay η·d·w inside u).
 
     scalars: the tensor's row of `step_scalars("adamw", ...)`; the update uses the FP32 moments of this step
@@ -205,7 +217,9 @@ def adamw_update(param, grad, exp_avg, exp_avg_sq, compensation, scalars, consta
     weight = param.to(torch.float32)
     gradient = grad.to(torch.float32)
     first = q(q(constants.beta1 * exp_avg.to(torch.float32)) + q(constants.one_minus_beta1 * gradient))
-    second = q(q(constants.beta2 * exp_avg_sq.to(torch.float32)) + q(constants.one_minus_beta2 * q(gradient * gradient)))
+    second = q(
+        q(constants.beta2 * exp_avg_sq.to(torch.float32)) + q(constants.one_minus_beta2 * q(gradient * gradient))
+    )
     exp_avg.copy_(first)
     exp_avg_sq.copy_(second)
     first_hat = q(first / correction1)

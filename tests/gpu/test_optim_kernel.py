@@ -86,7 +86,7 @@ def test_misaligned_views_and_many_tensors(update):
         storage = base.to(device)
         params, start = [], 1
         for shape in shapes:
-            params.append(torch.nn.Parameter(storage[start:start + shape[0]]))
+            params.append(torch.nn.Parameter(storage[start : start + shape[0]]))
             start += shape[0]
         optimizer = AdamW(params, update=update, seed=3)
         _train(optimizer, params, grads)
@@ -202,8 +202,17 @@ def test_step_launches_are_few():
 
 def _llama_like_shapes(layers, hidden, intermediate, vocab):
     """One decoder's weights per layer (attention q, k, v, o; MLP gate, up, down; two norms), embeddings, head."""
-    layer = [(hidden, hidden), (hidden // 4, hidden), (hidden // 4, hidden), (hidden, hidden),
-             (intermediate, hidden), (intermediate, hidden), (hidden, intermediate), (hidden,), (hidden,)]
+    layer = [
+        (hidden, hidden),
+        (hidden // 4, hidden),
+        (hidden // 4, hidden),
+        (hidden, hidden),
+        (intermediate, hidden),
+        (intermediate, hidden),
+        (hidden, intermediate),
+        (hidden,),
+        (hidden,),
+    ]
     return [(vocab, hidden)] + layer * layers + [(hidden,), (vocab, hidden)]
 
 
@@ -247,17 +256,33 @@ def test_kernel_bandwidth(copy_rate, update, vectors_per_thread):
     params = [torch.randn(shape, device="cuda", dtype=torch.bfloat16) * 0.02 for shape in shapes]
     grads = [torch.randn_like(p) * 1e-3 for p in params]
     states = [[torch.zeros_like(p) for p in params] for _ in range(3 if update == "kahan" else 2)]
-    scalars = reference.step_scalars("adamw", 1e-4, torch.full((len(params),), 3.0, device="cuda"), (0.9, 0.999),
-                                     "fp32")
+    scalars = reference.step_scalars(
+        "adamw", 1e-4, torch.full((len(params),), 3.0, device="cuda"), (0.9, 0.999), "fp32"
+    )
     constants = reference.AdamWConstants.from_group({"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01}, "fp32")
-    replay = _graphed(lambda: kernel.fused_step("adamw", params, grads, states, scalars, constants, update, "fp32",
-                                                7, range(len(params)), [0] * len(params),
-                                                vectors_per_thread=vectors_per_thread))
+    replay = _graphed(
+        lambda: kernel.fused_step(
+            "adamw",
+            params,
+            grads,
+            states,
+            scalars,
+            constants,
+            update,
+            "fp32",
+            7,
+            range(len(params)),
+            [0] * len(params),
+            vectors_per_thread=vectors_per_thread,
+        )
+    )
     count = sum(p.numel() for p in params)
     step_bytes = count * 2 * (4 + 3 + (2 if update == "kahan" else 0))  # reads w g m v (c), writes w m v (c)
     rate = step_bytes / _seconds(replay)
-    print(f"\nAdamW kernel {update} v{vectors_per_thread}: {count / 1e9:.2f} B params, {rate / 1e12:.2f} TB/s = "
-          f"{rate / copy_rate:.0%} of copy ({copy_rate / 1e12:.2f} TB/s)")
+    print(
+        f"\nAdamW kernel {update} v{vectors_per_thread}: {count / 1e9:.2f} B params, {rate / 1e12:.2f} TB/s = "
+        f"{rate / copy_rate:.0%} of copy ({copy_rate / 1e12:.2f} TB/s)"
+    )
     assert rate >= 0.6 * copy_rate
 
 
