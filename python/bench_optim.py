@@ -72,14 +72,14 @@ def contenders(device: torch.device, graph: bool):
         yield f"ours {update}", "cutlass_ext", torch.bfloat16, ours, True
     try:
         torchao_optim = importlib.import_module("torchao.optim")
-        torchao = lambda params: torchao_optim._AdamW(  # noqa: E731
+        torchao = lambda params: torchao_optim._AdamW(
             params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY, bf16_stochastic_round=True)
     except ImportError as error:
         torchao = f"skipped: torchao not importable ({error})"
     yield "torchao SR", "torchao", torch.bfloat16, torchao, False
     try:
         optimi_module = importlib.import_module("optimi")
-        optimi = lambda params: optimi_module.AdamW(  # noqa: E731
+        optimi = lambda params: optimi_module.AdamW(
             params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY, kahan_sum=True)
     except ImportError as error:
         optimi = f"skipped: torch-optimi not importable ({error})"

@@ -12,7 +12,6 @@ FP32.
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 from dataclasses import replace
@@ -20,7 +19,6 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-
 import train_lm
 
 

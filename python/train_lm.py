@@ -84,8 +84,7 @@ def load_corpus(max_files: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     train, validation = [], []
     for index, path in enumerate(corpus_files(max_files)):
         (validation if index % VALIDATION_EVERY_NTH_FILE == 0 else train).append(path.read_bytes())
-    as_tensor = lambda parts: torch.frombuffer(bytearray(b"".join(parts)), dtype=torch.uint8)  # noqa: E731
-    return as_tensor(train), as_tensor(validation)
+    return tuple(torch.frombuffer(bytearray(b"".join(parts)), dtype=torch.uint8) for parts in (train, validation))
 
 
 class Block(nn.Module):
@@ -273,8 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-QUICK = dict(device="cpu", steps=10, layers=1, width=32, heads=2, context=32, batch=8, warmup=3, eval_every=5,
-             eval_batches=2, final_eval_batches=2, max_files=12)
+QUICK = {"device": "cpu", "steps": 10, "layers": 1, "width": 32, "heads": 2, "context": 32, "batch": 8, "warmup": 3,
+         "eval_every": 5, "eval_batches": 2, "final_eval_batches": 2, "max_files": 12}
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
