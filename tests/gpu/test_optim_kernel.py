@@ -19,7 +19,7 @@ SETTINGS = {
     "adamw": {"lr": 3e-3, "betas": (0.9, 0.99), "eps": 1e-8, "weight_decay": 1e-2},
 }
 # Odd sizes (scalar tails), one past a block's chunk, and one spanning many chunks.
-SHAPES = ((7,), (33, 17), (8191,), (8193,), (3, 128, 129), (1 << 20) + 5)
+SHAPES = ((7,), (33, 17), (8191,), (8193,), (3, 128, 129), (1 << 16) + 5)
 DISTRIBUTIONS = {
     "normal": lambda g, shape: torch.randn(shape, generator=g),
     "tiny": lambda g, shape: torch.randn(shape, generator=g) * 1e-4,
