@@ -125,7 +125,7 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
             param, state = params[i], states[i]
             # FP32 params update plainly: FP32 arithmetic, FP32 hyperparameters, no rounding of w - u
             arithmetic = group["arithmetic"] if param.dtype == torch.bfloat16 else "fp32"
-            row = self._scalars(group, [state], arithmetic)[0].to(param.device)
+            row = self._scalars(group, [state], arithmetic)[0].to(param.device, non_blocking=True)
             rounding = Rounding(group["update"], group["seed"], state["rng_key"], state["element_offset"])
             self._update_reference(
                 param, grads[i], state, row, self._constants(group, arithmetic), rounding, arithmetic
@@ -143,7 +143,8 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
                 [params[i] for i in chosen],
                 [grads[i] for i in chosen],
                 [[states[i][name] for i in chosen] for name in self._kernel_state_names(group)],
-                self._scalars(group, [states[i] for i in chosen], group["arithmetic"]).to(device),
+                # non_blocking: a blocking copy from pageable memory would wait for the whole stream every step
+                self._scalars(group, [states[i] for i in chosen], group["arithmetic"]).to(device, non_blocking=True),
                 self._constants(group, group["arithmetic"]),
                 group["update"],
                 group["arithmetic"],
