@@ -127,7 +127,7 @@ def _run_host(program, directory, a, b, g, fmt, ste, eps1, eps2):
                                   int(fmt.underflow), _STE_CODES[ste]))
     )
     subprocess.run([str(program), str(directory)], check=True)
-    load = lambda name, shape: torch.from_numpy(np.fromfile(directory / name, dtype=np.float32).reshape(shape))  # noqa: E731
+    load = lambda name, shape: torch.from_numpy(np.fromfile(directory / name, dtype=np.float32).reshape(shape))
     return load("d.bin", (m, n)), load("da.bin", (m, k)), load("db.bin", (k, n))
 
 
@@ -185,10 +185,10 @@ def test_config_names_parse_back():
 @pytest.mark.parametrize(
     "fields, match",
     [
-        (dict(block=(64, 64, 32), thread=(3, 4)), "must divide"),
-        (dict(block=(256, 256, 8), thread=(1, 1)), "at most 1024"),
-        (dict(window=33), "window="),
-        (dict(family="sm80"), "family="),
+        ({"block": (64, 64, 32), "thread": (3, 4)}, "must divide"),
+        ({"block": (256, 256, 8), "thread": (1, 1)}, "at most 1024"),
+        ({"window": 33}, "window="),
+        ({"family": "sm80"}, "family="),
     ],
 )
 def test_bad_configs_name_the_field(fields, match):

@@ -14,7 +14,7 @@ SMALL = LowbitFormat.make(5, 3, acc_bias=4, prod_bias=4, chunk=2, underflow=Fals
 
 def _inputs(m, k, n, seed, spread=6):
     generator = torch.Generator().manual_seed(seed)
-    scale = lambda shape: 2.0 ** torch.randint(-spread, spread, shape, generator=generator)  # noqa: E731
+    scale = lambda shape: 2.0 ** torch.randint(-spread, spread, shape, generator=generator)
     a = torch.randn(m, k, generator=generator) * scale((m, k))
     b = torch.randn(k, n, generator=generator) * scale((k, n))
     g = torch.randn(m, n, generator=generator)
@@ -63,7 +63,7 @@ def _naive_masks(a, b, fmt, ste, eps1=1e-12, eps2=1e-3):
     m, k_total = a.shape
     n = b.shape[1]
     masks = torch.zeros(m, n, k_total, dtype=torch.bool)
-    scalar = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
+    scalar = lambda v: torch.tensor(v, dtype=torch.float32)
     for i in range(m):
         for j in range(n):
             bits, chunk_bits, chunk_of = [], [], []
@@ -160,16 +160,16 @@ def test_the_reference_forward_is_the_chain_the_masks_follow():
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        (dict(ste="straight"), ValueError, "ste="),
-        (dict(fmt="M7E4"), TypeError, "fmt must be"),
-        (dict(a=torch.zeros(2, 3, dtype=torch.float64)), TypeError, "a must be"),
-        (dict(b=torch.zeros(4, 2)), ValueError, "must agree"),
-        (dict(grad_out=torch.zeros(2, 3)), ValueError, "grad_out must be"),
-        (dict(a=torch.zeros(3)), ValueError, "a must have"),
+        ({"ste": "straight"}, ValueError, "ste="),
+        ({"fmt": "M7E4"}, TypeError, "fmt must be"),
+        ({"a": torch.zeros(2, 3, dtype=torch.float64)}, TypeError, "a must be"),
+        ({"b": torch.zeros(4, 2)}, ValueError, "must agree"),
+        ({"grad_out": torch.zeros(2, 3)}, ValueError, "grad_out must be"),
+        ({"a": torch.zeros(3)}, ValueError, "a must have"),
     ],
 )
 def test_bad_arguments_name_themselves(kwargs, error, match):
-    arguments = dict(a=torch.zeros(2, 3), b=torch.zeros(3, 2), grad_out=torch.zeros(2, 2), fmt=SMALL, ste="recursive-of")
+    arguments = {"a": torch.zeros(2, 3), "b": torch.zeros(3, 2), "grad_out": torch.zeros(2, 2), "fmt": SMALL, "ste": "recursive-of"}
     arguments.update(kwargs)
     with pytest.raises(error, match=match):
         grad_reference(**arguments)

@@ -246,6 +246,10 @@ def _(x, w, g, blocked, man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk
     return x.new_empty(x.shape)
 
 
+def _transposed(x: torch.Tensor) -> torch.Tensor:
+    return x.transpose(-1, -2)
+
+
 class LowbitMatmul(torch.autograd.Function):
     """(B, M, K) @ (B, K, N) by the chunked FMAq chain; its backward applies the STE (seed 002 section 4)."""
 
@@ -272,9 +276,11 @@ class LowbitMatmul(torch.autograd.Function):
             grad_a = torch.ops.cutlass_ext.lowbit_grad(a, b, grad_out, blocked, *options)
         if ctx.needs_input_grad[1]:
             # The gradient of B is the first operand's gradient of the transposed chain Bᵀ·Aᵀ (same products).
-            t = lambda x: x.transpose(-1, -2)  # noqa: E731
-            blocked_t = t(blocked) if blocked.dim() == 3 else blocked
-            grad_b = t(torch.ops.cutlass_ext.lowbit_grad(t(b), t(a), t(grad_out), blocked_t, *options))
+            blocked_t = _transposed(blocked) if blocked.dim() == 3 else blocked
+            grad_b = _transposed(
+                torch.ops.cutlass_ext.lowbit_grad(_transposed(b), _transposed(a), _transposed(grad_out), blocked_t,
+                                                  *options)
+            )
         return grad_a, grad_b, None, None, None, None
 
 
@@ -320,4 +326,4 @@ def matmul(
     return out.reshape(*batch, m, n)
 
 
-__all__ = ["DEFAULT_CONFIG", "LowbitKernelConfig", "STES", "matmul", "render_instance"]
+__all__ = ["DEFAULT_CONFIG", "STES", "LowbitKernelConfig", "matmul", "render_instance"]

@@ -1,0 +1,194 @@
+"""The low-bit-accumulator GEMM kernels on the GPU: forward bit for bit `reference.lowbit_matmul_fmt`, each STE's
+gradients bit for bit `ste.grad_reference`, layouts, batches, torch.compile, CUDA graphs, memory and bad input."""
+
+import pytest
+import torch
+
+from cutlass_ext.lowbit import kernel
+from cutlass_ext.lowbit.format import LowbitFormat
+from cutlass_ext.lowbit.reference import lowbit_matmul_fmt
+from cutlass_ext.lowbit.ste import grad_reference
+
+pytestmark = pytest.mark.gpu
+
+M7E4 = LowbitFormat.make(7, 4, chunk=16)
+FORMATS = {
+    "M7E4": M7E4,
+    "M7E4_nouf": M7E4.with_underflow(False),
+    "M4E3": LowbitFormat.make(4, 3, chunk=8),
+    "M3E5_prodM5E4": LowbitFormat.make(3, 5, acc_bias=14, prod_bias=9, chunk=5, prod_man=5, prod_exp=4),
+    "M10E5_c1": LowbitFormat.make(10, 5, chunk=1, underflow=False),
+    "M23E8_c64": LowbitFormat.make(23, 8, acc_bias=128, prod_bias=128, chunk=64, underflow=False),
+}
+DISTRIBUTIONS = {
+    "normal": lambda g, shape: torch.randn(shape, generator=g, device="cuda"),
+    "wide": lambda g, shape: torch.randn(shape, generator=g, device="cuda")
+    * 2.0 ** torch.randint(-12, 12, shape, generator=g, device="cuda"),
+    "positive": lambda g, shape: torch.rand(shape, generator=g, device="cuda") * 4,
+}
+
+
+def _draw(distribution, shape, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return DISTRIBUTIONS[distribution](g, shape)
+
+
+def _same_bits(x, y):
+    return x.shape == y.shape and torch.equal(x.contiguous().view(torch.int32), y.contiguous().view(torch.int32))
+
+
+@pytest.mark.parametrize("fmt_name", list(FORMATS))
+@pytest.mark.parametrize("distribution", list(DISTRIBUTIONS))
+@pytest.mark.parametrize("shape", [(1, 1, 1), (7, 5, 1), (33, 17, 31), (64, 64, 100), (65, 130, 129), (5, 3, 1000)])
+def test_forward_equals_reference(fmt_name, distribution, shape):
+    m, n, k = shape
+    fmt = FORMATS[fmt_name]
+    a = _draw(distribution, (m, k), seed=m + 3 * n + 7 * k)
+    b = _draw(distribution, (k, n), seed=m + 5 * n + 11 * k)
+    assert _same_bits(kernel.matmul(a, b, fmt), lowbit_matmul_fmt(a, b, fmt))
+
+
+@pytest.mark.parametrize("underflow", [True, False])
+def test_long_k_has_no_chunk_count_limit(underflow):
+    # K = 65536 with chunk 16: 4096 chunks, four times the authors' kernel's 1024-chunk limit
+    fmt = M7E4.with_underflow(underflow)
+    a, b = _draw("normal", (9, 65536), 1), _draw("normal", (65536, 6), 2)
+    assert _same_bits(kernel.matmul(a, b, fmt), lowbit_matmul_fmt(a, b, fmt))
+
+
+def test_empty_k_gives_zeros_and_empty_shapes_pass():
+    a, b = torch.zeros(4, 0, device="cuda"), torch.zeros(0, 3, device="cuda")
+    assert torch.equal(kernel.matmul(a, b, M7E4), torch.zeros(4, 3, device="cuda"))
+    assert kernel.matmul(torch.zeros(0, 5, device="cuda"), torch.zeros(5, 3, device="cuda"), M7E4).shape == (0, 3)
+
+
+def test_nan_and_inf_follow_the_reference():
+    a, b = _draw("normal", (8, 40), 3), _draw("normal", (40, 8), 4)
+    a[1, 3], a[2, 5], b[7, 6] = float("nan"), float("inf"), float("-inf")
+    out, expected = kernel.matmul(a, b, M7E4), lowbit_matmul_fmt(a, b, M7E4)
+    assert torch.equal(out.isnan(), expected.isnan())
+    finite = ~expected.isnan()
+    assert torch.equal(out[finite], expected[finite])
+
+
+@pytest.mark.parametrize("layout", ["a_transposed", "b_transposed", "both_transposed", "strided"])
+def test_layouts_equal_the_reference(layout):
+    m, n, k = 37, 45, 77
+    a, b = _draw("wide", (m, 2 * k), 5)[:, ::2], _draw("wide", (k, 3 * n), 6)[:, ::3]
+    if layout in ("a_transposed", "both_transposed"):
+        a = a.contiguous().T.contiguous().T
+    if layout in ("b_transposed", "both_transposed"):
+        b = b.contiguous().T.contiguous().T
+    assert _same_bits(kernel.matmul(a, b, M7E4), lowbit_matmul_fmt(a, b, M7E4))
+
+
+def test_batched_and_broadcast_operands():
+    a = _draw("wide", (2, 3, 20, 33), 7)
+    b = _draw("wide", (3, 33, 18), 8)
+    out = kernel.matmul(a, b, M7E4)
+    assert out.shape == (2, 3, 20, 18)
+    assert _same_bits(out, lowbit_matmul_fmt(a, b, M7E4))
+    shared = _draw("wide", (33, 18), 9)
+    assert _same_bits(kernel.matmul(a, shared, M7E4), lowbit_matmul_fmt(a, shared, M7E4))
+
+
+# Formats whose events the inputs reach (overflow at both levels, swamping, flushed products).
+GRAD_FORMATS = {
+    "M4E3": LowbitFormat.make(4, 3, acc_bias=3, prod_bias=4, chunk=4),
+    "M3E3_c24_nouf": LowbitFormat.make(3, 3, acc_bias=1, prod_bias=2, chunk=24, underflow=False),
+    "M7E4_c16": M7E4,
+    "M5E4_c5": LowbitFormat.make(5, 4, acc_bias=5, prod_bias=6, chunk=5),
+}
+
+
+@pytest.mark.parametrize("ste", list(kernel.STES))
+@pytest.mark.parametrize("fmt_name", list(GRAD_FORMATS))
+@pytest.mark.parametrize("shape", [(5, 7, 40), (3, 130, 1), (17, 9, 53)])
+def test_gradients_equal_the_ste_reference(ste, fmt_name, shape):
+    m, n, k = shape
+    fmt = GRAD_FORMATS[fmt_name]
+    a = _draw("wide", (m, k), 10 + k).requires_grad_()
+    b = _draw("wide", (k, n), 20 + n).requires_grad_()
+    g = _draw("normal", (m, n), 30 + m)
+    kernel.matmul(a, b, fmt, ste).backward(g)
+    grad_a, grad_b = grad_reference(a.detach(), b.detach(), g, fmt, ste)
+    assert _same_bits(a.grad, grad_a)
+    assert _same_bits(b.grad, grad_b)
+
+
+@pytest.mark.parametrize("ste", ["recursive-of", "immediate-diff"])
+def test_gradients_of_transposed_and_batched_operands(ste):
+    fmt = GRAD_FORMATS["M4E3"]
+    a = _draw("wide", (2, 23, 6), 40).transpose(-1, -2).requires_grad_()  # (2, 6, 23), column-major
+    b = _draw("wide", (2, 23, 11), 41).requires_grad_()
+    g = _draw("normal", (2, 6, 11), 42)
+    kernel.matmul(a, b, fmt, ste).backward(g)
+    grad_a, grad_b = grad_reference(a.detach(), b.detach(), g, fmt, ste)
+    assert _same_bits(a.grad, grad_a) and _same_bits(b.grad, grad_b)
+
+
+def test_torch_compile_and_cuda_graph():
+    a = _draw("wide", (64, 96), 50).requires_grad_()
+    b = _draw("wide", (96, 48), 51).requires_grad_()
+
+    def step(a, b):
+        return kernel.matmul(a, b, M7E4, "recursive-of").sum()
+
+    eager_loss = step(a, b)
+    eager_grads = torch.autograd.grad(eager_loss, (a, b))
+    compiled = torch.compile(step, fullgraph=True)
+    compiled_loss = compiled(a, b)
+    compiled_grads = torch.autograd.grad(compiled_loss, (a, b))
+    assert torch.equal(eager_loss, compiled_loss)
+    assert all(torch.equal(x, y) for x, y in zip(eager_grads, compiled_grads))
+
+    static_a, static_b = a.detach().clone(), b.detach().clone()
+    out = kernel.matmul(static_a, static_b, M7E4)  # builds and loads the library outside the capture
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        kernel.matmul(static_a, static_b, M7E4)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = kernel.matmul(static_a, static_b, M7E4)
+    static_a.copy_(_draw("wide", (64, 96), 52))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert _same_bits(out, lowbit_matmul_fmt(static_a, static_b, M7E4))
+
+
+def test_backward_memory_stays_near_the_identity_ste():
+    # no M·N·K tensor: the recursive STE keeps one int32 per output beyond what the identity STE holds
+    m = n = k = 1024
+    a = _draw("normal", (m, k), 60).requires_grad_()
+    b = _draw("normal", (k, n), 61).requires_grad_()
+    g = _draw("normal", (m, n), 62)
+    peaks = {}
+    for ste in ("identity", "recursive-of", "immediate-of", "immediate-diff"):
+        a.grad = b.grad = None
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        kernel.matmul(a, b, M7E4, ste).backward(g)
+        torch.cuda.synchronize()
+        peaks[ste] = torch.cuda.max_memory_allocated() - base
+    for ste, peak in peaks.items():
+        assert peak <= 1.2 * peaks["identity"] + (m * n * 4), (ste, peaks)
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda a, b: kernel.matmul(a.cpu(), b, M7E4), ValueError, "a must be a CUDA tensor"),
+        (lambda a, b: kernel.matmul(a, b.double(), M7E4), TypeError, "b must be float32"),
+        (lambda a, b: kernel.matmul(a, b[:-1], M7E4), ValueError, "must agree on K"),
+        (lambda a, b: kernel.matmul(a, b, M7E4, ste="straight"), ValueError, "ste="),
+        (lambda a, b: kernel.matmul(a, b, "M7E4"), TypeError, "fmt must be"),
+        (lambda a, b: kernel.matmul(a[0], b, M7E4), ValueError, "a must have at least 2"),
+    ],
+)
+def test_bad_input_names_the_argument(call, error, match):
+    a, b = _draw("normal", (4, 6), 70), _draw("normal", (6, 5), 71)
+    with pytest.raises(error, match=match):
+        call(a, b)
