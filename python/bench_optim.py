@@ -21,7 +21,7 @@ every gradient read once: counted from the tensors), the GB/s that makes, and it
 measured in the same run (a device-to-device copy of --copy-gib GiB, read + write); bytes per parameter of weights
 + states (counted from the tensors: SR 6, Kahan 8, FP32 12) and, for the FP32-master row, the BF16 working copy of
 the weights that mixed precision keeps beside it (seed 004 appendix B.2: 14 in all). Writes optim_bench.csv and
-.png; prints each of ours against the fastest peer.
+.png (optim_bench_graph.* with --graph); prints each of ours against the fastest peer.
 """
 
 from __future__ import annotations
@@ -289,8 +289,9 @@ def main(argv=None) -> pd.DataFrame:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     frame = pd.DataFrame(rows)
-    frame.to_csv(out / "optim_bench.csv", index=False)
-    plot(frame, out / "optim_bench.png")
+    stem = "optim_bench_graph" if args.graph else "optim_bench"
+    frame.to_csv(out / f"{stem}.csv", index=False)
+    plot(frame, out / f"{stem}.png")
     versus = comparison(frame)
     if not versus.empty:
         print(versus.to_string(index=False, float_format=lambda v: f"{v:.3f}"))

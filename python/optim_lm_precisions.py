@@ -79,8 +79,8 @@ def main(argv=None) -> pd.DataFrame:
             curves.append(result.pop("curve"))
             runs.append({**result, "command": command})
             pd.DataFrame(runs).to_csv(out / "optim_lm_precisions.csv", index=False)
+            pd.concat(curves, ignore_index=True).to_csv(out / "optim_lm_curves.csv", index=False)
     runs, curves = pd.DataFrame(runs), pd.concat(curves, ignore_index=True)
-    curves.to_csv(out / "optim_lm_curves.csv", index=False)
     plot(curves, out / "optim_lm_precisions.png")
 
     print(f"final validation loss after {base.steps} steps ({len(seeds)} seeds, {base.optimizer}):")

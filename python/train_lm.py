@@ -193,8 +193,9 @@ def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
 
     # the same batches for every precision of a seed; validation windows fixed across seeds too
     sampler = torch.Generator().manual_seed(config.seed)
-    validation_starts = torch.randint(validation_stream.numel() - config.context - 1,
-                                      (config.final_eval_batches, config.batch), generator=torch.Generator().manual_seed(0))
+    validation_batches = max(config.eval_batches, config.final_eval_batches)
+    validation_starts = torch.randint(validation_stream.numel() - config.context - 1, (validation_batches, config.batch),
+                                      generator=torch.Generator().manual_seed(0))
 
     def loss_of(inputs, targets):
         with autocast:

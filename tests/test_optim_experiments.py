@@ -121,3 +121,11 @@ def test_bench_compares_ours_with_the_fastest_peer_that_ran(scripts):
     versus = bench.comparison(frame).iloc[0]
     assert versus["fastest_peer"] == "torch fused FP32 master"
     assert versus["speedup"] == pytest.approx(1.5)
+
+
+def test_train_lm_validates_on_more_batches_during_training_than_at_the_end(scripts):
+    train_lm = scripts("train_lm")
+    config = train_lm.TrainConfig(**{**train_lm.QUICK, "precision": "fp32", "eval_batches": 3, "final_eval_batches": 1})
+    result = train_lm.train(config)
+    assert list(result["curve"]["step"]) == [5, 10]
+    assert math.isfinite(result["final_val_loss"])
