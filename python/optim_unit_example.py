@@ -63,7 +63,8 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
 
     figure, axis = plt.subplots(figsize=(6.4, 4.2))
     for update, rows in frame.groupby("update", sort=False):
-        line = axis.plot(rows["step"], rows["mean"], label=update, linestyle="--" if update == "exact" else "-")
+        style = {"color": "black", "linestyle": "--", "zorder": 3} if update == "exact" else {}
+        line = axis.plot(rows["step"], rows["mean"], label=update, **style)
         if (rows["max"] > rows["min"]).any():
             axis.fill_between(rows["step"], rows["min"], rows["max"], color=line[0].get_color(), alpha=0.2)
     axis.set_xlabel("step")
