@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #if defined(__CUDACC__)
+#include <cuda_bf16.h>
 #define OPTIM_HOST_DEVICE __host__ __device__ __forceinline__
 #else
 #define OPTIM_HOST_DEVICE inline
@@ -99,6 +100,10 @@ OPTIM_HOST_DEVICE bool is_finite_bits(uint32_t bits) { return (bits & 0x7F800000
 
 // Round to nearest even, NaN to 0x7FC0: torch's c10::BFloat16 conversion.
 OPTIM_HOST_DEVICE uint16_t round_nearest(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  // one cvt.rn.bf16.f32; its NaN (0x7FFF) replaced by torch's
+  return x != x ? uint16_t(0x7FC0u) : __bfloat16_as_ushort(__float2bfloat16_rn(x));
+#endif
   uint32_t bits = float_bits(x);
   if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t(0x7FC0u);
   return uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);

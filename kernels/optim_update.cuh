@@ -24,8 +24,8 @@ struct Constants {
   uint32_t seed_low, seed_high;
 };
 
-// One tensor's per-step scalars (reference.step_scalars): lr, step, then (first step flag, 0) for SGD or the two
-// bias corrections for AdamW.
+// One tensor's per-step scalars (reference.step_scalars): lr, step, then (first step flag, 0) for SGD or the
+// reciprocals of the two bias corrections for AdamW.
 struct Scalars {
   float lr, step, extra0, extra1;
 };
@@ -74,8 +74,8 @@ OPTIM_HOST_DEVICE float adamw_step(float weight, float grad, float& exp_avg, flo
   using F = Fpu<kArithmetic>;
   exp_avg = F::add(F::mul(c.beta1, exp_avg), F::mul(c.one_minus_beta1, grad));
   exp_avg_sq = F::add(F::mul(c.beta2, exp_avg_sq), F::mul(c.one_minus_beta2, F::mul(grad, grad)));
-  float first_hat = F::div(exp_avg, s.extra0);
-  float second_hat = F::sqrt(F::div(exp_avg_sq, s.extra1));
+  float first_hat = F::mul(exp_avg, s.extra0);  // extra0, extra1: the bias corrections' reciprocals
+  float second_hat = F::sqrt(F::mul(exp_avg_sq, s.extra1));
   float ratio = F::div(first_hat, F::add(second_hat, c.eps));
   float decay = F::mul(F::mul(s.lr, c.weight_decay), weight);
   return F::add(F::mul(s.lr, ratio), decay);

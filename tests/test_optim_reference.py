@@ -106,7 +106,7 @@ def naive_sgd(w, grads, update, arithmetic, hp, seed, key, offset):
 
 
 def naive_adamw(w, grads, update, arithmetic, hp, seed, key, offset):
-    """Algorithms 4 and 5."""
+    """Algorithms 4 and 5, the bias corrections applied as multiplications by their reciprocals."""
     op = Naive(arithmetic)
     beta1, beta2 = hp["betas"]
     lr, b1, b2, omb1, omb2, eps, wd = (
@@ -116,13 +116,13 @@ def naive_adamw(w, grads, update, arithmetic, hp, seed, key, offset):
     v = [0.0] * len(w)
     c = [0.0] * len(w)
     for t, grad in enumerate(grads, start=1):
-        correction1, correction2 = op(1 - beta1**t), op(1 - beta2**t)
+        correction1, correction2 = op(1 / (1 - beta1**t)), op(1 / (1 - beta2**t))
         for e in range(len(w)):
             g = grad[e]
             first = op(op(b1 * m[e]) + op(omb1 * g))
             second = op(op(b2 * v[e]) + op(omb2 * op(g * g)))
             m[e], v[e] = bf16(first), bf16(second)
-            ratio = op(op(first / correction1) / op(op(math.sqrt(op(second / correction2))) + eps))
+            ratio = op(op(first * correction1) / op(op(math.sqrt(op(second * correction2))) + eps))
             u = op(op(lr * ratio) + op(op(lr * wd) * w[e]))
             w[e], c[e] = naive_weight_update(w[e], u, c[e], update, op, naive_random(seed, key, t, offset + e))
     return w

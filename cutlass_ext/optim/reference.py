@@ -127,8 +127,9 @@ class AdamWConstants:
 def step_scalars(kind: str, lr, steps: torch.Tensor, betas, arithmetic: str) -> torch.Tensor:
     """The (n, 4) FP32 rows the kernels read per tensor, for n tensors at `steps` (FP32, already incremented).
 
-    SGD: (lr, step, 1 if this is the tensor's first step else 0, 0); AdamW: (lr, step, 1 - beta1^step,
-    1 - beta2^step), the bias corrections of Algorithm 4 lines 7-8 (computed in FP64, rounded once).
+    SGD: (lr, step, 1 if this is the tensor's first step else 0, 0); AdamW: (lr, step, 1 / (1 - beta1^step),
+    1 / (1 - beta2^step)): the bias corrections of Algorithm 4 lines 7-10 as reciprocals (computed in FP64,
+    rounded once), so that each element multiplies by them instead of dividing.
     """
     q = _quantizer(arithmetic)
     steps = steps.to(torch.float32)
@@ -138,8 +139,8 @@ def step_scalars(kind: str, lr, steps: torch.Tensor, betas, arithmetic: str) -> 
         return torch.stack((lr, steps, first, torch.zeros_like(steps)), dim=1)
     beta1, beta2 = betas
     powers = steps.to(torch.float64)
-    correction1 = q((1.0 - torch.pow(beta1, powers)).to(torch.float32))
-    correction2 = q((1.0 - torch.pow(beta2, powers)).to(torch.float32))
+    correction1 = q((1.0 / (1.0 - torch.pow(beta1, powers))).to(torch.float32))
+    correction2 = q((1.0 / (1.0 - torch.pow(beta2, powers))).to(torch.float32))
     return torch.stack((lr, steps, correction1, correction2), dim=1)
 
 
@@ -207,7 +208,8 @@ def adamw_update(
     rounding: Rounding,
     arithmetic: str,
 ) -> None:
-    """One AdamW step of one tensor, in place (Algorithms 4 and 5: decoupled weight decay η·d·w inside u).
+    """One AdamW step of one tensor, in place (Algorithms 4 and 5: decoupled weight decay η·d·w inside u; the
+    bias corrections applied as multiplications by their reciprocals).
 
     scalars: the tensor's row of `step_scalars("adamw", ...)`; the update uses the FP32 moments of this step
     (before they are stored to BF16).
@@ -222,9 +224,9 @@ def adamw_update(
     )
     exp_avg.copy_(first)
     exp_avg_sq.copy_(second)
-    first_hat = q(first / correction1)
+    first_hat = q(first * correction1)
     # √ in FP64 rounded once is FP32's correctly rounded √ (torch's vectorised FP32 √ on the CPU is not)
-    second_hat = q(torch.sqrt(q(second / correction2).double()).float())
+    second_hat = q(torch.sqrt(q(second * correction2).double()).float())
     ratio = q(first_hat / q(second_hat + constants.eps))
     decay = q(q(lr * constants.weight_decay) * weight)
     _apply_update(param, weight, q(q(lr * ratio) + decay), compensation, scalars, rounding, q)
