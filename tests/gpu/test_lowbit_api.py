@@ -1,0 +1,110 @@
+"""cutlass_ext.lowbit's public API on CUDA: it dispatches to the kernel and agrees with the CPU reference path bit for
+bit (forward) and with the STE references (backward); layers, conversion, dynamic bias, torch.compile, CUDA graphs."""
+
+import pytest
+import torch
+
+from cutlass_ext import lowbit
+from cutlass_ext.lowbit import kernel
+from cutlass_ext.lowbit.format import LowbitFormat
+
+pytestmark = pytest.mark.gpu
+
+M7E4 = LowbitFormat.make(7, 4)
+M4E3 = LowbitFormat.make(4, 3, 5, 5, chunk=16)  # appendix C.3
+
+
+def same(x, y) -> bool:
+    return x.shape == y.shape and torch.equal(x.contiguous().view(torch.int32), y.contiguous().view(torch.int32))
+
+
+def randn(*shape, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_cuda_tensors_run_the_kernel(monkeypatch):
+    calls = []
+    original = kernel.matmul
+
+    def spy(*args, **kwargs):
+        calls.append(args[2])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(kernel, "matmul", spy)
+    a, b = randn(9, 40, seed=1), randn(40, 7, seed=2)
+    c = lowbit.matmul(a.cuda(), b.cuda(), lowbit.LowbitConfig(M7E4))
+    assert calls == [M7E4]
+    assert same(c.cpu(), lowbit.matmul(a, b, lowbit.LowbitConfig(M7E4)))
+
+
+@pytest.mark.parametrize("fmt", [M7E4, M7E4.with_underflow(False), M4E3], ids=lambda f: f.name)
+def test_matmul_cuda_equals_cpu_with_broadcast_and_transposes(fmt):
+    config = lowbit.LowbitConfig(fmt)
+    a, b = randn(2, 1, 33, 70, seed=3), randn(3, 5, 70, seed=4).transpose(-1, -2)  # b (3, 70, 5), transposed
+    assert same(lowbit.matmul(a.cuda(), b.cuda(), config).cpu(), lowbit.matmul(a, b, config))
+
+
+@pytest.mark.parametrize("ste", lowbit.STES)
+def test_linear_gradients_cuda_equal_cpu(ste):
+    config = lowbit.LowbitConfig(M4E3, ste=ste)
+    x, weight, bias = randn(3, 6, 48, seed=5), randn(10, 48, seed=6) * 0.3, randn(10, seed=7)
+    grad = randn(3, 6, 10, seed=8)
+    results = []
+    for device in ("cpu", "cuda"):
+        leaves = [t.to(device).requires_grad_() for t in (x, weight, bias)]
+        y = lowbit.linear(*leaves, config)
+        y.backward(grad.to(device))
+        results.append([y.detach().cpu()] + [t.grad.cpu() for t in leaves])
+    (y_cpu, *grads_cpu), (y_cuda, *grads_cuda) = results
+    assert same(y_cuda, y_cpu)
+    # The bias gradient is a plain FP32 sum, and the identity STE's are plain FP32 GEMMs: each device sums in its
+    # own order. The other STEs' operand gradients come from the kernel and from `ste.grad_reference`, bit equal.
+    torch.testing.assert_close(grads_cuda[2], grads_cpu[2], rtol=1e-5, atol=1e-5)
+    for name, on_cpu, on_cuda in zip(("x", "weight"), grads_cpu[:2], grads_cuda[:2]):
+        if ste == "identity":
+            torch.testing.assert_close(on_cuda, on_cpu, rtol=1e-5, atol=1e-5, msg=name)
+        else:
+            assert same(on_cuda, on_cpu), name
+
+
+def test_conv2d_and_converted_model_cuda_equal_cpu():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3, padding=1, groups=2),
+        torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 64, 10),
+    )
+    lowbit.convert(model, lowbit.LowbitConfig(M7E4), skip=())
+    x = randn(4, 1, 8, 8, seed=9)
+    on_cpu = model(x).detach()
+    on_cuda = model.cuda()(x.cuda()).detach().cpu()
+    assert same(on_cuda, on_cpu)
+
+
+def test_dynamic_bias_cuda_equals_cpu():
+    config = lowbit.LowbitConfig(M7E4, dynamic_bias=True)
+    a, b = randn(17, 64, seed=10) * 300, randn(64, 9, seed=11)
+    assert same(lowbit.matmul(a.cuda(), b.cuda(), config).cpu(), lowbit.matmul(a, b, config))
+
+
+def test_linear_under_torch_compile_and_cuda_graph():
+    layer = lowbit.Linear(64, 32, config=lowbit.LowbitConfig(M7E4, ste="immediate-diff")).cuda()
+    x = randn(16, 64, seed=12).cuda().requires_grad_()
+    eager = layer(x)
+    compiled = torch.compile(layer, fullgraph=True)
+    y = compiled(x)
+    assert same(y, eager)
+    (grad_compiled,) = torch.autograd.grad(y.sum(), x)
+    (grad_eager,) = torch.autograd.grad(eager.sum(), x)
+    assert same(grad_compiled, grad_eager)
+
+    static = randn(16, 64, seed=13).cuda()
+    with torch.no_grad():
+        layer(static)  # build and load the library before capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = layer(static)
+        fresh = randn(16, 64, seed=14).cuda()
+        static.copy_(fresh)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert same(out, layer(fresh))
