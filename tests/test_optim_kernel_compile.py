@@ -15,7 +15,7 @@ import torch
 from cutlass_ext import build, cache
 from cutlass_ext.optim import reference
 from cutlass_ext.optim.config import OptimConfig
-from cutlass_ext.optim.kernel import _Constants
+from cutlass_ext.optim.kernel import _Constants, _Tensor
 from cutlass_ext.toolchain import kernels_dir
 
 have_nvcc = shutil.which("nvcc") is not None or os.path.exists("/usr/local/cuda/bin/nvcc")
@@ -182,3 +182,27 @@ def test_config_names_round_trip():
         OptimConfig(update="round")
     with pytest.raises(ValueError, match="threads"):
         OptimConfig(threads=96)
+
+
+@pytest.mark.skipif(not have_nvcc, reason="nvcc not installed")
+def test_ctypes_structures_match_the_c_layout(tmp_path):
+    """kernel.py's ctypes mirrors of cutlass_ext_optim_tensor and Constants: same size, same field offsets."""
+    lines = []
+    for structure, c_name in ((_Tensor, "cutlass_ext_optim_tensor"), (_Constants, "cutlass_ext::optim::Constants")):
+        lines.append(f'  printf("%zu\\n", sizeof({c_name}));')
+        lines += [f'  printf("%zu\\n", offsetof({c_name}, {name}));' for name, _ in structure._fields_]
+    source = tmp_path / "layout.cu"
+    source.write_text(
+        '#include <cstddef>\n#include <cstdio>\n#include "optim_step.cuh"\nint main() {\n' + "\n".join(lines) + "\n}\n"
+    )
+    program = tmp_path / "layout"
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    subprocess.run([nvcc, "-std=c++17", f"-I{kernels_dir()}", "-o", str(program), str(source)], check=True)
+    printed = [
+        int(v) for v in subprocess.run([str(program)], capture_output=True, text=True, check=True).stdout.split()
+    ]
+    expected = []
+    for structure in (_Tensor, _Constants):
+        expected.append(ctypes.sizeof(structure))
+        expected += [getattr(structure, name).offset for name, _ in structure._fields_]
+    assert printed == expected

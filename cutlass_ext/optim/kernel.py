@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
 import torch
 
 from .. import native
@@ -67,10 +68,23 @@ _CONSTANT_NAMES = (
 )
 
 
+# The table as a numpy record type laid out like _Tensor: filled from Python lists in one call per step, not one
+# ctypes structure per tensor.
+_TABLE_FORMATS = {ctypes.c_void_p: "u8", ctypes.c_int64: "i8", ctypes.c_uint32: "u4"}
+_TABLE = np.dtype(
+    {
+        "names": [name for name, _ in _Tensor._fields_],
+        "formats": [_TABLE_FORMATS[kind] for _, kind in _Tensor._fields_],
+        "offsets": [getattr(_Tensor, name).offset for name, _ in _Tensor._fields_],
+        "itemsize": ctypes.sizeof(_Tensor),
+    }
+)
+
+
 def _launcher(config: OptimConfig, device: torch.device):
     function = getattr(native.library(config, device), f"{config.name}_optim_step")
     function.restype = ctypes.c_int
-    function.argtypes = [ctypes.POINTER(_Tensor), ctypes.c_int32, ctypes.POINTER(_Constants), ctypes.c_void_p]
+    function.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(_Constants), ctypes.c_void_p]
     return function
 
 
@@ -92,20 +106,25 @@ def _fused_step_op(
 ) -> None:
     config = OptimConfig.from_name(variant)
     device = params[0].device
-    table = (_Tensor * len(params))()
+    count = len(params)
     row_bytes = scalars.stride(0) * scalars.element_size()
-    for i, (param, grad) in enumerate(zip(params, grads)):
-        table[i] = _Tensor(
-            param.data_ptr(),
-            grad.data_ptr(),
-            states0[i].data_ptr() if states0 else None,
-            states1[i].data_ptr() if states1 else None,
-            compensations[i].data_ptr() if compensations else None,
-            param.numel(),
-            element_offsets[i],
-            scalars.data_ptr() + i * row_bytes,
-            keys[i],
-        )
+    scalars_address = scalars.data_ptr()
+
+    def addresses(tensors):
+        return [t.data_ptr() for t in tensors] if tensors else [0] * count
+
+    rows = zip(
+        addresses(params),
+        addresses(grads),
+        addresses(states0),
+        addresses(states1),
+        addresses(compensations),
+        [p.numel() for p in params],
+        element_offsets,
+        [scalars_address + i * row_bytes for i in range(count)],
+        keys,
+    )
+    table = np.array(list(rows), dtype=_TABLE)
     values = dict(zip(_CONSTANT_NAMES, constants))
     packed = _Constants(
         **{k: v for k, v in values.items() if k != "nesterov"},
@@ -114,7 +133,7 @@ def _fused_step_op(
         seed_high=seed_words[1],
     )
     with torch.cuda.device(device):
-        status = _launcher(config, device)(table, len(params), ctypes.byref(packed), native.stream_handle(device))
+        status = _launcher(config, device)(table.ctypes.data, count, ctypes.byref(packed), native.stream_handle(device))
     native.check_status(status, f"optimizer step {variant}")
 
 
@@ -149,23 +168,26 @@ def fused_step(
     element_offsets,
     threads: int = 256,
     vectors_per_thread: int = 2,
+    check: bool = True,
 ) -> None:
     """One fused step of BF16 CUDA `params` on one device (reference.sgd_update / adamw_update, bit for bit).
 
     states: the lists of state tensors the kind keeps, in the kernel's order (SGD: momentum buffers if momentum
     is not 0; AdamW: exp_avg, exp_avg_sq), then the compensation buffers when update is "kahan". scalars: the
     (n, 4) FP32 rows of reference.step_scalars on the params' device. constants: reference.SgdConstants or
-    AdamWConstants. threads, vectors_per_thread: the variant's launch shape (OptimConfig).
+    AdamWConstants. threads, vectors_per_thread: the variant's launch shape (OptimConfig). check: validate every
+    tensor (the optimizers skip it: torch keeps each grad like its param, and they made the states themselves).
     """
     config = OptimConfig(kind, update, arithmetic, threads, vectors_per_thread)
     grads = [grad if grad.is_contiguous() else grad.contiguous() for grad in grads]
-    for param, grad in zip(params, grads):
-        _check_tensor("params", param, param)
-        _check_tensor("grad", grad, param)
     states = [list(group) for group in states]
-    for group in states:
-        for state, param in zip(group, params):
-            _check_tensor("optimizer state", state, param)
+    if check:
+        for param, grad in zip(params, grads):
+            _check_tensor("params", param, param)
+            _check_tensor("grad", grad, param)
+        for group in states:
+            for state, param in zip(group, params):
+                _check_tensor("optimizer state", state, param)
     compensations = states.pop() if update == "kahan" else []
     states0 = states[0] if states else []
     states1 = states[1] if len(states) > 1 else []

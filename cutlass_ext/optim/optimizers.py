@@ -46,12 +46,17 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
         _check_nonnegative("lr", defaults["lr"])
         defaults = dict(defaults, update=update, arithmetic=arithmetic, seed=seed, capturable=bool(capturable))
         super().__init__(params, defaults)
-        for group in self.param_groups:
-            for param in group["params"]:
-                if param.dtype not in (torch.bfloat16, torch.float32):
-                    raise TypeError(f"params must be torch.bfloat16 or torch.float32 tensors, got {param.dtype}")
-                if capturable and param.device.type != "cuda":
-                    raise ValueError(f"capturable=True needs CUDA params, got one on {param.device}")
+
+    def add_param_group(self, param_group: dict) -> None:
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        for param in group["params"]:
+            if param.dtype not in (torch.bfloat16, torch.float32):
+                raise TypeError(f"params must be torch.bfloat16 or torch.float32 tensors, got {param.dtype}")
+            if group["capturable"] and param.device.type != "cuda":
+                raise ValueError(f"capturable=True needs CUDA params, got one on {param.device}")
+            if param.dtype == torch.bfloat16 and param.device.type == "cuda" and not param.is_contiguous():
+                raise ValueError("params: BF16 CUDA params must be contiguous (the fused kernels read them flat)")
 
     def set_rng_key(self, param: torch.Tensor, key: int, element_offset: int = 0) -> None:
         """Give `param` an explicit stochastic-rounding stream: its Philox key and the index its first element has
@@ -151,6 +156,7 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
                 group["seed"],
                 [states[i]["rng_key"] for i in chosen],
                 [states[i]["element_offset"] for i in chosen],
+                check=False,
             )
 
     def _kernel_state_names(self, group: dict) -> tuple[str, ...]:
