@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from cutlass_ext.optim import SGD, AdamW, kernel, reference
+from cutlass_ext.optim.config import OptimConfig
 
 pytestmark = pytest.mark.gpu
 
@@ -249,9 +250,9 @@ def copy_rate():
 @pytest.mark.parametrize("vectors_per_thread", [1, 2, 4])
 @pytest.mark.parametrize("update", reference.UPDATES)
 def test_kernel_bandwidth(copy_rate, update, vectors_per_thread):
-    """AdamW's kernels alone on a ~0.6-billion-parameter Llama-like list, captured and replayed, against a
-    device-to-device copy (printed; run with -s to choose the default launch shape). A floor of 60% catches a
-    broken vector path."""
+    """AdamW's kernels alone on a ~0.7-billion-parameter Llama-like list, captured and replayed, against a
+    device-to-device copy (printed; run with -s to compare launch shapes). A floor of 60% for the default shape
+    catches a broken vector path."""
     shapes = _llama_like_shapes(layers=12, hidden=2048, intermediate=5632, vocab=32000)
     params = [torch.randn(shape, device="cuda", dtype=torch.bfloat16) * 0.02 for shape in shapes]
     grads = [torch.randn_like(p) * 1e-3 for p in params]
@@ -283,7 +284,7 @@ def test_kernel_bandwidth(copy_rate, update, vectors_per_thread):
         f"\nAdamW kernel {update} v{vectors_per_thread}: {count / 1e9:.2f} B params, {rate / 1e12:.2f} TB/s = "
         f"{rate / copy_rate:.0%} of copy ({copy_rate / 1e12:.2f} TB/s)"
     )
-    assert rate >= 0.6 * copy_rate
+    assert rate >= 0.6 * copy_rate or vectors_per_thread != OptimConfig().vectors_per_thread
 
 
 @pytest.mark.parametrize("update", reference.UPDATES)
