@@ -50,7 +50,7 @@ def _gemm_fake(a: torch.Tensor, b: torch.Tensor, variants: list[str]) -> torch.T
 def gemm(a: torch.Tensor, b: torch.Tensor, variants: list[str]) -> torch.Tensor:
     if torch.compiler.is_compiling():
         return torch.ops.cutlass_ext.gemm(a, b, variants)
-    return registry.call_loading_fallbacks(torch.ops.cutlass_ext.gemm, variants, a.device, a, b)
+    return registry.call_loading_fallbacks(torch.ops.cutlass_ext.gemm.default, variants, a.device, a, b)
 
 
 @torch.library.register_fake("cutlass_ext::gemm_fp8")
@@ -61,7 +61,7 @@ def _gemm_fp8_fake(a, b, scale_a, scale_b, bias, out_dtype, variants):
 
 
 def gemm_fp8(a, b, scale_a, scale_b, bias, out_dtype: torch.dtype, variants: list[str]) -> torch.Tensor:
-    op = torch.ops.cutlass_ext.gemm_fp8
+    op = torch.ops.cutlass_ext.gemm_fp8.default
     if torch.compiler.is_compiling():
         return op(a, b, scale_a, scale_b, bias, out_dtype, variants)
     return registry.call_loading_fallbacks(op, variants, a.device, a, b, scale_a, scale_b, bias, out_dtype)
@@ -105,7 +105,7 @@ def split_planes(x: torch.Tensor, shift: torch.Tensor | None, format: int) -> tu
 
 
 def gemm_split(a_hi, a_lo, b_hi, b_lo, row_shift, column_shift, variants: list[str]) -> torch.Tensor:
-    op = torch.ops.cutlass_ext.gemm_split
+    op = torch.ops.cutlass_ext.gemm_split.default
     if torch.compiler.is_compiling():
         return op(a_hi, a_lo, b_hi, b_lo, row_shift, column_shift, variants)
     return registry.call_loading_fallbacks(op, variants, a_hi.device, a_hi, a_lo, b_hi, b_lo, row_shift, column_shift)
@@ -130,4 +130,4 @@ def range_shift(x: torch.Tensor, dim: int) -> torch.Tensor:
 def halfhalf_gemm(a: torch.Tensor, b: torch.Tensor, variants: list[str]) -> torch.Tensor:
     if torch.compiler.is_compiling():
         return torch.ops.cutlass_ext.halfhalf_gemm(a, b, variants)
-    return registry.call_loading_fallbacks(torch.ops.cutlass_ext.halfhalf_gemm, variants, a.device, a, b)
+    return registry.call_loading_fallbacks(torch.ops.cutlass_ext.halfhalf_gemm.default, variants, a.device, a, b)
