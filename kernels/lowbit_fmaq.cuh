@@ -87,6 +87,28 @@ LOWBIT_HD float max_nan(float x, float y) {
 #endif
 }
 
+LOWBIT_HD float fma_rn(float x, float y, float z) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(x, y, z);
+#else
+  return fmaf(x, y, z);
+#endif
+}
+
+// x·y with FP32 subnormal inputs and results flushed to sign-preserving zero (PTX mul.ftz).
+LOWBIT_HD float mul_ftz(float x, float y) {
+#if defined(__CUDA_ARCH__)
+  float result;
+  asm("mul.rn.ftz.f32 %0, %1, %2;" : "=f"(result) : "f"(x), "f"(y));
+  return result;
+#else
+  const float smallest_normal = float_of(0x00800000u);
+  x = fabsf(x) < smallest_normal ? copysignf(0.0f, x) : x;
+  const float product = mul_rn(x, y);
+  return fabsf(product) < smallest_normal ? copysignf(0.0f, product) : product;
+#endif
+}
+
 // Q(y; M, E, b) of one FP32 result (seed 002 eq. 2): mantissa truncated toward zero by the mask, |y| >= R_OF
 // saturated to ±R_OF (clamping the masked value is the same: R_OF has M mantissa bits), and, with kUnderflow,
 // |y| < R_UF flushed to +0.0. NaN stays NaN.
@@ -99,33 +121,84 @@ LOWBIT_HD float quantize(float y, uint32_t mask, float overflow, float underflow
   return q;
 }
 
-// The format as the kernels read it: masks and thresholds of the product and accumulator quantizers.
+// One quantizer Q(·; M, E, b) with the constants of both ways to compute it.
+struct Quantizer {
+  uint32_t mask;            // sign, exponent and top M mantissa bits
+  uint32_t magnitude_mask;  // exponent and top M mantissa bits
+  float overflow, underflow;  // R_OF, R_UF
+  float clamp;              // the largest FP32 below 2^(e+1), R_OF = 2^e·(2 − 2^−M): mask(min(|y|, clamp)) = R_OF
+  float down, up;           // 2^(b − 126) and 2^(126 − b): R_UF maps to FP32's smallest normal
+
+  LOWBIT_HD static Quantizer from(uint32_t mask, float overflow, float underflow) {
+    Quantizer q;
+    q.mask = mask;
+    q.magnitude_mask = mask & 0x7fffffffu;
+    q.overflow = overflow;
+    q.underflow = underflow;
+    q.clamp = float_of(bits_of(ldexpf(1.0f, ilogbf(overflow) + 1)) - 1u);
+    q.down = ldexpf(1.0f, -126 - ilogbf(underflow));
+    q.up = ldexpf(1.0f, 126 + ilogbf(underflow));
+    return q;
+  }
+
+  // The fast way holds for 0 <= b <= 126 and M <= 22: then `clamp`, `down` and `up` are normal FP32 values and
+  // every M-bit value below R_UF scales exactly into FP32's subnormals, which mul.ftz flushes.
+  LOWBIT_HD bool has_fast_form() const {
+    const int b = -ilogbf(underflow);
+    return b >= 0 && b <= 126 && (mask & 1u) == 0;
+  }
+
+  // mask(min(|y|, clamp)) with y's sign, in two instructions (min.NaN on |y|, one LOP3): where the magnitude mask
+  // is 0 the bits come from y & ~a, which is y's sign at the sign bit and 0 below the kept mantissa bits (a and y
+  // share those bits, or a = clamp has them all set).
+  LOWBIT_HD float saturate_truncate(float y) const {
+    const uint32_t a = bits_of(min_nan(fabsf(y), clamp));
+    return float_of((a & magnitude_mask) | (bits_of(y) & ~a & ~magnitude_mask));
+  }
+
+  // The fast form's flush, left scaled by 2^(b − 126) (±0 for |q| < R_UF: a zero's sign never reaches a nonzero
+  // result, and the kernels add +0.0 to what they store).
+  LOWBIT_HD float flush_scaled(float q) const { return mul_ftz(q, down); }
+
+  template <bool kUnderflow, bool kFast>
+  LOWBIT_HD float operator()(float y) const {
+    if (!kFast) return quantize<kUnderflow>(y, mask, overflow, underflow);
+    const float q = saturate_truncate(y);
+    return kUnderflow ? mul_rn(flush_scaled(q), up) : q;
+  }
+};
+
+// The format as the kernels read it: the product and accumulator quantizers.
 struct Format {
-  uint32_t acc_mask, prod_mask;
-  float acc_overflow, acc_underflow, prod_overflow, prod_underflow;
+  Quantizer acc, prod;
 
   LOWBIT_HD static Format from(const cutlass_ext_lowbit_format& f) {
-    return Format{f.acc_mask, f.prod_mask, f.acc_overflow, f.acc_underflow, f.prod_overflow, f.prod_underflow};
+    return Format{Quantizer::from(f.acc_mask, f.acc_overflow, f.acc_underflow),
+                  Quantizer::from(f.prod_mask, f.prod_overflow, f.prod_underflow)};
   }
 
-  template <bool kUnderflow>
-  LOWBIT_HD float q_prod(float y) const {
-    return quantize<kUnderflow>(y, prod_mask, prod_overflow, prod_underflow);
-  }
+  LOWBIT_HD bool has_fast_form() const { return acc.has_fast_form() && prod.has_fast_form(); }
 
-  template <bool kUnderflow>
+  template <bool kUnderflow, bool kFast>
   LOWBIT_HD float q_acc(float y) const {
-    return quantize<kUnderflow>(y, acc_mask, acc_overflow, acc_underflow);
+    return acc.operator()<kUnderflow, kFast>(y);
+  }
+
+  // Q_prod(x·w) + s, one rounding: the fast form unscales the flushed product inside the FMA (exact: 2^(126 − b)).
+  template <bool kUnderflow, bool kFast>
+  LOWBIT_HD float add_product(float product, float s) const {
+    if (kFast && kUnderflow) return fma_rn(prod.flush_scaled(prod.saturate_truncate(product)), prod.up, s);
+    return add_rn(prod.operator()<kUnderflow, kFast>(product), s);
   }
 
   // FMAq(x, w, s) = Q_acc(Q_prod(x·w) + s) (seed 002 eq. 4).
-  template <bool kUnderflow>
+  template <bool kUnderflow, bool kFast>
   LOWBIT_HD float fmaq(float x, float w, float s) const {
-    return q_acc<kUnderflow>(add_rn(q_prod<kUnderflow>(mul_rn(x, w)), s));
+    return q_acc<kUnderflow, kFast>(add_product<kUnderflow, kFast>(mul_rn(x, w), s));
   }
 
   // The OF STE of a sum y before Q_acc (seed 002 eq. 17): 1 while |y| < R_OF.
-  LOWBIT_HD bool passes_overflow(float y) const { return fabsf(y) < acc_overflow; }
+  LOWBIT_HD bool passes_overflow(float y) const { return fabsf(y) < acc.overflow; }
 };
 
 // One FMAq step with what the STEs read: the raw product x·w, the sum before Q_acc and the result.
@@ -133,12 +206,12 @@ struct Step {
   float product, sum, result;
 };
 
-template <bool kUnderflow>
+template <bool kUnderflow, bool kFast>
 LOWBIT_HD Step fmaq_step(const Format& format, float x, float w, float s) {
   Step step;
   step.product = mul_rn(x, w);
-  step.sum = add_rn(format.q_prod<kUnderflow>(step.product), s);
-  step.result = format.q_acc<kUnderflow>(step.sum);
+  step.sum = format.add_product<kUnderflow, kFast>(step.product, s);
+  step.result = format.q_acc<kUnderflow, kFast>(step.sum);
   return step;
 }
 

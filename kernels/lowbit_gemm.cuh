@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "lowbit_abi.h"
 #include "lowbit_fmaq.cuh"
 #include "lowbit_grad.cuh"
@@ -117,7 +119,7 @@ struct LowbitGemm {
   };
 
   // The chain state of a thread's outputs: S of the current chunk, T of the chunks before it.
-  template <bool kUnderflow, bool kBlocked>
+  template <bool kUnderflow, bool kFast, bool kBlocked>
   struct Accumulators {
     float chunk_sum[kThreadM][kThreadN];
     float total[kThreadM][kThreadN];
@@ -144,14 +146,14 @@ struct LowbitGemm {
         for (int j = 0; j < kThreadN; ++j) {
           const float sum = add_rn(total[i][j], chunk_sum[i][j]);
           if (kBlocked && !format.passes_overflow(sum)) blocked[i][j] = chunk_index;
-          total[i][j] = format.q_acc<kUnderflow>(sum);
+          total[i][j] = format.q_acc<kUnderflow, kFast>(sum);
           chunk_sum[i][j] = 0.0f;
         }
       ++chunk_index;
     }
   };
 
-  template <bool kUnderflow, bool kBlocked>
+  template <bool kUnderflow, bool kFast, bool kBlocked>
   __device__ static void forward(const cutlass_ext_lowbit_forward_args& args) {
     __shared__ __align__(16) float a_tile[kBlockK][kPitchM];
     __shared__ __align__(16) float b_tile[kBlockK][kPitchN];
@@ -166,22 +168,33 @@ struct LowbitGemm {
     const int thread_n = (threadIdx.x % kThreadsN) * kThreadN;
     const int64_t chunk = args.format.chunk;
 
-    Accumulators<kUnderflow, kBlocked> acc;
+    Accumulators<kUnderflow, kFast, kBlocked> acc;
     acc.clear();
     int64_t position = 0;  // products already in the current chunk
 
-    auto step = [&](int kk) {
-      float a_fragment[kThreadM], b_fragment[kThreadN];
-      load_fragment(a_fragment, &a_tile[kk][thread_m]);
-      load_fragment(b_fragment, &b_tile[kk][thread_n]);
+    // k-steps kk_begin .. kk_end of the staged tile, in segments that end at a chunk's end or the tile's: the
+    // second-level add runs once per chunk, outside the unrolled loop (the loop stays small in the i-cache).
+    auto run_steps = [&](int kk, const int kk_end) {
+      while (kk < kk_end) {
+        const int64_t chunk_left = chunk - position;
+        const int segment_end = chunk_left < kk_end - kk ? kk + int(chunk_left) : kk_end;
+        position += segment_end - kk;
+#pragma unroll 4
+        for (; kk < segment_end; ++kk) {
+          float a_fragment[kThreadM], b_fragment[kThreadN];
+          load_fragment(a_fragment, &a_tile[kk][thread_m]);
+          load_fragment(b_fragment, &b_tile[kk][thread_n]);
 #pragma unroll
-      for (int i = 0; i < kThreadM; ++i)
+          for (int i = 0; i < kThreadM; ++i)
 #pragma unroll
-        for (int j = 0; j < kThreadN; ++j)
-          acc.chunk_sum[i][j] = format.fmaq<kUnderflow>(a_fragment[i], b_fragment[j], acc.chunk_sum[i][j]);
-      if (++position == chunk) {
-        position = 0;
-        acc.combine(format);
+            for (int j = 0; j < kThreadN; ++j)
+              acc.chunk_sum[i][j] =
+                  format.fmaq<kUnderflow, kFast>(a_fragment[i], b_fragment[j], acc.chunk_sum[i][j]);
+        }
+        if (position == chunk) {
+          position = 0;
+          acc.combine(format);
+        }
       }
     };
 
@@ -191,13 +204,7 @@ struct LowbitGemm {
       tiles.store();
       __syncthreads();
       if (k0 + kBlockK < args.k) tiles.load(k0 + kBlockK);
-      const int64_t remaining = args.k - k0;
-      if (remaining >= kBlockK) {
-#pragma unroll
-        for (int kk = 0; kk < kBlockK; ++kk) step(kk);
-      } else {
-        for (int kk = 0; kk < remaining; ++kk) step(kk);
-      }
+      run_steps(0, args.k - k0 < kBlockK ? int(args.k - k0) : kBlockK);
     }
     if (position > 0) acc.combine(format);  // the short last chunk
 
@@ -208,30 +215,48 @@ struct LowbitGemm {
       for (int j = 0; j < kThreadN; ++j) {
         const int64_t m = tiles.m0 + thread_m + i, n = tiles.n0 + thread_n + j;
         if (m < args.m && n < args.n) {
-          d[m * args.d_row_stride + n * args.d_column_stride] = acc.total[i][j];
+          d[m * args.d_row_stride + n * args.d_column_stride] = add_rn(acc.total[i][j], 0.0f);  // −0 -> +0
           if (kBlocked) args.blocked[(batch * args.m + m) * args.n + n] = acc.blocked[i][j];
         }
       }
   }
 
-  template <int kSte, bool kUnderflow>
+  template <int kSte, bool kUnderflow, bool kFast>
   __device__ static void grad(const cutlass_ext_lowbit_grad_args& args) {
     const int64_t row = int64_t(blockIdx.x) * kGradThreads + threadIdx.x;
-    if (row < args.rows) grad_row_window<kWindow, kSte, kUnderflow>(args, blockIdx.z, row, blockIdx.y);
+    if (row < args.rows) grad_row_window<kWindow, kSte, kUnderflow, kFast>(args, blockIdx.z, row, blockIdx.y);
   }
 
   static int run_forward(const cutlass_ext_lowbit_forward_args* args, void* stream);
   static int run_grad(const cutlass_ext_lowbit_grad_args* args, void* stream);
 };
 
-template <class Gemm, bool kUnderflow, bool kBlocked>
+template <class Gemm, bool kUnderflow, bool kFast, bool kBlocked>
 __global__ void __launch_bounds__(Gemm::kThreads) lowbit_forward_kernel(const cutlass_ext_lowbit_forward_args args) {
-  Gemm::template forward<kUnderflow, kBlocked>(args);
+  Gemm::template forward<kUnderflow, kFast, kBlocked>(args);
 }
 
-template <class Gemm, int kSte, bool kUnderflow>
-__global__ void __launch_bounds__(Gemm::kGradThreads, Gemm::kGradBlocksPerSm) lowbit_grad_kernel(const cutlass_ext_lowbit_grad_args args) {
-  Gemm::template grad<kSte, kUnderflow>(args);
+template <class Gemm, int kSte, bool kUnderflow, bool kFast>
+__global__ void __launch_bounds__(Gemm::kGradThreads, Gemm::kGradBlocksPerSm)
+    lowbit_grad_kernel(const cutlass_ext_lowbit_grad_args args) {
+  Gemm::template grad<kSte, kUnderflow, kFast>(args);
+}
+
+// Launches KERNEL<..., kUnderflow, kFast, ...> for the format's flags (the fast form: Quantizer::has_fast_form).
+template <class Launch>
+void dispatch_format(const cutlass_ext_lowbit_format& format, Launch&& launch) {
+  const bool fast = Format::from(format).has_fast_form();
+  if (format.underflow) {
+    if (fast)
+      launch(std::true_type{}, std::true_type{});
+    else
+      launch(std::true_type{}, std::false_type{});
+  } else {
+    if (fast)
+      launch(std::false_type{}, std::true_type{});
+    else
+      launch(std::false_type{}, std::false_type{});
+  }
 }
 
 constexpr int64_t kMaxGridYZ = 65535;
@@ -249,26 +274,20 @@ int LowbitGemm<kBlockM, kBlockN, kBlockK, kThreadM, kThreadN, kWindow>::run_forw
   const dim3 grid(unsigned(grid_n), unsigned(grid_m), unsigned(args->batch));
   cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream);
   const bool blocked = args->blocked != nullptr;
-  if (args->format.underflow) {
+  dispatch_format(args->format, [&](auto underflow, auto fast) {
     if (blocked)
-      lowbit_forward_kernel<Gemm, true, true><<<grid, kThreads, 0, cuda_stream>>>(*args);
+      lowbit_forward_kernel<Gemm, decltype(underflow)::value, decltype(fast)::value, true><<<grid, kThreads, 0, cuda_stream>>>(*args);
     else
-      lowbit_forward_kernel<Gemm, true, false><<<grid, kThreads, 0, cuda_stream>>>(*args);
-  } else {
-    if (blocked)
-      lowbit_forward_kernel<Gemm, false, true><<<grid, kThreads, 0, cuda_stream>>>(*args);
-    else
-      lowbit_forward_kernel<Gemm, false, false><<<grid, kThreads, 0, cuda_stream>>>(*args);
-  }
+      lowbit_forward_kernel<Gemm, decltype(underflow)::value, decltype(fast)::value, false><<<grid, kThreads, 0, cuda_stream>>>(*args);
+  });
   return int(cudaGetLastError());
 }
 
 template <class Gemm, int kSte>
 void launch_grad(const cutlass_ext_lowbit_grad_args* args, dim3 grid, cudaStream_t stream) {
-  if (args->format.underflow)
-    lowbit_grad_kernel<Gemm, kSte, true><<<grid, Gemm::kGradThreads, 0, stream>>>(*args);
-  else
-    lowbit_grad_kernel<Gemm, kSte, false><<<grid, Gemm::kGradThreads, 0, stream>>>(*args);
+  dispatch_format(args->format, [&](auto underflow, auto fast) {
+    lowbit_grad_kernel<Gemm, kSte, decltype(underflow)::value, decltype(fast)::value><<<grid, Gemm::kGradThreads, 0, stream>>>(*args);
+  });
 }
 
 template <int kBlockM, int kBlockN, int kBlockK, int kThreadM, int kThreadN, int kWindow>

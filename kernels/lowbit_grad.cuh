@@ -11,7 +11,7 @@ namespace lowbit {
 // dX[r, k0 .. k0 + kWindow) for one row r: for each column c in increasing order, the chain of output (r, c) is
 // recomputed from the start of the chunk holding k0 through the window (and, for the recursive STE, to the end
 // of the window's last chunk), giving each step's STE bit; the unmasked terms G[r, c]·W[k, c] are added.
-template <int kWindow, int kSte, bool kUnderflow>
+template <int kWindow, int kSte, bool kUnderflow, bool kFast>
 LOWBIT_HD void grad_row_window(const cutlass_ext_lowbit_grad_args& args, int64_t batch, int64_t row, int64_t window) {
   const Format format = Format::from(args.format);
   const int64_t chunk = args.format.chunk, k0 = window * kWindow;
@@ -45,14 +45,14 @@ LOWBIT_HD void grad_row_window(const cutlass_ext_lowbit_grad_args& args, int64_t
 
     float s = 0.0f;
     for (int64_t k = first; k < k0; ++k)
-      s = format.fmaq<kUnderflow>(x[k * args.x_column_stride], w_column[k * args.w_row_stride], s);
+      s = format.fmaq<kUnderflow, kFast>(x[k * args.x_column_stride], w_column[k * args.w_row_stride], s);
     bool passes[kWindow];
 #pragma unroll
     for (int i = 0; i < kWindow; ++i) {
       passes[i] = false;
       if (i < width) {
         if (starts_chunk[i]) s = 0.0f;
-        const Step step = fmaq_step<kUnderflow>(format, x_window[i], w_window[i], s);
+        const Step step = fmaq_step<kUnderflow, kFast>(format, x_window[i], w_window[i], s);
         passes[i] = kSte == CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF ? passes_diff(step, s, args.eps1, args.eps2)
                                                                   : format.passes_overflow(step.sum);
         s = step.result;
@@ -63,7 +63,7 @@ LOWBIT_HD void grad_row_window(const cutlass_ext_lowbit_grad_args& args, int64_t
       // later second-level add; the forward recorded the last chunk whose second-level add overflowed.
       bool later_pass = true;
       for (int64_t k = k0 + width; k < chain_end; ++k) {
-        const Step step = fmaq_step<kUnderflow>(format, x[k * args.x_column_stride], w_column[k * args.w_row_stride], s);
+        const Step step = fmaq_step<kUnderflow, kFast>(format, x[k * args.x_column_stride], w_column[k * args.w_row_stride], s);
         later_pass = later_pass && format.passes_overflow(step.sum);
         s = step.result;
       }

@@ -43,10 +43,49 @@ template <class T> void write(const char* dir, const char* name, const std::vect
   fclose(f);
 }
 
-template <int kSte, bool kUf>
+template <int kSte, bool kUf, bool kFast>
 void grads(cutlass_ext_lowbit_grad_args args) {
   for (int64_t window = 0; window * 16 < args.k; ++window)
-    for (int64_t row = 0; row < args.rows; ++row) grad_row_window<16, kSte, kUf>(args, 0, row, window);
+    for (int64_t row = 0; row < args.rows; ++row) grad_row_window<16, kSte, kUf, kFast>(args, 0, row, window);
+}
+
+template <bool kUf, bool kFast>
+void run(const char* dir, long long m, long long n, long long k, const cutlass_ext_lowbit_format& f, int ste,
+         float eps1, float eps2) {
+  const Format format = Format::from(f);
+  auto a = read<float>(dir, "a.bin", m * k), b = read<float>(dir, "b.bin", k * n), g = read<float>(dir, "g.bin", m * n);
+  std::vector<float> d(m * n);
+  std::vector<int32_t> blocked(m * n);
+  for (long long i = 0; i < m; ++i)
+    for (long long j = 0; j < n; ++j) {
+      float s = 0.0f, t = 0.0f;
+      int32_t last = -1;
+      for (long long kk = 0; kk < k; ++kk) {
+        s = format.fmaq<kUf, kFast>(a[i * k + kk], b[kk * n + j], s);
+        if ((kk + 1) % f.chunk == 0 || kk + 1 == k) {
+          const float v = add_rn(t, s);
+          if (!format.passes_overflow(v)) last = int32_t(kk / f.chunk);
+          t = format.q_acc<kUf, kFast>(v);
+          s = 0.0f;
+        }
+      }
+      d[i * n + j] = add_rn(t, 0.0f);
+      blocked[i * n + j] = last;
+    }
+  write(dir, "d.bin", d);
+  std::vector<float> da(m * k), db(k * n);
+  // dA: X = A (m, k), W = B (k, n), G (m, n); dB: X = Bᵀ (n, k), W = Aᵀ (k, m), Gᵀ, blockedᵀ, dBᵀ.
+  cutlass_ext_lowbit_grad_args ga{m, n, k, 1, a.data(), 0, k, 1, b.data(), 0, n, 1, g.data(), 0, n, 1,
+                                  blocked.data(), 0, n, 1, da.data(), 0, k, 1, f, ste, eps1, eps2};
+  cutlass_ext_lowbit_grad_args gb{n, m, k, 1, b.data(), 0, 1, n, a.data(), 0, 1, k, g.data(), 0, 1, n,
+                                  blocked.data(), 0, 1, n, db.data(), 0, 1, n, f, ste, eps1, eps2};
+  for (auto* args : {&ga, &gb}) {
+    if (ste == 1) grads<1, kUf, kFast>(*args);
+    if (ste == 2) grads<2, kUf, kFast>(*args);
+    if (ste == 3) grads<3, kUf, kFast>(*args);
+  }
+  write(dir, "da.bin", da);
+  write(dir, "db.bin", db);
 }
 
 int main(int argc, char** argv) {
@@ -58,40 +97,13 @@ int main(int argc, char** argv) {
   fclose(meta);
   cutlass_ext_lowbit_format f{acc_mask, prod_mask, float_of(bits[0]), float_of(bits[1]), float_of(bits[2]),
                               float_of(bits[3]), chunk, uf};
-  Format format = Format::from(f);
-  auto a = read<float>(dir, "a.bin", m * k), b = read<float>(dir, "b.bin", k * n), g = read<float>(dir, "g.bin", m * n);
-  std::vector<float> d(m * n);
-  std::vector<int32_t> blocked(m * n);
-  for (long long i = 0; i < m; ++i)
-    for (long long j = 0; j < n; ++j) {
-      float s = 0.0f, t = 0.0f;
-      int32_t last = -1;
-      for (long long kk = 0; kk < k; ++kk) {
-        s = uf ? format.fmaq<true>(a[i * k + kk], b[kk * n + j], s) : format.fmaq<false>(a[i * k + kk], b[kk * n + j], s);
-        if ((kk + 1) % chunk == 0 || kk + 1 == k) {
-          const float v = add_rn(t, s);
-          if (!format.passes_overflow(v)) last = int32_t(kk / chunk);
-          t = uf ? format.q_acc<true>(v) : format.q_acc<false>(v);
-          s = 0.0f;
-        }
-      }
-      d[i * n + j] = t;
-      blocked[i * n + j] = last;
-    }
-  write(dir, "d.bin", d);
-  std::vector<float> da(m * k), db(k * n);
-  // dA: X = A (m, k), W = B (k, n), G (m, n); dB: X = Bᵀ (n, k), W = Aᵀ (k, m), Gᵀ, blockedᵀ, dBᵀ.
-  cutlass_ext_lowbit_grad_args ga{m, n, k, 1, a.data(), 0, k, 1, b.data(), 0, n, 1, g.data(), 0, n, 1,
-                                  blocked.data(), 0, n, 1, da.data(), 0, k, 1, f, ste, float_of(bits[4]), float_of(bits[5])};
-  cutlass_ext_lowbit_grad_args gb{n, m, k, 1, b.data(), 0, 1, n, a.data(), 0, 1, k, g.data(), 0, 1, n,
-                                  blocked.data(), 0, 1, n, db.data(), 0, 1, n, f, ste, float_of(bits[4]), float_of(bits[5])};
-  for (auto* args : {&ga, &gb}) {
-    if (ste == 1) { if (uf) grads<1, true>(*args); else grads<1, false>(*args); }
-    if (ste == 2) { if (uf) grads<2, true>(*args); else grads<2, false>(*args); }
-    if (ste == 3) { if (uf) grads<3, true>(*args); else grads<3, false>(*args); }
-  }
-  write(dir, "da.bin", da);
-  write(dir, "db.bin", db);
+  const bool fast = Format::from(f).has_fast_form();
+  const float eps1 = float_of(bits[4]), eps2 = float_of(bits[5]);
+  if (uf && fast) run<true, true>(dir, m, n, k, f, ste, eps1, eps2);
+  if (uf && !fast) run<true, false>(dir, m, n, k, f, ste, eps1, eps2);
+  if (!uf && fast) run<false, true>(dir, m, n, k, f, ste, eps1, eps2);
+  if (!uf && !fast) run<false, false>(dir, m, n, k, f, ste, eps1, eps2);
+  printf("%s\n", fast ? "fast" : "general");
   return 0;
 }
 """
@@ -126,9 +138,9 @@ def _run_host(program, directory, a, b, g, fmt, ste, eps1, eps2):
         " ".join(str(v) for v in (m, n, k, fmt.chunk, fmt.acc_mask, fmt.prod_mask, *map(_bits, values),
                                   int(fmt.underflow), _STE_CODES[ste]))
     )
-    subprocess.run([str(program), str(directory)], check=True)
+    form = subprocess.run([str(program), str(directory)], check=True, capture_output=True, text=True).stdout.strip()
     load = lambda name, shape: torch.from_numpy(np.fromfile(directory / name, dtype=np.float32).reshape(shape))
-    return load("d.bin", (m, n)), load("da.bin", (m, k)), load("db.bin", (k, n))
+    return form, load("d.bin", (m, n)), load("da.bin", (m, k)), load("db.bin", (k, n))
 
 
 def _same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
@@ -145,6 +157,10 @@ def _same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
         ((3, 70, 5), LowbitFormat.make(3, 3, acc_bias=1, prod_bias=2, chunk=24, underflow=False)),
         ((4, 33, 3), LowbitFormat.make(5, 4, acc_bias=4, prod_bias=6, chunk=1)),
         ((3, 1, 2), LowbitFormat.make(7, 4, chunk=16)),
+        # the general form: a negative bias, 23 mantissa bits, a bias past 126
+        ((4, 29, 3), LowbitFormat.make(3, 3, acc_bias=-3, prod_bias=-2, chunk=4)),
+        ((3, 21, 4), LowbitFormat.make(23, 5, acc_bias=14, prod_bias=16, chunk=3)),
+        ((3, 18, 2), LowbitFormat.make(9, 8, acc_bias=130, prod_bias=132, chunk=4)),
     ],
 )
 def test_host_arithmetic_equals_references(host_program, tmp_path, ste, shape, fmt):
@@ -154,7 +170,10 @@ def test_host_arithmetic_equals_references(host_program, tmp_path, ste, shape, f
     a = torch.randn(m, k, generator=generator) * 2.0 ** torch.randint(-6, 6, (m, k), generator=generator)
     b = torch.randn(k, n, generator=generator) * 2.0 ** torch.randint(-6, 6, (k, n), generator=generator)
     g = torch.randn(m, n, generator=generator)
-    d, da, db = _run_host(host_program, tmp_path, a, b, g, fmt, ste, 1e-12, 1e-3)
+    form, d, da, db = _run_host(host_program, tmp_path, a, b, g, fmt, ste, 1e-12, 1e-3)
+    # the kernels' two forms of Q: the fast one (0 <= b <= 126, M <= 22 in both formats) and the general one
+    fast = all(0 <= bias <= 126 and man <= 22 for bias, man in ((fmt.acc_bias, fmt.man), (fmt.prod_bias, fmt.prod_man)))
+    assert form == ("fast" if fast else "general")
     assert _same_bits(d, lowbit_matmul_fmt(a, b, fmt))
     grad_a, grad_b = grad_reference(a, b, g, fmt, ste, 1e-12, 1e-3)
     assert _same_bits(da, grad_a)

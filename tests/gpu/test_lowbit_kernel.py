@@ -112,6 +112,11 @@ def test_gradients_equal_the_ste_reference(ste, fmt_name, shape):
     g = _draw("normal", (m, n), 30 + m)
     kernel.matmul(a, b, fmt, ste).backward(g)
     grad_a, grad_b = grad_reference(a.detach(), b.detach(), g, fmt, ste)
+    if ste == "identity":
+        # plain GEMMs by cuBLAS, whose summation order is its own: agreement to FP32 rounding
+        for got, expected in ((a.grad, grad_a), (b.grad, grad_b)):
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * float(expected.abs().max()))
+        return
     assert _same_bits(a.grad, grad_a)
     assert _same_bits(b.grad, grad_b)
 
@@ -169,12 +174,11 @@ def test_backward_memory_stays_near_the_identity_ste():
         a.grad = b.grad = None
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
         kernel.matmul(a, b, M7E4, ste).backward(g)
         torch.cuda.synchronize()
-        peaks[ste] = torch.cuda.max_memory_allocated() - base
+        peaks[ste] = torch.cuda.max_memory_allocated()  # inputs, output, saved tensors and gradients
     for ste, peak in peaks.items():
-        assert peak <= 1.2 * peaks["identity"] + (m * n * 4), (ste, peaks)
+        assert peak <= 1.2 * peaks["identity"], (ste, peaks)
 
 
 @pytest.mark.parametrize(
