@@ -13,12 +13,12 @@ from . import kernel, reference
 from .reference import ARITHMETICS, UPDATES, AdamWConstants, Rounding, SgdConstants
 
 _SEED_LIMIT = 2**64
+_KEY_LIMIT = 2**32
 # torch's check that a non-capturable optimizer is not being captured (generalised beyond CUDA in later torch)
 _capture_health_check = (
     getattr(torch.optim.Optimizer, "_accelerator_graph_capture_health_check", None)
     or torch.optim.Optimizer._cuda_graph_capture_health_check
 )
-_KEY_LIMIT = 2**32
 
 
 def _check_nonnegative(name: str, value) -> None:
@@ -60,7 +60,10 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
 
     def set_rng_key(self, param: torch.Tensor, key: int, element_offset: int = 0) -> None:
         """Give `param` an explicit stochastic-rounding stream: its Philox key and the index its first element has
-        in the whole tensor (a shard of a tensor split across ranks draws the numbers of its elements there)."""
+        in the whole tensor (a shard of a tensor split across ranks draws the numbers of its elements there).
+
+        Without it a param's key is its index in the optimizer's parameter order (over all groups) when it first
+        steps, and its offset 0; both are kept in the state dict."""
         if not isinstance(key, int) or not 0 <= key < _KEY_LIMIT:
             raise ValueError(f"key={key!r} must be an integer in [0, 2**32)")
         if not isinstance(element_offset, int) or element_offset < 0:
@@ -69,7 +72,7 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
             raise ValueError("param is not one of this optimizer's parameters")
         self.state[param].update(rng_key=key, element_offset=element_offset)
 
-    def _state_names(self, group: dict, param: torch.Tensor) -> tuple[str, ...]:
+    def _state_names(self, group: dict) -> tuple[str, ...]:
         raise NotImplementedError
 
     def _init_state(self, group: dict, param: torch.Tensor, index: int) -> dict:
@@ -77,7 +80,7 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
         if "step" not in state:
             step_device = param.device if group["capturable"] else "cpu"
             state["step"] = torch.zeros((), dtype=torch.float32, device=step_device)
-            for name in self._state_names(group, param):
+            for name in self._state_names(group):
                 state[name] = torch.zeros_like(param, memory_format=torch.contiguous_format)
             if group["update"] == "kahan" and param.dtype == torch.bfloat16:
                 state["compensation"] = torch.zeros_like(param, memory_format=torch.contiguous_format)
@@ -160,7 +163,7 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
             )
 
     def _kernel_state_names(self, group: dict) -> tuple[str, ...]:
-        names = self._state_names(group, None)
+        names = self._state_names(group)
         return names + (("compensation",) if group["update"] == "kahan" else ())
 
 
@@ -206,7 +209,7 @@ class SGD(_SixteenBitOptimizer):
         }
         super().__init__(params, defaults, update, arithmetic, seed, capturable)
 
-    def _state_names(self, group, param):
+    def _state_names(self, group):
         return ("momentum_buffer",) if group["momentum"] != 0 else ()
 
     def _constants(self, group, arithmetic):
@@ -252,7 +255,7 @@ class AdamW(_SixteenBitOptimizer):
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
         super().__init__(params, defaults, update, arithmetic, seed, capturable)
 
-    def _state_names(self, group, param):
+    def _state_names(self, group):
         return ("exp_avg", "exp_avg_sq")
 
     def _constants(self, group, arithmetic):
