@@ -117,6 +117,36 @@ def test_same_weights_under_any_grouping_and_order(name):
 
 
 @pytest.mark.parametrize("update", reference.UPDATES)
+def test_same_weights_under_any_launch_shape(update):
+    """Threads per block and vectors per thread change which block updates which element, not the result."""
+    weights, grads = _draw("normal", SHAPES, 9, steps=1)
+    scalars = reference.step_scalars("adamw", 1e-2, torch.full((len(SHAPES),), 2.0), (0.9, 0.99), "fp32").cuda()
+    constants = reference.AdamWConstants.from_group(SETTINGS["adamw"], "fp32")
+    results = []
+    for threads, vectors_per_thread in ((64, 1), (256, 2), (512, 8)):
+        params = [w.cuda() for w in weights]
+        states = [[torch.full_like(p, 0.01) for p in params] for _ in range(3 if update == "kahan" else 2)]
+        kernel.fused_step(
+            "adamw",
+            params,
+            [g.cuda() for g in grads[0]],
+            states,
+            scalars,
+            constants,
+            update,
+            "fp32",
+            3,
+            range(len(params)),
+            [0] * len(params),
+            threads=threads,
+            vectors_per_thread=vectors_per_thread,
+        )
+        results.append(params + [t for group in states for t in group])
+    for tensors in results[1:]:
+        _assert_bits_equal(tensors, results[0])
+
+
+@pytest.mark.parametrize("update", reference.UPDATES)
 def test_state_dict_round_trip(update):
     weights, grads = _draw("normal", SHAPES, 6, steps=4)
     params = [torch.nn.Parameter(w.cuda()) for w in weights]
