@@ -4,11 +4,12 @@ Table 2, appendix C.1), trained in FP32 on scikit-learn's bundled 8×8 digits (n
     python python/lowbit_cnn_dual_stage.py            # on the GPU: the kernel through cutlass_ext.lowbit
     python python/lowbit_cnn_dual_stage.py --quick    # CPU reference, a few seconds
 
-The network (conv 1→16, conv 16→32, 2×2 max-pool, fc 512→64, fc 64→10, ReLU between; --channels scales it) is trained in FP32, then
-every GEMM (convolutions as unfold + GEMM, linear layers) runs with M7E4, b_acc = 10, b_prod = 12, chunk 16, as
-in Table 2. Rows, each with test accuracy with and without underflow: the FP32 model; zero-shot LBA; fine-tuned
-in FP32 (the baseline); one stage with underflow on; stage one without underflow (Adam, cosine schedule, as the
-seed's 5 epochs at 1e-6) then stage two with underflow on at a tenth of the learning rate for one epoch.
+The network (conv 1→16, conv 16→32, 2×2 max-pool, fc 512→64, fc 64→10, ReLU between; --channels scales it) is
+trained in FP32; then every GEMM (convolutions as unfold + GEMM, linear layers) runs with M7E4, b_acc = 10,
+b_prod = 12, chunk 16, as in Table 2. Rows, each with test accuracy with and without underflow: the FP32 model;
+zero-shot LBA; fine-tuned in FP32 (the baseline); one stage with underflow on (twice stage one's epochs, as the
+seed's 10 against 5 + 1); stage one without underflow (Adam, cosine schedule, like the seed's 5 epochs at 1e-6)
+then stage two with underflow on at a tenth of the learning rate for one epoch.
 Writes lowbit_cnn_dual_stage.csv and lowbit_cnn_dual_stage.png into --out.
 """
 

@@ -50,7 +50,8 @@ def write_csv(rows: list[dict], path: Path, device: torch.device) -> pd.DataFram
 
 
 def digits(device: torch.device, seed: int, limit: int | None = None, images: bool = False):
-    """scikit-learn's bundled 8×8 digits (1797 images, nothing downloaded), pixels scaled to [0, 1].
+    """scikit-learn's bundled 8×8 digits (1797 images, nothing downloaded), normalized like MNIST's usual
+    transform: one mean and one standard deviation over the training pixels.
 
     Returns (x_train, y_train, x_test, y_test): a fixed 80/20 split by `seed`; `limit` keeps that many of each;
     `images` gives (N, 1, 8, 8) instead of (N, 64).
@@ -58,13 +59,14 @@ def digits(device: torch.device, seed: int, limit: int | None = None, images: bo
     from sklearn.datasets import load_digits
 
     data = load_digits()
-    x = torch.tensor(data.data, dtype=torch.float32) / 16.0
+    x = torch.tensor(data.data, dtype=torch.float32)
     y = torch.tensor(data.target, dtype=torch.int64)
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
     x, y = x[order], y[order]
+    cut = int(0.8 * len(x))
+    x = (x - x[:cut].mean()) / x[:cut].std()
     if images:
         x = x.reshape(-1, 1, 8, 8)
-    cut = int(0.8 * len(x))
     parts = [x[:cut], y[:cut], x[cut:], y[cut:]]
     if limit is not None:
         parts = [part[:limit] for part in parts]

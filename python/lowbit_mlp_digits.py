@@ -75,6 +75,8 @@ def main(argv=None) -> None:
     parser.add_argument("--bias", type=int, default=5, help="exponent bias of product and accumulator")
     parser.add_argument("--chunk", type=int, default=16)
     parser.add_argument("--stes", nargs="+", default=list(lowbit.STES), choices=lowbit.STES)
+    parser.add_argument("--eps1", type=float, default=1e-12, help="DIFF STE ε1 (eq. 17)")
+    parser.add_argument("--eps2", type=float, default=1e-3, help="DIFF STE ε2 (eq. 17)")
     args = parser.parse_args(argv)
     args.epochs = args.epochs or (1 if args.quick else 15)
     args.width = args.width or (32 if args.quick else 1024)
@@ -84,7 +86,8 @@ def main(argv=None) -> None:
     fmt = lowbit.LowbitFormat.make(4, 3, args.bias, args.bias, chunk=args.chunk)
     rows = run("fp32", None, args, data, device)
     for ste in args.stes:
-        rows += run(f"M4E3 {ste}", lowbit.LowbitConfig(fmt, ste=ste), args, data, device)
+        config = lowbit.LowbitConfig(fmt, ste=ste, eps1=args.eps1, eps2=args.eps2)
+        rows += run(f"M4E3 {ste}", config, args, data, device)
     table = common.write_csv(rows, out / "lowbit_mlp_digits.csv", device)
     plot(table, out / "lowbit_mlp_digits.png")
 
