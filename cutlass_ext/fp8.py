@@ -15,6 +15,7 @@ import torch
 
 from . import device as device_info
 from . import ops, registry, tuned
+from .compiling import constant_result
 from .fp8_config import ACCUMULATIONS, DEFAULT_FP8, FP8_DTYPES, OUT_DTYPES, Fp8Config, dtype_name
 
 GRANULARITIES = ("tensor", "row")
@@ -206,7 +207,7 @@ def plan(gpu, a_dtype: str, b_dtype: str, out_dtype: str, accum: str, m: int, n:
     return ([default] if best in (None, default) else [best, default]), source
 
 
-@torch.compiler.assume_constant_result
+@constant_result
 def _planned(index: int, a_dtype: str, b_dtype: str, out_dtype: str, accum: str, m: int, n: int, k: int) -> str:
     """`plan`'s names, comma-joined (a constant to torch.compile)."""
     return ",".join(plan(device_info.info(index), a_dtype, b_dtype, out_dtype, accum, m, n, k)[0])

@@ -10,6 +10,7 @@ import torch
 
 from . import corrected_sm90, ops, registry, tuned
 from . import device as device_info
+from .compiling import constant_result
 from .config import KERNEL_MODES, LAYOUTS, KernelConfig, default_configs
 from .split_config import DEFAULT_SPLIT, SplitConfig
 
@@ -199,7 +200,7 @@ def plan(
     return Plan("sm80", defaults, f"sm{gpu.arch or '80'} default ({source})")
 
 
-@torch.compiler.assume_constant_result
+@constant_result
 def _runtime_plan(index: int, mode: str, layout_a: str, layout_b: str, m: int, n: int, k: int, hopper_ok: bool) -> str:
     """`path:variant,variant` for this problem on device `index`, its first variant built and loaded (a constant
     to torch.compile, which calls it while tracing)."""

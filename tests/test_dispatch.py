@@ -192,3 +192,19 @@ def test_fallbacks_are_loaded_only_when_the_binding_asks(monkeypatch):
     assert loaded == ["first", "second"] and len(calls) == 2
     with pytest.raises(RuntimeError, match="other"):
         registry.call_loading_fallbacks(lambda x, v: (_ for _ in ()).throw(RuntimeError("other")), ["a"], None, 1)
+
+
+def test_constant_result_marks_functions_as_torch_compile_does():
+    import torch._dynamo
+
+    from cutlass_ext.compiling import constant_result
+
+    def ours():
+        return 1
+
+    def torchs():
+        return 1
+
+    constant_result(ours)
+    torch._dynamo.assume_constant_result(torchs)
+    assert {k: v for k, v in vars(ours).items()} == {k: v for k, v in vars(torchs).items()} != {}
