@@ -144,8 +144,10 @@ def test_quantize_rejects_bad_arguments():
         quantize(torch.ones(2, dtype=torch.float64), 7, 4, 10)
     with pytest.raises(ValueError, match="man=24"):
         quantize(torch.ones(2), 24, 4, 10)
-    with pytest.raises(ValueError, match="acc_bias=200"):
+    with pytest.raises(ValueError, match="bias=200"):
         quantize(torch.ones(2), 7, 4, 200)
+    with pytest.raises(ValueError, match="exp=9"):
+        quantize(torch.ones(2), 7, 9, 10)
 
 
 # ---- the format

@@ -28,7 +28,7 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_bits(name: str, value, allowed: tuple[int, int]) -> None:
+def check_bits(name: str, value, allowed: tuple[int, int]) -> None:
     low, high = allowed
     if not _is_int(value) or not low <= value <= high:
         raise ValueError(f"{name}={value!r} must be an integer in {low}..{high}")
@@ -39,7 +39,7 @@ def bias_range(exp: int) -> tuple[int, int]:
     return 2**exp - 1 - FP32_MAX_EXPONENT, -FP32_MIN_EXPONENT
 
 
-def _check_bias(name: str, value, exp: int) -> None:
+def check_bias(name: str, value, exp: int) -> None:
     low, high = bias_range(exp)
     if not _is_int(value) or not low <= value <= high:
         raise ValueError(
@@ -97,12 +97,12 @@ class LowbitFormat:
     underflow: bool = True
 
     def __post_init__(self):
-        _check_bits("man", self.man, MANTISSA_RANGE)
-        _check_bits("exp", self.exp, EXPONENT_RANGE)
-        _check_bits("prod_man", self.prod_man, MANTISSA_RANGE)
-        _check_bits("prod_exp", self.prod_exp, EXPONENT_RANGE)
-        _check_bias("acc_bias", self.acc_bias, self.exp)
-        _check_bias("prod_bias", self.prod_bias, self.prod_exp)
+        check_bits("man", self.man, MANTISSA_RANGE)
+        check_bits("exp", self.exp, EXPONENT_RANGE)
+        check_bits("prod_man", self.prod_man, MANTISSA_RANGE)
+        check_bits("prod_exp", self.prod_exp, EXPONENT_RANGE)
+        check_bias("acc_bias", self.acc_bias, self.exp)
+        check_bias("prod_bias", self.prod_bias, self.prod_exp)
         if not _is_int(self.chunk) or self.chunk < 1:
             raise ValueError(f"chunk={self.chunk!r} must be a positive integer (products per chunk)")
         if not isinstance(self.underflow, bool):
@@ -121,15 +121,15 @@ class LowbitFormat:
         prod_exp: int | None = None,
     ) -> "LowbitFormat":
         """A validated format; the product format defaults to the accumulator's, biases to the seed's rules."""
-        _check_bits("man", man, MANTISSA_RANGE)
-        _check_bits("exp", exp, EXPONENT_RANGE)
+        check_bits("man", man, MANTISSA_RANGE)
+        check_bits("exp", exp, EXPONENT_RANGE)
         if not _is_int(chunk) or chunk < 1:
             raise ValueError(f"chunk={chunk!r} must be a positive integer (products per chunk)")
         prod_man = man if prod_man is None else prod_man
         prod_exp = exp if prod_exp is None else prod_exp
-        _check_bits("prod_exp", prod_exp, EXPONENT_RANGE)
+        check_bits("prod_exp", prod_exp, EXPONENT_RANGE)
         prod_bias = default_prod_bias(prod_exp) if prod_bias is None else prod_bias
-        _check_bias("prod_bias", prod_bias, prod_exp)
+        check_bias("prod_bias", prod_bias, prod_exp)
         acc_bias = default_acc_bias(prod_bias, chunk) if acc_bias is None else acc_bias
         return cls(man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow)
 

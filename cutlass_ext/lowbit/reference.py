@@ -29,7 +29,16 @@ import math
 
 import torch
 
-from .format import LowbitFormat, mantissa_mask, overflow_threshold, underflow_threshold
+from .format import (
+    EXPONENT_RANGE,
+    MANTISSA_RANGE,
+    LowbitFormat,
+    check_bias,
+    check_bits,
+    mantissa_mask,
+    overflow_threshold,
+    underflow_threshold,
+)
 
 # Elements of the (…, M, N, chunks) first-level tensor held at once (64 MiB of float32).
 _GROUP_ELEMENTS = 1 << 24
@@ -59,8 +68,11 @@ def _check_float32(name: str, x) -> None:
 def quantize(x: torch.Tensor, man: int, exp: int, bias: int, underflow: bool = True) -> torch.Tensor:
     """Q(x; M=man, E=exp, b=bias) of a float32 tensor (see the module docstring); NaN stays NaN."""
     _check_float32("x", x)
-    # A format with these bits and this bias for both roles validates the arguments with their names.
-    LowbitFormat(man, exp, bias, bias, man, exp, 1, underflow)
+    check_bits("man", man, MANTISSA_RANGE)
+    check_bits("exp", exp, EXPONENT_RANGE)
+    check_bias("bias", bias, exp)
+    if not isinstance(underflow, bool):
+        raise ValueError(f"underflow={underflow!r} must be True or False")
     r_uf = underflow_threshold(bias) if underflow else None
     y = _q(x.detach().clone(), mantissa_mask(man), overflow_threshold(man, exp, bias), r_uf)
     # A signalling NaN whose payload lies in the dropped bits would mask to ±inf; NaN is kept as given instead.
