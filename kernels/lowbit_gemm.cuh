@@ -47,6 +47,7 @@ struct LowbitGemm {
   // Each gradient thread runs one chain at a time: enough warps per SM to hide its latency.
   static constexpr int kGradThreads = 128;
   static constexpr int kGradBlocksPerSm = 3;
+  static constexpr int kGradColumns = 32;
   static_assert(kBlockM % kThreadM == 0 && kBlockN % kThreadN == 0, "thread tile must divide the block tile");
   static_assert(kBlockM * kBlockK % kThreads == 0 && kBlockK * kBlockN % kThreads == 0, "tile loads must divide");
   static_assert(kWindow >= 1 && kWindow <= 32, "gradient window of 1..32 k");
@@ -221,10 +222,42 @@ struct LowbitGemm {
       }
   }
 
+  // One thread per (row, window of kWindow k); the CTA's rows share W's window, staged kGradColumns columns at a
+  // time in shared memory (every thread reads the same words: broadcasts).
   template <int kSte, bool kUnderflow, bool kFast>
   __device__ static void grad(const cutlass_ext_lowbit_grad_args& args) {
+    __shared__ __align__(16) float w_tile[kGradColumns][kWindow];
     const int64_t row = int64_t(blockIdx.x) * kGradThreads + threadIdx.x;
-    if (row < args.rows) grad_row_window<kWindow, kSte, kUnderflow, kFast>(args, blockIdx.z, row, blockIdx.y);
+    const int64_t batch = blockIdx.z;
+    const bool active = row < args.rows;
+    GradRowWindow<kWindow, kSte, kUnderflow, kFast> thread(args, batch, active ? row : 0, blockIdx.y);
+    const float* w = args.w + batch * args.w_batch_stride;
+    const bool along_k = args.w_row_stride == 1 && args.w_column_stride != 1;  // W's unit stride runs along k
+
+    auto columns_of_tile = [&](auto full, int64_t c0, int count) {
+      for (int c = 0; c < count; ++c) {
+        float w_window[kWindow];
+        load_fragment(w_window, &w_tile[c][0]);
+        thread.template column<decltype(full)::value>(c0 + c, w_window);
+      }
+    };
+    for (int64_t c0 = 0; c0 < args.columns; c0 += kGradColumns) {
+      __syncthreads();
+      for (int e = threadIdx.x; e < kGradColumns * kWindow; e += kGradThreads) {
+        const int c = along_k ? e / kWindow : e % kGradColumns;
+        const int i = along_k ? e % kWindow : e / kGradColumns;
+        const bool inside = c0 + c < args.columns && i < thread.width;
+        w_tile[c][i] = inside ? __ldg(w + (thread.k0 + i) * args.w_row_stride + (c0 + c) * args.w_column_stride) : 0.0f;
+      }
+      __syncthreads();
+      if (!active) continue;
+      const int count = int(args.columns - c0 < kGradColumns ? args.columns - c0 : kGradColumns);
+      if (thread.width == kWindow)
+        columns_of_tile(std::true_type{}, c0, count);
+      else
+        columns_of_tile(std::false_type{}, c0, count);
+    }
+    if (active) thread.finish(batch, row);
   }
 
   static int run_forward(const cutlass_ext_lowbit_forward_args* args, void* stream);
