@@ -61,8 +61,9 @@ def dynamic_format(a: torch.Tensor, b: torch.Tensor, fmt: LowbitFormat) -> Lowbi
     """`fmt` with biases set from e = ⌊log2 max|a @ b|⌋ (FP32 product): b_acc = 2^E − 2 − e.
 
     Then R_OF = 2^(e+1)·(2 − 2^−M) lies in the binade above the output's largest value (headroom for partial sums
-    larger than the result) and the accumulator's range reaches 2^E − 2 binades below it. b_prod keeps fmt's gap
-    b_prod − b_acc (the ½·log2(chunk) rule). Both are clamped to the valid range; an all-zero output keeps fmt.
+    larger than the result) and R_UF = 2^(e + 2 − 2^E). b_prod keeps fmt's gap b_prod − b_acc (the ½·log2(chunk)
+    rule). Both are clamped to the valid range; an all-zero or non-finite output keeps fmt. Reads the maximum on the
+    host: a dynamic-bias call cannot be captured in a CUDA graph.
     """
     with torch.no_grad():
         largest = float(torch.matmul(a.detach(), b.detach()).abs().amax()) if a.numel() and b.numel() else 0.0
