@@ -2,7 +2,8 @@
 chunked emulation (`lowbit.reference` on the GPU) and, where `peers/lba_fc` holds the authors' torch extension
 (github itayhubara/qlora, branch lba, folder lba_fc), their kernel; one run, one device.
 
-    python python/bench_lowbit.py [--shapes 256x256x1024 1024 2048 4096] [--out sweeps/results/h200/lowbit_gemm.csv]
+    python python/bench_lowbit.py [--shapes 256x256x1024 1024 2048 4096] [--variants NAME ...]
+                                  [--out sweeps/results/h200/lowbit_gemm.csv]
 
 TFLOP/s-equivalent = 2·M·N·K / time (CUDA events, median; the emulation once per shape past 10^11 FLOP). Backward
 rows time `torch.autograd.grad` of both operands after one forward (the recursive STE's forward also records the
@@ -92,13 +93,15 @@ def measure_shape(shape, fmt, args, peer) -> list[dict]:
                      "time_us": round(us, 2) if us else None, "tflops_equiv": round(flop / us / 1e6, 4) if us else None,
                      "note": note})
 
-    with torch.no_grad():
-        forward_us = time_us(lambda: kernel.matmul(a, b, fmt), args.repeats)
-    row("cutlass_ext", "forward", forward_us)
-    for ste in kernel.STES:
-        out = kernel.matmul(a, b, fmt, ste)
-        us = time_us(lambda out=out: torch.autograd.grad(out, (a, b), g, retain_graph=True), args.repeats)
-        row("cutlass_ext", f"backward {ste}", us, f"{us / forward_us:.2f}x forward")
+    for config in [kernel.DEFAULT_CONFIG, *args.variants]:
+        name = f"cutlass_ext {config.name}"
+        with torch.no_grad():
+            forward_us = time_us(lambda config=config: kernel.matmul(a, b, fmt, config=config), args.repeats)
+        row(name, "forward", forward_us)
+        for ste in kernel.STES:
+            out = kernel.matmul(a, b, fmt, ste, config=config)
+            us = time_us(lambda out=out: torch.autograd.grad(out, (a, b), g, retain_graph=True), args.repeats)
+            row(name, f"backward {ste}", us, f"{us / forward_us:.2f}x forward")
     if flop <= args.emulation_max_flop:
         repeats = 1 if flop > 1e11 else args.repeats
         with torch.no_grad():
@@ -120,6 +123,10 @@ def measure_shape(shape, fmt, args, peer) -> list[dict]:
             same = torch.equal(module.matmul(x, w, mask, fmt.exp, fmt.chunk, exp_bias, fmt.underflow)[0],
                                kernel.matmul(a.detach(), b.detach(), fmt))
         row("authors lba_fc", "forward", us, f"equal to ours bit for bit: {same}")
+    kernel_us = next(r["time_us"] for r in rows if r["direction"] == "forward")
+    for r in rows:
+        if r["direction"] == "forward" and r["time_us"] and not r["contender"].startswith("cutlass_ext"):
+            r["note"] = f"{r['time_us'] / kernel_us:.1f}x our time" + (f"; {r['note']}" if r["note"] else "")
     return rows
 
 
@@ -150,6 +157,8 @@ def main(argv=None) -> int:
     parser.add_argument("--chunk", type=int, default=16)
     parser.add_argument("--underflow", choices=["on", "off", "both"], default="both")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--variants", nargs="*", default=[], type=kernel.LowbitKernelConfig.from_name,
+                        metavar="NAME", help="more kernel variants to time (e.g. lowbit_64x128x32_t4x8_w16)")
     parser.add_argument("--emulation-max-flop", type=float, default=2e11,
                         help="time the PyTorch emulation up to this many FLOP (4096³ is 1.4e11)")
     parser.add_argument("--out", type=Path, help="CSV path (default sweeps/results/<gpu>/lowbit_gemm.csv)")

@@ -11,6 +11,7 @@ keeps, from the forward, one int32 per output: the last chunk whose second-level
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -156,11 +157,16 @@ def _strides(t: torch.Tensor) -> list:
     return [t.data_ptr(), *t.stride()]
 
 
-def _launch(function_name: str, args, device: torch.device) -> None:
-    library = native.library(DEFAULT_CONFIG, device)
-    function = getattr(library, f"{DEFAULT_CONFIG.name}_{function_name}")
+@functools.cache
+def _config(variant: str) -> LowbitKernelConfig:
+    return LowbitKernelConfig.from_name(variant)
+
+
+def _launch(variant: str, function_name: str, args, device: torch.device) -> None:
+    library = native.library(_config(variant), device)
+    function = getattr(library, f"{variant}_{function_name}")
     status = function(ctypes.byref(args), native.stream_handle(device))
-    native.check_status(status, f"{DEFAULT_CONFIG.name}_{function_name}")
+    native.check_status(status, f"{variant}_{function_name}")
 
 
 @torch.library.custom_op("cutlass_ext::lowbit_forward", mutates_args=())
@@ -176,6 +182,7 @@ def lowbit_forward(
     chunk: int,
     underflow: bool,
     with_blocked: bool,
+    variant: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, M, K) @ (B, K, N) by the chunked FMAq chain -> (B, M, N) float32, and, with_blocked, the (B, M, N) int32
     last chunk whose second-level add overflowed (−1: none; the recursive STE's backward reads it)."""
@@ -191,12 +198,12 @@ def lowbit_forward(
         blocked.data_ptr() if with_blocked else None, _c_format(fields),
     )
     with torch.cuda.device(a.device):
-        _launch("lowbit_forward", args, a.device)
+        _launch(variant, "lowbit_forward", args, a.device)
     return out, blocked
 
 
 @lowbit_forward.register_fake
-def _(a, b, man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow, with_blocked):
+def _(a, b, man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow, with_blocked, variant):
     batch, m, _ = a.shape
     n = b.shape[-1]
     blocked = a.new_empty((batch, m, n) if with_blocked else (0,), dtype=torch.int32)
@@ -220,6 +227,7 @@ def lowbit_grad(
     ste: str,
     eps1: float,
     eps2: float,
+    variant: str,
 ) -> torch.Tensor:
     """dX (B, R, K) of the chain X (B, R, K) @ W (B, K, C) under `ste`, given dY = g (B, R, C): the first
     operand's gradient (the second's is this of the transposed problem). blocked: the forward's (B, R, C)
@@ -237,12 +245,12 @@ def lowbit_grad(
         _STE_CODES[ste], eps1, eps2,
     )
     with torch.cuda.device(x.device):
-        _launch("lowbit_grad", args, x.device)
+        _launch(variant, "lowbit_grad", args, x.device)
     return dx
 
 
 @lowbit_grad.register_fake
-def _(x, w, g, blocked, man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow, ste, eps1, eps2):
+def _(x, w, g, blocked, man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow, ste, eps1, eps2, variant):
     return x.new_empty(x.shape)
 
 
@@ -254,11 +262,11 @@ class LowbitMatmul(torch.autograd.Function):
     """(B, M, K) @ (B, K, N) by the chunked FMAq chain; its backward applies the STE (seed 002 section 4)."""
 
     @staticmethod
-    def forward(ctx, a, b, fields, ste, eps1, eps2):
+    def forward(ctx, a, b, fields, ste, eps1, eps2, variant):
         with_blocked = ste == "recursive-of" and (a.requires_grad or b.requires_grad)
-        out, blocked = torch.ops.cutlass_ext.lowbit_forward(a, b, *fields, with_blocked)
+        out, blocked = torch.ops.cutlass_ext.lowbit_forward(a, b, *fields, with_blocked, variant)
         ctx.save_for_backward(a, b, blocked)
-        ctx.fields, ctx.ste, ctx.eps = fields, ste, (eps1, eps2)
+        ctx.fields, ctx.ste, ctx.eps, ctx.variant = fields, ste, (eps1, eps2), variant
         return out
 
     @staticmethod
@@ -270,8 +278,8 @@ class LowbitMatmul(torch.autograd.Function):
                 grad_a = grad_out @ b.transpose(-1, -2)
             if ctx.needs_input_grad[1]:
                 grad_b = a.transpose(-1, -2) @ grad_out
-            return grad_a, grad_b, None, None, None, None
-        options = (*ctx.fields, ctx.ste, *ctx.eps)
+            return grad_a, grad_b, None, None, None, None, None
+        options = (*ctx.fields, ctx.ste, *ctx.eps, ctx.variant)
         if ctx.needs_input_grad[0]:
             grad_a = torch.ops.cutlass_ext.lowbit_grad(a, b, grad_out, blocked, *options)
         if ctx.needs_input_grad[1]:
@@ -281,7 +289,7 @@ class LowbitMatmul(torch.autograd.Function):
                 torch.ops.cutlass_ext.lowbit_grad(_transposed(b), _transposed(a), _transposed(grad_out), blocked_t,
                                                   *options)
             )
-        return grad_a, grad_b, None, None, None, None
+        return grad_a, grad_b, None, None, None, None, None
 
 
 def _check_operand(name: str, x) -> None:
@@ -302,14 +310,18 @@ def matmul(
     ste: str = "identity",
     eps1: float = DEFAULT_EPS1,
     eps2: float = DEFAULT_EPS2,
+    config: LowbitKernelConfig = DEFAULT_CONFIG,
 ) -> torch.Tensor:
     """(…, M, K) @ (…, K, N) float32 CUDA tensors (any strides, batch broadcast) by the chunked FMAq chain of `fmt`,
-    equal to `reference.lowbit_matmul_fmt` bit for bit; autograd through `ste` (one of STES, `ste.py`)."""
+    equal to `reference.lowbit_matmul_fmt` bit for bit; autograd through `ste` (one of STES, `ste.py`). `config`
+    picks the kernel variant (tiles); every variant computes the same bits."""
     _check_operand("a", a)
     _check_operand("b", b)
     if not isinstance(fmt, LowbitFormat):
         raise TypeError(f"fmt must be a LowbitFormat; got {type(fmt).__name__}")
     check_ste(ste)
+    if not isinstance(config, LowbitKernelConfig):
+        raise TypeError(f"config must be a LowbitKernelConfig; got {type(config).__name__}")
     if a.device != b.device:
         raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
     if a.shape[-1] != b.shape[-2]:
@@ -322,7 +334,7 @@ def matmul(
     count = math.prod(batch)
     a3 = a.expand(*batch, m, k).reshape(count, m, k)
     b3 = b.expand(*batch, k, n).reshape(count, k, n)
-    out = LowbitMatmul.apply(a3, b3, _format_fields(fmt), ste, float(eps1), float(eps2))
+    out = LowbitMatmul.apply(a3, b3, _format_fields(fmt), ste, float(eps1), float(eps2), config.name)
     return out.reshape(*batch, m, n)
 
 

@@ -196,3 +196,19 @@ def test_bad_input_names_the_argument(call, error, match):
     a, b = _draw("normal", (4, 6), 70), _draw("normal", (6, 5), 71)
     with pytest.raises(error, match=match):
         call(a, b)
+
+
+def test_other_variants_compute_the_same_bits():
+    # smaller tiles, and a gradient window of 8 that chunks of 16 span (the backward's steps before the window)
+    config = kernel.LowbitKernelConfig(block=(32, 32, 8), thread=(2, 2), window=8)
+    fmt = GRAD_FORMATS["M7E4_c16"]
+    a = _draw("wide", (19, 75), 80).requires_grad_()
+    b = _draw("wide", (75, 23), 81).requires_grad_()
+    g = _draw("normal", (19, 23), 82)
+    for ste in ("recursive-of", "immediate-diff"):
+        a.grad = b.grad = None
+        out = kernel.matmul(a, b, fmt, ste, config=config)
+        assert _same_bits(out, lowbit_matmul_fmt(a.detach(), b.detach(), fmt))
+        out.backward(g)
+        grad_a, grad_b = grad_reference(a.detach(), b.detach(), g, fmt, ste)
+        assert _same_bits(a.grad, grad_a) and _same_bits(b.grad, grad_b)
