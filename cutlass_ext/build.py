@@ -204,7 +204,8 @@ def _compile(groups, keys, missing, arch, jobs, verbose, on_finished=None) -> di
 
 
 def load_binding(verbose: bool = True):
-    """Build (once per torch version) and import the torch binding module."""
+    """Build (once per torch version) and load the torch binding: a plain library that gives the ops of
+    cutlass_ext/ops.py their CUDA implementations and adds `register_variant` / `registered_variants` ops."""
     import torch
     from torch.utils import cpp_extension
 
@@ -213,6 +214,7 @@ def load_binding(verbose: bool = True):
     key = cache.fingerprint(
         source.read_text(),
         (kernels / "launcher_abi.h").read_text(),
+        (kernels / "range_shift_abi.h").read_text(),
         torch.__version__,
         str(torch.version.cuda),
         sys.version,
@@ -238,22 +240,23 @@ def load_binding(verbose: bool = True):
             extra_cflags=["-O2"],
             extra_ldflags=["-ldl"],
             with_cuda=True,
+            is_python_module=False,
             verbose=False,
         )
 
     try:
-        module = load()
-    except (ImportError, OSError):
+        library = load()
+    except (ImportError, OSError, RuntimeError):
         if not already_built:
             raise
         # A damaged build (a crash while linking, a truncated file) is rebuilt, not trusted.
         for path in build_directory.iterdir():
             if path.is_file():
                 path.unlink()
-        module = load()
+        library = load()
     if verbose and not already_built:
         print(f"cutlass_ext: torch binding built in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-    return module
+    return library
 
 
 def _parse_args(argv):

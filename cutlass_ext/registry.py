@@ -73,7 +73,7 @@ def ensure_registered(configs: list, device: torch.device) -> None:
     """Build what the cache lacks and load every variant in `configs` for `device`'s arch (cheap once done)."""
     if all(c.name in _registered for c in configs):
         return
-    module = binding()
+    binding()
     with _lock:
         missing = [c for c in configs if c.name not in _registered]
         if not missing:
@@ -85,15 +85,15 @@ def ensure_registered(configs: list, device: torch.device) -> None:
             name = result.configs[0].name
             if result.library is None:
                 raise RuntimeError(f"building kernel {name} for sm_{arch} failed:\n{result.error}")
-            module.register_variant(name, str(result.library))
+            torch.ops.cutlass_ext.register_variant(name, str(result.library))
             _registered.add(name)
 
 
 def register_library(configs: list, library) -> None:
     """Load variants from a library built elsewhere (the sweep builds several variants per library)."""
-    module = binding()
+    binding()
     with _lock:
         for config in configs:
             if config.name not in _registered:
-                module.register_variant(config.name, str(library))
+                torch.ops.cutlass_ext.register_variant(config.name, str(library))
                 _registered.add(config.name)

@@ -11,9 +11,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include <c10/cuda/CUDAStream.h>
+#include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <torch/extension.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
 
 #include "launcher_abi.h"
 #include "range_shift_abi.h"
@@ -606,7 +607,8 @@ TORCH_LIBRARY_IMPL(cutlass_ext, CUDA, m) {
   m.impl("gemm_split", &gemm_split_cuda);
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("register_variant", &register_variant, "Load a kernel library and register one of its variants");
-  m.def("registered_variants", &registered_variants, "Names of the variants registered in this process");
+// Plain ops rather than a Python module: no pybind11 or torch/extension.h to compile on a user's first call.
+TORCH_LIBRARY_FRAGMENT(cutlass_ext, m) {
+  m.def("register_variant(str name, str library) -> ()", &register_variant);
+  m.def("registered_variants() -> str[]", &registered_variants);
 }
