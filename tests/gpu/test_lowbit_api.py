@@ -108,3 +108,20 @@ def test_linear_under_torch_compile_and_cuda_graph():
         graph.replay()
         torch.cuda.synchronize()
         assert same(out, layer(fresh))
+
+
+@pytest.mark.parametrize(
+    "fmt",
+    [
+        LowbitFormat.make(7, 4, 10, 12, underflow=False),  # subnormal products and sums kept, then masked
+        LowbitFormat.make(23, 8, 140, 142),  # R_UF = 2^-140 and 2^-142: flush thresholds among FP32 subnormals
+        LowbitFormat.make(5, 8, 149, 149, chunk=3),  # R_UF = 2^-149, the smallest subnormal
+    ],
+    ids=lambda f: f.name,
+)
+def test_subnormal_products_cuda_equal_cpu(fmt):
+    # Products near 2^-128 are mostly FP32 subnormals: the definition keeps them (no flush-to-zero) and masks their
+    # words, whose top mantissa bits are then set.
+    a, b = randn(12, 50, seed=15) * 2.0**-64, randn(50, 6, seed=16) * 2.0**-64
+    config = lowbit.LowbitConfig(fmt)
+    assert same(lowbit.matmul(a.cuda(), b.cuda(), config).cpu(), lowbit.matmul(a, b, config))
