@@ -235,6 +235,20 @@ def test_chain_matches_scalar_definition(fmt, kind):
         assert same(lowbit_matmul_fmt(a, b, fmt), scalar_chain(a, b, fmt)), (m, k, n)
 
 
+@pytest.mark.parametrize(
+    "fmt",
+    [LowbitFormat.make(7, 4, 10, 12, underflow=False), LowbitFormat.make(23, 8, 140, 142),
+     LowbitFormat.make(5, 8, 149, 149, chunk=3)],
+    ids=lambda f: f.name,
+)
+def test_chain_with_subnormal_products_matches_scalar_definition(fmt):
+    generator = torch.Generator().manual_seed(21)
+    a, b = torch.randn(3, 40, generator=generator) * 2.0**-64, torch.randn(40, 2, generator=generator) * 2.0**-64
+    c = lowbit_matmul_fmt(a, b, fmt)
+    assert ((c != 0) & (c.abs() < 2.0**-126)).any()  # subnormal results survive
+    assert same(c, scalar_chain(a, b, fmt))
+
+
 @pytest.mark.parametrize("chunk", [1, 16])
 def test_fp32_format_without_underflow_is_plain_fp32_accumulation(chunk):
     # M23E8 with b = 128: R_OF is FP32's largest finite value and the mask keeps every bit
