@@ -41,6 +41,8 @@ struct alignas(16) Vector {
 template <Kind kKind, Update kUpdate, Arithmetic kArithmetic, int kThreads, int kVectorsPerThread>
 struct OptimStep {
   static constexpr int kThreadsPerBlock = kThreads;
+  // At least 768 threads (24 warps) resident per SM: 85 registers a thread, which AdamW's step fits unspilled.
+  static constexpr int kMinBlocksPerSm = kThreads >= 768 ? 1 : 768 / kThreads;
   static constexpr int64_t kChunk = int64_t(kThreads) * kVectorsPerThread * kVectorElements;
   static constexpr int kMaxTensors = 40;  // keeps the batch within the 4 KB kernel-parameter space of every arch
   static constexpr bool kHasState1 = kKind == Kind::kAdamW;
@@ -157,7 +159,7 @@ struct OptimStep {
 };
 
 template <class Step>
-__global__ void __launch_bounds__(Step::kThreadsPerBlock) optim_step_kernel(const typename Step::Batch batch,
+__global__ void __launch_bounds__(Step::kThreadsPerBlock, Step::kMinBlocksPerSm) optim_step_kernel(const typename Step::Batch batch,
                                                                     const Constants constants) {
   Step::run_block(batch, constants);
 }

@@ -4,6 +4,7 @@ cutlass_ext/optim/reference.py in every (optimizer, update, arithmetic)."""
 
 import ctypes
 import itertools
+import json
 import os
 import shutil
 import subprocess
@@ -164,14 +165,16 @@ def cache_dir(tmp_path_factory):
 
 
 @pytest.mark.skipif(not have_nvcc and not os.environ.get("CI"), reason="nvcc not installed")
-def test_variant_builds_and_exports_its_launcher(cache_dir):
-    config = OptimConfig("adamw", "stochastic", "bf16")
-    (result,) = build.build_libraries([(config,)], "90a", verbose=False)
-    assert result.error is None, result.error
-    exported = subprocess.run(
-        ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
-    ).stdout
-    assert f" T {config.name}_optim_step\n" in exported
+def test_variants_build_unspilled_and_export_their_launchers(cache_dir):
+    configs = [OptimConfig("adamw", "kahan", "fp32"), OptimConfig("adamw", "stochastic", "bf16")]
+    for config, result in zip(configs, build.build_libraries([(c,) for c in configs], "90a", verbose=False)):
+        assert result.error is None, result.error
+        exported = subprocess.run(
+            ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
+        ).stdout
+        assert f" T {config.name}_optim_step\n" in exported
+        resource_usage = json.loads((result.library.parent / cache.MANIFEST).read_text())["resource_usage"]
+        assert " 0 bytes spill stores" in resource_usage, resource_usage
 
 
 def test_config_names_round_trip():
