@@ -166,8 +166,8 @@ def fused_step(
     seed: int,
     keys,
     element_offsets,
-    threads: int = 256,
-    vectors_per_thread: int = 2,
+    threads: int = OptimConfig.threads,
+    vectors_per_thread: int = OptimConfig.vectors_per_thread,
     check: bool = True,
 ) -> None:
     """One fused step of BF16 CUDA `params` on one device (reference.sgd_update / adamw_update, bit for bit).
