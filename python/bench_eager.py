@@ -51,6 +51,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--profile", type=Path, help="folder for cProfile summaries of each mode at 256³")
+    parser.add_argument("--trace", type=Path, help="folder for torch.profiler tables (CUDA runtime calls included)")
     args = parser.parse_args(argv)
     rows = []
     for size in args.sizes:
@@ -87,6 +88,19 @@ def main(argv=None) -> int:
             profile.disable()
             with open(args.profile / f"eager_profile_{mode}.txt", "w") as handle:
                 pstats.Stats(profile, stream=handle).sort_stats("tottime").print_stats(25)
+    if args.trace:
+        args.trace.mkdir(parents=True, exist_ok=True)
+        a, b = torch.randn(256, 256, device="cuda"), torch.randn(256, 256, device="cuda")
+        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        for mode in MODES:
+            ext.gemm(a, b, mode=mode)
+            torch.cuda.synchronize()
+            with torch.profiler.profile(activities=activities) as profile:
+                for _ in range(50):
+                    ext.gemm(a, b, mode=mode)
+                torch.cuda.synchronize()
+            table = profile.key_averages().table(sort_by="self_cpu_time_total", row_limit=20)
+            (args.trace / f"eager_trace_{mode}.txt").write_text(table)
     return 0
 
 
