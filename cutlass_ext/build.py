@@ -8,6 +8,8 @@ binding is the one translation unit that includes torch; `torch.utils.cpp_extens
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import os
 import re
 import shlex
@@ -43,8 +45,16 @@ def _kernel_sources_digest(family: str) -> str:
     return cache.fingerprint(*(f"{p.name}:{p.read_text()}" for p in codegen.source_files(family)))
 
 
+@functools.cache
 def _cutlass_digest() -> str:
-    return cache.fingerprint((toolchain.cutlass_root() / "include" / "cutlass" / "version.h").read_text())
+    """Every CUTLASS and CuTe header a kernel can include (a patched header rebuilds, not only a new version)."""
+    root = toolchain.cutlass_root()
+    files = sorted(p for folder in (root / "include", root / "tools" / "util" / "include") for p in folder.rglob("*"))
+    digest = hashlib.sha256()
+    for path in files:
+        if path.is_file():
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def library_key(configs: tuple[KernelConfig, ...], arch: str) -> str:
@@ -113,7 +123,9 @@ def build_libraries(
         if (found := cached_result(i)) is not None:
             results[i] = found
     if len(results) < len(groups):
-        with cache.build_lock("kernels"):
+        pending = [i for i in range(len(groups)) if i not in results]
+        what = ", ".join(groups[i][0].name for i in pending[:3]) + (" …" if len(pending) > 3 else "")
+        with cache.entry_locks([keys[i] for i in pending], f"sm_{arch} {what}"):
             for i in range(len(groups)):
                 if i not in results and (found := cached_result(i)) is not None:
                     results[i] = found  # another process built it while we waited

@@ -7,14 +7,17 @@ concurrent processes build each entry once.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
+import time
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 CACHE_ENV = "CUTLASS_EXT_CACHE"
 MANIFEST = "manifest.json"
@@ -39,8 +42,36 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def build_lock(name: str = "build") -> FileLock:
-    return FileLock(str(cache_root() / f"{name}.lock"))
+LOCK_TIMEOUT_ENV = "CUTLASS_EXT_BUILD_LOCK_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT = 1800.0  # seconds: longer than any one library's build, shorter than forever
+
+
+@contextlib.contextmanager
+def entry_locks(keys: list[str], what: str, timeout: float | None = None):
+    """Hold the build lock of each cache entry in `keys` (one lock per entry: processes building different
+    variants do not wait for each other). A lock still held after `timeout` seconds raises an error naming its
+    holder (process, host, what it builds, since when). Locks die with their process: a killed build frees them."""
+    timeout = float(os.environ.get(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT)) if timeout is None else timeout
+    folder = cache_root() / "locks"
+    folder.mkdir(exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        for key in sorted(set(keys)):  # one order for every process: no deadlock between two builds
+            path = folder / f"{key[:32]}.lock"
+            holder = path.with_suffix(".holder")
+            try:
+                stack.enter_context(FileLock(str(path), timeout=timeout))
+            except Timeout:
+                try:
+                    who = holder.read_text().strip()
+                except OSError:
+                    who = "an unknown process"
+                raise TimeoutError(
+                    f"cutlass_ext: waited {timeout:.0f} s for the build lock {path}, held by {who}; if that process "
+                    f"is gone, delete the file (or raise {LOCK_TIMEOUT_ENV})"
+                ) from None
+            holder.write_text(f"pid {os.getpid()} on {socket.gethostname()}, building {what}, since {time.ctime()}\n")
+            stack.callback(holder.unlink, missing_ok=True)
+        yield
 
 
 def read_manifest(entry: Path, key: str) -> dict | None:

@@ -170,3 +170,30 @@ def test_prebuild_by_names_refuses_an_unknown_name(cache_dir, stub_compiler, cap
     assert build.main(["--prebuild", "--no-binding", "--arch", "90a", "--names", "fp8_e4m3e4m3_bf16_tile"]) == 2
     assert "--names: 'fp8_e4m3e4m3_bf16_tile' is not an FP8 variant name" in capsys.readouterr().err
     assert stub_compiler == []
+
+
+def test_a_held_build_lock_times_out_naming_its_holder(cache_dir):
+    """Locks are per cache entry; one held past the timeout raises, naming the process that holds it."""
+    import os
+    import subprocess
+    import sys
+
+    key = "f" * 64
+    script = (
+        "from cutlass_ext import cache; import time\n"
+        f"with cache.entry_locks(['{key}'], 'a test library'):\n    print('held', flush=True); time.sleep(30)"
+    )
+    environment = {**os.environ, cache.CACHE_ENV: str(cache_dir)}
+    holder = subprocess.Popen([sys.executable, "-c", script], env=environment, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        expected = f"held by pid {holder.pid} on .*building a test library"
+        with pytest.raises(TimeoutError, match=expected), cache.entry_locks([key], "this test", timeout=0.2):
+            pass
+        with cache.entry_locks(["e" * 64], "another library", timeout=0.2):  # other entries are not blocked
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with cache.entry_locks([key], "this test", timeout=5):  # a killed holder's lock is free
+        pass
