@@ -51,7 +51,11 @@ def _train(optimizer, params, grads):
 def _assert_bits_equal(got, want):
     for i, (a, b) in enumerate(zip(got, want)):
         a, b = a.detach().cpu(), b.detach().cpu()
-        assert torch.equal(a.view(torch.int16), b.view(torch.int16)), f"tensor {i}: {(a != b).sum()} differ"
+        differ = (a.view(torch.int16) != b.view(torch.int16)).flatten().nonzero().flatten()
+        assert differ.numel() == 0, (
+            f"tensor {i}: {differ.numel()} differ, first at flat indices {differ[:4].tolist()}: "
+            f"{a.flatten()[differ[:4]].tolist()} vs {b.flatten()[differ[:4]].tolist()}"
+        )
 
 
 @pytest.mark.parametrize("name", sorted(SETTINGS))
@@ -62,7 +66,8 @@ def test_kernel_matches_cpu_reference(name, update, arithmetic, distribution):
     weights, grads = _draw(distribution, SHAPES, zlib.crc32(f"{name}-{update}-{arithmetic}".encode()), steps=3)
     results = []
     for device in ("cpu", "cuda"):
-        params = [torch.nn.Parameter(w.to(device)) for w in weights]
+        # copy=True: on the CPU, .to would alias the drawn weights and the CPU run would train the CUDA run's start
+        params = [torch.nn.Parameter(w.to(device, copy=True)) for w in weights]
         optimizer = _make(name, params, update=update, arithmetic=arithmetic, seed=2**33 + 5)
         optimizer.set_rng_key(params[1], 77, element_offset=3)  # unaligned Philox blocks: per-element words
         _train(optimizer, params, grads)
@@ -78,13 +83,13 @@ def test_kernel_matches_cpu_reference(name, update, arithmetic, distribution):
 @pytest.mark.parametrize("update", reference.UPDATES)
 def test_misaligned_views_and_many_tensors(update):
     """Params that are 2-byte-aligned views (scalar path) and more tensors than one launch's table holds."""
-    base = torch.randn(100 * 1000 + 1).to(torch.bfloat16)
     shapes = [(1000 + i,) for i in range(97)]
+    base = torch.randn(sum(shape[0] for shape in shapes) + 1).to(torch.bfloat16)
     g = torch.Generator().manual_seed(1)
     grads = [[torch.randn(s, generator=g).to(torch.bfloat16) for s in shapes] for _ in range(2)]
     results = []
     for device in ("cpu", "cuda"):
-        storage = base.to(device)
+        storage = base.to(device, copy=True)  # not the CPU run's trained storage
         params, start = [], 1
         for shape in shapes:
             params.append(torch.nn.Parameter(storage[start : start + shape[0]]))
@@ -161,7 +166,7 @@ def test_state_dict_round_trip(update):
     _assert_bits_equal(resumed_params, params)
 
 
-@pytest.mark.parametrize("name, update", itertools.product(["sgd", "adamw"], ["stochastic", "kahan"]))
+@pytest.mark.parametrize("name, update", list(itertools.product(["sgd", "adamw"], ["stochastic", "kahan"])))
 def test_compiled_step_matches_eager(name, update):
     weights, grads = _draw("normal", SHAPES[:4], 7, steps=3)
     eager_params = [torch.nn.Parameter(w.cuda()) for w in weights]
@@ -177,7 +182,7 @@ def test_compiled_step_matches_eager(name, update):
     _assert_bits_equal(compiled_params, eager_params)
 
 
-@pytest.mark.parametrize("name, update", itertools.product(["sgd", "adamw"], reference.UPDATES))
+@pytest.mark.parametrize("name, update", list(itertools.product(["sgd", "adamw"], reference.UPDATES)))
 def test_cuda_graph_capture(name, update):
     """capturable=True, lr a device tensor: a captured step replayed equals eager steps, lr changes included."""
     weights, grads = _draw("normal", SHAPES[:4], 8, steps=5)
