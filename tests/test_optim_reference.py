@@ -14,6 +14,7 @@ import torch
 
 from cutlass_ext.optim import SGD, AdamW, reference
 from cutlass_ext.optim.philox import philox4x32_10
+from tests.gpu import test_optim_kernel as gpu_cases
 
 MASK32 = 0xFFFFFFFF
 
@@ -105,6 +106,17 @@ def naive_sgd(w, grads, update, arithmetic, hp, seed, key, offset):
     return w
 
 
+def power_by_squaring(beta: float, t: int) -> float:
+    """beta^t as reference.beta_powers defines it: beta^(2^k) of t's set bits k, multiplied in a binary tree."""
+    squares = [beta]
+    for _ in range(31):
+        squares.append(squares[-1] * squares[-1])
+    factors = [squares[k] if (t >> k) & 1 else 1.0 for k in range(32)]
+    while len(factors) > 1:
+        factors = [a * b for a, b in zip(factors[0::2], factors[1::2])]
+    return factors[0]
+
+
 def naive_adamw(w, grads, update, arithmetic, hp, seed, key, offset):
     """Algorithms 4 and 5, the bias corrections applied as multiplications by their reciprocals."""
     op = Naive(arithmetic)
@@ -116,7 +128,8 @@ def naive_adamw(w, grads, update, arithmetic, hp, seed, key, offset):
     v = [0.0] * len(w)
     c = [0.0] * len(w)
     for t, grad in enumerate(grads, start=1):
-        correction1, correction2 = op(1 / (1 - beta1**t)), op(1 / (1 - beta2**t))
+        correction1 = op(1 / (1 - power_by_squaring(beta1, t)))
+        correction2 = op(1 / (1 - power_by_squaring(beta2, t)))
         for e in range(len(w)):
             g = grad[e]
             first = op(op(b1 * m[e]) + op(omb1 * g))
@@ -217,6 +230,27 @@ def test_fp32_params_update_plainly_in_fp32():
     assert np.array_equal(param.detach().numpy(), want)
 
 
+@pytest.mark.parametrize("betas", [(0.9, 0.999), (0.99, 0.9999), (0.0, 0.5), (0.95, 0.999999)])
+@pytest.mark.parametrize("arithmetic", list(reference.ARITHMETICS))
+def test_step_scalars_are_the_same_bits_however_computed(betas, arithmetic):
+    """The fused CUDA path stacks a group's rows, the CPU path takes one row at a time, a capturable step computes
+    them on the device: every way must give the bits of Python-float arithmetic (torch.pow's vectorised and scalar
+    CPU paths alone differ in the last FP64 bit), and stay within FP32 rounding of the exact corrections."""
+    steps = torch.cat(
+        (torch.arange(1.0, 3001.0), torch.tensor([2.0**k for k in range(12, 25)]), torch.tensor([65537.0]))
+    )
+    stacked = reference.step_scalars("adamw", 3e-4, steps, betas, arithmetic)
+    for row, step in zip(stacked, steps):
+        alone = reference.step_scalars("adamw", 3e-4, step.reshape(1), betas, arithmetic)[0]
+        assert torch.equal(row.view(torch.int32), alone.view(torch.int32))
+    op = Naive(arithmetic)
+    for row, t in zip(stacked.tolist(), steps.long().tolist()):
+        want = [op(1 / (1 - power_by_squaring(beta, t))) for beta in betas]
+        assert [bits_of(x) for x in row[2:]] == [bits_of(x) for x in want], t
+        exact = [1 / (1 - math.pow(beta, t)) for beta in betas]
+        assert all(abs(x - e) <= 2**-23 * e for x, e in zip(row[2:], exact)) or arithmetic == "bf16"
+
+
 @pytest.mark.parametrize(
     "counter, key, words",
     [
@@ -277,3 +311,13 @@ def test_unit_example(update, arithmetic, low, high):
         param.grad = -torch.ones_like(param)
         optimizer.step()
     assert low <= param.float().mean().item() <= high
+
+
+def test_gpu_comparison_runs_start_from_the_drawn_weights():
+    """The GPU test's reference run must not train the weights its CUDA run starts from (a CPU `.to` aliases):
+    two CPU runs of its harness from one draw give the same bits."""
+    weights, grads = gpu_cases.draw_case("adamw", "nearest", "fp32", "normal")
+    first, _ = gpu_cases.train_from("cpu", "adamw", "nearest", "fp32", weights, grads)
+    first = [p.detach().clone() for p in first]  # an aliased run would train these further
+    second, _ = gpu_cases.train_from("cpu", "adamw", "nearest", "fp32", weights, grads)
+    gpu_cases.assert_bits_equal(second, first)

@@ -124,12 +124,54 @@ class AdamWConstants:
         )
 
 
+# Step counters are FP32 (exact integers up to 2^24): 32 bits of the step cover them.
+_STEP_BITS = 32
+
+
+# (betas, device) -> the table of beta^(2^k): the first step of a group uploads it, so a captured step copies
+# nothing from the host.
+_SQUARES: dict = {}
+
+
+def _squares(betas: tuple, device: torch.device) -> torch.Tensor:
+    """(len(betas), _STEP_BITS) FP64 table of beta^(2^k) by repeated squaring in Python floats (IEEE FP64
+    multiplications), kept per device."""
+    table = _SQUARES.get((betas, device))
+    if table is None:
+        rows = []
+        for beta in betas:
+            row = [float(beta)]
+            for _ in range(_STEP_BITS - 1):
+                row.append(row[-1] * row[-1])
+            rows.append(row)
+        table = _SQUARES[(betas, device)] = torch.tensor(rows, dtype=torch.float64).to(device)
+    return table
+
+
+def beta_powers(betas, steps: torch.Tensor) -> torch.Tensor:
+    """(n, len(betas)) FP64 beta^step for the n integer `steps`, the same bits on every device.
+
+    torch.pow is not: its vectorised CPU path (Sleef), its scalar CPU path (libm) and CUDA's pow differ in the last
+    FP64 bit, and so, rarely, would the FP32 bias corrections of a CPU run, a fused CUDA run and a captured run.
+    Here beta^step is the product of beta^(2^k) over the set bits k of step, multiplied in a fixed binary tree:
+    only IEEE FP64 multiplications, which round alike on CPU and GPU.
+    """
+    table = _squares(tuple(float(beta) for beta in betas), steps.device)
+    shifts = torch.arange(_STEP_BITS, device=steps.device)
+    bits = (steps.to(torch.int64).unsqueeze(-1) >> shifts) & 1
+    factors = torch.where(bits.unsqueeze(1) == 1, table, 1.0)
+    while factors.shape[-1] > 1:
+        factors = factors[..., 0::2] * factors[..., 1::2]
+    return factors[..., 0]
+
+
 def step_scalars(kind: str, lr, steps: torch.Tensor, betas, arithmetic: str) -> torch.Tensor:
     """The (n, 4) FP32 rows the kernels read per tensor, for n tensors at `steps` (FP32, already incremented).
 
     SGD: (lr, step, 1 if this is the tensor's first step else 0, 0); AdamW: (lr, step, 1 / (1 - beta1^step),
-    1 / (1 - beta2^step)): the bias corrections of Algorithm 4 lines 7-10 as reciprocals (computed in FP64,
-    rounded once), so that each element multiplies by them instead of dividing.
+    1 / (1 - beta2^step)): the bias corrections of Algorithm 4 lines 7-10 as reciprocals (FP64 from
+    `beta_powers`, rounded once), so that each element multiplies by them instead of dividing. Every operation is
+    an IEEE one, so the rows are the same bits on the CPU and on a CUDA device (capturable step counters).
     """
     q = _quantizer(arithmetic)
     steps = steps.to(torch.float32)
@@ -137,11 +179,8 @@ def step_scalars(kind: str, lr, steps: torch.Tensor, betas, arithmetic: str) -> 
     if kind == "sgd":
         first = (steps == 1).to(torch.float32)
         return torch.stack((lr, steps, first, torch.zeros_like(steps)), dim=1)
-    beta1, beta2 = betas
-    powers = steps.to(torch.float64)
-    correction1 = q((1.0 / (1.0 - torch.pow(beta1, powers))).to(torch.float32))
-    correction2 = q((1.0 / (1.0 - torch.pow(beta2, powers))).to(torch.float32))
-    return torch.stack((lr, steps, correction1, correction2), dim=1)
+    corrections = q(torch.reciprocal(1.0 - beta_powers(betas, steps)).to(torch.float32))
+    return torch.stack((lr, steps, corrections[:, 0], corrections[:, 1]), dim=1)
 
 
 @dataclass(frozen=True)

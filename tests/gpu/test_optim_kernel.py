@@ -48,7 +48,7 @@ def _train(optimizer, params, grads):
         optimizer.step()
 
 
-def _assert_bits_equal(got, want):
+def assert_bits_equal(got, want):
     for i, (a, b) in enumerate(zip(got, want)):
         a, b = a.detach().cpu(), b.detach().cpu()
         differ = (a.view(torch.int16) != b.view(torch.int16)).flatten().nonzero().flatten()
@@ -58,26 +58,46 @@ def _assert_bits_equal(got, want):
         )
 
 
+def train_from(device, name, update, arithmetic, weights, grads):
+    """Params made from `weights` on `device` (copies: the drawn weights stay untouched for the next device)
+    trained over `grads` by a fresh optimizer; returns the params and the optimizer."""
+    # copy=True: on the CPU, .to would alias the drawn weights and this run would train the next run's start
+    params = [torch.nn.Parameter(w.to(device, copy=True)) for w in weights]
+    optimizer = _make(name, params, update=update, arithmetic=arithmetic, seed=2**33 + 5)
+    optimizer.set_rng_key(params[1], 77, element_offset=3)  # unaligned Philox blocks: per-element words
+    _train(optimizer, params, grads)
+    return params, optimizer
+
+
+def draw_case(name, update, arithmetic, distribution, steps=3):
+    return _draw(distribution, SHAPES, zlib.crc32(f"{name}-{update}-{arithmetic}".encode()), steps)
+
+
 @pytest.mark.parametrize("name", sorted(SETTINGS))
 @pytest.mark.parametrize("update", reference.UPDATES)
 @pytest.mark.parametrize("arithmetic", reference.ARITHMETICS)
 @pytest.mark.parametrize("distribution", sorted(DISTRIBUTIONS))
 def test_kernel_matches_cpu_reference(name, update, arithmetic, distribution):
-    weights, grads = _draw(distribution, SHAPES, zlib.crc32(f"{name}-{update}-{arithmetic}".encode()), steps=3)
-    results = []
-    for device in ("cpu", "cuda"):
-        # copy=True: on the CPU, .to would alias the drawn weights and the CPU run would train the CUDA run's start
-        params = [torch.nn.Parameter(w.to(device, copy=True)) for w in weights]
-        optimizer = _make(name, params, update=update, arithmetic=arithmetic, seed=2**33 + 5)
-        optimizer.set_rng_key(params[1], 77, element_offset=3)  # unaligned Philox blocks: per-element words
-        _train(optimizer, params, grads)
-        results.append((params, optimizer))
-    (cpu_params, cpu_optimizer), (gpu_params, gpu_optimizer) = results
-    _assert_bits_equal(gpu_params, cpu_params)
+    weights, grads = draw_case(name, update, arithmetic, distribution)
+    cpu_params, cpu_optimizer = train_from("cpu", name, update, arithmetic, weights, grads)
+    gpu_params, gpu_optimizer = train_from("cuda", name, update, arithmetic, weights, grads)
+    assert_bits_equal(gpu_params, cpu_params)
     for p, q in zip(cpu_params, gpu_params):
         for key, value in cpu_optimizer.state[p].items():
             if isinstance(value, torch.Tensor) and key != "step":
-                _assert_bits_equal([gpu_optimizer.state[q][key]], [value])
+                assert_bits_equal([gpu_optimizer.state[q][key]], [value])
+
+
+@pytest.mark.parametrize("arithmetic", list(reference.ARITHMETICS))
+def test_step_scalars_are_the_same_bits_on_cuda_and_cpu(arithmetic):
+    """A capturable step computes its bias corrections on the device, the others on the CPU: same bits."""
+    steps = torch.cat((torch.arange(1.0, 20001.0), torch.tensor([2.0**k for k in range(15, 25)])))
+    for betas in ((0.9, 0.999), (0.99, 0.9999), (0.95, 0.999999)):
+        cpu_powers, gpu_powers = reference.beta_powers(betas, steps), reference.beta_powers(betas, steps.cuda())
+        assert torch.equal(gpu_powers.cpu().view(torch.int64), cpu_powers.view(torch.int64))
+        cpu = reference.step_scalars("adamw", 3e-4, steps, betas, arithmetic)
+        gpu = reference.step_scalars("adamw", torch.tensor(3e-4, device="cuda"), steps.cuda(), betas, arithmetic)
+        assert torch.equal(gpu.cpu().view(torch.int32), cpu.view(torch.int32))
 
 
 @pytest.mark.parametrize("update", reference.UPDATES)
@@ -97,7 +117,7 @@ def test_misaligned_views_and_many_tensors(update):
         optimizer = AdamW(params, update=update, seed=3)
         _train(optimizer, params, grads)
         results.append(params)
-    _assert_bits_equal(results[1], results[0])
+    assert_bits_equal(results[1], results[0])
 
 
 @pytest.mark.parametrize("name", ["sgd", "adamw"])
@@ -118,7 +138,7 @@ def test_same_weights_under_any_grouping_and_order(name):
         _train(optimizer, params, grads)
         results.append(params)
     for params in results[1:]:
-        _assert_bits_equal(params, results[0])
+        assert_bits_equal(params, results[0])
 
 
 @pytest.mark.parametrize("update", reference.UPDATES)
@@ -148,7 +168,7 @@ def test_same_weights_under_any_launch_shape(update):
         )
         results.append(params + [t for group in states for t in group])
     for tensors in results[1:]:
-        _assert_bits_equal(tensors, results[0])
+        assert_bits_equal(tensors, results[0])
 
 
 @pytest.mark.parametrize("update", reference.UPDATES)
@@ -163,7 +183,7 @@ def test_state_dict_round_trip(update):
     resumed.load_state_dict(saved)
     _train(optimizer, params, grads[2:])
     _train(resumed, resumed_params, grads[2:])
-    _assert_bits_equal(resumed_params, params)
+    assert_bits_equal(resumed_params, params)
 
 
 @pytest.mark.parametrize("name, update", list(itertools.product(["sgd", "adamw"], ["stochastic", "kahan"])))
@@ -179,7 +199,7 @@ def test_compiled_step_matches_eager(name, update):
             p.grad, q.grad = grad.cuda(), grad.cuda()
         eager.step()
         step()
-    _assert_bits_equal(compiled_params, eager_params)
+    assert_bits_equal(compiled_params, eager_params)
 
 
 @pytest.mark.parametrize("name, update", list(itertools.product(["sgd", "adamw"], reference.UPDATES)))
@@ -219,7 +239,7 @@ def test_cuda_graph_capture(name, update):
             p.grad = grad.cuda()
         eager.step()
     torch.cuda.synchronize()
-    _assert_bits_equal(graph_params, eager_params)
+    assert_bits_equal(graph_params, eager_params)
 
 
 def test_step_launches_are_few():
