@@ -51,7 +51,7 @@ def test_linear_gradients_cuda_equal_cpu(ste):
     grad = randn(3, 6, 10, seed=8)
     results = []
     for device in ("cpu", "cuda"):
-        leaves = [t.to(device).requires_grad_() for t in (x, weight, bias)]
+        leaves = [t.detach().to(device, copy=True).requires_grad_() for t in (x, weight, bias)]  # fresh leaves per device
         y = lowbit.linear(*leaves, config)
         y.backward(grad.to(device))
         results.append([y.detach().cpu()] + [t.grad.cpu() for t in leaves])
