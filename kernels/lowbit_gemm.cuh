@@ -48,6 +48,7 @@ struct LowbitGemm {
   static constexpr int kGradThreads = 128;
   static constexpr int kGradBlocksPerSm = 3;
   static constexpr int kGradColumns = 32;
+  static constexpr int kWindowSize = kWindow;
   static_assert(kBlockM % kThreadM == 0 && kBlockN % kThreadN == 0, "thread tile must divide the block tile");
   static_assert(kBlockM * kBlockK % kThreads == 0 && kBlockK * kBlockN % kThreads == 0, "tile loads must divide");
   static_assert(kWindow >= 1 && kWindow <= 32, "gradient window of 1..32 k");
@@ -224,21 +225,30 @@ struct LowbitGemm {
 
   // One thread per (row, window of kWindow k); the CTA's rows share W's window, staged kGradColumns columns at a
   // time in shared memory (every thread reads the same words: broadcasts).
-  template <int kSte, bool kUnderflow, bool kFast>
+  template <int kSte, bool kUnderflow, bool kFast, bool kInChunk>
   __device__ static void grad(const cutlass_ext_lowbit_grad_args& args) {
     __shared__ __align__(16) float w_tile[kGradColumns][kWindow];
     const int64_t row = int64_t(blockIdx.x) * kGradThreads + threadIdx.x;
     const int64_t batch = blockIdx.z;
     const bool active = row < args.rows;
-    GradRowWindow<kWindow, kSte, kUnderflow, kFast> thread(args, batch, active ? row : 0, blockIdx.y);
+    GradRowWindow<kWindow, kSte, kUnderflow, kFast, kInChunk> thread(args, batch, active ? row : 0, blockIdx.y);
     const float* w = args.w + batch * args.w_batch_stride;
     const bool along_k = args.w_row_stride == 1 && args.w_column_stride != 1;  // W's unit stride runs along k
 
+    // kPairs columns' chains at a time (the last ones alone).
+    constexpr int kPairs = decltype(thread)::kPairs;
     auto columns_of_tile = [&](auto full, int64_t c0, int count) {
-      for (int c = 0; c < count; ++c) {
-        float w_window[kWindow];
-        load_fragment(w_window, &w_tile[c][0]);
-        thread.template column<decltype(full)::value>(c0 + c, w_window);
+      int c = 0;
+      for (; c + kPairs <= count; c += kPairs) {
+        float w_window[kPairs][kWindow];
+#pragma unroll
+        for (int j = 0; j < kPairs; ++j) load_fragment(w_window[j], &w_tile[c + j][0]);
+        thread.template columns<decltype(full)::value, kPairs>(c0 + c, w_window);
+      }
+      for (; c < count; ++c) {
+        float w_window[1][kWindow];
+        load_fragment(w_window[0], &w_tile[c][0]);
+        thread.template columns<decltype(full)::value, 1>(c0 + c, w_window);
       }
     };
     for (int64_t c0 = 0; c0 < args.columns; c0 += kGradColumns) {
@@ -269,10 +279,10 @@ __global__ void __launch_bounds__(Gemm::kThreads) lowbit_forward_kernel(const cu
   Gemm::template forward<kUnderflow, kFast, kBlocked>(args);
 }
 
-template <class Gemm, int kSte, bool kUnderflow, bool kFast>
+template <class Gemm, int kSte, bool kUnderflow, bool kFast, bool kInChunk>
 __global__ void __launch_bounds__(Gemm::kGradThreads, Gemm::kGradBlocksPerSm)
     lowbit_grad_kernel(const cutlass_ext_lowbit_grad_args args) {
-  Gemm::template grad<kSte, kUnderflow, kFast>(args);
+  Gemm::template grad<kSte, kUnderflow, kFast, kInChunk>(args);
 }
 
 // Launches KERNEL<..., kUnderflow, kFast, ...> for the format's flags (the fast form: Quantizer::has_fast_form).
@@ -318,8 +328,13 @@ int LowbitGemm<kBlockM, kBlockN, kBlockK, kThreadM, kThreadN, kWindow>::run_forw
 
 template <class Gemm, int kSte>
 void launch_grad(const cutlass_ext_lowbit_grad_args* args, dim3 grid, cudaStream_t stream) {
+  const bool in_chunk = args->format.chunk % Gemm::kWindowSize == 0;  // GradRowWindow's kInChunk
   dispatch_format(args->format, [&](auto underflow, auto fast) {
-    lowbit_grad_kernel<Gemm, kSte, decltype(underflow)::value, decltype(fast)::value><<<grid, Gemm::kGradThreads, 0, stream>>>(*args);
+    constexpr bool uf = decltype(underflow)::value, fa = decltype(fast)::value;
+    if (in_chunk)
+      lowbit_grad_kernel<Gemm, kSte, uf, fa, true><<<grid, Gemm::kGradThreads, 0, stream>>>(*args);
+    else
+      lowbit_grad_kernel<Gemm, kSte, uf, fa, false><<<grid, Gemm::kGradThreads, 0, stream>>>(*args);
   });
 }
 

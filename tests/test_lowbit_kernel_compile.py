@@ -157,6 +157,9 @@ def _same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
         ((3, 70, 5), LowbitFormat.make(3, 3, acc_bias=1, prod_bias=2, chunk=24, underflow=False)),
         ((4, 33, 3), LowbitFormat.make(5, 4, acc_bias=4, prod_bias=6, chunk=1)),
         ((3, 1, 2), LowbitFormat.make(7, 4, chunk=16)),
+        # windows inside one chunk that start mid-chunk (the kernel's in-chunk path, two columns at a time)
+        ((5, 83, 6), LowbitFormat.make(4, 3, acc_bias=2, prod_bias=3, chunk=32)),
+        ((4, 100, 7), LowbitFormat.make(3, 3, acc_bias=1, prod_bias=2, chunk=48, underflow=False)),
         # the general form: a negative bias, 23 mantissa bits, a bias past 126
         ((4, 29, 3), LowbitFormat.make(3, 3, acc_bias=-3, prod_bias=-2, chunk=4)),
         ((3, 21, 4), LowbitFormat.make(23, 5, acc_bias=14, prod_bias=16, chunk=3)),
