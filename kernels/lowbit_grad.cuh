@@ -23,6 +23,7 @@ struct GradRowWindow {
   const cutlass_ext_lowbit_grad_args& args;
   Format format;
   int64_t chunk, k0, first, chain_end;
+  int32_t window_chunk;  // k0's chunk (k < 2^31)
   int width;
   const float* x;  // X[r, ·]
   const float* w;  // W of this batch
@@ -41,6 +42,7 @@ struct GradRowWindow {
     blocked = kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF
                   ? args.blocked + batch * args.blocked_batch_stride + row * args.blocked_row_stride
                   : nullptr;
+    window_chunk = int32_t(k0 / chunk);
     first = k0 / chunk * chunk;                                        // start of k0's chunk
     const int64_t tail_end = ((k0 + width - 1) / chunk + 1) * chunk;  // end of the last k's chunk
     chain_end = tail_end < args.k ? tail_end : args.k;
@@ -99,13 +101,14 @@ struct GradRowWindow {
           later_pass = later_pass && format.passes_overflow(step.sum);
           s[j] = step.result;
         }
-        // first k whose chunk is after the last blocked one
-        const int64_t open_from = (int64_t(blocked[(c + j) * args.blocked_column_stride]) + 1) * chunk;
+        // the last chunk whose second-level add overflowed: no gradient reaches its steps or earlier ones
+        const int32_t last_blocked = blocked[(c + j) * args.blocked_column_stride];
         if (kInChunk) {
-          if (!later_pass || k0 < open_from) last_fail[j] = kWindow;
+          if (!later_pass || window_chunk <= last_blocked) last_fail[j] = kWindow;
 #pragma unroll
           for (int i = 0; i < kWindow; ++i) passes[j][i] = (kFull || i < width) && i > last_fail[j];
         } else {
+          const int64_t open_from = (int64_t(last_blocked) + 1) * chunk;  // first k after the last blocked chunk
 #pragma unroll
           for (int i = kWindow - 1; i >= 0; --i) {
             if (kFull || i < width) {
