@@ -5,9 +5,11 @@ c = ext.gemm(a, b, mode="tf32tf32")      # FP32 accuracy on the Tensor Cores
 layer = ext.nn.Linear(1024, 1024, mode="halfhalf")
 a8, scale_a = ext.quantize_fp8(x, granularity="row")
 y = ext.gemm_fp8(a8, w8, scale_a, scale_w)  # FP8 on Hopper, y ≈ x @ w.T in bf16
+y = ext.lowbit.matmul(a, b, ext.lowbit.LowbitConfig(ext.lowbit.LowbitFormat.make(7, 4)))  # low-bit accumulators
+optimizer = ext.optim.AdamW(model.parameters(), update="stochastic")  # BF16 weights, reproducible SR
 """
 
-from . import nn, numerics
+from . import lowbit, nn, numerics, optim
 from .config import KernelConfig
 from .fp8 import gemm_fp8, quantize_fp8
 from .fp8_config import Fp8Config
@@ -20,8 +22,10 @@ __all__ = [
     "KernelConfig",
     "gemm",
     "gemm_fp8",
+    "lowbit",
     "nn",
     "numerics",
+    "optim",
     "quantize_fp8",
     "set_tuned_table",
 ]

@@ -31,6 +31,30 @@ def cache_dir(tmp_path_factory):
         os.environ[cache.CACHE_ENV] = previous
 
 
+def _exported(result) -> str:
+    return subprocess.run(
+        ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_each_modes_default_kernel_compiles_for_sm80(cache_dir):
+    """CI's check of the mma.sync family: each mode's vectorized default (halfhalf's packed one) in two libraries,
+    one per core, with the operand passes every library exports; no spills."""
+    groups = [
+        (default_configs("tf32tf32")[0], default_configs("tf32")[0]),
+        (default_configs("halfhalf")[0], default_configs("markidis")[0]),
+    ]
+    for result in build.build_libraries(groups, "80", verbose=False):
+        assert result.error is None, result.error
+        exported = _exported(result)
+        for symbol in ["cutlass_ext_abi_version", "cutlass_ext_range_shift", "cutlass_ext_halfhalf_pack"] + [
+            f"{c.name}_{fn}" for c in result.configs for fn in ("can_implement", "workspace_size", "run")
+        ]:
+            assert f" T {symbol}\n" in exported
+        assert spill_store_bytes(result) and not any(spill_store_bytes(result))
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["80", "90a"])
 def test_default_kernels_compile_and_export_launchers(cache_dir, arch):
     # one library per mode, compiled in parallel; halfhalf also in every layout (its fragment order depends on
@@ -94,6 +118,17 @@ def resource_usage(result) -> str:
     return json.loads((result.library.parent / cache.MANIFEST).read_text())["resource_usage"]
 
 
+def test_fp8_default_kernel_compiles_without_spills(cache_dir):
+    """CI's check of the FP8 family: the default variant (stream-K, promoted accumulation, EVT epilogue)."""
+    (result,) = build.build_libraries([(DEFAULT_FP8,)], "90a", verbose=False)
+    assert result.error is None, result.error
+    for fn in ("fp8_can_implement", "fp8_workspace_size", "fp8_run"):
+        assert f" T {DEFAULT_FP8.name}_{fn}\n" in _exported(result)
+    assert "C7514" not in resource_usage(result)
+    assert spill_store_bytes(result) and not any(spill_store_bytes(result))
+
+
+@pytest.mark.slow
 def test_fp8_default_and_widest_promoted_kernels_compile_without_spills(cache_dir):
     # CUTLASS 3.x for sm_90a: the default FP8 variant (stream-K scheduler, promoted accumulation, EVT epilogue),
     # and the widest three-fragment promoted tile: a 128x144 cooperative tile, 216 registers, on one n = 144 wgmma
