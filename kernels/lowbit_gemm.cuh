@@ -44,7 +44,8 @@ struct LowbitGemm {
   // +4 floats per row: fewer bank conflicts on the transposing stores, rows stay 16-byte aligned.
   static constexpr int kPitchM = kBlockM + 4;
   static constexpr int kPitchN = kBlockN + 4;
-  // Each gradient thread runs one chain at a time: enough warps per SM to hide its latency.
+  // A gradient thread runs one or two chains at a time (GradRowWindow::kPairs): enough warps per SM to hide
+  // their latency (three 128-thread blocks: at most 168 registers, which the two-chain kernels fit unspilled).
   static constexpr int kGradThreads = 128;
   static constexpr int kGradBlocksPerSm = 3;
   static constexpr int kGradColumns = 32;

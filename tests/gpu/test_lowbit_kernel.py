@@ -98,6 +98,8 @@ GRAD_FORMATS = {
     "M3E3_c24_nouf": LowbitFormat.make(3, 3, acc_bias=1, prod_bias=2, chunk=24, underflow=False),
     "M7E4_c16": M7E4,
     "M5E4_c5": LowbitFormat.make(5, 4, acc_bias=5, prod_bias=6, chunk=5),
+    # windows that start mid-chunk inside one chunk (the backward's in-chunk path with steps before the window)
+    "M4E3_c32": LowbitFormat.make(4, 3, acc_bias=3, prod_bias=4, chunk=32),
 }
 
 
