@@ -1,5 +1,5 @@
 // The fused multi-tensor step of the 16-bit optimizers: one launch updates up to kMaxTensors BF16 tensors (the
-// launcher batches longer lists), each block one chunk of one tensor, with 16-byte loads and stores.
+// launcher batches longer lists), in chunks of threads · vectors · 8 elements with 16-byte loads and stores.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,19 +38,22 @@ struct alignas(16) Vector {
   uint16_t element[kVectorElements];
 };
 
-template <Kind kKind, Update kUpdate, Arithmetic kArithmetic, int kThreads, int kVectorsPerThread>
+template <Kind kKind, Update kUpdate, Arithmetic kArithmetic, int kThreads, int kVectorsPerThread, bool kPersistentGrid>
 struct OptimStep {
   static constexpr int kThreadsPerBlock = kThreads;
-  // At least 768 threads (24 warps) resident per SM: 85 registers a thread, which AdamW's step fits unspilled.
-  static constexpr int kMinBlocksPerSm = kThreads >= 768 ? 1 : 768 / kThreads;
+  // Threads resident per SM whose registers hold a thread's loads unspilled: 768 (85 registers a thread) up to
+  // 2 vectors per thread, 512 (128) for 4, 256 (255) for 8; the bytes in flight per SM grow with the vectors.
+  static constexpr int kResidentThreads = kVectorsPerThread <= 2 ? 768 : kVectorsPerThread == 4 ? 512 : 256;
+  static constexpr int kMinBlocksPerSm = kThreads >= kResidentThreads ? 1 : kResidentThreads / kThreads;
   static constexpr int64_t kChunk = int64_t(kThreads) * kVectorsPerThread * kVectorElements;
   static constexpr int kMaxTensors = 40;  // keeps the batch within the 4 KB kernel-parameter space of every arch
   static constexpr bool kHasState1 = kKind == Kind::kAdamW;
   static constexpr bool kHasCompensation = kUpdate == Update::kKahan;
+  static constexpr bool kPersistent = kPersistentGrid;
 
   struct Batch {
     cutlass_ext_optim_tensor tensors[kMaxTensors];
-    int32_t block_start[kMaxTensors + 1];  // the first block of each tensor, then the total
+    int32_t chunk_start[kMaxTensors + 1];  // the first chunk of each tensor, then the total
   };
 
   // The random words of elements index..index+7 (index = the whole tensor's element index): two Philox blocks
@@ -114,14 +117,12 @@ struct OptimStep {
     if (kHasCompensation) static_cast<uint16_t*>(t.compensation)[i] = compensation;
   }
 
-  __device__ static void run_block(const Batch& batch, const Constants& c) {
-    int tensor_index = 0;
-    while (int(blockIdx.x) >= batch.block_start[tensor_index + 1]) ++tensor_index;
-    const cutlass_ext_optim_tensor& t = batch.tensors[tensor_index];
+  // One chunk (elements chunk · kChunk onward) of tensor t.
+  __device__ static void run_chunk(const cutlass_ext_optim_tensor& t, int64_t chunk, const Constants& c) {
     const Scalars s{t.scalars[0], t.scalars[1], t.scalars[2], t.scalars[3]};
     const PhiloxStream stream{c.seed_low, c.seed_high, t.param_key, uint32_t(s.step)};
     const bool has_state0 = t.state0 != nullptr;
-    const int64_t begin = int64_t(blockIdx.x - batch.block_start[tensor_index]) * kChunk;
+    const int64_t begin = chunk * kChunk;
     const int64_t end = begin + kChunk < t.numel ? begin + kChunk : t.numel;
     uintptr_t addresses = uintptr_t(t.param) | uintptr_t(t.grad) | uintptr_t(t.state0) | uintptr_t(t.state1) |
                           uintptr_t(t.compensation);
@@ -154,18 +155,49 @@ struct OptimStep {
     for (int64_t i = scalar_begin + threadIdx.x; i < end; i += kThreads) update_scalar(t, i, has_state0, stream, c, s);
   }
 
+  // The batch's chunks (numbered across its tensors in order) from blockIdx.x on, gridDim.x apart: one block per
+  // chunk, or a persistent grid of resident blocks whose warps go on to their next chunk without waiting for the
+  // block's other warps (no block retires and relaunches per chunk). Which thread updates an element changes no
+  // bit: the update and its Philox words depend on the element alone.
+  __device__ static void run(const Batch& batch, int32_t chunks, const Constants& c) {
+    int tensor_index = 0;
+    for (int32_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+      while (chunk >= batch.chunk_start[tensor_index + 1]) ++tensor_index;
+      run_chunk(batch.tensors[tensor_index], chunk - batch.chunk_start[tensor_index], c);
+    }
+  }
+
   static int launch(const cutlass_ext_optim_tensor* tensors, int32_t count, const Constants* constants,
                     void* cuda_stream);
 };
 
 template <class Step>
-__global__ void __launch_bounds__(Step::kThreadsPerBlock, Step::kMinBlocksPerSm) optim_step_kernel(const typename Step::Batch batch,
-                                                                    const Constants constants) {
-  Step::run_block(batch, constants);
+__global__ void __launch_bounds__(Step::kThreadsPerBlock, Step::kMinBlocksPerSm) optim_step_kernel(
+    const typename Step::Batch batch, const int32_t chunks, const Constants constants) {
+  Step::run(batch, chunks, constants);
 }
 
-template <Kind kKind, Update kUpdate, Arithmetic kArithmetic, int kThreads, int kVectorsPerThread>
-int OptimStep<kKind, kUpdate, kArithmetic, kThreads, kVectorsPerThread>::launch(
+// The blocks of one launch: one per chunk, or (persistent) as many as the device keeps resident at once (one per
+// chunk where the occupancy cannot be read; the grid changes no result).
+template <class Step>
+int64_t grid_blocks(int64_t chunks) {
+  static int resident[64];  // per device ordinal; every thread that fills an entry writes the same value
+  int device = 0;
+  if (!Step::kPersistent || cudaGetDevice(&device) != cudaSuccess || device >= 64) return chunks;
+  if (resident[device] == 0) {
+    int processors = 0, per_processor = 0;
+    if (cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_processor, optim_step_kernel<Step>,
+                                                      Step::kThreadsPerBlock, 0) != cudaSuccess) {
+      return chunks;
+    }
+    resident[device] = processors * per_processor;
+  }
+  return resident[device] > 0 && resident[device] < chunks ? resident[device] : chunks;
+}
+
+template <Kind kKind, Update kUpdate, Arithmetic kArithmetic, int kThreads, int kVectorsPerThread, bool kPersistentGrid>
+int OptimStep<kKind, kUpdate, kArithmetic, kThreads, kVectorsPerThread, kPersistentGrid>::launch(
     const cutlass_ext_optim_tensor* tensors, int32_t count, const Constants* constants, void* cuda_stream) {
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   Batch batch;
@@ -173,8 +205,9 @@ int OptimStep<kKind, kUpdate, kArithmetic, kThreads, kVectorsPerThread>::launch(
   int64_t blocks = 0;
   auto flush = [&]() -> int {
     if (batched == 0) return 0;
-    batch.block_start[batched] = int32_t(blocks);
-    optim_step_kernel<OptimStep><<<unsigned(blocks), kThreads, 0, stream>>>(batch, *constants);
+    batch.chunk_start[batched] = int32_t(blocks);
+    optim_step_kernel<OptimStep>
+        <<<unsigned(grid_blocks<OptimStep>(blocks)), kThreads, 0, stream>>>(batch, int32_t(blocks), *constants);
     batched = 0;
     blocks = 0;
     return int(cudaGetLastError());
@@ -187,7 +220,7 @@ int OptimStep<kKind, kUpdate, kArithmetic, kThreads, kVectorsPerThread>::launch(
       if (int status = flush()) return status;
     }
     batch.tensors[batched] = tensors[i];
-    batch.block_start[batched] = int32_t(blocks);
+    batch.chunk_start[batched] = int32_t(blocks);
     blocks += chunks;
     ++batched;
   }

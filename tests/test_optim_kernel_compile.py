@@ -178,13 +178,17 @@ def test_variants_build_unspilled_and_export_their_launchers(cache_dir):
 
 
 def test_config_names_round_trip():
-    for kind, update, arithmetic in itertools.product(("sgd", "adamw"), reference.UPDATES, reference.ARITHMETICS):
-        config = OptimConfig(kind, update, arithmetic, threads=128, vectors_per_thread=2)
+    for kind, update, arithmetic, persistent in itertools.product(
+        ("sgd", "adamw"), reference.UPDATES, reference.ARITHMETICS, (False, True)
+    ):
+        config = OptimConfig(kind, update, arithmetic, threads=128, vectors_per_thread=2, persistent=persistent)
         assert OptimConfig.from_name(config.name) == config
     with pytest.raises(ValueError, match="update"):
         OptimConfig(update="round")
     with pytest.raises(ValueError, match="threads"):
         OptimConfig(threads=96)
+    with pytest.raises(ValueError, match="persistent"):
+        OptimConfig(persistent=1)
 
 
 @pytest.mark.skipif(not have_nvcc, reason="nvcc not installed")

@@ -22,7 +22,7 @@ _UPDATE_TAGS = {"nearest": "kNearest", "stochastic": "kStochastic", "kahan": "kK
 _ARITHMETIC_TAGS = {"fp32": "kFp32", "bf16": "kBf16"}
 _NAME_PATTERN = re.compile(
     r"optim_(?P<kind>sgd|adamw)_(?P<update>nearest|stochastic|kahan)_(?P<arithmetic>fp32|bf16)"
-    r"_t(?P<threads>\d+)_v(?P<vectors>\d+)"
+    r"_t(?P<threads>\d+)_v(?P<vectors>\d+)(?P<persistent>_p)?"
 )
 
 
@@ -32,14 +32,17 @@ class OptimConfig(VariantFields):
 
     kind: `sgd` or `adamw`; update: `nearest`, `stochastic` or `kahan`; arithmetic: `fp32` or `bf16`
     (reference.py says what each means). threads: threads per block; vectors_per_thread: 16-byte vectors each
-    thread loads before it computes (a block updates threads · vectors_per_thread · 8 elements).
+    thread loads before it computes (a chunk: threads · vectors_per_thread · 8 elements). persistent: a grid of
+    the blocks the device keeps resident, each striding over the chunks (name suffix `_p`), instead of one block
+    per chunk.
     """
 
     kind: str = "adamw"
     update: str = "nearest"
     arithmetic: str = "fp32"
     threads: int = 256
-    vectors_per_thread: int = 2
+    vectors_per_thread: int = 4
+    persistent: bool = True
     family: str = FAMILY
 
     def __post_init__(self):
@@ -53,12 +56,15 @@ class OptimConfig(VariantFields):
             raise ValueError(f"threads={self.threads!r} must be a power of two from 64 to 1024")
         if self.vectors_per_thread not in (1, 2, 4, 8):
             raise ValueError(f"vectors_per_thread={self.vectors_per_thread!r} must be 1, 2, 4 or 8")
+        if not isinstance(self.persistent, bool):
+            raise ValueError(f"persistent={self.persistent!r} must be a bool")
         if self.family != FAMILY:
             raise ValueError(f"family={self.family!r} must be {FAMILY!r}")
 
     @property
     def name(self) -> str:
-        return f"optim_{self.kind}_{self.update}_{self.arithmetic}_t{self.threads}_v{self.vectors_per_thread}"
+        suffix = "_p" if self.persistent else ""
+        return f"optim_{self.kind}_{self.update}_{self.arithmetic}_t{self.threads}_v{self.vectors_per_thread}{suffix}"
 
     @classmethod
     def from_name(cls, name: str) -> OptimConfig:
@@ -66,7 +72,12 @@ class OptimConfig(VariantFields):
         if match is None:
             raise ValueError(f"{name!r} is not an optimizer variant name such as {cls().name!r}")
         return cls(
-            match["kind"], match["update"], match["arithmetic"], int(match["threads"]), int(match["vectors"])
+            match["kind"],
+            match["update"],
+            match["arithmetic"],
+            int(match["threads"]),
+            int(match["vectors"]),
+            match["persistent"] is not None,
         )._named(name)
 
     @staticmethod
@@ -83,4 +94,5 @@ def render_optim_instance(config: OptimConfig) -> str:
         arithmetic=_ARITHMETIC_TAGS[config.arithmetic],
         threads=config.threads,
         vectors_per_thread=config.vectors_per_thread,
+        persistent="true" if config.persistent else "false",
     )
