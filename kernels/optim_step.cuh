@@ -38,18 +38,24 @@ struct alignas(16) Vector {
   uint16_t element[kVectorElements];
 };
 
-template <Kind kKind, Update kUpdate, Arithmetic kArithmetic, int kThreads, int kVectorsPerThread, bool kPersistentGrid>
+// kPerChunk: one block per chunk. kPersistent: the blocks the device keeps resident stride over the chunks.
+// kPrefetch: kPersistent with the next chunk's loads issued before the current chunk's arithmetic.
+enum class Grid { kPerChunk, kPersistent, kPrefetch };
+
+template <Kind kKind, Update kUpdate, Arithmetic kArithmetic, int kThreads, int kVectorsPerThread, Grid kGrid>
 struct OptimStep {
   static constexpr int kThreadsPerBlock = kThreads;
   // Threads resident per SM whose registers hold a thread's loads unspilled: 768 (85 registers a thread) up to
-  // 2 vectors per thread, 512 (128) for 4, 256 (255) for 8; the bytes in flight per SM grow with the vectors.
-  static constexpr int kResidentThreads = kVectorsPerThread <= 2 ? 768 : kVectorsPerThread == 4 ? 512 : 256;
+  // 2 vectors per thread, 512 (128) for 4, 256 (255) for more; the bytes in flight per SM grow with the vectors.
+  // Prefetching holds two chunks and their addresses (4 times the vectors' registers, by ptxas's counts).
+  static constexpr int kVectorsHeld = kVectorsPerThread * (kGrid == Grid::kPrefetch ? 4 : 1);
+  static constexpr int kResidentThreads = kVectorsHeld <= 2 ? 768 : kVectorsHeld == 4 ? 512 : 256;
   static constexpr int kMinBlocksPerSm = kThreads >= kResidentThreads ? 1 : kResidentThreads / kThreads;
   static constexpr int64_t kChunk = int64_t(kThreads) * kVectorsPerThread * kVectorElements;
   static constexpr int kMaxTensors = 40;  // keeps the batch within the 4 KB kernel-parameter space of every arch
   static constexpr bool kHasState1 = kKind == Kind::kAdamW;
   static constexpr bool kHasCompensation = kUpdate == Update::kKahan;
-  static constexpr bool kPersistent = kPersistentGrid;
+  static constexpr Grid kGridKind = kGrid;
 
   struct Batch {
     cutlass_ext_optim_tensor tensors[kMaxTensors];
@@ -117,8 +123,44 @@ struct OptimStep {
     if (kHasCompensation) static_cast<uint16_t*>(t.compensation)[i] = compensation;
   }
 
+  static __device__ bool is_whole(const cutlass_ext_optim_tensor& t, int64_t chunk) {
+    uintptr_t addresses = uintptr_t(t.param) | uintptr_t(t.grad) | uintptr_t(t.state0) | uintptr_t(t.state1) |
+                          uintptr_t(t.compensation);
+    return (addresses & 15) == 0 && (chunk + 1) * kChunk <= t.numel;
+  }
+
+  // A whole chunk's loads of this thread (is_whole), all issued before any arithmetic.
+  __device__ static void load_whole(const cutlass_ext_optim_tensor& t, int64_t chunk,
+                                    Registers (&r)[kVectorsPerThread]) {
+    const bool has_state0 = t.state0 != nullptr;
+#pragma unroll
+    for (int v = 0; v < kVectorsPerThread; ++v) {
+      load(t, chunk * kChunk + (int64_t(v) * kThreads + threadIdx.x) * kVectorElements, has_state0, r[v]);
+    }
+  }
+
+  __device__ static void compute_store_whole(const cutlass_ext_optim_tensor& t, int64_t chunk,
+                                             Registers (&r)[kVectorsPerThread], const Constants& c) {
+    const Scalars s{t.scalars[0], t.scalars[1], t.scalars[2], t.scalars[3]};
+    const PhiloxStream stream{c.seed_low, c.seed_high, t.param_key, uint32_t(s.step)};
+    const bool has_state0 = t.state0 != nullptr;
+#pragma unroll
+    for (int v = 0; v < kVectorsPerThread; ++v) {
+      compute_store(t, chunk * kChunk + (int64_t(v) * kThreads + threadIdx.x) * kVectorElements, has_state0, r[v],
+                    stream, c, s);
+    }
+  }
+
   // One chunk (elements chunk · kChunk onward) of tensor t.
   __device__ static void run_chunk(const cutlass_ext_optim_tensor& t, int64_t chunk, const Constants& c) {
+    if (is_whole(t, chunk)) {
+      // Every load of the thread issued before the first store (the states may alias nothing, but the compiler
+      // cannot know it).
+      Registers r[kVectorsPerThread];
+      load_whole(t, chunk, r);
+      compute_store_whole(t, chunk, r, c);
+      return;
+    }
     const Scalars s{t.scalars[0], t.scalars[1], t.scalars[2], t.scalars[3]};
     const PhiloxStream stream{c.seed_low, c.seed_high, t.param_key, uint32_t(s.step)};
     const bool has_state0 = t.state0 != nullptr;
@@ -128,21 +170,6 @@ struct OptimStep {
                           uintptr_t(t.compensation);
     int64_t scalar_begin = begin;
     if ((addresses & 15) == 0) {
-      if (end - begin == kChunk) {
-        // A whole chunk: every load of the thread issued before the first store (the states may alias nothing,
-        // but the compiler cannot know it).
-        Registers r[kVectorsPerThread];
-#pragma unroll
-        for (int v = 0; v < kVectorsPerThread; ++v) {
-          load(t, begin + (int64_t(v) * kThreads + threadIdx.x) * kVectorElements, has_state0, r[v]);
-        }
-#pragma unroll
-        for (int v = 0; v < kVectorsPerThread; ++v) {
-          compute_store(t, begin + (int64_t(v) * kThreads + threadIdx.x) * kVectorElements, has_state0, r[v],
-                        stream, c, s);
-        }
-        return;
-      }
       const int64_t vector_end = begin + (end - begin) / kVectorElements * kVectorElements;
       for (int64_t i = begin + int64_t(threadIdx.x) * kVectorElements; i < vector_end;
            i += int64_t(kThreads) * kVectorElements) {
@@ -160,10 +187,49 @@ struct OptimStep {
   // block's other warps (no block retires and relaunches per chunk). Which thread updates an element changes no
   // bit: the update and its Philox words depend on the element alone.
   __device__ static void run(const Batch& batch, int32_t chunks, const Constants& c) {
+    if (kGrid == Grid::kPrefetch) return run_prefetched(batch, chunks, c);
     int tensor_index = 0;
     for (int32_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
       while (chunk >= batch.chunk_start[tensor_index + 1]) ++tensor_index;
       run_chunk(batch.tensors[tensor_index], chunk - batch.chunk_start[tensor_index], c);
+    }
+  }
+
+  // The persistent grid with the loads of a thread's next whole chunk issued before the current chunk's
+  // arithmetic, so a warp keeps bytes in flight while it computes (twice the registers). Chunks of different
+  // tensors are disjoint, so the next chunk's loads may pass the current one's stores.
+  __device__ static void run_prefetched(const Batch& batch, int32_t chunks, const Constants& c) {
+    int tensor_index = 0;
+    Registers r[kVectorsPerThread];
+    bool loaded = false;  // r holds the current chunk's loads
+    for (int32_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+      while (chunk >= batch.chunk_start[tensor_index + 1]) ++tensor_index;
+      const cutlass_ext_optim_tensor& t = batch.tensors[tensor_index];
+      const int64_t local = chunk - batch.chunk_start[tensor_index];
+      if (!is_whole(t, local)) {
+        run_chunk(t, local, c);
+        loaded = false;
+        continue;
+      }
+      if (!loaded) load_whole(t, local, r);
+      loaded = false;
+      Registers next[kVectorsPerThread];
+      const int32_t next_chunk = chunk + int32_t(gridDim.x);
+      if (next_chunk < chunks) {
+        int next_index = tensor_index;
+        while (next_chunk >= batch.chunk_start[next_index + 1]) ++next_index;
+        const cutlass_ext_optim_tensor& u = batch.tensors[next_index];
+        const int64_t next_local = next_chunk - batch.chunk_start[next_index];
+        if (is_whole(u, next_local)) {
+          load_whole(u, next_local, next);
+          loaded = true;
+        }
+      }
+      compute_store_whole(t, local, r, c);
+      if (loaded) {
+#pragma unroll
+        for (int v = 0; v < kVectorsPerThread; ++v) r[v] = next[v];
+      }
     }
   }
 
@@ -183,7 +249,7 @@ template <class Step>
 int64_t grid_blocks(int64_t chunks) {
   static int resident[64];  // per device ordinal; every thread that fills an entry writes the same value
   int device = 0;
-  if (!Step::kPersistent || cudaGetDevice(&device) != cudaSuccess || device >= 64) return chunks;
+  if (Step::kGridKind == Grid::kPerChunk || cudaGetDevice(&device) != cudaSuccess || device >= 64) return chunks;
   if (resident[device] == 0) {
     int processors = 0, per_processor = 0;
     if (cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
@@ -196,8 +262,8 @@ int64_t grid_blocks(int64_t chunks) {
   return resident[device] > 0 && resident[device] < chunks ? resident[device] : chunks;
 }
 
-template <Kind kKind, Update kUpdate, Arithmetic kArithmetic, int kThreads, int kVectorsPerThread, bool kPersistentGrid>
-int OptimStep<kKind, kUpdate, kArithmetic, kThreads, kVectorsPerThread, kPersistentGrid>::launch(
+template <Kind kKind, Update kUpdate, Arithmetic kArithmetic, int kThreads, int kVectorsPerThread, Grid kGrid>
+int OptimStep<kKind, kUpdate, kArithmetic, kThreads, kVectorsPerThread, kGrid>::launch(
     const cutlass_ext_optim_tensor* tensors, int32_t count, const Constants* constants, void* cuda_stream) {
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   Batch batch;

@@ -15,7 +15,7 @@ import torch
 
 from cutlass_ext import build, cache
 from cutlass_ext.optim import reference
-from cutlass_ext.optim.config import OptimConfig
+from cutlass_ext.optim.config import GRIDS, OptimConfig
 from cutlass_ext.optim.kernel import _Constants, _Tensor
 from cutlass_ext.toolchain import kernels_dir
 
@@ -166,7 +166,11 @@ def cache_dir(tmp_path_factory):
 
 @pytest.mark.skipif(not have_nvcc and not os.environ.get("CI"), reason="nvcc not installed")
 def test_variants_build_unspilled_and_export_their_launchers(cache_dir):
-    configs = [OptimConfig("adamw", "kahan", "fp32"), OptimConfig("adamw", "stochastic", "bf16")]
+    configs = [
+        OptimConfig("adamw", "kahan", "fp32"),
+        OptimConfig("adamw", "stochastic", "bf16"),
+        OptimConfig("adamw", "kahan", "fp32", vectors_per_thread=2, grid="prefetch"),
+    ]
     for config, result in zip(configs, build.build_libraries([(c,) for c in configs], "90a", verbose=False)):
         assert result.error is None, result.error
         exported = subprocess.run(
@@ -178,17 +182,17 @@ def test_variants_build_unspilled_and_export_their_launchers(cache_dir):
 
 
 def test_config_names_round_trip():
-    for kind, update, arithmetic, persistent in itertools.product(
-        ("sgd", "adamw"), reference.UPDATES, reference.ARITHMETICS, (False, True)
+    for kind, update, arithmetic, grid in itertools.product(
+        ("sgd", "adamw"), reference.UPDATES, reference.ARITHMETICS, GRIDS
     ):
-        config = OptimConfig(kind, update, arithmetic, threads=128, vectors_per_thread=2, persistent=persistent)
+        config = OptimConfig(kind, update, arithmetic, threads=128, vectors_per_thread=2, grid=grid)
         assert OptimConfig.from_name(config.name) == config
     with pytest.raises(ValueError, match="update"):
         OptimConfig(update="round")
     with pytest.raises(ValueError, match="threads"):
         OptimConfig(threads=96)
-    with pytest.raises(ValueError, match="persistent"):
-        OptimConfig(persistent=1)
+    with pytest.raises(ValueError, match="grid"):
+        OptimConfig(grid="persistant")
 
 
 @pytest.mark.skipif(not have_nvcc, reason="nvcc not installed")

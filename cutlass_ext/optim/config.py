@@ -20,9 +20,12 @@ KINDS = ("sgd", "adamw")
 _KIND_TAGS = {"sgd": "kSgd", "adamw": "kAdamW"}
 _UPDATE_TAGS = {"nearest": "kNearest", "stochastic": "kStochastic", "kahan": "kKahan"}
 _ARITHMETIC_TAGS = {"fp32": "kFp32", "bf16": "kBf16"}
+GRIDS = ("chunks", "persistent", "prefetch")
+_GRID_TAGS = {"chunks": "kPerChunk", "persistent": "kPersistent", "prefetch": "kPrefetch"}
+_GRID_SUFFIXES = {"chunks": "", "persistent": "_p", "prefetch": "_pf"}
 _NAME_PATTERN = re.compile(
     r"optim_(?P<kind>sgd|adamw)_(?P<update>nearest|stochastic|kahan)_(?P<arithmetic>fp32|bf16)"
-    r"_t(?P<threads>\d+)_v(?P<vectors>\d+)(?P<persistent>_p)?"
+    r"_t(?P<threads>\d+)_v(?P<vectors>\d+)(?P<grid>_p|_pf)?"
 )
 
 
@@ -32,9 +35,9 @@ class OptimConfig(VariantFields):
 
     kind: `sgd` or `adamw`; update: `nearest`, `stochastic` or `kahan`; arithmetic: `fp32` or `bf16`
     (reference.py says what each means). threads: threads per block; vectors_per_thread: 16-byte vectors each
-    thread loads before it computes (a chunk: threads · vectors_per_thread · 8 elements). persistent: a grid of
-    the blocks the device keeps resident, each striding over the chunks (name suffix `_p`), instead of one block
-    per chunk.
+    thread loads before it computes (a chunk: threads · vectors_per_thread · 8 elements). grid: `chunks` (one
+    block per chunk), `persistent` (the blocks the device keeps resident stride over the chunks; name suffix `_p`)
+    or `prefetch` (persistent, with each thread's next chunk loaded before the current one's arithmetic; `_pf`).
     """
 
     kind: str = "adamw"
@@ -42,7 +45,7 @@ class OptimConfig(VariantFields):
     arithmetic: str = "fp32"
     threads: int = 256
     vectors_per_thread: int = 4
-    persistent: bool = True
+    grid: str = "persistent"
     family: str = FAMILY
 
     def __post_init__(self):
@@ -56,14 +59,14 @@ class OptimConfig(VariantFields):
             raise ValueError(f"threads={self.threads!r} must be a power of two from 64 to 1024")
         if self.vectors_per_thread not in (1, 2, 4, 8):
             raise ValueError(f"vectors_per_thread={self.vectors_per_thread!r} must be 1, 2, 4 or 8")
-        if not isinstance(self.persistent, bool):
-            raise ValueError(f"persistent={self.persistent!r} must be a bool")
+        if self.grid not in GRIDS:
+            raise ValueError(f"grid={self.grid!r} is not one of {list(GRIDS)}")
         if self.family != FAMILY:
             raise ValueError(f"family={self.family!r} must be {FAMILY!r}")
 
     @property
     def name(self) -> str:
-        suffix = "_p" if self.persistent else ""
+        suffix = _GRID_SUFFIXES[self.grid]
         return f"optim_{self.kind}_{self.update}_{self.arithmetic}_t{self.threads}_v{self.vectors_per_thread}{suffix}"
 
     @classmethod
@@ -77,7 +80,7 @@ class OptimConfig(VariantFields):
             match["arithmetic"],
             int(match["threads"]),
             int(match["vectors"]),
-            match["persistent"] is not None,
+            {suffix: grid for grid, suffix in _GRID_SUFFIXES.items()}[match["grid"] or ""],
         )._named(name)
 
     @staticmethod
@@ -94,5 +97,5 @@ def render_optim_instance(config: OptimConfig) -> str:
         arithmetic=_ARITHMETIC_TAGS[config.arithmetic],
         threads=config.threads,
         vectors_per_thread=config.vectors_per_thread,
-        persistent="true" if config.persistent else "false",
+        grid=_GRID_TAGS[config.grid],
     )

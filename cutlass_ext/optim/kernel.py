@@ -168,7 +168,7 @@ def fused_step(
     element_offsets,
     threads: int = OptimConfig.threads,
     vectors_per_thread: int = OptimConfig.vectors_per_thread,
-    persistent: bool = OptimConfig.persistent,
+    grid: str = OptimConfig.grid,
     check: bool = True,
 ) -> None:
     """One fused step of BF16 CUDA `params` on one device (reference.sgd_update / adamw_update, bit for bit).
@@ -176,11 +176,11 @@ def fused_step(
     states: the lists of state tensors the kind keeps, in the kernel's order (SGD: momentum buffers if momentum
     is not 0; AdamW: exp_avg, exp_avg_sq), then the compensation buffers when update is "kahan". scalars: the
     (n, 4) FP32 rows of reference.step_scalars on the params' device. constants: reference.SgdConstants or
-    AdamWConstants. threads, vectors_per_thread, persistent: the variant's launch shape (OptimConfig). check:
+    AdamWConstants. threads, vectors_per_thread, grid: the variant's launch shape (OptimConfig). check:
     validate every tensor (the optimizers skip it: torch keeps each grad like its param, and they made the states
     themselves).
     """
-    config = OptimConfig(kind, update, arithmetic, threads, vectors_per_thread, persistent)
+    config = OptimConfig(kind, update, arithmetic, threads, vectors_per_thread, grid)
     grads = [grad if grad.is_contiguous() else grad.contiguous() for grad in grads]
     states = [list(group) for group in states]
     if check:

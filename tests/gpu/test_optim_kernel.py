@@ -143,13 +143,20 @@ def test_same_weights_under_any_grouping_and_order(name):
 
 @pytest.mark.parametrize("update", reference.UPDATES)
 def test_same_weights_under_any_launch_shape(update):
-    """Threads per block, vectors per thread and the grid (one block per chunk or persistent) change which thread
-    updates which element, not the result."""
+    """Threads per block, vectors per thread and the grid (one block per chunk, persistent, prefetching) change
+    which thread updates which element, not the result."""
     weights, grads = _draw("normal", SHAPES, 9, steps=1)
     scalars = reference.step_scalars("adamw", 1e-2, torch.full((len(SHAPES),), 2.0), (0.9, 0.99), "fp32").cuda()
     constants = reference.AdamWConstants.from_group(SETTINGS["adamw"], "fp32")
     results = []
-    for threads, vectors_per_thread, persistent in ((64, 1, False), (256, 2, True), (512, 8, False), (128, 4, True)):
+    shapes = (
+        (64, 1, "chunks"),
+        (256, 2, "persistent"),
+        (512, 8, "chunks"),
+        (128, 4, "persistent"),
+        (256, 2, "prefetch"),
+    )
+    for threads, vectors_per_thread, grid in shapes:
         params = [w.cuda() for w in weights]
         states = [[torch.full_like(p, 0.01) for p in params] for _ in range(3 if update == "kahan" else 2)]
         kernel.fused_step(
@@ -166,7 +173,7 @@ def test_same_weights_under_any_launch_shape(update):
             [0] * len(params),
             threads=threads,
             vectors_per_thread=vectors_per_thread,
-            persistent=persistent,
+            grid=grid,
         )
         results.append(params + [t for group in states for t in group])
     for tensors in results[1:]:
@@ -304,13 +311,22 @@ def copy_rate():
     return 2 * source.numel() / _seconds(lambda: target.copy_(source))
 
 
-# (vectors per thread, persistent grid): one block per chunk at 2 vectors, then persistent grids of 1 to 8.
-LAUNCH_SHAPES = ((2, False), (1, True), (2, True), (4, True), (8, True))
+# (vectors per thread, grid): one block per chunk at 2 vectors (the first kernels' shape), persistent grids of 1 to
+# 8, and prefetching persistent grids of 1 and 2 (4 spills).
+LAUNCH_SHAPES = (
+    (2, "chunks"),
+    (1, "persistent"),
+    (2, "persistent"),
+    (4, "persistent"),
+    (8, "persistent"),
+    (1, "prefetch"),
+    (2, "prefetch"),
+)
 
 
-@pytest.mark.parametrize("vectors_per_thread, persistent", LAUNCH_SHAPES)
+@pytest.mark.parametrize("vectors_per_thread, grid", LAUNCH_SHAPES)
 @pytest.mark.parametrize("update", reference.UPDATES)
-def test_kernel_bandwidth(copy_rate, update, vectors_per_thread, persistent):
+def test_kernel_bandwidth(copy_rate, update, vectors_per_thread, grid):
     """AdamW's kernels alone on a ~0.7-billion-parameter Llama-like list, captured and replayed, against a
     device-to-device copy (printed; run with -s to compare launch shapes). A floor of 60% for the default shape
     catches a broken vector path."""
@@ -336,19 +352,19 @@ def test_kernel_bandwidth(copy_rate, update, vectors_per_thread, persistent):
             range(len(params)),
             [0] * len(params),
             vectors_per_thread=vectors_per_thread,
-            persistent=persistent,
+            grid=grid,
         )
     )
     count = sum(p.numel() for p in params)
     step_bytes = count * 2 * (4 + 3 + (2 if update == "kahan" else 0))  # reads w g m v (c), writes w m v (c)
     rate = step_bytes / _seconds(replay)
     print(
-        f"\nAdamW kernel {update} v{vectors_per_thread} {'persistent' if persistent else 'block per chunk'}: "
+        f"\nAdamW kernel {update} v{vectors_per_thread} {grid}: "
         f"{count / 1e9:.2f} B params, {rate / 1e12:.2f} TB/s = {rate / copy_rate:.1%} of copy "
         f"({copy_rate / 1e12:.2f} TB/s)"
     )
     default = OptimConfig()
-    is_default = (vectors_per_thread, persistent) == (default.vectors_per_thread, default.persistent)
+    is_default = (vectors_per_thread, grid) == (default.vectors_per_thread, default.grid)
     assert rate >= 0.6 * copy_rate or not is_default
 
 
