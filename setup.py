@@ -13,7 +13,7 @@ setup(
     package_dir={"cutlass_ext.kernels": "kernels"},
     package_data={"cutlass_ext.kernels": ["*.h", "*.hpp", "*.cuh", "*.in", "*.cpp"], "cutlass_ext": ["tuned/*.csv"]},
     install_requires=[
-        "torch>=2.4",
+        "torch>=2.9",  # torch.backends.cuda.matmul.fp32_precision
         "nvidia-cutlass==4.2.0.0",  # its C++ headers are the CUTLASS the kernels are built against
         "ninja",
         "filelock",
@@ -22,5 +22,5 @@ setup(
         "nvidia-ml-py",
         "tqdm",
     ],
-    extras_require={"test": ["pytest", "triton"], "report": ["matplotlib"]},  # tests import the Triton peers
+    extras_require={"test": ["pytest", "triton", "ruff", "scikit-learn", "matplotlib"], "report": ["matplotlib"]},  # tests import the Triton peers
 )

@@ -87,7 +87,8 @@ def _write_ninja_file(staging_root: Path, jobs: list[tuple[Path, Path]], arch: s
         "rule nvcc_library",
         # Each library's compiler output goes to its own log, printed only when that library fails. The library
         # appears under its name only once whole, so a build that is killed leaves no half-written one to commit.
-        "  command = $nvcc $flags -o $out.partial $in > $out.log 2>&1 && mv $out.partial $out || { cat $out.log; exit 1; }",
+        "  command = $nvcc $flags -o $out.partial $in > $out.log 2>&1 && mv $out.partial $out"
+        " || { cat $out.log; exit 1; }",
         "  description = nvcc $out",
     ]
     for source, library in jobs:
@@ -206,7 +207,7 @@ def _compile(groups, keys, missing, arch, jobs, verbose, on_finished=None) -> di
         on_finished(len(missing))
     if verbose:
         print(f"cutlass_ext: kernel build finished in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-    for i, staged, _, library in work:
+    for i, _, _, library in work:
         if i not in results:
             log = library.with_name(library.name + ".log")
             error = log.read_text() if log.is_file() else ninja_output

@@ -23,8 +23,8 @@ def default_variants(mode: str) -> list[str]:
 
 
 def product(a: torch.Tensor, b: torch.Tensor, mode: str, variants: list[str] | None = None) -> torch.Tensor:
-    """A·B for float32 CUDA a (…, M, K) and b (…, K, N) that `supports_shapes` accepts on a Hopper GPU, through the first of `variants`
-    (SplitConfig names of `mode`) that can run it; the default variant if none are given."""
+    """A·B for float32 CUDA a (…, M, K) and b (…, K, N) that `supports_shapes` accepts on a Hopper GPU, through the
+    first of `variants` (SplitConfig names of `mode`) that can run it; the default variant if none are given."""
     variants = variants or default_variants(mode)
     if not torch.compiler.is_compiling():
         registry.ensure_names_registered(variants, a.device)  # loads the split pass with the kernels

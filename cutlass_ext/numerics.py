@@ -292,5 +292,6 @@ def relative_residual(c: torch.Tensor, ref: torch.Tensor) -> float:
     difference = c.detach().to(device=ref64.device, dtype=torch.float64) - ref64
     return float(torch.linalg.vector_norm(difference) / torch.linalg.vector_norm(ref64))
 
+
 # The low-bit-accumulator GEMM (seed 002) is defined with its format in `lowbit`, which imports nothing from here.
-from .lowbit.reference import lowbit_matmul  # noqa: E402
+from .lowbit.reference import lowbit_matmul  # noqa: E402, F401  (re-exported: numerics.lowbit_matmul)

@@ -4,7 +4,8 @@
     python python/bench_gemm.py --out sweeps/results/h100/gemm_corrected.csv
 
 Each row: median time (CUDA events, warm-up, inputs rotated past L2; the best of two round-robin passes over the
-contenders), TFLOP/s, and the relative residual against an FP64 product of the same inputs. Prints the table with ratios to cuBLAS; writes it as CSV with provenance.
+contenders), TFLOP/s, and the relative residual against an FP64 product of the same inputs. Prints the table with
+ratios to cuBLAS; writes it as CSV with provenance.
 `--variants NAME ...` adds rows for specific kernel variants (their kernel alone, for choosing defaults; packed
 variants read operands packed beforehand).
 """

@@ -70,8 +70,12 @@ def authors_kernel():
         text = re.sub(r"(AT_DISPATCH\w*\(\s*\w+)\.type\(\)", r"\1.scalar_type()", source.read_text())
         (build / source.name).write_text(text)
     try:
-        module = cpp_extension.load(name="lba_fc_peer", sources=[str(build / s.name) for s in sources],
-                                    build_directory=str(build), verbose=False)
+        module = cpp_extension.load(
+            name="lba_fc_peer",
+            sources=[str(build / s.name) for s in sources],
+            build_directory=str(build),
+            verbose=False,
+        )
     except (RuntimeError, ImportError, OSError) as error:  # a peer that fails to build is a row with its reason
         return None, f"build failed: {str(error).splitlines()[0]}"
     finally:
@@ -89,9 +93,19 @@ def measure_shape(shape, fmt, args, peer) -> list[dict]:
     rows = []
 
     def row(contender, direction, us, note=""):
-        rows.append({"m": m, "n": n, "k": k, "format": fmt.name, "contender": contender, "direction": direction,
-                     "time_us": round(us, 2) if us else None, "tflops_equiv": round(flop / us / 1e6, 4) if us else None,
-                     "note": note})
+        rows.append(
+            {
+                "m": m,
+                "n": n,
+                "k": k,
+                "format": fmt.name,
+                "contender": contender,
+                "direction": direction,
+                "time_us": round(us, 2) if us else None,
+                "tflops_equiv": round(flop / us / 1e6, 4) if us else None,
+                "note": note,
+            }
+        )
 
     for config in [kernel.DEFAULT_CONFIG, *args.variants]:
         name = f"cutlass_ext {config.name}"
@@ -120,8 +134,10 @@ def measure_shape(shape, fmt, args, peer) -> list[dict]:
         exp_bias = 2 ** (fmt.exp - 1) - fmt.acc_bias
         with torch.no_grad():
             us = time_us(lambda: module.matmul(x, w, mask, fmt.exp, fmt.chunk, exp_bias, fmt.underflow), args.repeats)
-            same = torch.equal(module.matmul(x, w, mask, fmt.exp, fmt.chunk, exp_bias, fmt.underflow)[0],
-                               kernel.matmul(a.detach(), b.detach(), fmt))
+            same = torch.equal(
+                module.matmul(x, w, mask, fmt.exp, fmt.chunk, exp_bias, fmt.underflow)[0],
+                kernel.matmul(a.detach(), b.detach(), fmt),
+            )
         row("authors lba_fc", "forward", us, f"equal to ours bit for bit: {same}")
     kernel_us = next(r["time_us"] for r in rows if r["direction"] == "forward")
     for r in rows:
@@ -157,10 +173,20 @@ def main(argv=None) -> int:
     parser.add_argument("--chunk", type=int, default=16)
     parser.add_argument("--underflow", choices=["on", "off", "both"], default="both")
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--variants", nargs="*", default=[], type=kernel.LowbitKernelConfig.from_name,
-                        metavar="NAME", help="more kernel variants to time (e.g. lowbit_64x128x32_t4x8_w16)")
-    parser.add_argument("--emulation-max-flop", type=float, default=2e11,
-                        help="time the PyTorch emulation up to this many FLOP (4096³ is 1.4e11)")
+    parser.add_argument(
+        "--variants",
+        nargs="*",
+        default=[],
+        type=kernel.LowbitKernelConfig.from_name,
+        metavar="NAME",
+        help="more kernel variants to time (e.g. lowbit_64x128x32_t4x8_w16)",
+    )
+    parser.add_argument(
+        "--emulation-max-flop",
+        type=float,
+        default=2e11,
+        help="time the PyTorch emulation up to this many FLOP (4096³ is 1.4e11)",
+    )
     parser.add_argument("--out", type=Path, help="CSV path (default sweeps/results/<gpu>/lowbit_gemm.csv)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -176,8 +202,11 @@ def main(argv=None) -> int:
         for fmt in formats[args.underflow]:
             for r in measure_shape(shape, fmt, args, peer):
                 rows.append(r)
-                print(f"{r['m']}x{r['n']}x{r['k']:<6} {r['format']:<24} {r['contender']:<18} {r['direction']:<26} "
-                      f"{r['time_us'] or '-':>12} us  {r['tflops_equiv'] or '-':>8} TFLOP/s  {r['note']}", flush=True)
+                print(
+                    f"{r['m']}x{r['n']}x{r['k']:<6} {r['format']:<24} {r['contender']:<18} {r['direction']:<26} "
+                    f"{r['time_us'] or '-':>12} us  {r['tflops_equiv'] or '-':>8} TFLOP/s  {r['note']}",
+                    flush=True,
+                )
     frame = pd.DataFrame(rows)
     for column, value in benchmark.environment().items():
         frame[column] = value

@@ -65,30 +65,39 @@ def count_text(count: int) -> str:
 def contenders(device: torch.device, graph: bool):
     """(name, family, dtype, make_optimizer(params) or an import error's text, capturable in a CUDA graph)."""
     for update in ("nearest", "stochastic", "kahan"):
+
         def ours(params, update=update):
             lr = torch.tensor(LR, device=device) if graph else LR
-            return optim.AdamW(params, lr=lr, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY, update=update,
-                               capturable=graph)
+            return optim.AdamW(
+                params, lr=lr, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY, update=update, capturable=graph
+            )
+
         yield f"ours {update}", "cutlass_ext", torch.bfloat16, ours, True
     try:
         torchao_optim = importlib.import_module("torchao.optim")
-        torchao = lambda params: torchao_optim._AdamW(
-            params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY, bf16_stochastic_round=True)
+
+        def torchao(params):
+            return torchao_optim._AdamW(
+                params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY, bf16_stochastic_round=True
+            )
     except ImportError as error:
         torchao = f"skipped: torchao not importable ({error})"
     yield "torchao SR", "torchao", torch.bfloat16, torchao, False
     try:
         optimi_module = importlib.import_module("optimi")
-        optimi = lambda params: optimi_module.AdamW(
-            params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY, kahan_sum=True)
+
+        def optimi(params):
+            return optimi_module.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY, kahan_sum=True)
     except ImportError as error:
         optimi = f"skipped: torch-optimi not importable ({error})"
     yield "optimi Kahan", "optimi", torch.bfloat16, optimi, False
     fused = device.type == "cuda"
 
     def torch_adamw(params):
-        return torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY, fused=fused,
-                                 capturable=graph)
+        return torch.optim.AdamW(
+            params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY, fused=fused, capturable=graph
+        )
+
     yield "torch fused FP32 master", "torch", torch.float32, torch_adamw, True
     yield "torch fused BF16 (nearest)", "reference", torch.bfloat16, torch_adamw, True
 
@@ -151,8 +160,12 @@ def tensor_bytes(optimizer: torch.optim.Optimizer) -> tuple[int, int, int]:
     params = [p for group in optimizer.param_groups for p in group["params"]]
     weights = sum(p.numel() * p.element_size() for p in params)
     grads = sum(p.grad.numel() * p.grad.element_size() for p in params)
-    states = sum(t.numel() * t.element_size() for state in optimizer.state.values() for t in state.values()
-                 if isinstance(t, torch.Tensor) and t.numel() > 1)
+    states = sum(
+        t.numel() * t.element_size()
+        for state in optimizer.state.values()
+        for t in state.values()
+        if isinstance(t, torch.Tensor) and t.numel() > 1
+    )
     return weights, grads, states
 
 
@@ -199,16 +212,18 @@ def comparison(frame: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     fastest = peers.loc[peers["step_us"].idxmin()]
     ours = frame[frame["family"] == "cutlass_ext"]
-    return pd.DataFrame({
-        "contender": ours["contender"],
-        "step_us": ours["step_us"],
-        "fastest_peer": fastest["contender"],
-        "peer_step_us": fastest["step_us"],
-        "time_ratio": ours["step_us"] / fastest["step_us"],
-        "speedup": fastest["step_us"] / ours["step_us"],
-        "bytes_per_param": ours["total_bytes_per_param"],
-        "peer_bytes_per_param": fastest["total_bytes_per_param"],
-    })
+    return pd.DataFrame(
+        {
+            "contender": ours["contender"],
+            "step_us": ours["step_us"],
+            "fastest_peer": fastest["contender"],
+            "peer_step_us": fastest["step_us"],
+            "time_ratio": ours["step_us"] / fastest["step_us"],
+            "speedup": fastest["step_us"] / ours["step_us"],
+            "bytes_per_param": ours["total_bytes_per_param"],
+            "peer_bytes_per_param": fastest["total_bytes_per_param"],
+        }
+    )
 
 
 def plot(frame: pd.DataFrame, path: Path) -> None:
@@ -218,19 +233,33 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     measured = frame[frame["step_us"].notna()]
-    colors = {"cutlass_ext": "tab:blue", "torchao": "tab:orange", "optimi": "tab:green", "torch": "tab:red",
-              "reference": "tab:gray"}
+    colors = {
+        "cutlass_ext": "tab:blue",
+        "torchao": "tab:orange",
+        "optimi": "tab:green",
+        "torch": "tab:red",
+        "reference": "tab:gray",
+    }
     bar_colors = [colors.get(f, "tab:gray") for f in measured["family"]]
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.6))
     bars = axes[0].barh(measured["contender"], measured["step_us"] / 1000.0, color=bar_colors)
     for bar, fraction in zip(bars, measured["fraction_of_copy"]):
-        axes[0].text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {fraction:.0%} of copy BW",
-                     va="center", fontsize=8)
+        axes[0].text(
+            bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {fraction:.0%} of copy BW", va="center", fontsize=8
+        )
     axes[0].set_xlabel("AdamW step (ms)")
-    axes[0].set_title(f"{count_text(measured['parameters'].iloc[0])} parameters, copy {frame['copy_gbps'].iloc[0]:.0f} GB/s")
+    parameters, copy = count_text(measured["parameters"].iloc[0]), frame["copy_gbps"].iloc[0]
+    axes[0].set_title(f"{parameters} parameters, copy {copy:.0f} GB/s")
     axes[1].barh(measured["contender"], measured["bytes_per_param"], color=bar_colors, label="weights + states")
-    axes[1].barh(measured["contender"], measured["model_copy_bytes_per_param"], left=measured["bytes_per_param"],
-                 color="white", edgecolor="black", hatch="//", label="BF16 model copy")
+    axes[1].barh(
+        measured["contender"],
+        measured["model_copy_bytes_per_param"],
+        left=measured["bytes_per_param"],
+        color="white",
+        edgecolor="black",
+        hatch="//",
+        label="BF16 model copy",
+    )
     axes[1].set_xlabel("bytes per parameter")
     axes[1].legend(loc="lower right")
     for axis in axes:
@@ -269,8 +298,10 @@ def main(argv=None) -> pd.DataFrame:
 
     shapes = llama_shapes(args.params, args.width, args.intermediate, args.vocabulary)
     bandwidth = copy_gbps(device, args.copy_gib, args.repeats)
-    print(f"{count_text(sum(torch.Size(s).numel() for s in shapes))} parameters in {len(shapes)} tensors; "
-          f"copy bandwidth {bandwidth:.0f} GB/s")
+    print(
+        f"{count_text(sum(torch.Size(s).numel() for s in shapes))} parameters in {len(shapes)} tensors; "
+        f"copy bandwidth {bandwidth:.0f} GB/s"
+    )
     environment = {
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
@@ -282,8 +313,10 @@ def main(argv=None) -> pd.DataFrame:
         rows.append({**measure(*contender, shapes, device, args, bandwidth), **environment})
         row = rows[-1]
         if "step_us" in row:
-            print(f"{row['contender']:28s} {row['step_us'] / 1000:8.3f} ms  {row['gbps']:7.0f} GB/s "
-                  f"({row['fraction_of_copy']:.0%} of copy)  {row['total_bytes_per_param']:.0f} B/param")
+            print(
+                f"{row['contender']:28s} {row['step_us'] / 1000:8.3f} ms  {row['gbps']:7.0f} GB/s "
+                f"({row['fraction_of_copy']:.0%} of copy)  {row['total_bytes_per_param']:.0f} B/param"
+            )
         else:
             print(f"{row['contender']:28s} {row['note']}")
         if device.type == "cuda":

@@ -23,8 +23,14 @@ from cutlass_ext import lowbit  # noqa: E402
 from cutlass_ext.numerics import relative_residual  # noqa: E402
 
 FULL = dict(
-    mans=range(4, 17), exps=(3, 4, 5), chunks=(1, 4, 16, 64, 256), ks=(64, 256, 1024, 4096, 16384, 65536), size=64,
-    event_mans=(4, 7, 10, 16), event_k=4096, event_size=32,
+    mans=range(4, 17),
+    exps=(3, 4, 5),
+    chunks=(1, 4, 16, 64, 256),
+    ks=(64, 256, 1024, 4096, 16384, 65536),
+    size=64,
+    event_mans=(4, 7, 10, 16),
+    event_k=4096,
+    event_size=32,
 )
 QUICK = dict(mans=(4, 7), exps=(4,), chunks=(1, 16), ks=(64, 256), size=8, event_mans=(4, 7), event_k=64, event_size=4)
 
@@ -48,9 +54,21 @@ def relres_rows(grid: dict, device: torch.device, generator: torch.Generator) ->
                         config = config_for(man, exp, chunk, underflow)
                         fmt = lowbit.dynamic_format(a, b, config.format)
                         relres = relative_residual(lowbit.matmul(a, b, config), exact)
-                        rows.append(dict(man=man, exp=exp, chunk=chunk, underflow=underflow, k=k, m=size, n=size,
-                                         acc_bias=fmt.acc_bias, prod_bias=fmt.prod_bias, relres=relres,
-                                         relres_fp32=fp32))
+                        rows.append(
+                            dict(
+                                man=man,
+                                exp=exp,
+                                chunk=chunk,
+                                underflow=underflow,
+                                k=k,
+                                m=size,
+                                n=size,
+                                acc_bias=fmt.acc_bias,
+                                prod_bias=fmt.prod_bias,
+                                relres=relres,
+                                relres_fp32=fp32,
+                            )
+                        )
         print(f"K={k}: {len(rows)} rows")
     return rows
 
@@ -65,8 +83,19 @@ def event_rows(grid: dict, device: torch.device, generator: torch.Generator) -> 
             for chunk in grid["chunks"]:
                 fmt = lowbit.dynamic_format(a, b, config_for(man, exp, chunk).format)
                 events = lowbit.lowbit_matmul_events(a, b, fmt)
-                rows.append(dict(man=man, exp=exp, chunk=chunk, k=k, m=size, n=size, acc_bias=fmt.acc_bias,
-                                 prod_bias=fmt.prod_bias, **events))
+                rows.append(
+                    dict(
+                        man=man,
+                        exp=exp,
+                        chunk=chunk,
+                        k=k,
+                        m=size,
+                        n=size,
+                        acc_bias=fmt.acc_bias,
+                        prod_bias=fmt.prod_bias,
+                        **events,
+                    )
+                )
     return rows
 
 

@@ -30,9 +30,14 @@ from cutlass_ext import lowbit  # noqa: E402
 def cnn(channels: int, seed: int, device: torch.device) -> torch.nn.Sequential:
     torch.manual_seed(seed)
     return torch.nn.Sequential(
-        torch.nn.Conv2d(1, channels, 3, padding=1), torch.nn.ReLU(),
-        torch.nn.Conv2d(channels, 2 * channels, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Flatten(), torch.nn.Linear(2 * channels * 4 * 4, 4 * channels), torch.nn.ReLU(),
+        torch.nn.Conv2d(1, channels, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(channels, 2 * channels, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(2 * channels * 4 * 4, 4 * channels),
+        torch.nn.ReLU(),
         torch.nn.Linear(4 * channels, 10),
     ).to(device)
 

@@ -47,8 +47,15 @@ def run(name: str, config: lowbit.LowbitConfig | None, args, data, device) -> li
     for epoch in range(1, args.epochs + 1):
         loss = common.train_epoch(model, optimizer, x_train, y_train, args.batch, generator)
         schedule.step()
-        rows.append(dict(run=name, epoch=epoch, train_loss=loss, test_accuracy=common.accuracy(model, x_test, y_test),
-                         seconds=clock()))
+        rows.append(
+            dict(
+                run=name,
+                epoch=epoch,
+                train_loss=loss,
+                test_accuracy=common.accuracy(model, x_test, y_test),
+                seconds=clock(),
+            )
+        )
     print(f"{name}: test accuracy {rows[-1]['test_accuracy']:.4f}, loss {rows[-1]['train_loss']:.4f}, {clock():.1f} s")
     return rows
 

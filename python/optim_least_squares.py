@@ -100,9 +100,16 @@ def train(variant: str, problem, steps: int, record_every: int, arithmetic: str,
     rows = []
     for step, losses in records:
         losses = losses.cpu()
-        rows.append({"variant": variant, "step": step, "loss_mean": losses.mean().item(),
-                     "loss_min": losses.min().item(), "loss_max": losses.max().item(),
-                     "loss_log10_std": losses.log10().std().item() if seeds > 1 else 0.0})
+        rows.append(
+            {
+                "variant": variant,
+                "step": step,
+                "loss_mean": losses.mean().item(),
+                "loss_min": losses.min().item(),
+                "loss_max": losses.max().item(),
+                "loss_log10_std": losses.log10().std().item() if seeds > 1 else 0.0,
+            }
+        )
     return rows
 
 
@@ -132,8 +139,12 @@ def main(argv=None) -> pd.DataFrame:
     parser.add_argument("--samples", type=int, default=1000, help="dataset size of each problem")
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--record-every", type=int, default=20)
-    parser.add_argument("--arithmetic", choices=("bf16", "fp32"), default="bf16",
-                        help="how the BF16 optimizers compute the update (bf16: the seed's 16-bit FPU)")
+    parser.add_argument(
+        "--arithmetic",
+        choices=("bf16", "fp32"),
+        default="bf16",
+        help="how the BF16 optimizers compute the update (bf16: the seed's 16-bit FPU)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="stochastic rounding's seed")
     parser.add_argument("--out", type=Path, help="results folder (default sweeps/results/<gpu>/)")
     parser.add_argument("--quick", action="store_true", help="CPU, 2 seeds, 300 steps (CI smoke test)")

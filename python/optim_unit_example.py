@@ -40,8 +40,15 @@ def run_update(update: str, elements: int, device: torch.device, seed: int, reco
     for step in range(STEPS + 1):
         if step % record_every == 0 or step == STEPS:
             values = weight.detach().double()
-            rows.append({"update": update, "step": step, "mean": values.mean().item(), "min": values.min().item(),
-                         "max": values.max().item()})
+            rows.append(
+                {
+                    "update": update,
+                    "step": step,
+                    "mean": values.mean().item(),
+                    "min": values.min().item(),
+                    "max": values.max().item(),
+                }
+            )
         if step < STEPS:
             weight.grad = torch.full_like(weight, -1.0)
             optimizer.step()
@@ -51,8 +58,16 @@ def run_update(update: str, elements: int, device: torch.device, seed: int, reco
 def exact_rows(record_every: int) -> list[dict]:
     """The same sum in FP64 with the step BF16 computes, bf16(0.001): the value the updates should reach."""
     step_value = torch.tensor(LR, dtype=torch.bfloat16).double().item()
-    return [{"update": "exact", "step": s, "mean": 1.0 + s * step_value, "min": 1.0 + s * step_value,
-             "max": 1.0 + s * step_value} for s in range(0, STEPS + 1, record_every)]
+    return [
+        {
+            "update": "exact",
+            "step": s,
+            "mean": 1.0 + s * step_value,
+            "min": 1.0 + s * step_value,
+            "max": 1.0 + s * step_value,
+        }
+        for s in range(0, STEPS + 1, record_every)
+    ]
 
 
 def plot(frame: pd.DataFrame, path: Path) -> None:

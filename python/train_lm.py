@@ -95,8 +95,9 @@ class Block(nn.Module):
         self.qkv = nn.Linear(width, 3 * width, bias=False)
         self.projection = nn.Linear(width, width, bias=False)
         self.mlp_norm = nn.LayerNorm(width)
-        self.mlp = nn.Sequential(nn.Linear(width, 4 * width, bias=False), nn.GELU(),
-                                 nn.Linear(4 * width, width, bias=False))
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width, bias=False), nn.GELU(), nn.Linear(4 * width, width, bias=False)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, width = x.shape
@@ -138,14 +139,29 @@ def make_optimizer(config: TrainConfig, model: nn.Module, device: torch.device):
     if config.precision in ("fp32", "mixed"):
         if config.optimizer == "sgd":
             return torch.optim.SGD(params, lr=config.lr, momentum=0.9, weight_decay=config.weight_decay)
-        return torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.99), weight_decay=config.weight_decay,
-                                 fused=device.type == "cuda")
+        return torch.optim.AdamW(
+            params, lr=config.lr, betas=(0.9, 0.99), weight_decay=config.weight_decay, fused=device.type == "cuda"
+        )
     update = config.precision.removeprefix("bf16-")
     if config.optimizer == "sgd":
-        return optim.SGD(params, lr=config.lr, momentum=0.9, weight_decay=config.weight_decay, update=update,
-                         arithmetic=config.arithmetic, seed=config.seed)
-    return optim.AdamW(params, lr=config.lr, betas=(0.9, 0.99), weight_decay=config.weight_decay, update=update,
-                       arithmetic=config.arithmetic, seed=config.seed)
+        return optim.SGD(
+            params,
+            lr=config.lr,
+            momentum=0.9,
+            weight_decay=config.weight_decay,
+            update=update,
+            arithmetic=config.arithmetic,
+            seed=config.seed,
+        )
+    return optim.AdamW(
+        params,
+        lr=config.lr,
+        betas=(0.9, 0.99),
+        weight_decay=config.weight_decay,
+        update=update,
+        arithmetic=config.arithmetic,
+        seed=config.seed,
+    )
 
 
 def lr_factor(config: TrainConfig, step: int) -> float:
@@ -163,8 +179,17 @@ def validate(config: TrainConfig) -> None:
         raise ValueError(f"optimizer={config.optimizer!r} is not one of {list(OPTIMIZERS)}")
     if config.arithmetic not in ARITHMETICS:
         raise ValueError(f"arithmetic={config.arithmetic!r} is not one of {list(ARITHMETICS)}")
-    for name in ("steps", "layers", "width", "heads", "context", "batch", "eval_every", "eval_batches",
-                 "final_eval_batches"):
+    for name in (
+        "steps",
+        "layers",
+        "width",
+        "heads",
+        "context",
+        "batch",
+        "eval_every",
+        "eval_batches",
+        "final_eval_batches",
+    ):
         if getattr(config, name) < 1:
             raise ValueError(f"{name}={getattr(config, name)} must be at least 1")
     if config.width % config.heads:
@@ -194,8 +219,11 @@ def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
     # the same batches for every precision of a seed; validation windows fixed across seeds too
     sampler = torch.Generator().manual_seed(config.seed)
     validation_batches = max(config.eval_batches, config.final_eval_batches)
-    validation_starts = torch.randint(validation_stream.numel() - config.context - 1, (validation_batches, config.batch),
-                                      generator=torch.Generator().manual_seed(0))
+    validation_starts = torch.randint(
+        validation_stream.numel() - config.context - 1,
+        (validation_batches, config.batch),
+        generator=torch.Generator().manual_seed(0),
+    )
 
     def loss_of(inputs, targets):
         with autocast:
@@ -205,8 +233,10 @@ def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
     @torch.no_grad()
     def validation_loss(batches: int) -> float:
         model.eval()
-        total = sum(loss_of(*batch_at(validation_stream, validation_starts[i], config.context, device)).item()
-                    for i in range(batches))
+        total = sum(
+            loss_of(*batch_at(validation_stream, validation_starts[i], config.context, device)).item()
+            for i in range(batches)
+        )
         model.train()
         return total / batches
 
@@ -221,16 +251,30 @@ def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
         optimizer.step()
         scheduler.step()
         if (step + 1) % config.eval_every == 0 and step + 1 < config.steps:
-            curve.append({"step": step + 1, "lr": scheduler.get_last_lr()[0], "train_loss": loss.item(),
-                          "val_loss": validation_loss(config.eval_batches)})
-            log(f"{config.precision} seed {config.seed} step {step + 1}: train {curve[-1]['train_loss']:.4f} "
-                f"val {curve[-1]['val_loss']:.4f}")
+            curve.append(
+                {
+                    "step": step + 1,
+                    "lr": scheduler.get_last_lr()[0],
+                    "train_loss": loss.item(),
+                    "val_loss": validation_loss(config.eval_batches),
+                }
+            )
+            log(
+                f"{config.precision} seed {config.seed} step {step + 1}: train {curve[-1]['train_loss']:.4f} "
+                f"val {curve[-1]['val_loss']:.4f}"
+            )
     final_validation = validation_loss(config.final_eval_batches)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
-    curve.append({"step": config.steps, "lr": scheduler.get_last_lr()[0], "train_loss": loss.item(),
-                  "val_loss": final_validation})
+    curve.append(
+        {
+            "step": config.steps,
+            "lr": scheduler.get_last_lr()[0],
+            "train_loss": loss.item(),
+            "val_loss": final_validation,
+        }
+    )
     log(f"{config.precision} seed {config.seed}: final validation loss {final_validation:.4f} ({seconds:.1f} s)")
 
     summary = {
@@ -258,13 +302,26 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = TrainConfig()
     parser.add_argument("--precision", choices=PRECISIONS, default=defaults.precision)
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer)
-    parser.add_argument("--arithmetic", choices=ARITHMETICS, default=defaults.arithmetic,
-                        help="BF16 precisions: the update computed in FP32, or every operation in BF16 (16-bit FPU)")
+    parser.add_argument(
+        "--arithmetic",
+        choices=ARITHMETICS,
+        default=defaults.arithmetic,
+        help="BF16 precisions: the update computed in FP32, or every operation in BF16 (16-bit FPU)",
+    )
     parser.add_argument("--steps", type=int, default=defaults.steps)
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    for name in ("layers", "width", "heads", "context", "batch", "warmup", "eval_every", "eval_batches",
-                 "final_eval_batches"):
+    for name in (
+        "layers",
+        "width",
+        "heads",
+        "context",
+        "batch",
+        "warmup",
+        "eval_every",
+        "eval_batches",
+        "final_eval_batches",
+    ):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
     parser.add_argument("--lr", type=float, default=defaults.lr, help="peak learning rate (AdamW's; SGD wants ~0.1)")
     parser.add_argument("--weight-decay", type=float, default=defaults.weight_decay)
@@ -273,8 +330,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-QUICK = {"device": "cpu", "steps": 10, "layers": 1, "width": 32, "heads": 2, "context": 32, "batch": 8, "warmup": 3,
-         "eval_every": 5, "eval_batches": 2, "final_eval_batches": 2, "max_files": 12}
+QUICK = {
+    "device": "cpu",
+    "steps": 10,
+    "layers": 1,
+    "width": 32,
+    "heads": 2,
+    "context": 32,
+    "batch": 8,
+    "warmup": 3,
+    "eval_every": 5,
+    "eval_batches": 2,
+    "final_eval_batches": 2,
+    "max_files": 12,
+}
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

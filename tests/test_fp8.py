@@ -107,7 +107,8 @@ def test_swapped_variants_name_and_instantiate_the_swap():
     config = Fp8Config(accum="fast", tile=(64, 16, 256), schedule="pingpong", swap_ab=True)
     assert config.name == "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap"
     assert (
-        "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n                             0, cutlass_ext::Raster::Auto, false, false, false>"
+        "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n"
+        "                             0, cutlass_ext::Raster::Auto, false, false, false>"
         in (codegen.render_library([config]))
     )
 
@@ -117,8 +118,8 @@ def test_l2_prefetching_variants_name_and_instantiate_the_depth():
     assert config.name == "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap_l2pf8"
     source = codegen.render_library([config])
     assert (
-        "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n                             8, cutlass_ext::Raster::Auto, false, false, false>"
-        in source
+        "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n"
+        "                             8, cutlass_ext::Raster::Auto, false, false, false>" in source
     )
     assert "#define CUTLASS_ENABLE_GDC_FOR_SM90 1" in source  # the prefetch runs ahead of the PDL wait
 

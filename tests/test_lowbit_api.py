@@ -96,17 +96,26 @@ def test_torch_compile_runs_the_reference_op():
     "call, error, message",
     [
         (lambda: lowbit.matmul(torch.ones(2, 3), torch.ones(3, 2), M7E4), TypeError, "config must be a LowbitConfig"),
-        (lambda: lowbit.matmul(torch.ones(2, 3, dtype=torch.int64), torch.ones(3, 2), config()), TypeError,
-         "a must be a floating-point tensor"),
+        (
+            lambda: lowbit.matmul(torch.ones(2, 3, dtype=torch.int64), torch.ones(3, 2), config()),
+            TypeError,
+            "a must be a floating-point tensor",
+        ),
         (lambda: lowbit.matmul(torch.ones(2, 3), [[1.0]], config()), TypeError, "b must be a torch.Tensor"),
         (lambda: lowbit.matmul(torch.ones(2, 3), torch.ones(4, 2), config()), ValueError, "agree on K"),
         (lambda: lowbit.matmul(torch.ones(3), torch.ones(3, 2), config()), ValueError, "at least 2 dimensions"),
         (lambda: lowbit.matmul(torch.ones(2, 2, 3), torch.ones(3, 3, 2), config()), ValueError, "do not broadcast"),
-        (lambda: lowbit.linear(torch.ones(2, 3), torch.ones(4, 3, 1), None, config()), ValueError,
-         "weight must be 2-D"),
+        (
+            lambda: lowbit.linear(torch.ones(2, 3), torch.ones(4, 3, 1), None, config()),
+            ValueError,
+            "weight must be 2-D",
+        ),
         (lambda: lowbit.linear(torch.ones(2, 5), torch.ones(4, 3), None, config()), ValueError, "in_features 3"),
-        (lambda: lowbit.linear(torch.ones(2, 3), torch.ones(4, 3), torch.ones(3), config()), ValueError,
-         r"bias must have shape \(4,\)"),
+        (
+            lambda: lowbit.linear(torch.ones(2, 3), torch.ones(4, 3), torch.ones(3), config()),
+            ValueError,
+            r"bias must have shape \(4,\)",
+        ),
         (lambda: config(ste="straight"), ValueError, "ste='straight'"),
         (lambda: config(eps1=-1.0), ValueError, "eps1=-1.0"),
         (lambda: config(eps2=float("inf")), ValueError, "eps2=inf"),
@@ -115,8 +124,11 @@ def test_torch_compile_runs_the_reference_op():
         (lambda: lowbit.Linear(3, 4, config="M7E4"), TypeError, "config must be a LowbitConfig"),
         (lambda: lowbit.Conv2d(1, 2, 3, padding_mode="reflect", config=config()), ValueError, "padding_mode='reflect'"),
         (lambda: lowbit.Conv2d(1, 2, 3, padding="same", config=config()), ValueError, "padding='same'"),
-        (lambda: lowbit.Conv2d(2, 2, 3, config=config())(torch.ones(1, 3, 5, 5)), ValueError,
-         r"x must be \(N, 2, H, W\)"),
+        (
+            lambda: lowbit.Conv2d(2, 2, 3, config=config())(torch.ones(1, 3, 5, 5)),
+            ValueError,
+            r"x must be \(N, 2, H, W\)",
+        ),
         (lambda: lowbit.set_underflow(torch.nn.Linear(2, 2), 1), ValueError, "on=1"),
     ],
 )
@@ -147,8 +159,11 @@ def test_conv2d_is_unfold_and_the_lowbit_gemm(groups, stride, padding, dilation)
 def small_model() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(
-        torch.nn.Conv2d(1, 3, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
-        torch.nn.Sequential(torch.nn.Linear(3 * 16, 8), torch.nn.ReLU()), torch.nn.Linear(8, 3),
+        torch.nn.Conv2d(1, 3, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Sequential(torch.nn.Linear(3 * 16, 8), torch.nn.ReLU()),
+        torch.nn.Linear(8, 3),
     )
 
 
@@ -224,10 +239,13 @@ def test_dynamic_bias_puts_r_of_one_binade_above_the_output(scale):
 @pytest.mark.parametrize(
     "script, files",
     [
-        ("lowbit_accumulation_error.py", {
-            "lowbit_accumulation_error.csv": {"man", "exp", "chunk", "underflow", "k", "relres", "relres_fp32"},
-            "lowbit_accumulation_events.csv": {"man", "exp", "chunk", "k", "overflow", "underflow", "swamping"},
-        }),
+        (
+            "lowbit_accumulation_error.py",
+            {
+                "lowbit_accumulation_error.csv": {"man", "exp", "chunk", "underflow", "k", "relres", "relres_fp32"},
+                "lowbit_accumulation_events.csv": {"man", "exp", "chunk", "k", "overflow", "underflow", "swamping"},
+            },
+        ),
         ("lowbit_mlp_digits.py", {"lowbit_mlp_digits.csv": {"run", "epoch", "train_loss", "test_accuracy"}}),
         ("lowbit_cnn_dual_stage.py", {"lowbit_cnn_dual_stage.csv": {"stage", "accuracy_no_uf", "accuracy_uf"}}),
     ],
@@ -237,7 +255,10 @@ def test_experiment_quick_mode(tmp_path, script, files):
     pytest.importorskip("matplotlib")
     result = subprocess.run(
         [sys.executable, str(ROOT / "python" / script), "--quick", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     for name, columns in files.items():

@@ -117,8 +117,16 @@ def host_program(tmp_path_factory):
     source.write_text(_HOST_PROGRAM)
     program = directory / "check"
     subprocess.run(
-        ["g++", "-O2", "-std=c++17", "-ffp-contract=off", f"-I{toolchain.kernels_dir()}", str(source), "-o",
-         str(program)],
+        [
+            "g++",
+            "-O2",
+            "-std=c++17",
+            "-ffp-contract=off",
+            f"-I{toolchain.kernels_dir()}",
+            str(source),
+            "-o",
+            str(program),
+        ],
         check=True,
     )
     return program
@@ -135,11 +143,26 @@ def _run_host(program, directory, a, b, g, fmt, ste, eps1, eps2):
         t.contiguous().numpy().tofile(directory / f"{name}.bin")
     values = (fmt.acc_overflow, fmt.acc_underflow, fmt.prod_overflow, fmt.prod_underflow, eps1, eps2)
     (directory / "meta.txt").write_text(
-        " ".join(str(v) for v in (m, n, k, fmt.chunk, fmt.acc_mask, fmt.prod_mask, *map(_bits, values),
-                                  int(fmt.underflow), _STE_CODES[ste]))
+        " ".join(
+            str(v)
+            for v in (
+                m,
+                n,
+                k,
+                fmt.chunk,
+                fmt.acc_mask,
+                fmt.prod_mask,
+                *map(_bits, values),
+                int(fmt.underflow),
+                _STE_CODES[ste],
+            )
+        )
     )
     form = subprocess.run([str(program), str(directory)], check=True, capture_output=True, text=True).stdout.strip()
-    load = lambda name, shape: torch.from_numpy(np.fromfile(directory / name, dtype=np.float32).reshape(shape))
+
+    def load(name, shape):
+        return torch.from_numpy(np.fromfile(directory / name, dtype=np.float32).reshape(shape))
+
     return form, load("d.bin", (m, n)), load("da.bin", (m, k)), load("db.bin", (k, n))
 
 

@@ -237,8 +237,11 @@ def test_chain_matches_scalar_definition(fmt, kind):
 
 @pytest.mark.parametrize(
     "fmt",
-    [LowbitFormat.make(7, 4, 10, 12, underflow=False), LowbitFormat.make(23, 8, 140, 142),
-     LowbitFormat.make(5, 8, 149, 149, chunk=3)],
+    [
+        LowbitFormat.make(7, 4, 10, 12, underflow=False),
+        LowbitFormat.make(23, 8, 140, 142),
+        LowbitFormat.make(5, 8, 149, 149, chunk=3),
+    ],
     ids=lambda f: f.name,
 )
 def test_chain_with_subnormal_products_matches_scalar_definition(fmt):
@@ -352,8 +355,16 @@ def test_events_hand_case():
     # 0 + 15.9375 exact; 2^-13 flushes (product UF), 15.9375 + 0 exact. chunk 2: 2^-11 + 0 = 2^-11 < 2^-10
     # (accumulator UF). Second level: 0 + 1, 1 + 15.9375 = 16.9375 → 16.875 (swamping), 16.875 + 0 exact.
     assert events == dict(
-        products=5, additions=8, prod_overflow=1, prod_underflow=1, acc_overflow=0, acc_underflow=1,
-        swamping=2, full_swamping=1, overflow=1, underflow=2,
+        products=5,
+        additions=8,
+        prod_overflow=1,
+        prod_underflow=1,
+        acc_overflow=0,
+        acc_underflow=1,
+        swamping=2,
+        full_swamping=1,
+        overflow=1,
+        underflow=2,
     )
     # five products saturate at 15.9375; second level: 31.875 + 31.875 = 63.75 = R_OF (eq. 5 counts |y| ≥ R_OF),
     # then 63.75 + 15.9375

@@ -14,7 +14,10 @@ SMALL = LowbitFormat.make(5, 3, acc_bias=4, prod_bias=4, chunk=2, underflow=Fals
 
 def _inputs(m, k, n, seed, spread=6):
     generator = torch.Generator().manual_seed(seed)
-    scale = lambda shape: 2.0 ** torch.randint(-spread, spread, shape, generator=generator)
+
+    def scale(shape):
+        return 2.0 ** torch.randint(-spread, spread, shape, generator=generator)
+
     a = torch.randn(m, k, generator=generator) * scale((m, k))
     b = torch.randn(k, n, generator=generator) * scale((k, n))
     g = torch.randn(m, n, generator=generator)
@@ -63,7 +66,10 @@ def _naive_masks(a, b, fmt, ste, eps1=1e-12, eps2=1e-3):
     m, k_total = a.shape
     n = b.shape[1]
     masks = torch.zeros(m, n, k_total, dtype=torch.bool)
-    scalar = lambda v: torch.tensor(v, dtype=torch.float32)
+
+    def scalar(v):
+        return torch.tensor(v, dtype=torch.float32)
+
     for i in range(m):
         for j in range(n):
             bits, chunk_bits, chunk_of = [], [], []
@@ -169,7 +175,8 @@ def test_the_reference_forward_is_the_chain_the_masks_follow():
     ],
 )
 def test_bad_arguments_name_themselves(kwargs, error, match):
-    arguments = {"a": torch.zeros(2, 3), "b": torch.zeros(3, 2), "grad_out": torch.zeros(2, 2), "fmt": SMALL, "ste": "recursive-of"}
+    arguments = {"a": torch.zeros(2, 3), "b": torch.zeros(3, 2), "grad_out": torch.zeros(2, 2)}
+    arguments |= {"fmt": SMALL, "ste": "recursive-of"}
     arguments.update(kwargs)
     with pytest.raises(error, match=match):
         grad_reference(**arguments)

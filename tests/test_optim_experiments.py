@@ -110,14 +110,20 @@ def test_bench_shapes_reach_the_parameter_count(scripts):
 
 def test_bench_compares_ours_with_the_fastest_peer_that_ran(scripts):
     bench = scripts("bench_optim")
-    frame = pd.DataFrame([
-        {"contender": "ours stochastic", "family": "cutlass_ext", "step_us": 300.0, "total_bytes_per_param": 6},
-        {"contender": "torchao SR", "family": "torchao", "step_us": 600.0, "total_bytes_per_param": 6},
-        {"contender": "optimi Kahan", "family": "optimi", "step_us": float("nan"), "total_bytes_per_param": None},
-        {"contender": "torch fused FP32 master", "family": "torch", "step_us": 450.0, "total_bytes_per_param": 14},
-        {"contender": "torch fused BF16 (nearest)", "family": "reference", "step_us": 100.0,
-         "total_bytes_per_param": 6},
-    ])
+    frame = pd.DataFrame(
+        [
+            {"contender": "ours stochastic", "family": "cutlass_ext", "step_us": 300.0, "total_bytes_per_param": 6},
+            {"contender": "torchao SR", "family": "torchao", "step_us": 600.0, "total_bytes_per_param": 6},
+            {"contender": "optimi Kahan", "family": "optimi", "step_us": float("nan"), "total_bytes_per_param": None},
+            {"contender": "torch fused FP32 master", "family": "torch", "step_us": 450.0, "total_bytes_per_param": 14},
+            {
+                "contender": "torch fused BF16 (nearest)",
+                "family": "reference",
+                "step_us": 100.0,
+                "total_bytes_per_param": 6,
+            },
+        ]
+    )
     versus = bench.comparison(frame).iloc[0]
     assert versus["fastest_peer"] == "torch fused FP32 master"
     assert versus["speedup"] == pytest.approx(1.5)

@@ -118,8 +118,19 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: LowbitConfig) -> torch.Tens
         if kernel_matmul is not None:
             return kernel_matmul(a, b, fmt, config.ste, config.eps1, config.eps2)
     return _reference_op(
-        a, b, fmt.man, fmt.exp, fmt.acc_bias, fmt.prod_bias, fmt.prod_man, fmt.prod_exp, fmt.chunk, fmt.underflow,
-        config.ste, float(config.eps1), float(config.eps2),
+        a,
+        b,
+        fmt.man,
+        fmt.exp,
+        fmt.acc_bias,
+        fmt.prod_bias,
+        fmt.prod_man,
+        fmt.prod_exp,
+        fmt.chunk,
+        fmt.underflow,
+        config.ste,
+        float(config.eps1),
+        float(config.eps2),
     )
 
 
@@ -148,8 +159,19 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
 
 @torch.library.custom_op("cutlass_ext::lowbit_matmul_reference", mutates_args=())
 def _reference_op(
-    a: torch.Tensor, b: torch.Tensor, man: int, exp: int, acc_bias: int, prod_bias: int, prod_man: int,
-    prod_exp: int, chunk: int, underflow: bool, ste: str, eps1: float, eps2: float,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    man: int,
+    exp: int,
+    acc_bias: int,
+    prod_bias: int,
+    prod_man: int,
+    prod_exp: int,
+    chunk: int,
+    underflow: bool,
+    ste: str,
+    eps1: float,
+    eps2: float,
 ) -> torch.Tensor:
     fmt = LowbitFormat(man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow)
     return lowbit_matmul_fmt(a, b, fmt)

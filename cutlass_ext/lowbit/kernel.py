@@ -148,8 +148,14 @@ def _format_fields(fmt: LowbitFormat) -> tuple:
 def _c_format(fields) -> _Format:
     fmt = LowbitFormat(*fields)
     return _Format(
-        fmt.acc_mask, fmt.prod_mask, fmt.acc_overflow, fmt.acc_underflow, fmt.prod_overflow, fmt.prod_underflow,
-        fmt.chunk, int(fmt.underflow),
+        fmt.acc_mask,
+        fmt.prod_mask,
+        fmt.acc_overflow,
+        fmt.acc_underflow,
+        fmt.prod_overflow,
+        fmt.prod_underflow,
+        fmt.chunk,
+        int(fmt.underflow),
     )
 
 
@@ -194,8 +200,15 @@ def lowbit_forward(
         return out, blocked
     fields = (man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow)
     args = _ForwardArgs(
-        m, n, k, batch, *_strides(a), *_strides(b), *_strides(out),
-        blocked.data_ptr() if with_blocked else None, _c_format(fields),
+        m,
+        n,
+        k,
+        batch,
+        *_strides(a),
+        *_strides(b),
+        *_strides(out),
+        blocked.data_ptr() if with_blocked else None,
+        _c_format(fields),
     )
     with torch.cuda.device(a.device):
         _launch(variant, "lowbit_forward", args, a.device)
@@ -239,10 +252,19 @@ def lowbit_grad(
         return dx
     recursive = ste == "recursive-of"
     args = _GradArgs(
-        rows, columns, k, batch, *_strides(x), *_strides(w), *_strides(g),
-        *(_strides(blocked) if recursive else [None, 0, 0, 0]), *_strides(dx),
+        rows,
+        columns,
+        k,
+        batch,
+        *_strides(x),
+        *_strides(w),
+        *_strides(g),
+        *(_strides(blocked) if recursive else [None, 0, 0, 0]),
+        *_strides(dx),
         _c_format((man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow)),
-        _STE_CODES[ste], eps1, eps2,
+        _STE_CODES[ste],
+        eps1,
+        eps2,
     )
     with torch.cuda.device(x.device):
         _launch(variant, "lowbit_grad", args, x.device)
@@ -286,8 +308,9 @@ class LowbitMatmul(torch.autograd.Function):
             # The gradient of B is the first operand's gradient of the transposed chain Bᵀ·Aᵀ (same products).
             blocked_t = _transposed(blocked) if blocked.dim() == 3 else blocked
             grad_b = _transposed(
-                torch.ops.cutlass_ext.lowbit_grad(_transposed(b), _transposed(a), _transposed(grad_out), blocked_t,
-                                                  *options)
+                torch.ops.cutlass_ext.lowbit_grad(
+                    _transposed(b), _transposed(a), _transposed(grad_out), blocked_t, *options
+                )
             )
         return grad_a, grad_b, None, None, None, None, None
 

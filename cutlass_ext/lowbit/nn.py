@@ -19,8 +19,9 @@ def _checked(config) -> LowbitConfig:
 class Linear(torch.nn.Linear):
     """`torch.nn.Linear` with y = x·Wᵀ accumulated by `config`, then + bias in FP32; same parameters and keys."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, config: LowbitConfig,
-                 device=None, dtype=None):
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, *, config: LowbitConfig, device=None, dtype=None
+    ):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.config = _checked(config)
 
@@ -38,15 +39,39 @@ class Conv2d(torch.nn.Conv2d):
     the accumulator chain sees. Zero padding only, with explicit sizes.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
-                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", *, config: LowbitConfig,
-                 device=None, dtype=None):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        *,
+        config: LowbitConfig,
+        device=None,
+        dtype=None,
+    ):
         if padding_mode != "zeros":
             raise ValueError(f"padding_mode={padding_mode!r}: only 'zeros' is supported")
         if isinstance(padding, str):
             raise ValueError(f"padding={padding!r}: give the padding as integers")
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-                         padding_mode, device=device, dtype=dtype)
+        super().__init__(
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias,
+            padding_mode,
+            device=device,
+            dtype=dtype,
+        )
         self.config = _checked(config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -74,9 +99,19 @@ def _lowbit_twin(module: torch.nn.Module, config: LowbitConfig) -> torch.nn.Modu
     if isinstance(module, torch.nn.Linear):
         twin = Linear(module.in_features, module.out_features, module.bias is not None, config=config, device="meta")
     else:
-        twin = Conv2d(module.in_channels, module.out_channels, module.kernel_size, module.stride, module.padding,
-                      module.dilation, module.groups, module.bias is not None, module.padding_mode, config=config,
-                      device="meta")
+        twin = Conv2d(
+            module.in_channels,
+            module.out_channels,
+            module.kernel_size,
+            module.stride,
+            module.padding,
+            module.dilation,
+            module.groups,
+            module.bias is not None,
+            module.padding_mode,
+            config=config,
+            device="meta",
+        )
     twin.weight = module.weight
     twin.bias = module.bias
     twin.train(module.training)

@@ -97,8 +97,16 @@ def fmaq(x: torch.Tensor, w: torch.Tensor, s: torch.Tensor, fmt: LowbitFormat) -
 class _Events:
     """Counts of the seed's Table 1 events along the chain (definitions in `lowbit_matmul_events`)."""
 
-    KEYS = ("products", "additions", "prod_overflow", "prod_underflow", "acc_overflow", "acc_underflow",
-            "swamping", "full_swamping")
+    KEYS = (
+        "products",
+        "additions",
+        "prod_overflow",
+        "prod_underflow",
+        "acc_overflow",
+        "acc_underflow",
+        "swamping",
+        "full_swamping",
+    )
 
     def __init__(self):
         self.counts = dict.fromkeys(self.KEYS, 0)  # python ints or, once counted, device tensors (one sync at the end)
@@ -114,8 +122,9 @@ class _Events:
         self._add("prod_overflow", p.abs() >= fmt.prod_overflow)
         self._add("prod_underflow", (x != 0) & (w != 0) & (p.abs() < fmt.prod_underflow))
 
-    def addition(self, s: torch.Tensor, term: torch.Tensor, y: torch.Tensor, r: torch.Tensor,
-                 fmt: LowbitFormat) -> None:
+    def addition(
+        self, s: torch.Tensor, term: torch.Tensor, y: torch.Tensor, r: torch.Tensor, fmt: LowbitFormat
+    ) -> None:
         self.counts["additions"] += y.numel()
         overflow = y.abs() >= fmt.acc_overflow
         underflow = (y != 0) & (y.abs() < fmt.acc_underflow)

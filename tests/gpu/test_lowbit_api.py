@@ -51,7 +51,8 @@ def test_linear_gradients_cuda_equal_cpu(ste):
     grad = randn(3, 6, 10, seed=8)
     results = []
     for device in ("cpu", "cuda"):
-        leaves = [t.detach().to(device, copy=True).requires_grad_() for t in (x, weight, bias)]  # fresh leaves per device
+        # fresh leaves per device (CPU .to would alias the inputs)
+        leaves = [t.detach().to(device, copy=True).requires_grad_() for t in (x, weight, bias)]
         y = lowbit.linear(*leaves, config)
         y.backward(grad.to(device))
         results.append([y.detach().cpu()] + [t.grad.cpu() for t in leaves])
@@ -70,8 +71,12 @@ def test_linear_gradients_cuda_equal_cpu(ste):
 def test_conv2d_and_converted_model_cuda_equal_cpu():
     torch.manual_seed(0)
     model = torch.nn.Sequential(
-        torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3, padding=1, groups=2),
-        torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 64, 10),
+        torch.nn.Conv2d(1, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 3, padding=1, groups=2),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8 * 64, 10),
     )
     lowbit.convert(model, lowbit.LowbitConfig(M7E4), skip=())
     x = randn(4, 1, 8, 8, seed=9)

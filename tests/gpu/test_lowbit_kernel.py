@@ -22,8 +22,10 @@ FORMATS = {
 }
 DISTRIBUTIONS = {
     "normal": lambda g, shape: torch.randn(shape, generator=g, device="cuda"),
-    "wide": lambda g, shape: torch.randn(shape, generator=g, device="cuda")
-    * 2.0 ** torch.randint(-12, 12, shape, generator=g, device="cuda"),
+    "wide": lambda g, shape: (
+        torch.randn(shape, generator=g, device="cuda")
+        * 2.0 ** torch.randint(-12, 12, shape, generator=g, device="cuda")
+    ),
     "positive": lambda g, shape: torch.rand(shape, generator=g, device="cuda") * 4,
 }
 
