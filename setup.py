@@ -22,5 +22,6 @@ setup(
         "nvidia-ml-py",
         "tqdm",
     ],
-    extras_require={"test": ["pytest", "triton", "ruff", "scikit-learn", "matplotlib"], "report": ["matplotlib"]},  # tests import the Triton peers
+    # tests import the Triton peers
+    extras_require={"test": ["pytest", "triton", "ruff", "scikit-learn", "matplotlib"], "report": ["matplotlib"]},
 )

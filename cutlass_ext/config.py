@@ -158,7 +158,8 @@ class KernelConfig(VariantFields):
 
 # (threadblock, warp, stages) when no tuned table applies. The corrected modes hold hi and lo fragments and two
 # accumulators per MMA step, so their warp tiles are half as wide. The corrected picks are the fastest of the
-# tiles measured at 4096-16384 on the H100 (sweeps/results/h100/NOTES.md) until the sweep tunes them.
+# tiles measured at 4096-16384 on the H100 (docs/design-notes.md, corrected SGEMM on sm80+) until the sweep tunes
+# them.
 DEFAULT_TILES = {
     "tf32": ((128, 128, 32), (64, 64, 32), 3),
     "tf32tf32": ((128, 128, 32), (64, 32, 32), 3),
@@ -167,7 +168,8 @@ DEFAULT_TILES = {
 }
 
 
-# The dispatch default per mode: halfhalf's pre-split packed operands beat its in-register split (NOTES.md).
+# The dispatch default per mode: halfhalf's pre-split packed operands beat its in-register split (73 -> 104 TFLOP/s
+# at 8192^3; docs/design-notes.md, corrected SGEMM on sm80+).
 DEFAULT_OPERANDS = {"halfhalf": "packed"}
 
 # halfhalf (packed or not) spills with 32x64 and 64x32 warps reading B column-major (ptxas, sm_80 and sm_90a):

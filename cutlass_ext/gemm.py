@@ -15,8 +15,9 @@ from .config import KERNEL_MODES, LAYOUTS, KernelConfig, default_configs
 from .split_config import DEFAULT_SPLIT, SplitConfig
 
 MODES = KERNEL_MODES + ("fp32",)
-# halfhalf's packing pass writes row-major operands from any strides (its row-major kernels are its fastest:
-# sweeps/results/h100/NOTES.md); the other modes read transposed views through column-major kernels.
+# halfhalf's packing pass writes row-major operands from any strides (its column-major kernels ran 50.8 TFLOP/s
+# against 67.0 row-major at 8192^3; docs/design-notes.md, corrected SGEMM on sm80+); the other modes read
+# transposed views through column-major kernels.
 _PACKS_ROW_MAJOR = {"halfhalf"}
 
 

@@ -20,7 +20,8 @@ namespace cutlass_ext {
 // How each mode feeds the Tensor Core; the mode's MathOperator picks the warp-level MMA.
 // kMaxSliceK: the longest K one output tile sums in sequence before serial split-K adds the slices in FP32 RN
 // (0: no limit). tf32tf32's error grows with that chain: on exp_rand Types 1 and 4 it passed 1.1x cuBLAS
-// SGEMM's relres with chains up to 2048 and failed with 4096 (1.12-1.77x; sweeps/results/h100/NOTES.md).
+// SGEMM's relres with chains up to 2048 and failed with 4096 (1.12-1.77x; docs/design-notes.md, corrected SGEMM
+// on sm80+).
 struct ModeTf32 {
   // float operands rounded to TF32 (RNA, CUTLASS's round_half_ulp_truncate), accumulated inside the Tensor Core.
   using MathOperator = cutlass::arch::OpMultiplyAdd;

@@ -12,8 +12,8 @@
 //
 // A 256- or 512-deep k-block (one pipeline stage, loaded as one) is issued and promoted in slices of 128: the
 // promotion span stays 128 k elements while each stage carries more bytes. Decode streams its weights faster
-// through few deep stages, as fast accumulation's 64x16x256 tiles do (0.2-1 µs of 24-80: NOTES.md, twenty-first
-// session).
+// through few deep stages, as fast accumulation's 64x16x256 tiles do (0.2-1 µs of 24-80;
+// docs/design-notes.md, FP8 promotion).
 //
 // Everything but `mma` is the stock collective (`Base`, from CUTLASS's CollectiveBuilder): loads, shared memory,
 // pipeline and `mma_tail`, which releases the last stage as it does for CUTLASS's own (one k-block in flight).

@@ -10,7 +10,7 @@
 //
 // The producer's TMA loads also mark the weights evict-first (sm90_weights_load_mainloop.hpp): each weight byte is
 // read once per call, so it should be the first line L2 gives up, not the tokens, the lines prefetched for the next
-// tile or what other kernels keep there. Measured on the lent H100 (NOTES.md, eighteenth session): 0.7-1.7 µs
+// tile or what other kernels keep there. Measured on an H100 (docs/design-notes.md, FP8 decode): 0.7-1.7 µs
 // faster per decode call at N = K = 8192, with the same DRAM bytes per call when the inputs rotate through 8 sets.
 //
 // Everything else is the stock collective (`Base`, from CUTLASS's CollectiveBuilder). The kernel calls

@@ -9,8 +9,8 @@
 // and are merged there more often: at 256 x 57344 x 8192 (128x176 ping-pong tiles, weights multicast to 2-CTA
 // clusters) the L2 read sectors per call fall from 31-32 M to 27-28 M, cuBLAS's count for the same layout, whose
 // producer issues its weights first too, and the kernel runs ~1% faster, level with cuBLAS. It is a tuned knob,
-// not the rule: compute-bound prefill tiles (16384 x 10240 promoted) ran 7-10% slower with it (NOTES.md,
-// twenty-eighth session). The stage's barrier completes when both have landed either way.
+// not the rule: compute-bound prefill tiles (16384 x 10240 promoted) ran 7-10% slower with it
+// (docs/design-notes.md, L2 traffic at 256x57344x8192). The stage's barrier completes when both have landed either way.
 #pragma once
 
 #include "cute/tensor.hpp"

@@ -40,7 +40,7 @@ struct SchemeHalfHalf {
 // SchemeHalfHalf with the split done once per element in memory (halfhalf_pack): each 32-bit fragment element
 // holds FP16 hi (low half) and lo·2^11 (high half), so the warp only regroups halves (one byte permute per
 // register) instead of converting every element it loads. Measured: the in-register split was the kernel's
-// largest cost (sweeps/results/h100/NOTES.md).
+// largest cost: 73 -> 104 TFLOP/s at 8192^3 once removed (docs/design-notes.md, corrected SGEMM on sm80+).
 struct SchemeHalfHalfPacked : SchemeHalfHalf {
   static constexpr bool kPacked = true;
 };
@@ -67,11 +67,11 @@ using SplitInstruction =
                        cutlass::layout::RowMajor, Element, cutlass::layout::ColumnMajor, float,
                        cutlass::layout::RowMajor, cutlass::arch::OpMultiplyAdd>;
 
-// Where CUTLASS's FP32 shared-memory iterators put each (row, k) of a k16 fragment, as the FP16 m16n8k16
-// operand registers want it (measured by kernels/probe_fragments.cu for each operand layout). The FP32 fragment
-// of one m-tile holds rows g, g+8 at k = t, t+4, t+8, t+12 (g = lane / 4, t = lane % 4); FP16 registers pair
-// k = {2t, 2t+1} and {2t+8, 2t+9}. Reading k = t, t+4 as 2t, 2t+1 (and t+8, t+12 as 2t+8, 2t+9) permutes k the
-// same way for A and B, which leaves A·B unchanged. Row-major A orders the fragment (g,t) (g,t+4) (g,t+8)
+// Where CUTLASS's FP32 shared-memory iterators put each (row, k) of a k16 fragment, as the FP16 m16n8k16 operand
+// registers want it (measured for each operand layout by a probe kernel that wrote out each lane's fragment indices).
+// The FP32 fragment of one m-tile holds rows g, g+8 at k = t, t+4, t+8, t+12 (g = lane / 4, t = lane % 4); FP16
+// registers pair k = {2t, 2t+1} and {2t+8, 2t+9}. Reading k = t, t+4 as 2t, 2t+1 (and t+8, t+12 as 2t+8, 2t+9) permutes
+// k the same way for A and B, which leaves A·B unchanged. Row-major A orders the fragment (g,t) (g,t+4) (g,t+8)
 // (g,t+12) (g+8,t)...; column-major A (g,t) (g+8,t) (g,t+4) (g+8,t+4)...; B is (t) (t+4) (t+8) (t+12) in both.
 template <typename SmemLayout>
 struct IsRowMajorCrosswise : cutlass::platform::false_type {};

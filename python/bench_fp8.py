@@ -12,7 +12,7 @@ of `--rounds` round-robin passes over the contenders, `graph_spread` how much sl
 M >= `--sustained-from-m` each GEMM row is also timed running back to back for `--sustained-seconds` after half a
 second of the same (`sustained_us`): at these sizes the 700 W cap sets the clock within milliseconds, so a short
 replay reads an idle-warm GPU and moves 5-15% between runs, while the sustained rate, the one training sees, moves
-under 2% (`python/steady_state_fp8.py` adds power and clock). TFLOP/s and TB/s (bytes of A, B and D) come from
+under 2% (docs/design-notes.md, timing method and the power limit). TFLOP/s and TB/s (bytes of A, B and D) come from
 `graph_us`. relres is against an FP64 product of the dequantized
 inputs over the first rows. A PNG of time against M per (N, K) is written beside the CSV.
 """

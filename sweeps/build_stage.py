@@ -40,9 +40,9 @@ def first_error_line(log: str) -> str:
     return lines[-1][:300] if lines else "no compiler output"
 
 
-# A translation unit costs ~8 s of parsing and host compilation before its first variant and ~0.6 s per variant
-# after it (sm_90a, nvcc 13.0: 8 variants in 2 units 34.8 s, in 1 unit 12.8 s; NOTES.md), so units are as large
-# as keeps every core busy, up to this many variants (a failed unit is rebuilt one variant at a time).
+# A translation unit costs ~8 s of parsing and host compilation before its first variant and ~0.6 s per variant after it
+# (sm_90a, nvcc 13.0: 8 variants in 2 units 34.8 s, in 1 unit 12.8 s; docs/design-notes.md, the sweep), so units are as
+# large as keeps every core busy, up to this many variants (a failed unit is rebuilt one variant at a time).
 MAX_GROUP_SIZE = 32
 
 

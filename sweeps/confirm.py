@@ -10,7 +10,7 @@ and timed by CUDA-graph replay in `--rounds` round-robin passes; a row's time is
 names variants to time at every shape of their mode beside the leaders. With `--seconds`, each pass runs a
 candidate back to back for that long (after a second of the same) with board power sampled: the power-capped rate
 that large shapes keep in training, where a short replay reads the clock of an idle-warm GPU and moves 5-15%
-between runs while the sustained rate moves under 1% (`python/steady_state_fp8.py`). Rows go
+between runs while the sustained rate moves under 1% (docs/design-notes.md, timing method). Rows go
 to `<out>/confirm_<shapes>.csv` (the sweep tables' columns); the tuned table is then re-derived: where a
 confirmation run measured a (mode, shape), its latest run picks the winner (tuned.confirmed_winners).
 """

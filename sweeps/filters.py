@@ -19,7 +19,7 @@ BYTES_PER_ELEMENT = 4  # FP32 operands in shared memory (packed halfhalf words t
 # CUTLASS's sm80 shared-memory layouts for 32-bit Tensor Core operands are built from 128-byte lines.
 SHARED_MEMORY_LINE_BYTES = 128
 # Accumulators plus a row of per-step temporaries above this many registers spilled in every measured variant
-# (ptxas reports for 2026-11-22 in sweeps/results/h100/NOTES.md: 128 with 238-248 registers in use, no spill).
+# (ptxas reports: 128 with 238-248 registers in use, no spill).
 REGISTER_BUDGET = 160
 # Per n-tile (m16n8) of one warp row, the fresh accumulators each mode keeps while it issues a product across
 # the row (kernels/split_mma.h): tf32tf32 one, halfhalf two (hi·hi and lo terms), markidis one.

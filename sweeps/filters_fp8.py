@@ -17,12 +17,12 @@ EPILOGUE_SHARED_BYTES = 32 * 1024  # the TMA-store epilogue's staging buffers, a
 # through setmaxnreg, and addresses, scales and the pipeline take the rest. A 128x144 cooperative promoted tile
 # (three fragments of 72: 216) builds without spills; a 128x224 turn-taking tile (two fragments of 112: 224)
 # spills 60-68 bytes around the tile loop, none inside the mainloop (SASS), and is the fastest promoted tile at
-# N = 57344 prefill (NOTES.md, nineteenth session).
+# N = 57344 prefill (docs/design-notes.md, FP8 tiles).
 ACCUMULATOR_BUDGET = 224
 # K elements summed inside the Tensor Core between two promotions into FP32 registers, at most. cuBLAS's promoted
 # mode is as accurate as promoting every 128; every 256, 512 and 1024 measured 1.6x, 2.7x and 4.2x its relres at
-# FP32 output (relres grows with the span; NOTES.md, 2026-11-23). A bf16 output's rounding hides this, so the
-# sweep's gate cannot see it: the rule removes such variants before they are built.
+# FP32 output (relres grows with the span; docs/design-notes.md, FP8 promotion). A bf16 output's rounding hides
+# this, so the sweep's gate cannot see it: the rule removes such variants before they are built.
 MAX_PROMOTION_SPAN = 128
 
 

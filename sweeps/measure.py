@@ -17,7 +17,7 @@ from cutlass_ext.config import KernelConfig
 
 # seed 000 section 3.5.1, its third filter: variants whose relres exceeds this are broken, not just inaccurate
 SEED_RELRES_LIMIT = 0.1
-# the corrected families' bound: within 1.1x of cuBLAS SGEMM's relres on the same inputs (issue 3)
+# the corrected families' bound: within 1.1x of cuBLAS SGEMM's relres on the same inputs (docs/design-notes.md, §2)
 CORRECTED_MODES = {"tf32tf32", "halfhalf"}
 FP32_LEVEL_FACTOR = 1.1
 

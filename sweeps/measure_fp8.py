@@ -17,7 +17,7 @@ from cutlass_ext.fp8_config import OUT_DTYPES, Fp8Config
 
 from .measure import SEED_RELRES_LIMIT
 
-# issue 5: relres within 1.1x of torch._scaled_mm's with the same accumulation
+# the FP8 accuracy bound: relres within 1.1x of torch._scaled_mm's with the same accumulation
 SCALED_MM_FACTOR = 1.1
 # The gate's reference covers the first rows: an FP64 product of all of M=16384 x N=57344 would take 7.5 GB.
 REFERENCE_ROWS = 256

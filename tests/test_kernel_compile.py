@@ -130,16 +130,16 @@ def test_fp8_default_kernel_compiles_without_spills(cache_dir):
 
 @pytest.mark.slow
 def test_fp8_default_and_widest_promoted_kernels_compile_without_spills(cache_dir):
-    # CUTLASS 3.x for sm_90a: the default FP8 variant (stream-K scheduler, promoted accumulation, EVT epilogue),
-    # and the widest three-fragment promoted tile: a 128x144 cooperative tile, 216 registers, on one n = 144 wgmma
-    # (the kernel asserts one wgmma spans the tile's n), under CUTLASS's fixed stride and under our dynamic tile
-    # scheduler (its posted tiles in shared memory too); and two fragments of a 128x208 tile with the warpgroups
-    # taking turns (kernels/sm90_fp8_turn_taking_promotion.hpp). At the register rule's limit, two fragments of
-    # 128x224 (224 registers) spill a little around the tile loop (NOTES.md, nineteenth session): it builds, with
+    # CUTLASS 3.x for sm_90a: the default FP8 variant (stream-K scheduler, promoted accumulation, EVT epilogue), and the
+    # widest three-fragment promoted tile: a 128x144 cooperative tile, 216 registers, on one n = 144 wgmma (the kernel
+    # asserts one wgmma spans the tile's n), under CUTLASS's fixed stride and under our dynamic tile scheduler (its
+    # posted tiles in shared memory too); and two fragments of a 128x208 tile with the warpgroups taking turns
+    # (kernels/sm90_fp8_turn_taking_promotion.hpp). At the register rule's limit, two fragments of 128x224 (224
+    # registers) spill a little around the tile loop (60-68 bytes; docs/design-notes.md, FP8 tiles): it builds, with
     # under 128 bytes. A decode tile with 256-deep k-blocks promoted in slices of 128: ptxas must not serialize its
-    # wgmmas (warning C7514), which it does for some shapes of the slice loop, nor any other promoting mainloop's.
-    # The 256-row decode tile with D written through its last mainloop stage (kernels/sm90_stage_epilogue.hpp):
-    # seven 32 KB stages; its producer requests the weights first (kernels/sm90_weights_load_mainloop.hpp).
+    # wgmmas (warning C7514), which it does for some shapes of the slice loop, nor any other promoting mainloop's. The
+    # 256-row decode tile with D written through its last mainloop stage (kernels/sm90_stage_epilogue.hpp): seven 32 KB
+    # stages; its producer requests the weights first (kernels/sm90_weights_load_mainloop.hpp).
     widest = Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x144x128_c1x1_coop_promoted")
     assert filters_fp8.accumulator_registers(widest) == 216
     widest_dynamic = dataclasses.replace(widest, scheduler="dynamic")

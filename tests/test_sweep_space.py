@@ -119,7 +119,7 @@ def test_shipped_defaults_survive_and_every_survivor_obeys_every_rule():
     result = filters.apply_rules(load_space(CONFIGS / "sm80_corrected.yaml"), H100)
     assert sum(result.counts.values()) + len(result.survivors) == 2 * 3456
     # every (mode, threadblock, warp) of these survivors compiled with nvcc 13.0 and every one removed by a
-    # CUTLASS rule failed to (NOTES.md, 2026-11-22 third session): a change in the count needs that check again
+    # CUTLASS rule failed to (docs/design-notes.md, the sweep): a change in the count needs that check again
     assert Counter(c.mode for c in result.survivors) == {"halfhalf": 124, "tf32tf32": 316}
     assert not any(rule.removes(c, H100) for c in result.survivors for rule in filters.RULES)
 

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 # The defaults, every promotion interval we measure, and whatever the device's tuned table ships.
-PROMOTIONS = (1, 2)  # 4 breaks the bound at k=16384 (NOTES.md): the sweep space stops at 2
+PROMOTIONS = (1, 2)  # 4 breaks the bound at k=16384 (docs/design-notes.md): the space stops at 2
 
 
 def variants_under_test() -> list[str]:
