@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from bench_gemm import parse_shape  # python/ is on sys.path when a script here runs
 
 from cutlass_ext import benchmark
 from cutlass_ext.lowbit import kernel
@@ -32,15 +33,6 @@ from cutlass_ext.tuned import gpu_key
 
 DEFAULT_SHAPES = ["256x256x1024", "1024", "2048", "4096"]
 PEER_DIR = Path("peers/lba_fc")
-
-
-def parse_shape(text: str) -> tuple[int, int, int]:
-    values = [int(v) for v in text.split("x")]
-    if len(values) == 1:
-        return values[0], values[0], values[0]
-    if len(values) != 3:
-        raise argparse.ArgumentTypeError(f"shape {text!r} must be N or MxNxK")
-    return tuple(values)
 
 
 def time_us(run, repeats: int) -> float:
