@@ -147,7 +147,8 @@ def _product(a: torch.Tensor, b: torch.Tensor, mode: str) -> torch.Tensor:
     if not (a.numel() and b.numel()) or not all(isinstance(v, int) for v in (m, n, k)):
         # empty or K = 0 (no kernel runs), or symbolic shapes under torch.compile: the defaults
         registry.binding()
-        return ops.gemm(a, b, list(_DEFAULT_VARIANTS[mode, _layout(a), _layout(b)]))
+        defaults = list(_DEFAULT_VARIANTS[mode, _layout(a), _layout(b)])
+        return ops.halfhalf_gemm(a, b, defaults) if mode == "halfhalf" else ops.gemm(a, b, defaults)
     hopper_ok = corrected_sm90.supports_shapes(a.dim(), b.dim(), n)
     index = a.device.index if a.device.index is not None else torch.cuda.current_device()
     path, variants = _split_plan(_runtime_plan(index, mode, _layout(a), _layout(b), m, n, k, hopper_ok))
