@@ -144,9 +144,10 @@ def _product(a: torch.Tensor, b: torch.Tensor, mode: str) -> torch.Tensor:
     if mode == "fp32":
         return _cublas_sgemm(a, b)
     m, n, k = a.shape[-2], b.shape[-1], a.shape[-1]
-    if not (a.numel() and b.numel()) or not all(isinstance(v, int) for v in (m, n, k)):
-        # empty or K = 0 (no kernel runs), or symbolic shapes under torch.compile: the defaults
+    if not (a.numel() and b.numel()):  # empty, or K = 0: the binding writes the (zero) output, no kernel runs
         registry.binding()
+        return ops.gemm(a, b, list(_DEFAULT_VARIANTS[mode, _layout(a), _layout(b)]))
+    if not all(isinstance(v, int) for v in (m, n, k)):  # symbolic shapes under torch.compile: the defaults
         defaults = list(_DEFAULT_VARIANTS[mode, _layout(a), _layout(b)])
         return ops.halfhalf_gemm(a, b, defaults) if mode == "halfhalf" else ops.gemm(a, b, defaults)
     hopper_ok = corrected_sm90.supports_shapes(a.dim(), b.dim(), n)
