@@ -25,6 +25,7 @@ from pathlib import Path
 
 from . import device as device_info
 from . import variants
+from .build import HOPPER_ONLY_FAMILIES
 from .config import DEFAULT_OPERANDS, KernelConfig
 
 TUNED_DIR = Path(__file__).resolve().parent / "tuned"
@@ -32,7 +33,6 @@ TABLE_ENV = "CUTLASS_EXT_TUNED_TABLE"
 COLUMNS = ["mode", "m", "n", "k", "batch", "name", "tflops", "gpu", "date"]
 PEER_FAMILIES = ("cublas", "triton")
 
-HOPPER_ONLY_FAMILIES = ("sm90_fp8", "sm90")  # CUTLASS 3.x kernels (TMA + wgmma): sm_90a alone runs them
 _log = logging.getLogger("cutlass_ext.dispatch")
 
 _override: Path | None = None
