@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from .format import LowbitFormat, bias_range
-from .reference import lowbit_matmul, lowbit_matmul_events, lowbit_matmul_fmt, quantize
+from .reference import broadcast_operands, lowbit_matmul, lowbit_matmul_events, lowbit_matmul_fmt, quantize
 
 # seed 002 section 4 and appendix D: identity (eq. 5 not applied), recursive OF (eq. 7), immediate OF and DIFF (eq. 17)
 STES = ("identity", "recursive-of", "immediate-of", "immediate-diff")
@@ -96,19 +96,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: LowbitConfig) -> torch.Tens
     _check_operand("a", a)
     _check_operand("b", b)
     _check_config(config)
-    if a.dim() < 2 or b.dim() < 2:
-        raise ValueError(f"a and b must have at least 2 dimensions (…, M, K) and (…, K, N); got {a.dim()}, {b.dim()}")
-    if a.shape[-1] != b.shape[-2]:
-        raise ValueError(f"a (…, M, K) and b (…, K, N) must agree on K; got a {tuple(a.shape)}, b {tuple(b.shape)}")
-    if a.device != b.device:
-        raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
-    try:
-        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    except RuntimeError:
-        raise ValueError(f"batch dimensions of a {tuple(a.shape)} and b {tuple(b.shape)} do not broadcast") from None
     # Broadcast batch dimensions as stride-0 views: the kernel sees one batch, autograd sums the expanded gradients.
-    a = a.float().expand(*batch, *a.shape[-2:])
-    b = b.float().expand(*batch, *b.shape[-2:])
+    a, b = broadcast_operands(a.float(), b.float())
     fmt = dynamic_format(a, b, config.format) if config.dynamic_bias else config.format
     if a.is_cuda:
         try:
