@@ -38,7 +38,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from cutlass_ext import optim, tuned
+from cutlass_ext import benchmark, optim, tuned
 
 LR, BETAS, EPS, WEIGHT_DECAY = 1e-3, (0.9, 0.999), 1e-8, 1e-2
 PEER_FAMILIES = ("torchao", "optimi", "torch")
@@ -122,31 +122,6 @@ def median_step_us(step, device: torch.device, warmup: int, repeats: int) -> flo
     return statistics.median(times)
 
 
-def graph_step_us(step, warmup: int, repeats: int, calls: int = 5) -> float:
-    """Median time of one step when `calls` steps replay from one CUDA graph (no host launch gaps)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(warmup):
-            step()  # state allocation and any compilation happen off the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            step()
-    graph.replay()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / calls)
-    del graph
-    return statistics.median(times)
-
-
 def copy_gbps(device: torch.device, gib: float, repeats: int) -> float:
     """Bandwidth of a large device-to-device copy, counting its read and its write."""
     source = torch.empty(int(gib * 2**30), dtype=torch.uint8, device=device)
@@ -180,7 +155,7 @@ def measure(name, family, dtype, make, graphable, shapes, device, args, copy_ban
     optimizer = make(params)
     timed_in_graph = args.graph and graphable and device.type == "cuda"
     if timed_in_graph:
-        us = graph_step_us(optimizer.step, args.warmup, args.repeats)
+        us = benchmark.graph_time_us(optimizer.step, [()] * 2, calls=5, repeats=args.repeats)  # 2 warm-up steps
     else:
         us = median_step_us(optimizer.step, device, args.warmup, args.repeats)
     weights, grads, states = tensor_bytes(optimizer)
