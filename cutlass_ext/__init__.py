@@ -9,7 +9,7 @@ y = ext.lowbit.matmul(a, b, ext.lowbit.LowbitConfig(ext.lowbit.LowbitFormat.make
 optimizer = ext.optim.AdamW(model.parameters(), update="stochastic")  # BF16 weights, reproducible SR
 """
 
-from . import lowbit, nn, numerics, optim
+from . import lowbit, nn, numerics, optim, requirements
 from .config import KernelConfig
 from .fp8 import gemm_fp8, quantize_fp8
 from .fp8_config import Fp8Config
@@ -30,3 +30,5 @@ __all__ = [
     "set_tuned_table",
 ]
 __version__ = "0.1.0"
+
+requirements.check_torch()

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from . import requirements
+
 CUTLASS_DIR_ENV = "CUTLASS_EXT_CUTLASS_DIR"
 
 # Flags every kernel library is built with. -DNDEBUG: without it ptxas serialises wgmma and CUTLASS asserts stay.
@@ -70,6 +72,7 @@ def nvcc() -> str:
 def nvcc_version() -> str:
     """nvcc's build line, e.g. `Build cuda_13.0.r13.0/compiler.36424714_0`: part of every cache key."""
     output = subprocess.run([nvcc(), "--version"], capture_output=True, text=True, check=True).stdout
+    requirements.check_nvcc(output, nvcc())
     return output.strip().splitlines()[-1]
 
 
@@ -84,5 +87,6 @@ def device_arch(device=None) -> str:
     """The arch string to build for the given CUDA device: Hopper and later get their `a` feature set."""
     import torch
 
+    requirements.check_driver(nvcc_version)
     major, minor = torch.cuda.get_device_capability(device)
     return f"{major}{minor}a" if major >= 9 else f"{major}{minor}"
