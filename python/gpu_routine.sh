@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On a GPU machine without network: install from a folder of wheels, time a cold and a warm first call,
-# run the GPU test suite and the smoke benchmark; logs go to LOG_DIR.
+# run the GPU test suite, compute-sanitizer over every shipped kernel and the smoke benchmark; logs go to LOG_DIR.
 #   bash python/gpu_routine.sh [WHEEL_DIR (default .whl)] [LOG_DIR (default $OUT or gpu_logs)]
 set -uo pipefail
 wheels=${1:-.whl}
@@ -24,7 +24,9 @@ python3 -c "$first_call" 2>&1 | grep -v '^W' | tee -a "$logs/cache.log"
 
 CUTLASS_EXT_ACCURACY_CSV="$logs/accuracy.csv" python3 -m pytest -m gpu -q -rf tests 2>&1 | tee "$logs/pytest_gpu.log"
 tests_status=${PIPESTATUS[0]}
+python3 python/sanitize_kernels.py --out "$logs/sanitize" 2>&1 | tee "$logs/sanitize.log"
+sanitize_status=${PIPESTATUS[0]}
 python3 python/bench_gemm.py --out "$logs/bench.csv" "${@:3}" 2>&1 | tee "$logs/bench.log"
 bench_status=${PIPESTATUS[0]}
-echo "gpu tests exit $tests_status, benchmark exit $bench_status"
-exit $(( tests_status || bench_status ))
+echo "gpu tests exit $tests_status, sanitizers exit $sanitize_status, benchmark exit $bench_status"
+exit $(( tests_status || sanitize_status || bench_status ))

@@ -1,0 +1,375 @@
+"""compute-sanitizer over every kernel variant cutlass_ext can dispatch to, at shapes that cut every tile edge.
+
+    python python/sanitize_kernels.py [--out DIR] [--tools memcheck,racecheck,synccheck,initcheck] [--jobs N]
+    python python/sanitize_kernels.py --list          # what it would run (no GPU needed)
+
+The variants: `gemm`'s defaults and the shipped tuned tables' winners (`gemm.dispatch_configs`), `gemm_fp8`'s
+defaults and decode defaults (`fp8.dispatch_configs`), every other variant a shipped table names, the low-bit GEMM's
+default tiling (forward and every STE's gradient kernel) and the fused optimizer step of every (optimizer, update,
+arithmetic) at the default launch shape. Each (tool, group of variants) runs in its own small process under
+compute-sanitizer, several at once; each variant runs at odd shapes (partial tiles in m, n and k, a batch) on
+operands that fill their allocations exactly, with the caching allocator off so that memcheck sees every
+allocation's end. Writes DIR/summary.csv (variant, tool, shape, errors, warnings, status) and one log per process;
+exits 1 on any error, any variant that did not run, or a missing compute-sanitizer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import csv
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's cutlass_ext, installed or not
+
+SANITIZER = "/usr/local/cuda/bin/compute-sanitizer"
+TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+GROUP_SIZE = 8  # variants per process: one process stays well under a minute under racecheck
+MARKER = "cutlass_ext-sanitize:"
+# ATen's own kernels (mangled `_ZN2at6native...`) are left unchecked, except by initcheck: it must see their
+# writes to know the inputs they fill are initialised.
+TORCH_KERNELS = "kns=2at6native"
+
+# (m, n, k) or (batch, m, n, k) per family. 128-wide tiles: 129-133 leave a partial tile, k = 35-37 a partial k-tile;
+# alignment-4 variants need n and k (and m for column-major A) multiples of 4.
+SM80_SHAPES = {1: [(129, 67, 35), (3, 33, 131, 17)], 4: [(132, 68, 36), (2, 36, 132, 20)]}
+SM90_SHAPES = [(133, 132, 37), (2, 65, 68, 19)]  # N a multiple of 4 (16-byte output rows)
+FP8_SHAPES = [(7, 40, 272), (133, 264, 400)]  # K a multiple of 16, N of 8; the second with row scales and bias
+LOWBIT_SHAPES = [(67, 45, 37), (2, 19, 70, 33)]
+OPTIM_SIZES = (1, 7, 1031, 4099, 40000)  # elements per tensor: partial vectors, chunks and a grid of several blocks
+
+
+def _modules():
+    """cutlass_ext's dispatch modules (`cutlass_ext.gemm` the module, not the function the package exports)."""
+    names = ("gemm", "fp8", "tuned", "variants", "lowbit.kernel", "optim.config", "config", "split_config")
+    return {name: importlib.import_module(f"cutlass_ext.{name}") for name in names}
+
+
+def variant_names() -> list[str]:
+    """Every variant the script checks, in a stable order, without duplicates."""
+    m = _modules()
+    names = [c.name for c in m["gemm"].dispatch_configs()]
+    names += [c.name for c in m["fp8"].dispatch_configs()]
+    names += [c.name for c in m["tuned"].shipped_configs()]
+    names.append(m["lowbit.kernel"].DEFAULT_CONFIG.name)
+    optim = m["optim.config"]
+    names += [
+        optim.OptimConfig(kind, update, arithmetic).name
+        for kind in optim.KINDS
+        for update in ("nearest", "stochastic", "kahan")
+        for arithmetic in ("fp32", "bf16")
+    ]
+    return list(dict.fromkeys(names))
+
+
+def config_of(name: str):
+    m = _modules()
+    if m["optim.config"].OptimConfig.is_name(name):
+        return m["optim.config"].OptimConfig.from_name(name)
+    return m["variants"].from_name(name)
+
+
+def family_of(name: str) -> str:
+    """`sm80`, `sm90` (corrected, split planes), `fp8`, `lowbit` or `optim`: how the worker calls the variant."""
+    config = config_of(name)
+    m = _modules()
+    if isinstance(config, m["config"].KernelConfig):
+        return "sm80"
+    if isinstance(config, m["split_config"].SplitConfig):
+        return "sm90"
+    return config.family if config.family in ("lowbit", "optim") else "fp8"
+
+
+def shapes_of(name: str) -> list[tuple]:
+    family = family_of(name)
+    if family == "sm80":
+        return SM80_SHAPES[1 if config_of(name).alignment == 1 else 4]
+    if family == "optim":
+        return [OPTIM_SIZES]
+    return {"sm90": SM90_SHAPES, "fp8": FP8_SHAPES, "lowbit": LOWBIT_SHAPES}[family]
+
+
+def groups(names: list[str]) -> list[list[str]]:
+    """Variants of one family in processes of at most GROUP_SIZE."""
+    by_family: dict[str, list[str]] = {}
+    for name in names:
+        by_family.setdefault(family_of(name), []).append(name)
+    return [members[i : i + GROUP_SIZE] for members in by_family.values() for i in range(0, len(members), GROUP_SIZE)]
+
+
+def sanitizer_command(sanitizer: str, tool: str, group: list[str]) -> list[str]:
+    command = [sanitizer, "--tool", tool, "--target-processes", "application-only", "--print-limit", "0"]
+    if tool != "initcheck":
+        command += ["--kernel-name-exclude", TORCH_KERNELS]
+    return command + [sys.executable, str(Path(__file__).resolve()), "--worker", ",".join(group)]
+
+
+# ---- the worker: runs each variant of its group at its shapes, a marker line before each run
+
+
+def _operand(rows: int, columns: int, column_major: bool, batch: int | None, generator):
+    import torch
+
+    shape = (columns, rows) if column_major else (rows, columns)
+    if batch is not None:
+        shape = (batch, *shape)
+    x = torch.randn(shape, device="cuda", generator=generator)
+    return x.mT if column_major else x
+
+
+def _run_sm80(name: str, shape: tuple, generator) -> None:
+    from cutlass_ext import ops
+
+    config = config_of(name)
+    batch, (m, n, k) = (shape[0], shape[1:]) if len(shape) == 4 else (None, shape)
+    a = _operand(m, k, config.layout_a == "col", batch, generator)
+    b = _operand(k, n, config.layout_b == "col", batch, generator)
+    if config.operands == "packed":
+        ops.halfhalf_gemm(a, b, [name])
+    else:
+        ops.gemm(a, b, [name])
+
+
+def _run_sm90(name: str, shape: tuple, generator) -> None:
+    from cutlass_ext import corrected_sm90
+
+    batch, (m, n, k) = (shape[0], shape[1:]) if len(shape) == 4 else (None, shape)
+    a = _operand(m, k, False, batch, generator)
+    b = _operand(k, n, False, batch, generator)
+    corrected_sm90.product(a, b, config_of(name).mode, [name])
+
+
+def _run_fp8(name: str, shape: tuple, generator) -> None:
+    import torch
+
+    from cutlass_ext import ops
+
+    config = config_of(name)
+    m, n, k = shape
+    dtypes = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+    out_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[config.out_dtype]
+    a = torch.randn(m, k, device="cuda", generator=generator).to(dtypes[config.a_dtype])
+    b = torch.randn(n, k, device="cuda", generator=generator).to(dtypes[config.b_dtype])
+    if m > 64:
+        scale_a = torch.rand(m, 1, device="cuda", generator=generator)
+        scale_b = torch.rand(n, device="cuda", generator=generator)
+        bias = torch.randn(n, device="cuda", generator=generator).to(out_dtype)
+    else:
+        scale_a = torch.full((1,), 0.5, device="cuda")
+        scale_b = torch.full((1,), 2.0, device="cuda")
+        bias = None
+    ops.gemm_fp8(a, b, scale_a, scale_b, bias, out_dtype, [name])
+
+
+def _run_lowbit(name: str, shape: tuple, generator) -> None:
+    import torch
+
+    from cutlass_ext import lowbit
+    from cutlass_ext.lowbit import kernel
+
+    batch, (m, n, k) = (shape[0], shape[1:]) if len(shape) == 4 else (None, shape)
+    for ste, chunk in (("identity", 16), ("recursive-of", 5), ("immediate-of", 32), ("immediate-diff", 7)):
+        fmt = lowbit.LowbitFormat.make(7, 4, chunk=chunk)
+        a = _operand(m, k, False, batch, generator).requires_grad_()
+        b = _operand(k, n, True, None, generator).requires_grad_()  # column-major and broadcast over the batch
+        out = kernel.matmul(a, b, fmt, ste, config=kernel.LowbitKernelConfig.from_name(name))
+        out.backward(torch.randn(out.shape, device="cuda", generator=generator))
+
+
+def _run_optim(name: str, shape: tuple, generator) -> None:
+    import torch
+
+    from cutlass_ext import optim
+
+    config = config_of(name)
+    params = [torch.randn(size, device="cuda", generator=generator).bfloat16() for size in shape]
+    params = [torch.nn.Parameter(p) for p in params]
+    options = {"update": config.update, "arithmetic": config.arithmetic, "seed": 7}
+    if config.kind == "sgd":
+        optimizer = optim.SGD(params, lr=0.01, momentum=0.9, nesterov=True, weight_decay=0.01, **options)
+    else:
+        optimizer = optim.AdamW(params, lr=0.01, **options)
+    for _ in range(2):
+        for p in params:
+            p.grad = torch.randn(p.shape, device="cuda", generator=generator).bfloat16()
+        optimizer.step()
+
+
+_RUNNERS = {"sm80": _run_sm80, "sm90": _run_sm90, "fp8": _run_fp8, "lowbit": _run_lowbit, "optim": _run_optim}
+
+
+def worker(names: list[str]) -> int:
+    import torch
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    for name in names:
+        for shape in shapes_of(name):
+            print(f"{MARKER} run {name} {'x'.join(map(str, shape))}", flush=True)
+            _RUNNERS[family_of(name)](name, shape, generator)
+            torch.cuda.synchronize()
+            print(f"{MARKER} done", flush=True)
+    return 0
+
+
+# ---- the driver
+
+
+_ERROR_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
+_RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, (\d+) warnings?\)")
+# A report's first line: `========= ` and no indent (its detail lines are indented), not a summary or banner.
+_REPORT = re.compile(
+    r"^========= (?!ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY|COMPUTE-SANITIZER|Target application)\S"
+)
+_WARNING = re.compile(r"^========= Warning")
+
+
+def parse_log(text: str, tool: str, group: list[str]) -> list[dict]:
+    """One row per (variant, shape) of `group`: the reports printed while it ran, and whether it finished."""
+    rows: dict[tuple[str, str], dict] = {}
+    order = [(name, "x".join(map(str, shape))) for name in group for shape in shapes_of(name)]
+    for key in order:
+        rows[key] = {"variant": key[0], "tool": tool, "shape": key[1], "errors": 0, "warnings": 0, "status": "not run"}
+    current = None
+    for line in text.splitlines():
+        if line.startswith(MARKER):
+            words = line.split()
+            if words[1] == "run":
+                current = (words[2], words[3])
+                rows[current]["status"] = "started"
+            elif current is not None:
+                rows[current]["status"] = "ok"
+        elif _REPORT.match(line):
+            row = rows.get(current) if current is not None else None
+            if row is None:  # before the first run: the process itself
+                row = rows.setdefault(
+                    ("(process)", ""),
+                    {"variant": "(process)", "tool": tool, "shape": "", "errors": 0, "warnings": 0, "status": "ok"},
+                )
+            row["warnings" if _WARNING.match(line) else "errors"] += 1
+    summary = _ERROR_SUMMARY.search(text) or _RACE_SUMMARY.search(text)
+    counted = sum(row["errors"] for row in rows.values())
+    total = int(summary[1]) if summary else None
+    if total is None or total > counted:  # no summary (the process died), or reports not recognised above
+        rows[("(unattributed)", "")] = {
+            "variant": "(unattributed)",
+            "tool": tool,
+            "shape": "",
+            "errors": (total or 0) - counted,
+            "warnings": 0,
+            "status": "ok" if total is not None else "no sanitizer summary",
+        }
+    return list(rows.values())
+
+
+def run_one(sanitizer: str, tool: str, group: list[str], log: Path, timeout: float) -> list[dict]:
+    env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1", PYTHONUNBUFFERED="1")
+    command = sanitizer_command(sanitizer, tool, group)
+    start = time.perf_counter()
+    try:
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+        text, note = result.stdout + result.stderr, f"exit {result.returncode}"
+    except subprocess.TimeoutExpired as expired:
+        text = (expired.stdout or b"").decode(errors="replace") + (expired.stderr or b"").decode(errors="replace")
+        note = f"timed out after {timeout:.0f} s"
+    seconds = time.perf_counter() - start
+    log.write_text(f"$ {' '.join(command)}\n# {note}, {seconds:.1f} s\n{text}")
+    rows = parse_log(text, tool, group)
+    for row in rows:
+        row["log"] = log.name
+        if row["status"] != "ok":
+            row["status"] += f" ({note})"
+    return rows
+
+
+def find_sanitizer() -> str:
+    found = shutil.which("compute-sanitizer") or (SANITIZER if Path(SANITIZER).is_file() else None)
+    if found is None:
+        raise SystemExit(f"compute-sanitizer not found on PATH nor at {SANITIZER}: install the CUDA toolkit's")
+    return found
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "sanitize_logs")) / "sanitize")
+    parser.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, of {', '.join(TOOLS)}")
+    parser.add_argument("--jobs", type=int, default=6, help="sanitizer processes at once")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per process")
+    parser.add_argument("--variants", help="comma-separated names: only these (default: every one)")
+    parser.add_argument("--list", action="store_true", help="print the (tool, group, variant, shape) runs and exit")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return worker(args.worker.split(","))
+
+    tools = args.tools.split(",")
+    unknown = [tool for tool in tools if tool not in TOOLS]
+    if unknown:
+        parser.error(f"--tools: {unknown} not among {list(TOOLS)}")
+    names = variant_names()
+    if args.variants:
+        wanted = args.variants.split(",")
+        missing = [name for name in wanted if name not in names]
+        if missing:
+            parser.error(f"--variants: {missing} are not variants cutlass_ext dispatches to")
+        names = [name for name in names if name in wanted]
+    runs = [(tool, index, group) for tool in tools for index, group in enumerate(groups(names))]
+    if args.list:
+        for tool, index, group in runs:
+            for name in group:
+                shapes = " ".join("x".join(map(str, shape)) for shape in shapes_of(name))
+                print(f"{tool} group{index:02d} {family_of(name)} {name} {shapes}")
+        print(f"{len(names)} variants, {len(runs)} sanitizer processes")
+        return 0
+
+    sanitizer = find_sanitizer()
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    # one plain pass first: builds whatever the cache lacks and shows every variant runs at these shapes at all
+    print(f"plain run of {len(names)} variants (builds what the cache lacks)", flush=True)
+    plain = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--worker", ",".join(names)], capture_output=True, text=True
+    )
+    (args.out / "plain.log").write_text(plain.stdout + plain.stderr)
+    if plain.returncode != 0:
+        print(plain.stdout[-2000:] + plain.stderr[-4000:], file=sys.stderr)
+        print(f"the plain run failed (exit {plain.returncode}): see {args.out / 'plain.log'}", file=sys.stderr)
+        return 1
+    rows = []
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        futures = {
+            pool.submit(run_one, sanitizer, tool, group, args.out / f"{tool}_group{index:02d}.log", args.timeout): (
+                tool,
+                index,
+            )
+            for tool, index, group in runs
+        }
+        for future in concurrent.futures.as_completed(futures):
+            tool, index = futures[future]
+            found = future.result()
+            rows += found
+            errors = sum(row["errors"] for row in found)
+            bad = sum(row["status"] != "ok" for row in found)
+            print(f"{tool} group{index:02d}: {errors} errors, {bad} runs not finished", flush=True)
+    rows.sort(key=lambda row: (row["tool"], row["variant"], row["shape"]))
+    with open(args.out / "summary.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, ["variant", "tool", "shape", "errors", "warnings", "status", "log"])
+        writer.writeheader()
+        writer.writerows(rows)
+    errors = sum(row["errors"] for row in rows)
+    unfinished = [row for row in rows if row["status"] != "ok"]
+    print(
+        f"{len(names)} variants x {len(tools)} tools in {time.perf_counter() - start:.0f} s: {errors} errors, "
+        f"{len(unfinished)} runs not finished; {args.out / 'summary.csv'}"
+    )
+    return 1 if errors or unfinished else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

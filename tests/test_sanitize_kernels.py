@@ -1,0 +1,148 @@
+"""python/sanitize_kernels.py without a GPU: what it enumerates, the commands it builds and how it reads logs."""
+
+import importlib
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "python" / "sanitize_kernels.py"
+
+
+@pytest.fixture(scope="module")
+def sanitize():
+    spec = importlib.util.spec_from_file_location("sanitize_kernels", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def listed():
+    output = subprocess.run([sys.executable, str(SCRIPT), "--list"], capture_output=True, text=True, check=True)
+    lines = output.stdout.splitlines()
+    return [line.split() for line in lines[:-1]], lines[-1]
+
+
+def test_every_dispatchable_variant_is_listed_once_per_tool(listed):
+    gemm = importlib.import_module("cutlass_ext.gemm")
+    fp8 = importlib.import_module("cutlass_ext.fp8")
+    tuned = importlib.import_module("cutlass_ext.tuned")
+    from cutlass_ext.lowbit.kernel import DEFAULT_CONFIG
+    from cutlass_ext.optim.config import OptimConfig
+
+    expected = {c.name for c in gemm.dispatch_configs()} | {c.name for c in fp8.dispatch_configs()}
+    expected |= {c.name for c in tuned.shipped_configs()} | set(fp8.DECODE_DEFAULTS.values())
+    expected |= {DEFAULT_CONFIG.name, OptimConfig().name, OptimConfig("sgd", "kahan", "bf16").name}
+    rows, total = listed
+    for tool in ("memcheck", "racecheck", "synccheck", "initcheck"):
+        names = [row[3] for row in rows if row[0] == tool]
+        assert len(names) == len(set(names))
+        assert expected <= set(names), sorted(expected - set(names))
+    assert total.startswith(f"{len(set(row[3] for row in rows))} variants")
+
+
+def test_shapes_cut_every_tile_edge_and_keep_alignment(sanitize):
+    from cutlass_ext.families.sm80.config import KernelConfig
+
+    for name in sanitize.variant_names():
+        config = sanitize.config_of(name)
+        if not isinstance(config, KernelConfig):
+            continue
+        for shape in sanitize.shapes_of(name):
+            m, n, k = shape[-3:]
+            tile_m, tile_n, tile_k = config.threadblock
+            assert m % tile_m and n % tile_n and k % tile_k, (name, shape)
+            assert all(v % config.alignment == 0 for v in (m, n, k)), (name, shape)
+    assert any(len(shape) == 4 for name in sanitize.variant_names() for shape in sanitize.shapes_of(name))
+
+
+def test_groups_hold_one_family_and_at_most_group_size(sanitize):
+    names = sanitize.variant_names()
+    groups = sanitize.groups(names)
+    assert sorted(name for group in groups for name in group) == sorted(names)
+    for group in groups:
+        assert len(group) <= sanitize.GROUP_SIZE
+        assert len({sanitize.family_of(name) for name in group}) == 1
+
+
+def test_initcheck_alone_checks_torchs_kernels_too(sanitize):
+    for tool in sanitize.TOOLS:
+        command = sanitize.sanitizer_command("/cs", tool, ["a", "b"])
+        assert command[:3] == ["/cs", "--tool", tool]
+        assert command[-2:] == ["--worker", "a,b"]
+        assert ("--kernel-name-exclude" in command) == (tool != "initcheck")
+
+
+def _log(*lines):
+    return "\n".join(lines) + "\n"
+
+
+def test_reports_are_attributed_to_the_variant_that_was_running(sanitize, monkeypatch):
+    monkeypatch.setattr(sanitize, "shapes_of", lambda name: [(3, 5, 7)])
+    marker = sanitize.MARKER
+    text = _log(
+        "========= COMPUTE-SANITIZER",
+        f"{marker} run first 3x5x7",
+        f"{marker} done",
+        f"{marker} run second 3x5x7",
+        "========= Invalid __global__ read of size 4 bytes",
+        "=========     at kernel+0x70",
+        "=========     Address 0x7f is out of bounds",
+        "========= Invalid __global__ write of size 16 bytes",
+        f"{marker} done",
+        "========= ERROR SUMMARY: 2 errors",
+    )
+    rows = {row["variant"]: row for row in sanitize.parse_log(text, "memcheck", ["first", "second"])}
+    assert rows["first"]["errors"] == 0 and rows["first"]["status"] == "ok"
+    assert rows["second"]["errors"] == 2 and rows["second"]["status"] == "ok"
+    assert set(rows) == {"first", "second"}
+
+
+def test_racecheck_warnings_are_kept_apart_from_errors(sanitize, monkeypatch):
+    monkeypatch.setattr(sanitize, "shapes_of", lambda name: [(3, 5, 7)])
+    marker = sanitize.MARKER
+    text = _log(
+        f"{marker} run only 3x5x7",
+        "========= Warning: Race reported between Write access at k+0x10 and Read access at k+0x20",
+        "========= Error: Race reported between Write access at k+0x10 and Write access at k+0x30",
+        f"{marker} done",
+        "========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)",
+    )
+    (row,) = sanitize.parse_log(text, "racecheck", ["only"])
+    assert (row["errors"], row["warnings"], row["status"]) == (1, 1, "ok")
+
+
+def test_a_process_that_died_leaves_its_variants_not_run(sanitize, monkeypatch):
+    monkeypatch.setattr(sanitize, "shapes_of", lambda name: [(3, 5, 7), (2, 3, 5, 7)])
+    marker = sanitize.MARKER
+    text = _log(f"{marker} run first 3x5x7", "Traceback (most recent call last):", "RuntimeError: boom")
+    rows = sanitize.parse_log(text, "synccheck", ["first", "second"])
+    status = {(row["variant"], row["shape"]): row["status"] for row in rows}
+    assert status[("first", "3x5x7")] == "started"
+    assert status[("first", "2x3x5x7")] == status[("second", "3x5x7")] == "not run"
+    assert status[("(unattributed)", "")] == "no sanitizer summary"
+
+
+def test_errors_the_parser_did_not_recognise_still_count(sanitize, monkeypatch):
+    monkeypatch.setattr(sanitize, "shapes_of", lambda name: [(3, 5, 7)])
+    marker = sanitize.MARKER
+    text = _log(f"{marker} run only 3x5x7", f"{marker} done", "========= ERROR SUMMARY: 3 errors")
+    rows = {row["variant"]: row for row in sanitize.parse_log(text, "initcheck", ["only"])}
+    assert rows["(unattributed)"]["errors"] == 3
+
+
+def test_a_missing_compute_sanitizer_is_named(sanitize, monkeypatch):
+    monkeypatch.setattr(sanitize.shutil, "which", lambda name: None)
+    monkeypatch.setattr(sanitize, "SANITIZER", "/nonexistent/compute-sanitizer")
+    with pytest.raises(SystemExit, match="compute-sanitizer not found.*/nonexistent/compute-sanitizer"):
+        sanitize.find_sanitizer()
+
+
+def test_unknown_tools_and_variants_are_refused():
+    for argument in ("--tools=memcheck,leakcheck", "--variants=tf32_sm80_nonexistent"):
+        result = subprocess.run([sys.executable, str(SCRIPT), argument, "--list"], capture_output=True, text=True)
+        assert result.returncode == 2
+        assert argument.split("=")[1].split(",")[-1] in result.stderr
