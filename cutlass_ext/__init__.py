@@ -14,6 +14,7 @@ from .config import KernelConfig
 from .fp8 import gemm_fp8, quantize_fp8
 from .fp8_config import Fp8Config
 from .gemm import MODES, gemm
+from .precision import precision, set_precision
 from .tuned import set_tuned_table
 
 __all__ = [
@@ -26,7 +27,9 @@ __all__ = [
     "nn",
     "numerics",
     "optim",
+    "precision",
     "quantize_fp8",
+    "set_precision",
     "set_tuned_table",
 ]
 __version__ = "0.1.0"
