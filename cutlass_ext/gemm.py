@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -11,8 +12,9 @@ import torch
 from . import corrected_sm90, ops, registry, tuned
 from . import device as device_info
 from .compiling import constant_result
-from .config import KERNEL_MODES, LAYOUTS, KernelConfig, default_configs
-from .split_config import DEFAULT_SPLIT, SplitConfig
+from .families.sm80.config import KERNEL_MODES, LAYOUTS, KernelConfig, default_configs
+from .families.sm90.config import DEFAULTS as DEFAULT_SPLIT
+from .families.sm90.config import Sm90Config as SplitConfig
 
 MODES = KERNEL_MODES + ("fp32",)
 # halfhalf's packing pass writes row-major operands from any strides (its column-major kernels ran 50.8 TFLOP/s
@@ -58,9 +60,6 @@ def _check_operands(**operands) -> None:
     for name, tensor in operands.items():
         if tensor.device.type != "cuda":
             raise ValueError(f"{name} must be a CUDA tensor; got device {tensor.device}")
-    for name, tensor in operands.items():
-        if tensor.dim() not in (2, 3):
-            raise ValueError(f"{name} must be 2-D, or 3-D for a batch; got shape {tuple(tensor.shape)}")
 
 
 def _cublas_sgemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -75,10 +74,26 @@ def _cublas_sgemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         torch.backends.cuda.matmul.fp32_precision = previous
 
 
-def gemm(a: torch.Tensor, b: torch.Tensor, mode: str = "tf32tf32") -> torch.Tensor:
-    """C = A·B for float32 CUDA tensors A (M, K) and B (K, N), computed on the Tensor Cores; returns (M, N).
+def gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    mode: str = "tf32tf32",
+    *,
+    bias: torch.Tensor | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    c: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """D = alpha·A·B + beta·C + bias for float32 CUDA tensors, with torch.matmul's shapes, computed on the Tensor
+    Cores.
 
-    Batched: A (batch, M, K) and/or B (batch, K, N), a 2-D operand shared by every batch; returns (batch, M, N).
+    Shapes as torch.matmul: A (…, M, K) and B (…, K, N) give (…, M, N), the batch dimensions broadcast (a matrix
+    without them is shared by every batch); a 1-D A is a row (K,) and a 1-D B a column (K,), their dimension dropped
+    from the result. bias (N,) is added to every row, c (broadcastable to the result) is scaled by beta (beta = 0
+    ignores c, NaN included, as BLAS does), both inside the kernels' epilogue where they can (the sm80 kernels read
+    them as their C operand, halfhalf's unscaling pass applies them). out: a float32 tensor of the result's shape to
+    write into (no autograd, as torch's out= arguments).
 
     mode:
       tf32tf32  TF32 hi + lo per operand, three products, hi·hi accumulated in FP32 round-to-nearest:
@@ -91,9 +106,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, mode: str = "tf32tf32") -> torch.Tens
                 with K).
       tf32      operands rounded to TF32 (RNA), no correction: ~3e-4 relative error, like cuBLAS TF32.
       fp32      cuBLAS SGEMM on the FP32 units, for comparison.
-    Any M, N, K >= 0 and any strides; the first use builds and caches the kernels. Differentiable: dA and dB
-    are computed in the same mode. NaN propagates; Inf makes the outputs SGEMM makes Inf non-finite (NaN where
-    the finite factor's lo part is zero). Arguments are checked once per signature (dtypes, devices, shapes).
+    Any sizes >= 0 and any strides; the first use builds and caches the kernels. Differentiable in a, b, bias and
+    c: dA and dB are computed in the same mode. NaN propagates; Inf makes the outputs SGEMM makes Inf non-finite
+    (NaN where the finite factor's lo part is zero). Arguments are checked once per signature (dtypes, devices,
+    shapes).
     """
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         _check_operands(a=a, b=b)
@@ -102,9 +118,126 @@ def gemm(a: torch.Tensor, b: torch.Tensor, mode: str = "tf32tf32") -> torch.Tens
         _check(*signature)  # symbolic shapes are not cached
     else:
         _cached_check(*signature)
-    if (a.requires_grad or b.requires_grad) and torch.is_grad_enabled():
-        return _Gemm.apply(a, b, mode)
-    return _product(a, b, mode)
+    if bias is None and c is None and out is None and alpha == 1.0 and beta == 0.0 and _kernel_shapes(a, b):
+        if (a.requires_grad or b.requires_grad) and torch.is_grad_enabled():
+            return _Gemm.apply(a, b, None, None, 1.0, 0.0, mode)
+        return _product(a, b, mode)
+    return _general(a, b, mode, bias, alpha, beta, c, out)
+
+
+def _kernel_shapes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the kernels take a and b as they are: 2-D, or 3-D with one batch size (a 2-D one shared)."""
+    a_dim, b_dim = a.dim(), b.dim()
+    if a_dim == 2:
+        return b_dim in (2, 3)
+    return a_dim == 3 and (b_dim == 2 or (b_dim == 3 and a.shape[0] == b.shape[0]))
+
+
+def _output_shape(a_shape, b_shape) -> tuple:
+    """torch.matmul's result shape for checked operand shapes."""
+    rows = (a_shape[-2],) if len(a_shape) > 1 else ()
+    columns = (b_shape[-1],) if len(b_shape) > 1 else ()
+    return (*_broadcast_batch(a_shape[:-2], b_shape[:-2]), *rows, *columns)
+
+
+def _broadcast_batch(a_batch, b_batch) -> tuple:
+    """The broadcast of two batch shapes (right-aligned; sizes equal or 1); ValueError naming both if none."""
+    length = max(len(a_batch), len(b_batch))
+    a_full = (1,) * (length - len(a_batch)) + tuple(a_batch)
+    b_full = (1,) * (length - len(b_batch)) + tuple(b_batch)
+    batch = []
+    for x, y in zip(a_full, b_full):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(
+                f"a's batch dimensions {tuple(a_batch)} and b's {tuple(b_batch)} do not broadcast: batch sizes must "
+                "match or be 1"
+            )
+        batch.append(y if x == 1 else x)
+    return tuple(batch)
+
+
+def _broadcasts_to(shape, target) -> bool:
+    if len(shape) > len(target):
+        return False
+    return all(s == 1 or s == t for s, t in zip(reversed(tuple(shape)), reversed(tuple(target))))
+
+
+def _check_epilogue(a, b, bias, alpha, beta, c, out) -> tuple:
+    """The epilogue's arguments, checked on each call that has one; returns the result's shape."""
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a real number; got {type(value).__name__}")
+    if beta != 0 and c is None:
+        raise ValueError(f"beta={beta} scales c, but no c was given")
+    shape = _output_shape(a.shape, b.shape)
+    for name, tensor in (("bias", bias), ("c", c), ("out", out)):
+        if tensor is None:
+            continue
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {type(tensor).__name__}")
+        if tensor.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32; got {tensor.dtype}")
+        if tensor.device != a.device:
+            raise ValueError(f"{name} must be on a's device {a.device}; got {tensor.device}")
+    if bias is not None:
+        if b.dim() < 2:
+            raise ValueError("bias is one value per column of the product: it needs a b of at least 2 dimensions")
+        if tuple(bias.shape) != (b.shape[-1],):
+            raise ValueError(f"bias must have shape ({b.shape[-1]},), one value per column; got {tuple(bias.shape)}")
+    if c is not None and not _broadcasts_to(c.shape, shape):
+        raise ValueError(f"c of shape {tuple(c.shape)} does not broadcast to the result's shape {shape}")
+    if out is not None and tuple(out.shape) != shape:
+        raise ValueError(f"out must have the result's shape {shape}; got {tuple(out.shape)}")
+    return shape
+
+
+def _kernel_operand(t: torch.Tensor, batch: tuple, count) -> torch.Tensor:
+    """t (…, rows, columns) as the kernels take it: one matrix shared by every batch where t has one, else the
+    `count` matrices of its broadcast to `batch`, flattened (a view where t's strides allow, else a copy)."""
+    if t.dim() == 2:
+        return t
+    matrix = t.shape[-2:]
+    if math.prod(t.shape[:-2]) == 1:  # every batch reads the same matrix
+        return t.reshape(matrix)
+    return t.expand(*batch, *matrix).reshape(count, *matrix)
+
+
+def _general(a, b, mode, bias, alpha, beta, c, out) -> torch.Tensor:
+    """gemm for any operand shapes and epilogue, through the kernels' 2-D and 3-D problems."""
+    shape = _check_epilogue(a, b, bias, alpha, beta, c, out)
+    alpha, beta = float(alpha), float(beta)
+    a_matrix = a.unsqueeze(0) if a.dim() == 1 else a
+    b_matrix = b.unsqueeze(-1) if b.dim() == 1 else b
+    batch = _broadcast_batch(a_matrix.shape[:-2], b_matrix.shape[:-2])
+    count = math.prod(batch)
+    a_kernel = _kernel_operand(a_matrix, batch, count)
+    b_kernel = _kernel_operand(b_matrix, batch, count)
+    m, n = a_matrix.shape[-2], b_matrix.shape[-1]
+    kernel_shape = (m, n) if a_kernel.dim() == 2 and b_kernel.dim() == 2 else (count, m, n)
+    c_kernel = c.expand(shape).reshape(kernel_shape) if c is not None and beta != 0 else None
+    tensors = (a, b, c_kernel, bias)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        if out is not None:
+            raise RuntimeError(
+                "gemm(): functions with out=... arguments don't support automatic differentiation, but one of the "
+                "arguments requires grad."
+            )
+        result = _Gemm.apply(a_kernel, b_kernel, c_kernel, bias, alpha, beta, mode)
+    else:
+        source, source_scale = _source(c_kernel, bias, beta)
+        result = _product(a_kernel, b_kernel, mode, source, alpha, source_scale)
+    result = result.reshape(shape)
+    return out.copy_(result) if out is not None else result
+
+
+def _source(c, bias, beta) -> tuple:
+    """The epilogue's one source operand and its scale: c (…, m, n), bias (n,) (broadcast over the rows), or
+    beta·c + bias formed here when there are both."""
+    if bias is None:
+        return c, beta
+    if c is None:
+        return bias, 1.0
+    return torch.add(bias, c, alpha=beta), 1.0
 
 
 def _check(mode, a_dtype, b_dtype, a_device, b_device, a_shape, b_shape) -> None:
@@ -118,14 +251,14 @@ def _check(mode, a_dtype, b_dtype, a_device, b_device, a_shape, b_shape) -> None
         if device.type != "cuda":
             raise ValueError(f"{name} must be a CUDA tensor; got device {device}")
     for name, shape in (("a", a_shape), ("b", b_shape)):
-        if len(shape) not in (2, 3):
-            raise ValueError(f"{name} must be 2-D, or 3-D for a batch; got shape {tuple(shape)}")
+        if len(shape) == 0:
+            raise ValueError(f"{name} must have at least one dimension, as torch.matmul's operands; got a scalar")
     if a_device != b_device:
         raise ValueError(f"a and b must be on one device; got {a_device} and {b_device}")
-    if a_shape[-1] != b_shape[-2]:
-        raise ValueError(f"a is {tuple(a_shape)} and b is {tuple(b_shape)}: a.shape[-1] must equal b.shape[-2]")
-    if len(a_shape) == 3 and len(b_shape) == 3 and a_shape[0] != b_shape[0]:
-        raise ValueError(f"a is {tuple(a_shape)} and b is {tuple(b_shape)}: batch sizes must match")
+    inner = "b.shape[-2]" if len(b_shape) > 1 else "b.shape[0]"
+    if a_shape[-1] != b_shape[-2 if len(b_shape) > 1 else 0]:
+        raise ValueError(f"a is {tuple(a_shape)} and b is {tuple(b_shape)}: a.shape[-1] must equal {inner}")
+    _broadcast_batch(a_shape[:-2], b_shape[:-2])
 
 
 _cached_check = functools.lru_cache(maxsize=4096)(_check)
@@ -139,25 +272,41 @@ def _layout(t: torch.Tensor) -> str:
     return "col" if column_major and not row_major else "row"
 
 
-def _product(a: torch.Tensor, b: torch.Tensor, mode: str) -> torch.Tensor:
-    """The forward product of validated operands."""
+def _product(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    mode: str,
+    source: torch.Tensor | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+) -> torch.Tensor:
+    """alpha·A·B + beta·source for validated kernel operands (2-D, or 3-D with one batch size) and a source that
+    broadcasts to the product (c, or bias (n,))."""
     if mode == "fp32":
-        return _cublas_sgemm(a, b)
+        return _epilogue(_cublas_sgemm(a, b), source, alpha, beta)
     m, n, k = a.shape[-2], b.shape[-1], a.shape[-1]
-    if not (a.numel() and b.numel()):  # empty, or K = 0: the binding writes the (zero) output, no kernel runs
+    if not (a.numel() and b.numel()):  # empty, or K = 0: the binding writes beta·source, no kernel runs
         registry.binding()
-        return ops.gemm(a, b, list(_DEFAULT_VARIANTS[mode, _layout(a), _layout(b)]))
+        return ops.gemm(a, b, list(_DEFAULT_VARIANTS[mode, _layout(a), _layout(b)]), source, alpha, beta)
     if not all(isinstance(v, int) for v in (m, n, k)):  # symbolic shapes under torch.compile: the defaults
         defaults = list(_DEFAULT_VARIANTS[mode, _layout(a), _layout(b)])
-        return ops.halfhalf_gemm(a, b, defaults) if mode == "halfhalf" else ops.gemm(a, b, defaults)
+        run = ops.halfhalf_gemm if mode == "halfhalf" else ops.gemm
+        return run(a, b, defaults, source, alpha, beta)
     hopper_ok = corrected_sm90.supports_shapes(a.dim(), b.dim(), n)
     index = a.device.index if a.device.index is not None else torch.cuda.current_device()
     path, variants = _split_plan(_runtime_plan(index, mode, _layout(a), _layout(b), m, n, k, hopper_ok))
     if path == "sm90":
-        return corrected_sm90.product(a, b, mode, variants)
-    if mode == "halfhalf":
-        return ops.halfhalf_gemm(a, b, variants)  # shifts, packing, product and unscaling in one call
-    return ops.gemm(a, b, variants)
+        return _epilogue(corrected_sm90.product(a, b, mode, variants), source, alpha, beta)
+    if mode == "halfhalf":  # shifts, packing, product and unscaling (with the epilogue) in one call
+        return ops.halfhalf_gemm(a, b, variants, source, alpha, beta)
+    return ops.gemm(a, b, variants, source, alpha, beta)
+
+
+def _epilogue(d: torch.Tensor, source: torch.Tensor | None, alpha: float, beta: float) -> torch.Tensor:
+    """alpha·d + beta·source in place on a fresh product, for the paths whose kernels do not apply it."""
+    if alpha != 1.0:
+        d.mul_(alpha)
+    return d if source is None else d.add_(source, alpha=beta)
 
 
 # Below about one wave of 128x128 tiles (132 SMs on an H100 or H200) the sm80 kernels' smaller tiles and split-K
@@ -233,29 +382,35 @@ def _cached_runtime_plan(index, mode, layout_a, layout_b, m, n, k, hopper_ok, _g
 
 
 class _Gemm(torch.autograd.Function):
-    """dA = dC·Bᵀ and dB = Aᵀ·dC, both through the same mode (and, for halfhalf, the same range scaling).
-    forward takes ctx itself: a separate setup_context makes every apply bind its arguments by inspect (~15 µs)."""
+    """dA = alpha·dD·Bᵀ and dB = alpha·Aᵀ·dD, both through the same mode (and, for halfhalf, the same range
+    scaling); dC = beta·dD, dbias = dD summed over the rows. forward takes ctx itself: a separate setup_context
+    makes every apply bind its arguments by inspect (~15 µs)."""
 
     @staticmethod
-    def forward(ctx, a, b, mode):
-        ctx.mode = mode
+    def forward(ctx, a, b, c, bias, alpha, beta, mode):
+        ctx.mode, ctx.alpha, ctx.beta = mode, alpha, beta
         ctx.save_for_backward(a, b)
-        return _product(a, b, mode)
+        source, source_scale = _source(c, bias, beta)
+        return _product(a, b, mode, source, alpha, source_scale)
 
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
-        grad_a = grad_b = None
+        mode, alpha = ctx.mode, ctx.alpha
+        grad_a = grad_b = grad_c = grad_bias = None
         if ctx.needs_input_grad[0]:
             if a.dim() == 2 and grad.dim() == 3:  # a shared by every batch: sum its gradient over the batch
-                grad_a = _product(
-                    grad.transpose(0, 1).reshape(grad.shape[1], -1), b.mT.reshape(-1, a.shape[1]), ctx.mode
-                )
+                rows = grad.transpose(0, 1).reshape(grad.shape[1], -1)
+                grad_a = _product(rows, b.mT.reshape(-1, a.shape[1]), mode, alpha=alpha)
             else:
-                grad_a = _product(grad, b.mT, ctx.mode)
+                grad_a = _product(grad, b.mT, mode, alpha=alpha)
         if ctx.needs_input_grad[1]:
             if b.dim() == 2 and grad.dim() == 3:
-                grad_b = _product(a.reshape(-1, a.shape[-1]).mT, grad.reshape(-1, grad.shape[-1]), ctx.mode)
+                grad_b = _product(a.reshape(-1, a.shape[-1]).mT, grad.reshape(-1, grad.shape[-1]), mode, alpha=alpha)
             else:
-                grad_b = _product(a.mT, grad, ctx.mode)
-        return grad_a, grad_b, None
+                grad_b = _product(a.mT, grad, mode, alpha=alpha)
+        if ctx.needs_input_grad[2]:
+            grad_c = grad * ctx.beta
+        if ctx.needs_input_grad[3]:
+            grad_bias = grad.reshape(-1, grad.shape[-1]).sum(0)
+        return grad_a, grad_b, grad_c, grad_bias, None, None, None

@@ -10,8 +10,10 @@ import torch
 from . import registry
 
 _library = torch.library.Library("cutlass_ext", "DEF")
-# variants: kernel variant names in order of preference; the first that can run the problem runs it.
-_library.define("gemm(Tensor a, Tensor b, str[] variants) -> Tensor")
+# alpha·A·B + beta·c, c (bias (n,), or a tensor) broadcast to the product and read as the kernels' C operand.
+# variants: kernel variant names in order of preference; the first that can run the problem runs it (last, so
+# that registry.call_loading_fallbacks appends them).
+_library.define("gemm(Tensor a, Tensor b, Tensor? c, float alpha, float beta, str[] variants) -> Tensor")
 # halfhalf's passes around its GEMM (kernels/halfhalf_operands.cuh): x·2^shift split into FP16 hi and lo·2^11,
 # packed per 32-bit word (float32-typed, row-major whatever x's strides); and c·2^-(row_shift + column_shift).
 _library.define("halfhalf_pack(Tensor x, Tensor shift) -> Tensor")
@@ -32,14 +34,14 @@ _library.define(
 )
 PLANES_TF32, PLANES_HALF = 0, 1
 # halfhalf's range shifts, int32: one per row of x (dim -1: (…, rows, 1)) or per column (dim -2: (…, 1, columns)),
-# as scaling.fp16_range_shift computes them; and halfhalf's whole sm80 path (shifts, packing, product, unscaling)
-# in one call.
+# as scaling.fp16_range_shift computes them; and halfhalf's whole sm80 path (shifts, packing, product, unscaling
+# with gemm's epilogue) in one call.
 _library.define("range_shift(Tensor x, int dim) -> Tensor")
-_library.define("halfhalf_gemm(Tensor a, Tensor b, str[] variants) -> Tensor")
+_library.define("halfhalf_gemm(Tensor a, Tensor b, Tensor? c, float alpha, float beta, str[] variants) -> Tensor")
 
 
 @torch.library.register_fake("cutlass_ext::gemm")
-def _gemm_fake(a: torch.Tensor, b: torch.Tensor, variants: list[str]) -> torch.Tensor:
+def _gemm_fake(a: torch.Tensor, b: torch.Tensor, c, alpha: float, beta: float, variants: list[str]) -> torch.Tensor:
     # A compiled graph calls the real op later: have its kernels ready by then.
     if torch.cuda.is_available():
         registry.ensure_names_registered(variants, a.device)
@@ -47,10 +49,11 @@ def _gemm_fake(a: torch.Tensor, b: torch.Tensor, variants: list[str]) -> torch.T
     return a.new_empty((*batch, a.shape[-2], b.shape[-1]))
 
 
-def gemm(a: torch.Tensor, b: torch.Tensor, variants: list[str]) -> torch.Tensor:
+def gemm(a: torch.Tensor, b: torch.Tensor, variants: list[str], c=None, alpha=1.0, beta=0.0) -> torch.Tensor:
+    op = torch.ops.cutlass_ext.gemm.default
     if torch.compiler.is_compiling():
-        return torch.ops.cutlass_ext.gemm(a, b, variants)
-    return registry.call_loading_fallbacks(torch.ops.cutlass_ext.gemm.default, variants, a.device, a, b)
+        return op(a, b, c, alpha, beta, variants)
+    return registry.call_loading_fallbacks(op, variants, a.device, a, b, c, alpha, beta)
 
 
 @torch.library.register_fake("cutlass_ext::gemm_fp8")
@@ -119,15 +122,16 @@ def _range_shift_fake(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 @torch.library.register_fake("cutlass_ext::halfhalf_gemm")
-def _halfhalf_gemm_fake(a: torch.Tensor, b: torch.Tensor, variants: list[str]) -> torch.Tensor:
-    return _gemm_fake(a, b, variants)
+def _halfhalf_gemm_fake(a, b, c, alpha: float, beta: float, variants: list[str]) -> torch.Tensor:
+    return _gemm_fake(a, b, c, alpha, beta, variants)
 
 
 def range_shift(x: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.ops.cutlass_ext.range_shift(x, dim)
 
 
-def halfhalf_gemm(a: torch.Tensor, b: torch.Tensor, variants: list[str]) -> torch.Tensor:
+def halfhalf_gemm(a: torch.Tensor, b: torch.Tensor, variants: list[str], c=None, alpha=1.0, beta=0.0) -> torch.Tensor:
+    op = torch.ops.cutlass_ext.halfhalf_gemm.default
     if torch.compiler.is_compiling():
-        return torch.ops.cutlass_ext.halfhalf_gemm(a, b, variants)
-    return registry.call_loading_fallbacks(torch.ops.cutlass_ext.halfhalf_gemm.default, variants, a.device, a, b)
+        return op(a, b, c, alpha, beta, variants)
+    return registry.call_loading_fallbacks(op, variants, a.device, a, b, c, alpha, beta)

@@ -278,13 +278,23 @@ void launch_split(const SplitSource& source, const Writer& writer, cudaStream_t 
   }
 }
 
-// c · 2^-(row_shift + column_shift) with one rounding: the factor (|exponent| <= 252) is exact in FP64.
+// c · 2^-(row_shift + column_shift) with one rounding: the factor (|exponent| <= 252) is exact in FP64. Then gemm's
+// epilogue, alpha · that + beta · source, as CUTLASS's LinearCombination computes it (one fused multiply-add).
+__device__ __forceinline__ float unscaled(const cutlass_ext_unscale_args& args, float c, int shift, int64_t batch,
+                                          int64_t row, int64_t column) {
+  float value = float(double(c) * __longlong_as_double((long long)(1023 - shift) << 52));
+  if (args.source == nullptr) return args.alpha == 1.0f ? value : args.alpha * value;
+  float source = args.source[batch * args.source_batch_stride + row * args.source_row_stride +
+                             column * args.source_column_stride];
+  return fmaf(args.alpha, value, args.beta * source);
+}
+
 __global__ void halfhalf_unscale_kernel(cutlass_ext_unscale_args args) {
   constexpr int kRowsPerThread = kTile / kTileRowsPerPass;
   const int64_t column = int64_t(blockIdx.x) * kTile + threadIdx.x;
   if (column >= args.n) return;
-  const float* __restrict__ c = args.c;
-  float* __restrict__ out = args.out;
+  const float* c = args.c;  // out may alias c: each element is read before it is written, by one thread
+  float* out = args.out;
   CUTLASS_EXT_FOR_EACH_TILE(args.batch, args.m) {
     int column_shift = args.column_shift[batch * args.column_shift_batch_stride + column * args.column_shift_stride];
     float values[kRowsPerThread];
@@ -300,8 +310,8 @@ __global__ void halfhalf_unscale_kernel(cutlass_ext_unscale_args args) {
     for (int j = 0; j < kRowsPerThread; ++j) {
       int64_t row = row0 + threadIdx.y + j * kTileRowsPerPass;
       if (row < args.m) {
-        double factor = __longlong_as_double((long long)(1023 - shifts[j] - column_shift) << 52);
-        out[(batch * args.m + row) * args.n + column] = float(double(values[j]) * factor);
+        out[(batch * args.m + row) * args.n + column] =
+            unscaled(args, values[j], shifts[j] + column_shift, batch, row, column);
       }
     }
   }

@@ -5,16 +5,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CUTLASS_EXT_ABI_VERSION 6
+#define CUTLASS_EXT_ABI_VERSION 7
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-// D = alpha * A·B + beta * D for `batch` problems; A is (m, k), B is (k, n), D is (m, n) row-major. A and B are
-// row- or column-major as the variant's layouts say; lda / ldb are the strides between their rows (row-major)
-// or columns (column-major). Leading dimensions and batch strides are in elements. split_k: slices of K summed in turn into D (serial
-// split-K, batch 1 only); 0 lets the launcher choose from the SM count.
+// D = alpha * A·B + beta * C for `batch` problems; A is (m, k), B is (k, n), C and D are (m, n) row-major. A and
+// B are row- or column-major as the variant's layouts say; lda / ldb are the strides between their rows
+// (row-major) or columns (column-major). C may broadcast: ldc = 0 reads one row (a bias) for every row,
+// batch_stride_c = 0 one matrix for every batch; a null c reads D. Leading dimensions and batch strides are in
+// elements. split_k: slices of K summed in turn into D (serial split-K, batch 1 only); 0 lets the launcher choose
+// from the SM count.
 typedef struct {
   int64_t m, n, k, batch;
   const void* a;
@@ -23,6 +25,8 @@ typedef struct {
   int64_t ldb, batch_stride_b;
   void* d;
   int64_t ldd, batch_stride_d;
+  const void* c;
+  int64_t ldc, batch_stride_c;
   float alpha, beta;
   int64_t split_k;
 } cutlass_ext_gemm_args;
@@ -53,7 +57,9 @@ typedef struct {
   void* out;
 } cutlass_ext_pack_args;
 
-// out = c · 2^-(row_shift + column_shift) for `batch` row-major (m, n) matrices c, rounded once.
+// out = alpha · (c · 2^-(row_shift + column_shift)) + beta · source for `batch` row-major (m, n) matrices c, the
+// unscaled product rounded once; source (null: none) is read through its three strides (0 where it broadcasts).
+// out may be c.
 typedef struct {
   const float* c;
   float* out;
@@ -62,6 +68,9 @@ typedef struct {
   int64_t row_shift_batch_stride, row_shift_stride;
   const int32_t* column_shift;
   int64_t column_shift_batch_stride, column_shift_stride;
+  const float* source;
+  int64_t source_batch_stride, source_row_stride, source_column_stride;
+  float alpha, beta;
 } cutlass_ext_unscale_args;
 
 // Both return 0 or a cudaError_t.

@@ -85,18 +85,23 @@ struct Sm80Gemm {
     auto mode = args.batch > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm;
     int batch_or_slices = args.batch > 1 ? int(args.batch) : split_k_slices(args);
     cutlass::gemm::GemmCoord problem(int(args.m), int(args.n), int(args.k));
-    return typename Gemm::Arguments(mode, problem, batch_or_slices, {args.alpha, args.beta}, args.a, args.b, args.d,
-                                    args.d, args.batch_stride_a, args.batch_stride_b, args.batch_stride_d,
-                                    args.batch_stride_d, args.lda, args.ldb, args.ldd, args.ldd);
+    // A C of row stride 0 is a bias read for every row (CUTLASS example 12); serial split-K's later slices read D.
+    const bool own_c = args.c != nullptr;
+    return typename Gemm::Arguments(mode, problem, batch_or_slices, {args.alpha, args.beta}, args.a, args.b,
+                                    own_c ? args.c : args.d, args.d, args.batch_stride_a, args.batch_stride_b,
+                                    own_c ? args.batch_stride_c : args.batch_stride_d, args.batch_stride_d, args.lda,
+                                    args.ldb, own_c ? args.ldc : args.ldd, args.ldd);
   }
 
   // CUTLASS checks only the problem extents; vector loads also need aligned pointers, strides and batch strides.
   static bool vector_aligned(const cutlass_ext_gemm_args& args) {
     auto pointer_ok = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % (Alignment * sizeof(float)) == 0; };
     auto stride_ok = [](int64_t s) { return s % Alignment == 0; };
+    bool c_ok = args.c == nullptr ||
+                (pointer_ok(args.c) && stride_ok(args.ldc) && stride_ok(args.batch_stride_c));
     return pointer_ok(args.a) && pointer_ok(args.b) && pointer_ok(args.d) && stride_ok(args.lda) &&
            stride_ok(args.ldb) && stride_ok(args.ldd) && stride_ok(args.batch_stride_a) &&
-           stride_ok(args.batch_stride_b) && stride_ok(args.batch_stride_d);
+           stride_ok(args.batch_stride_b) && stride_ok(args.batch_stride_d) && c_ok;
   }
 
   static int can_implement(const cutlass_ext_gemm_args* args) {

@@ -188,9 +188,9 @@ int64_t leading_dimension(const at::Tensor& t, bool column_major) {
 int64_t batch_stride(const at::Tensor& t) { return t.dim() == 3 && t.size(0) > 1 ? t.stride(0) : 0; }
 
 // Runs the first variant that reads a and b as stored and can implement the problem; false if none could.
+// `epilogue` carries D, C, alpha and beta; this fills in the operands.
 bool run_first_fitting(const std::vector<std::string>& variants, const at::Tensor& a, const at::Tensor& b,
-                       at::Tensor& d, int64_t batch, std::vector<std::string>& unloaded) {
-  const int64_t m = a.size(-2), n = b.size(-1), k = a.size(-1);
+                       cutlass_ext_gemm_args epilogue, std::vector<std::string>& unloaded) {
   for (const auto& name : variants) {
     const Variant* found = find_in(registry, name);
     if (found == nullptr) {
@@ -201,28 +201,30 @@ bool run_first_fitting(const std::vector<std::string>& variants, const at::Tenso
     bool a_columns = variant.layouts & CUTLASS_EXT_A_COLUMN_MAJOR,
          b_columns = variant.layouts & CUTLASS_EXT_B_COLUMN_MAJOR;
     if (!readable(a, a_columns) || !readable(b, b_columns)) continue;
-    cutlass_ext_gemm_args args{m,
-                               n,
-                               k,
-                               batch,
-                               a.data_ptr(),
-                               leading_dimension(a, a_columns),
-                               batch_stride(a),
-                               b.data_ptr(),
-                               leading_dimension(b, b_columns),
-                               batch_stride(b),
-                               d.data_ptr(),
-                               n,
-                               m * n,
-                               1.0f,
-                               0.0f,
-                               /*split_k=*/0};
+    cutlass_ext_gemm_args args = epilogue;
+    args.a = a.data_ptr();
+    args.lda = leading_dimension(a, a_columns);
+    args.batch_stride_a = batch_stride(a);
+    args.b = b.data_ptr();
+    args.ldb = leading_dimension(b, b_columns);
+    args.batch_stride_b = batch_stride(b);
     if (run_if_implementable(variant, args, name, a.options())) return true;
   }
   return false;
 }
 
-at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::vector<std::string> variants) {
+// The epilogue's source c broadcast to d's shape, row-major with unit column stride (a bias (n) reads with row
+// stride 0); an undefined tensor where there is none to read.
+at::Tensor epilogue_source(const c10::optional<at::Tensor>& c, double beta, const at::Tensor& d) {
+  if (!c || beta == 0.0) return at::Tensor();
+  TORCH_CHECK_TYPE(c->scalar_type() == at::kFloat, "c must be float32; got ", c->scalar_type());
+  TORCH_CHECK_VALUE(c->device() == d.device(), "c must be on ", d.device().str(), "; got ", c->device().str());
+  at::Tensor source = c->expand(d.sizes());
+  return d.size(-1) > 1 && source.stride(-1) != 1 ? source.contiguous() : source;
+}
+
+at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, const c10::optional<at::Tensor>& c, double alpha,
+                     double beta, std::vector<std::string> variants) {
   TORCH_CHECK(a.is_cuda() && b.is_cuda(), "a and b must be CUDA tensors");
   TORCH_CHECK(a.device() == b.device(), "a and b must be on one device; got ", a.device().str(), " and ",
               b.device().str());
@@ -238,12 +240,28 @@ at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::vector<std::
   const int64_t m = a.size(-2), n = b.size(-1), k = a.size(-1);
   bool batched = a.dim() == 3 || b.dim() == 3;
   at::Tensor d = batched ? at::empty({batch, m, n}, a.options()) : at::empty({m, n}, a.options());
+  const at::Tensor source = epilogue_source(c, beta, d);
   if (m == 0 || n == 0 || batch == 0) return d;
-  if (k == 0) return d.zero_();
+  if (k == 0) return source.defined() ? at::mul_out(d, source, beta) : d.zero_();
+  cutlass_ext_gemm_args epilogue{};
+  epilogue.m = m;
+  epilogue.n = n;
+  epilogue.k = k;
+  epilogue.batch = batch;
+  epilogue.d = d.data_ptr();
+  epilogue.ldd = n;
+  epilogue.batch_stride_d = m * n;
+  if (source.defined()) {
+    epilogue.c = source.data_ptr();
+    epilogue.ldc = m > 1 ? source.stride(-2) : 0;
+    epilogue.batch_stride_c = batched && batch > 1 ? source.stride(0) : 0;
+  }
+  epilogue.alpha = float(alpha);
+  epilogue.beta = source.defined() ? float(beta) : 0.0f;
   // Views the variants read as stored run without a copy; anything else is made contiguous (row-major).
   std::vector<std::string> unloaded;
-  if (run_first_fitting(variants, a, b, d, batch, unloaded)) return d;
-  if (run_first_fitting(variants, a.contiguous(), b.contiguous(), d, batch, unloaded)) return d;
+  if (run_first_fitting(variants, a, b, epilogue, unloaded)) return d;
+  if (run_first_fitting(variants, a.contiguous(), b.contiguous(), epilogue, unloaded)) return d;
   check_unloaded(unloaded);
   TORCH_CHECK(false, "none of the kernel variants ", c10::Join(", ", variants), " can run a ", shape_string(a.sizes()),
               " x ", shape_string(b.sizes()), " product with strides ", shape_string(a.strides()), " and ",
@@ -412,6 +430,38 @@ at::Tensor halfhalf_pack_cuda(const at::Tensor& x, const at::Tensor& shift) {
   return out;
 }
 
+// out = alpha · product · 2^-(row_shift + column_shift) + beta · source for a contiguous product (m, n) or
+// (batch, m, n); row_shift broadcasts as (…, m, 1), column_shift as (…, 1, n), source (undefined: none) as the
+// product. out may be the product.
+void unscale(const at::Tensor& product, at::Tensor& out, const at::Tensor& row_shift, const at::Tensor& column_shift,
+             const at::Tensor& source, float alpha, float beta) {
+  const int64_t batch = product.dim() == 3 ? product.size(0) : 1, m = product.size(-2), n = product.size(-1);
+  at::Tensor rows = row_shift.expand({batch, m, 1}), columns = column_shift.expand({batch, 1, n});
+  cutlass_ext_unscale_args args{};
+  args.c = product.data_ptr<float>();
+  args.out = out.data_ptr<float>();
+  args.batch = batch;
+  args.m = m;
+  args.n = n;
+  args.row_shift = rows.data_ptr<int32_t>();
+  args.row_shift_batch_stride = rows.stride(0);
+  args.row_shift_stride = rows.stride(1);
+  args.column_shift = columns.data_ptr<int32_t>();
+  args.column_shift_batch_stride = columns.stride(0);
+  args.column_shift_stride = columns.stride(2);
+  if (source.defined()) {
+    at::Tensor sources = source.expand({batch, m, n});
+    args.source = sources.data_ptr<float>();
+    args.source_batch_stride = sources.stride(0);
+    args.source_row_stride = sources.stride(1);
+    args.source_column_stride = sources.stride(2);
+  }
+  args.alpha = alpha;
+  args.beta = beta;
+  check_launch(loaded(halfhalf_unscale_launcher)(&args, c10::cuda::getCurrentCUDAStream().stream()),
+               "halfhalf_unscale");
+}
+
 // c · 2^-(row_shift + column_shift) for c (m, n) or (batch, m, n); row_shift broadcasts as (…, m, 1) and
 // column_shift as (…, 1, n).
 at::Tensor halfhalf_unscale_cuda(const at::Tensor& c, const at::Tensor& row_shift, const at::Tensor& column_shift) {
@@ -424,24 +474,9 @@ at::Tensor halfhalf_unscale_cuda(const at::Tensor& c, const at::Tensor& row_shif
                 shift->scalar_type(), " ", shape_string(shift->sizes()));
   }
   c10::cuda::CUDAGuard device_guard(c.device());
-  at::Tensor source = c.contiguous();
-  at::Tensor out = at::empty_like(source);
-  const int64_t batch = c.dim() == 3 ? c.size(0) : 1, m = c.size(-2), n = c.size(-1);
-  at::Tensor rows = row_shift.expand({batch, m, 1}), columns = column_shift.expand({batch, 1, n});
-  cutlass_ext_unscale_args args{};
-  args.c = source.data_ptr<float>();
-  args.out = out.data_ptr<float>();
-  args.batch = batch;
-  args.m = m;
-  args.n = n;
-  args.row_shift = rows.data_ptr<int32_t>();
-  args.row_shift_batch_stride = rows.stride(0);
-  args.row_shift_stride = rows.stride(1);
-  args.column_shift = columns.data_ptr<int32_t>();
-  args.column_shift_batch_stride = columns.stride(0);
-  args.column_shift_stride = columns.stride(2);
-  check_launch(loaded(halfhalf_unscale_launcher)(&args, c10::cuda::getCurrentCUDAStream().stream()),
-               "halfhalf_unscale");
+  at::Tensor product = c.contiguous();
+  at::Tensor out = at::empty_like(product);
+  unscale(product, out, row_shift, column_shift, at::Tensor(), 1.0f, 0.0f);
   return out;
 }
 
@@ -472,11 +507,15 @@ at::Tensor range_shift_cuda(const at::Tensor& x, int64_t dim) {
 
 // halfhalf on the sm80 kernels in one call: range shifts, packed operands, the product, unscaled. The same passes
 // as cutlass_ext.scaling's, without a Python dispatch between them (an eager call's host cost).
-at::Tensor halfhalf_gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::vector<std::string> variants) {
+at::Tensor halfhalf_gemm_cuda(const at::Tensor& a, const at::Tensor& b, const c10::optional<at::Tensor>& c,
+                              double alpha, double beta, std::vector<std::string> variants) {
+  if (a.numel() == 0 || b.numel() == 0) return gemm_cuda(a, b, c, alpha, beta, std::move(variants));  // no kernel
   const at::Tensor row_shift = range_shift_cuda(a, -1), column_shift = range_shift_cuda(b, -2);
-  const at::Tensor product = gemm_cuda(halfhalf_pack_cuda(a, row_shift), halfhalf_pack_cuda(b, column_shift),
-                                       std::move(variants));
-  return halfhalf_unscale_cuda(product, row_shift, column_shift);
+  at::Tensor product = gemm_cuda(halfhalf_pack_cuda(a, row_shift), halfhalf_pack_cuda(b, column_shift),
+                                 c10::nullopt, 1.0, 0.0, std::move(variants));
+  c10::cuda::CUDAGuard device_guard(a.device());
+  unscale(product, product, row_shift, column_shift, epilogue_source(c, beta, product), float(alpha), float(beta));
+  return product;
 }
 
 // x (float32, 2-D or 3-D, any strides) · 2^shift (shift optional, int32, broadcast against x) split into hi and

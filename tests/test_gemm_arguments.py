@@ -23,7 +23,9 @@ def test_bad_arguments_are_named(a, b, kwargs, error, message):
 
 def test_schema_and_fake_kernel_exist_without_a_build():
     schema = torch.ops.cutlass_ext.gemm.default._schema
-    assert str(schema) == "cutlass_ext::gemm(Tensor a, Tensor b, str[] variants) -> Tensor"
+    assert str(schema) == (
+        "cutlass_ext::gemm(Tensor a, Tensor b, Tensor? c, float alpha, float beta, str[] variants) -> Tensor"
+    )
 
 
 def test_linear_rejects_unknown_mode():

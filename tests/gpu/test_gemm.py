@@ -191,9 +191,9 @@ def test_empty_dimensions():
         (lambda: torch.ones(4, 5, device="cuda"), lambda: torch.ones(4, 5, device="cuda"), r"a.shape\[-1\] must equal"),
         (lambda: torch.ones(4, 5, device="cuda"), lambda: torch.ones(5, 4), "b must be a CUDA tensor"),
         (
-            lambda: torch.ones(2, 2, 4, 5, device="cuda"),
+            lambda: torch.ones((), device="cuda"),
             lambda: torch.ones(5, 4, device="cuda"),
-            "a must be 2-D, or 3-D",
+            "a must have at least one dimension",
         ),
         (
             lambda: torch.ones(2, 4, 5, device="cuda"),
