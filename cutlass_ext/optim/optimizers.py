@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import kernel, reference
+from . import kernel, reference, sharding
 from .reference import ARITHMETICS, UPDATES, AdamWConstants, Rounding, SgdConstants
 
 _SEED_LIMIT = 2**64
@@ -63,7 +63,9 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
         in the whole tensor (a shard of a tensor split across ranks draws the numbers of its elements there).
 
         Without it a param's key is its index in the optimizer's parameter order (over all groups) when it first
-        steps, and its offset 0; both are kept in the state dict."""
+        steps, and its offset 0; both are kept in the state dict. A DTensor param (FSDP2's `fully_shard`) is
+        already the whole tensor: `element_offset` places that, and each rank adds its shard's place from the
+        DTensor's placements (`sharding`), so every sharding draws the same bits per element."""
         if not isinstance(key, int) or not 0 <= key < _KEY_LIMIT:
             raise ValueError(f"key={key!r} must be an integer in [0, 2**32)")
         if not isinstance(element_offset, int) or element_offset < 0:
@@ -115,9 +117,11 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
                     raise RuntimeError("grad: sparse gradients are not supported by cutlass_ext.optim")
                 if grad.is_complex():
                     raise RuntimeError("grad: complex gradients are not supported by cutlass_ext.optim")
-                params.append(param)
-                grads.append(grad)
-                states.append(self._init_state(group, param, index - 1))
+                state = self._init_state(group, param, index - 1)
+                # a DTensor (FSDP2) steps its local shard; its elements keep their indices in the whole tensor
+                params.append(sharding.local_tensor(param))
+                grads.append(sharding.local_tensor(grad))
+                states.append(sharding.local_state(state, param, group["update"]))
             if params:
                 self._step_group(group, params, grads, states)
         return loss
