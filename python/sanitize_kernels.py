@@ -46,20 +46,18 @@ LOWBIT_SHAPES = [(67, 45, 37), (2, 19, 70, 33)]
 OPTIM_SIZES = (1, 7, 1031, 4099, 40000)  # elements per tensor: partial vectors, chunks and a grid of several blocks
 
 
-def _modules():
-    """cutlass_ext's dispatch modules (`cutlass_ext.gemm` the module, not the function the package exports)."""
-    names = ("gemm", "fp8", "tuned", "variants", "lowbit.kernel", "optim.config", "config", "split_config")
-    return {name: importlib.import_module(f"cutlass_ext.{name}") for name in names}
+def _module(name: str):
+    """A cutlass_ext module by path (`cutlass_ext.gemm` the module, not the function the package exports)."""
+    return importlib.import_module(f"cutlass_ext.{name}")
 
 
 def variant_names() -> list[str]:
     """Every variant the script checks, in a stable order, without duplicates."""
-    m = _modules()
-    names = [c.name for c in m["gemm"].dispatch_configs()]
-    names += [c.name for c in m["fp8"].dispatch_configs()]
-    names += [c.name for c in m["tuned"].shipped_configs()]
-    names.append(m["lowbit.kernel"].DEFAULT_CONFIG.name)
-    optim = m["optim.config"]
+    names = [c.name for c in _module("gemm").dispatch_configs()]
+    names += [c.name for c in _module("fp8").dispatch_configs()]
+    names += [c.name for c in _module("tuned").shipped_configs()]
+    names.append(_module("lowbit.kernel").DEFAULT_CONFIG.name)
+    optim = _module("optim.config")
     names += [
         optim.OptimConfig(kind, update, arithmetic).name
         for kind in optim.KINDS
@@ -70,21 +68,20 @@ def variant_names() -> list[str]:
 
 
 def config_of(name: str):
-    m = _modules()
-    if m["optim.config"].OptimConfig.is_name(name):
-        return m["optim.config"].OptimConfig.from_name(name)
-    return m["variants"].from_name(name)
+    OptimConfig = _module("optim.config").OptimConfig
+    return OptimConfig.from_name(name) if OptimConfig.is_name(name) else _module("variants").from_name(name)
+
+
+# config.family -> how the worker calls the variant
+_CALLS = {"sm80": "sm80", "sm90": "sm90", "sm90_fp8": "fp8", "lowbit": "lowbit", "optim": "optim"}
 
 
 def family_of(name: str) -> str:
     """`sm80`, `sm90` (corrected, split planes), `fp8`, `lowbit` or `optim`: how the worker calls the variant."""
-    config = config_of(name)
-    m = _modules()
-    if isinstance(config, m["config"].KernelConfig):
-        return "sm80"
-    if isinstance(config, m["split_config"].SplitConfig):
-        return "sm90"
-    return config.family if config.family in ("lowbit", "optim") else "fp8"
+    family = config_of(name).family
+    if family not in _CALLS:
+        raise ValueError(f"{name}: the sanitizer does not know how to call family {family!r}")
+    return _CALLS[family]
 
 
 def shapes_of(name: str) -> list[tuple]:
@@ -205,6 +202,17 @@ def _run_optim(name: str, shape: tuple, generator) -> None:
 _RUNNERS = {"sm80": _run_sm80, "sm90": _run_sm90, "fp8": _run_fp8, "lowbit": _run_lowbit, "optim": _run_optim}
 
 
+def build_all(names: list[str]) -> int:
+    """Build every variant the cache lacks for this GPU, in parallel (first use would build them one at a time)."""
+    from cutlass_ext import build, toolchain
+
+    results = build.build_libraries([(config_of(name),) for name in names], toolchain.device_arch())
+    failed = [result for result in results if result.library is None]
+    for result in failed:
+        print(f"building {result.configs[0].name} failed:\n{result.error}", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def worker(names: list[str]) -> int:
     import torch
 
@@ -304,9 +312,12 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", help="comma-separated names: only these (default: every one)")
     parser.add_argument("--list", action="store_true", help="print the (tool, group, variant, shape) runs and exit")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--build", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         return worker(args.worker.split(","))
+    if args.build:
+        return build_all(args.build.split(","))
 
     tools = args.tools.split(",")
     unknown = [tool for tool in tools if tool not in TOOLS]
@@ -331,16 +342,16 @@ def main(argv=None) -> int:
     sanitizer = find_sanitizer()
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    # one plain pass first: builds whatever the cache lacks and shows every variant runs at these shapes at all
-    print(f"plain run of {len(names)} variants (builds what the cache lacks)", flush=True)
-    plain = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--worker", ",".join(names)], capture_output=True, text=True
-    )
-    (args.out / "plain.log").write_text(plain.stdout + plain.stderr)
-    if plain.returncode != 0:
-        print(plain.stdout[-2000:] + plain.stderr[-4000:], file=sys.stderr)
-        print(f"the plain run failed (exit {plain.returncode}): see {args.out / 'plain.log'}", file=sys.stderr)
-        return 1
+    # first the build of what the cache lacks, then one plain run: every variant runs at these shapes at all
+    for step in ("build", "worker"):
+        print(f"{step}: {len(names)} variants", flush=True)
+        command = [sys.executable, str(Path(__file__).resolve()), f"--{step}", ",".join(names)]
+        plain = subprocess.run(command, capture_output=True, text=True)
+        (args.out / f"plain_{step}.log").write_text(plain.stdout + plain.stderr)
+        if plain.returncode != 0:
+            print(plain.stdout[-2000:] + plain.stderr[-4000:], file=sys.stderr)
+            print(f"{step} failed (exit {plain.returncode}): see {args.out / f'plain_{step}.log'}", file=sys.stderr)
+            return 1
     rows = []
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         futures = {

@@ -30,8 +30,8 @@ def test_every_dispatchable_variant_is_listed_once_per_tool(listed):
     gemm = importlib.import_module("cutlass_ext.gemm")
     fp8 = importlib.import_module("cutlass_ext.fp8")
     tuned = importlib.import_module("cutlass_ext.tuned")
-    from cutlass_ext.lowbit.kernel import DEFAULT_CONFIG
-    from cutlass_ext.optim.config import OptimConfig
+    DEFAULT_CONFIG = importlib.import_module("cutlass_ext.lowbit.kernel").DEFAULT_CONFIG
+    OptimConfig = importlib.import_module("cutlass_ext.optim.config").OptimConfig
 
     expected = {c.name for c in gemm.dispatch_configs()} | {c.name for c in fp8.dispatch_configs()}
     expected |= {c.name for c in tuned.shipped_configs()} | set(fp8.DECODE_DEFAULTS.values())
@@ -146,3 +146,28 @@ def test_unknown_tools_and_variants_are_refused():
         result = subprocess.run([sys.executable, str(SCRIPT), argument, "--list"], capture_output=True, text=True)
         assert result.returncode == 2
         assert argument.split("=")[1].split(",")[-1] in result.stderr
+
+
+def test_run_one_logs_the_command_and_reads_its_output(sanitize, monkeypatch, tmp_path):
+    """A stand-in for compute-sanitizer that prints what the worker and the tool would."""
+    monkeypatch.setattr(sanitize, "shapes_of", lambda name: [(3, 5, 7)])
+    fake = tmp_path / "compute-sanitizer"
+    marker = sanitize.MARKER
+    fake.write_text(
+        "#!/bin/sh\n"
+        f"echo '{marker} run first 3x5x7'; echo '{marker} done'\n"
+        f"echo '{marker} run second 3x5x7'\n"
+        "echo '========= Invalid __shared__ write of size 4 bytes'\n"
+        f"echo '{marker} done'\n"
+        "echo '========= ERROR SUMMARY: 1 error'\n"
+        'test "$PYTORCH_NO_CUDA_MEMORY_CACHING" = 1\n'
+    )
+    fake.chmod(0o755)
+    log = tmp_path / "memcheck_group00.log"
+    rows = sanitize.run_one(str(fake), "memcheck", ["first", "second"], log, timeout=30)
+    assert [(row["variant"], row["errors"], row["status"]) for row in rows] == [
+        ("first", 0, "ok"),
+        ("second", 1, "ok"),
+    ]
+    text = log.read_text()
+    assert text.startswith(f"$ {fake} --tool memcheck") and "# exit 0" in text
