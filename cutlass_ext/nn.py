@@ -1,31 +1,120 @@
-"""Drop-in modules whose matrix products run through `cutlass_ext.gemm`."""
+"""Drop-in modules whose matrix products run through `cutlass_ext.gemm`, and whole-model conversion.
+
+ext.nn.convert(model, mode="tf32tf32")        # every nn.Linear of model, in place
+ext.nn.unconvert(model)                       # back to torch.nn.Linear
+fp8 = ext.nn.Fp8Linear.from_linear(linear)    # inference on Hopper: FP8 weights, per-token activations
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
+from .fp8_linear import Fp8Linear
 from .gemm import MODES, gemm
+
+__all__ = ["Fp8Linear", "Linear", "convert", "unconvert"]
+
+_AUTOCAST_INPUTS = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _checked_mode(mode) -> str:
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r} is not one of {list(MODES)}")
+    return mode
 
 
 class Linear(torch.nn.Linear):
-    """`torch.nn.Linear` (float32) with y = x·Wᵀ + b computed by `gemm(..., mode=mode)`, forward and backward."""
+    """`torch.nn.Linear` (float32) with y = x·Wᵀ + b computed by one `gemm(x, W.T, mode, bias=b)` call (the bias
+    added in the kernels' epilogue), forward and backward; same parameters and state-dict keys.
+
+    Inside `torch.autocast("cuda")` the layer still computes in FP32 and returns FP32 (a corrected mode is FP32 by
+    definition): bfloat16 and float16 inputs are upcast. The weight stays float32.
+    """
 
     def __init__(
         self, in_features: int, out_features: int, bias: bool = True, mode: str = "tf32tf32", device=None, dtype=None
     ):
-        if mode not in MODES:
-            raise ValueError(f"mode={mode!r} is not one of {list(MODES)}")
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
-        self.mode = mode
+        self.mode = _checked_mode(mode)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] != self.in_features:
-            raise ValueError(f"x has {x.shape[-1]} features in its last dimension; this layer takes {self.in_features}")
-        rows = x.reshape(-1, self.in_features)
-        y = gemm(rows, self.weight.t(), mode=self.mode)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        autocast = torch.is_autocast_enabled("cuda")
+        self._check(input, autocast)
+        if autocast:
+            with torch.autocast("cuda", enabled=False):  # gemm's fp32 mode calls torch.matmul
+                return gemm(input.float(), self.weight.mT, self.mode, bias=self.bias)
+        return gemm(input, self.weight.mT, self.mode, bias=self.bias)
+
+    def _check(self, input, autocast: bool) -> None:
+        """The layer's arguments by their names here (gemm would name them a, b and bias)."""
+        if not isinstance(input, torch.Tensor):
+            raise TypeError(f"input must be a torch.Tensor; got {type(input).__name__}")
+        if input.dtype != torch.float32 and not (autocast and input.dtype in _AUTOCAST_INPUTS):
+            expected = "float32 (or bfloat16 / float16 under CUDA autocast)"
+            raise TypeError(f"input must be {expected}; got {input.dtype}")
+        for name, parameter in (("weight", self.weight), ("bias", self.bias)):
+            if parameter is not None and parameter.dtype != torch.float32:
+                raise TypeError(
+                    f"{name} must be float32 (this layer computes in FP32; keep it float32 under autocast); "
+                    f"got {parameter.dtype}"
+                )
+        if input.device.type != "cuda":
+            raise ValueError(f"input must be a CUDA tensor; got device {input.device}")
+        if self.weight.device != input.device:
+            raise ValueError(f"weight is on {self.weight.device} and input on {input.device}: they must share one")
+        if input.dim() == 0 or input.shape[-1] != self.in_features:
+            raise ValueError(
+                f"input has shape {tuple(input.shape)}: its last dimension must be in_features={self.in_features}"
+            )
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, mode={self.mode!r}"
+
+
+def _skipped(name: str, skip: set[str]) -> bool:
+    """Whether `name` or a module above it is in `skip`."""
+    parts = name.split(".")
+    return any(".".join(parts[:length]) in skip for length in range(len(parts) + 1))
+
+
+def _checked_skip(model: torch.nn.Module, skip) -> set[str]:
+    if skip is None:
+        return set()
+    names = {skip} if isinstance(skip, str) else set(skip)
+    unknown = names - {name for name, _ in model.named_modules(remove_duplicate=False)}
+    if unknown:
+        raise ValueError(f"skip names modules that model does not have: {sorted(unknown)}")
+    return names
+
+
+def convert(model: torch.nn.Module, mode: str = "tf32tf32", skip: Iterable[str] | str | None = None) -> torch.nn.Module:
+    """Make every `torch.nn.Linear` of `model` (exactly that class, `model` itself included) an `ext.nn.Linear` in
+    `mode`, in place; returns `model`.
+
+    The modules change class where they are (as `torch.nn.utils.parametrize` does), so parameters, state-dict keys,
+    hooks, optimizers holding the parameters and every other reference to a layer stay valid. skip: qualified
+    names (as in `model.named_modules()`) of layers, or of modules whose layers all stay `torch.nn.Linear` (a layer
+    reachable under several names stays if one is skipped).
+    Convert before `fully_shard` or parametrizations, which give the layers classes of their own.
+    """
+    mode = _checked_mode(mode)
+    skip = _checked_skip(model, skip)
+    named = list(model.named_modules(remove_duplicate=False))
+    kept = {id(module) for name, module in named if _skipped(name, skip)}  # a layer under several names: any
+    for _, module in named:
+        if type(module) is torch.nn.Linear and id(module) not in kept:
+            module.__class__ = Linear
+            module.mode = mode
+    return model
+
+
+def unconvert(model: torch.nn.Module) -> torch.nn.Module:
+    """The inverse of `convert`: every `ext.nn.Linear` of `model` becomes a `torch.nn.Linear` again, in place;
+    returns `model`."""
+    for module in model.modules():
+        if type(module) is Linear:
+            module.__class__ = torch.nn.Linear
+            del module.mode
+    return model

@@ -131,7 +131,7 @@ def _scaled_sum(input, first, second, beta, alpha, out, dims: int):
         return _Product(first, second, alpha=alpha, out=out)
     if beta == 1 and input.shape == result_shape[-1:]:  # the layer's bias: gemm's fused bias epilogue
         return _Product(first, second, bias=input, alpha=alpha, out=out)
-    return _Product(first, second, c=input.expand(result_shape), alpha=alpha, beta=beta, out=out)
+    return _Product(first, second, c=input, alpha=alpha, beta=beta, out=out)
 
 
 def _addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):

@@ -1,0 +1,83 @@
+"""Fp8Linear on the CPU: weights quantized once per output channel or per tensor, buffers and keys, argument errors
+(tests/gpu/test_fp8_linear.py runs the layer)."""
+
+import pytest
+import torch
+
+import cutlass_ext as ext
+
+E4M3_RELATIVE_STEP = 2.0**-3  # e4m3 has 3 mantissa bits: a rounding moves a value by at most half of this
+
+
+def linear(in_features=64, out_features=32, bias=True, dtype=torch.bfloat16, seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Linear(in_features, out_features, bias=bias, dtype=dtype)
+
+
+@pytest.mark.parametrize("scaling", ["row", "tensor"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_from_linear_quantizes_the_weight_once(scaling, dtype):
+    source = linear(dtype=dtype)
+    with torch.no_grad():
+        source.weight[3] *= 100.0  # one loud channel: per-channel scales keep the others' precision
+    layer = ext.nn.Fp8Linear.from_linear(source, scaling=scaling)
+    assert layer.weight.dtype == torch.float8_e4m3fn and layer.weight.shape == (32, 64)
+    assert layer.weight_scale.dtype == torch.float32
+    assert layer.weight_scale.shape == ((32, 1) if scaling == "row" else ())
+    assert layer.out_dtype == dtype and layer.bias.dtype == dtype
+    torch.testing.assert_close(layer.bias, source.bias.detach())
+    weight = source.weight.detach().double()
+    dequantized = layer.weight.double() * layer.weight_scale.double()
+    largest = weight.abs().amax(dim=1, keepdim=True) if scaling == "row" else weight.abs().amax()
+    # normal e4m3 values: half a step relative; the smallest, subnormal, ones: absolute, relative to the scale
+    bound = torch.maximum(weight.abs() * E4M3_RELATIVE_STEP / 2, largest / 448 * 2.0**-9)
+    assert ((dequantized - weight).abs() <= bound * (1 + 1e-6)).all()
+    assert list(layer.state_dict()) == ["weight", "weight_scale", "bias"]
+    assert not list(layer.parameters())
+
+
+def test_without_bias_and_with_another_output_dtype():
+    layer = ext.nn.Fp8Linear.from_linear(linear(bias=False, dtype=torch.float32), out_dtype=torch.bfloat16)
+    assert layer.bias is None and layer.out_dtype == torch.bfloat16
+    assert list(layer.state_dict()) == ["weight", "weight_scale"]
+    assert "scaling='row', accum='promoted', out_dtype=torch.bfloat16" in repr(layer)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"scaling": "block"}, ValueError, "scaling='block' is not one of"),
+        ({"accum": "exact"}, ValueError, "accum='exact' is not one of"),
+        ({"out_dtype": torch.float64}, TypeError, "out_dtype must be one of"),
+        ({"in_features": 40}, ValueError, "in_features=40 must be a multiple of 16"),
+        ({"out_features": 12}, ValueError, "out_features=12 must be a multiple of 8"),
+        ({"out_features": 12, "out_dtype": torch.float32}, None, None),
+    ],
+)
+def test_constructor_arguments_are_named(kwargs, error, message):
+    arguments = {"in_features": 64, "out_features": 32, **kwargs}
+    if error is None:
+        ext.nn.Fp8Linear(**arguments)
+        return
+    with pytest.raises(error, match=message):
+        ext.nn.Fp8Linear(**arguments)
+
+
+def test_forward_names_bad_inputs():
+    layer = ext.nn.Fp8Linear.from_linear(linear())
+    with pytest.raises(TypeError, match="input must be a torch.Tensor"):
+        layer([0.0] * 64)
+    with pytest.raises(TypeError, match="input must be one of"):
+        layer(torch.ones(2, 64, dtype=torch.float64))
+    with pytest.raises(ValueError, match="last dimension must be in_features=64"):
+        layer(torch.ones(2, 32, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="input must be a CUDA tensor"):
+        layer(torch.ones(2, 64, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="linear must be a torch.nn.Linear"):
+        ext.nn.Fp8Linear.from_linear(torch.nn.Conv1d(4, 4, 1))
+
+
+def test_a_cast_model_is_reported():
+    layer = ext.nn.Fp8Linear.from_linear(linear()).to(torch.bfloat16)  # Module.to(dtype) casts the FP8 buffer too
+    with pytest.raises(TypeError, match="weight must be torch.float8_e4m3fn"):
+        layer(torch.ones(2, 64, dtype=torch.bfloat16))
