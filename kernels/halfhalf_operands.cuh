@@ -20,7 +20,7 @@ constexpr float kHalfHalfLoScale = 2048.0f;
 // Both passes work on 32 x 32 tiles of the (row-major) output with 32 x 8 threads, 4 rows each.
 constexpr int kTile = 32, kTileRowsPerPass = 8;
 
-inline int64_t tiles_of(int64_t extent, int64_t tile) { return (extent + tile - 1) / tile; }
+CUTLASS_HOST_DEVICE int64_t tiles_of(int64_t extent, int64_t tile) { return (extent + tile - 1) / tile; }
 // Grid y and z stop at 65535 blocks; the kernels walk the tiles beyond in strides of the grid.
 inline unsigned capped(int64_t blocks) { return unsigned(blocks < 65535 ? blocks : 65535); }
 
@@ -394,6 +394,106 @@ inline int launch_range_shift(const cutlass_ext_range_shift_args& args, cudaStre
   return int(cudaGetLastError());
 }
 
+// Strips of 32 slices of one operand of halfhalf_operands_kernel; none for an empty operand.
+CUTLASS_HOST_DEVICE int64_t strips_of(const cutlass_ext_operand_pass& op) {
+  return op.rows * op.columns == 0 ? 0 : op.batch * tiles_of(op.per_column ? op.columns : op.rows, kTile);
+}
+
+// halfhalf's operand pass fused (range shift, scale, split, pack) for both operands in one launch: an eager call's
+// host time is mostly launches (docs/design-notes.md, dispatch and the cost of a call). Each block takes a strip
+// of 32 slices (rows of A, columns of B): their maxima first, then the strip again in 32 x 32 tiles through shared
+// memory, read along the input's unit stride and written along the output's. Same values as range_shift followed
+// by halfhalf_pack (max is exact in any order; NaN propagates), reading the input twice.
+__global__ void halfhalf_operands_kernel(cutlass_ext_halfhalf_operands_args args) {
+  __shared__ float tile[kTile][kTile + 1];  // [slice][element]; +1 against bank conflicts
+  __shared__ float partial[kTileRowsPerPass][kTile + 1];
+  __shared__ int shifts[kTile];
+  const int lane = threadIdx.x, group = threadIdx.y;
+  const int64_t strips_a = strips_of(args.a), strips_all = strips_a + strips_of(args.b);
+  for (int64_t strip = blockIdx.x; strip < strips_all; strip += gridDim.x) {
+    const cutlass_ext_operand_pass& op = strip < strips_a ? args.a : args.b;
+    const bool per_column = op.per_column != 0;
+    const int64_t slices = per_column ? op.columns : op.rows, length = per_column ? op.rows : op.columns;
+    const int64_t slice_stride = per_column ? op.x_stride_column : op.x_stride_row;
+    const int64_t element_stride = per_column ? op.x_stride_row : op.x_stride_column;
+    const int64_t local = strip < strips_a ? strip : strip - strips_a, per_batch = tiles_of(slices, kTile);
+    const int64_t batch = local / per_batch, slice0 = (local % per_batch) * kTile;
+    const float* x = op.x + batch * op.x_stride_batch;
+    // Along the unit stride: lanes walk a slice's elements (4 slices per warp); else lanes take 32 neighbouring
+    // slices and the 8 warps split each slice's elements.
+    const bool along = element_stride == 1;
+    float largest = 0.0f;
+    if (along) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kTile / kTileRowsPerPass; ++j) {
+        const int s = group + j * kTileRowsPerPass;
+        float slice_largest = 0.0f;
+        if (slice0 + s < slices) {
+          const float* row = x + (slice0 + s) * slice_stride;
+          for (int64_t i = lane; i < length; i += kTile) slice_largest = max_magnitude(slice_largest, fabsf(row[i]));
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int offset = 16; offset > 0; offset /= 2) {
+          slice_largest = max_magnitude(slice_largest, __shfl_xor_sync(0xffffffffu, slice_largest, offset));
+        }
+        if (lane == 0) partial[0][s] = slice_largest;
+      }
+    } else {
+      if (slice0 + lane < slices) {
+        const float* column = x + (slice0 + lane) * slice_stride;
+        for (int64_t i = group; i < length; i += kTileRowsPerPass) {
+          largest = max_magnitude(largest, fabsf(column[i * element_stride]));
+        }
+      }
+      partial[group][lane] = largest;
+    }
+    __syncthreads();
+    if (group == 0) {
+      largest = partial[0][lane];
+      if (!along) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 1; j < kTileRowsPerPass; ++j) largest = max_magnitude(largest, partial[j][lane]);
+      }
+      shifts[lane] = range_shift_of(largest);
+      if (slice0 + lane < slices) op.shift[batch * slices + slice0 + lane] = shifts[lane];
+    }
+    __syncthreads();
+    uint32_t* packed = static_cast<uint32_t*>(op.packed) + batch * op.rows * op.columns;
+    for (int64_t element0 = 0; element0 < length; element0 += kTile) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kTile / kTileRowsPerPass; ++j) {
+        const int other = group + j * kTileRowsPerPass;
+        const int s = along ? other : lane, e = along ? lane : other;
+        if (slice0 + s < slices && element0 + e < length) {
+          tile[s][e] = x[(slice0 + s) * slice_stride + (element0 + e) * element_stride];
+        }
+      }
+      __syncthreads();
+      // The output is row-major: A's rows are slices (lanes along elements), B's rows are elements (lanes along
+      // slices).
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kTile / kTileRowsPerPass; ++j) {
+        const int other = group + j * kTileRowsPerPass;
+        const int s = per_column ? lane : other, e = per_column ? other : lane;
+        const int64_t slice = slice0 + s, element = element0 + e;
+        if (slice < slices && element < length) {
+          const float value = tile[s][e] * power_of_two(shifts[s]);
+          const int64_t index = per_column ? element * op.columns + slice : slice * op.columns + element;
+          packed[index] = PackedWriter::pack(HalfHalfSplit(value));
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+inline int launch_halfhalf_operands(const cutlass_ext_halfhalf_operands_args& args, cudaStream_t stream) {
+  const int64_t blocks = strips_of(args.a) + strips_of(args.b);
+  if (blocks == 0) return 0;
+  halfhalf_operands_kernel<<<capped(blocks), dim3(kTile, kTileRowsPerPass), 0, stream>>>(args);
+  return int(cudaGetLastError());
+}
+
 #undef CUTLASS_EXT_FOR_EACH_TILE
 
 }  // namespace cutlass_ext
@@ -406,6 +506,9 @@ inline int launch_range_shift(const cutlass_ext_range_shift_args& args, cudaStre
 
 #define CUTLASS_EXT_EXPORT_HALFHALF_OPERANDS()                                                              \
   CUTLASS_EXT_EXPORT_RANGE_SHIFT()                                                                          \
+  extern "C" int cutlass_ext_halfhalf_operands(const cutlass_ext_halfhalf_operands_args* args, void* stream) { \
+    return cutlass_ext::launch_halfhalf_operands(*args, static_cast<cudaStream_t>(stream));                \
+  }                                                                                                         \
   extern "C" int cutlass_ext_halfhalf_pack(const cutlass_ext_pack_args* args, void* stream) {              \
     if (args->batch * args->rows * args->columns == 0) return 0;                                            \
     cutlass_ext::SplitSource source{args->x,             args->batch,        args->rows,                        \

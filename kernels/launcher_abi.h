@@ -73,7 +73,24 @@ typedef struct {
   float alpha, beta;
 } cutlass_ext_unscale_args;
 
-// Both return 0 or a cudaError_t.
+// halfhalf's fused operand pass, both operands in one launch: per slice (a row of A, a column of B) the range
+// shift of range_shift_abi.h, then pack(x · 2^shift) as halfhalf_pack writes it. x: `batch` (rows, columns)
+// matrices with any strides (in elements); shift: int32, dense, batch·rows (per row) or batch·columns (per column)
+// values; packed: (batch, rows, columns) row-major, dense.
+typedef struct {
+  const float* x;
+  int64_t batch, rows, columns;
+  int64_t x_stride_batch, x_stride_row, x_stride_column;
+  int32_t per_column;
+  int32_t* shift;
+  void* packed;
+} cutlass_ext_operand_pass;
+typedef struct {
+  cutlass_ext_operand_pass a, b;  // A per row, B per column
+} cutlass_ext_halfhalf_operands_args;
+
+// All return 0 or a cudaError_t.
+typedef int (*cutlass_ext_halfhalf_operands_fn)(const cutlass_ext_halfhalf_operands_args* args, void* cuda_stream);
 typedef int (*cutlass_ext_halfhalf_pack_fn)(const cutlass_ext_pack_args* args, void* cuda_stream);
 typedef int (*cutlass_ext_halfhalf_unscale_fn)(const cutlass_ext_unscale_args* args, void* cuda_stream);
 

@@ -51,6 +51,7 @@ cutlass_ext_split_planes_fn split_planes_launcher = nullptr;
 // halfhalf's operand passes; every kernel library exports them, the first one loaded serves.
 cutlass_ext_halfhalf_pack_fn halfhalf_pack_launcher = nullptr;
 cutlass_ext_halfhalf_unscale_fn halfhalf_unscale_launcher = nullptr;
+cutlass_ext_halfhalf_operands_fn halfhalf_operands_launcher = nullptr;
 // halfhalf's range shifts; exported by the sm80 and the Hopper corrected libraries alike.
 cutlass_ext_range_shift_fn range_shift_launcher = nullptr;
 
@@ -110,6 +111,8 @@ void register_variant(const std::string& name, const std::string& library) {
     halfhalf_pack_launcher = find_symbol<cutlass_ext_halfhalf_pack_fn>(handle, "cutlass_ext_halfhalf_pack", library);
     halfhalf_unscale_launcher =
         find_symbol<cutlass_ext_halfhalf_unscale_fn>(handle, "cutlass_ext_halfhalf_unscale", library);
+    halfhalf_operands_launcher =
+        find_symbol<cutlass_ext_halfhalf_operands_fn>(handle, "cutlass_ext_halfhalf_operands", library);
   }
   registry[name] = Variant{
       library,
@@ -223,8 +226,8 @@ at::Tensor epilogue_source(const c10::optional<at::Tensor>& c, double beta, cons
   return d.size(-1) > 1 && source.stride(-1) != 1 ? source.contiguous() : source;
 }
 
-at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, const c10::optional<at::Tensor>& c, double alpha,
-                     double beta, std::vector<std::string> variants) {
+// The checks of gemm's operands (float32 CUDA, 2-D or 3-D, one batch size); returns the batch size.
+int64_t check_operands(const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(a.is_cuda() && b.is_cuda(), "a and b must be CUDA tensors");
   TORCH_CHECK(a.device() == b.device(), "a and b must be on one device; got ", a.device().str(), " and ",
               b.device().str());
@@ -236,6 +239,12 @@ at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, const c10::option
   int64_t batch = a.dim() == 3 ? a.size(0) : (b.dim() == 3 ? b.size(0) : 1);
   TORCH_CHECK((a.dim() == 2 || a.size(0) == batch) && (b.dim() == 2 || b.size(0) == batch), "a is ",
               shape_string(a.sizes()), " and b is ", shape_string(b.sizes()), ": batch sizes must match");
+  return batch;
+}
+
+at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, const c10::optional<at::Tensor>& c, double alpha,
+                     double beta, std::vector<std::string> variants) {
+  const int64_t batch = check_operands(a, b);
   c10::cuda::CUDAGuard device_guard(a.device());
   const int64_t m = a.size(-2), n = b.size(-1), k = a.size(-1);
   bool batched = a.dim() == 3 || b.dim() == 3;
@@ -430,27 +439,11 @@ at::Tensor halfhalf_pack_cuda(const at::Tensor& x, const at::Tensor& shift) {
   return out;
 }
 
-// out = alpha · product · 2^-(row_shift + column_shift) + beta · source for a contiguous product (m, n) or
-// (batch, m, n); row_shift broadcasts as (…, m, 1), column_shift as (…, 1, n), source (undefined: none) as the
-// product. out may be the product.
-void unscale(const at::Tensor& product, at::Tensor& out, const at::Tensor& row_shift, const at::Tensor& column_shift,
-             const at::Tensor& source, float alpha, float beta) {
-  const int64_t batch = product.dim() == 3 ? product.size(0) : 1, m = product.size(-2), n = product.size(-1);
-  at::Tensor rows = row_shift.expand({batch, m, 1}), columns = column_shift.expand({batch, 1, n});
-  cutlass_ext_unscale_args args{};
-  args.c = product.data_ptr<float>();
-  args.out = out.data_ptr<float>();
-  args.batch = batch;
-  args.m = m;
-  args.n = n;
-  args.row_shift = rows.data_ptr<int32_t>();
-  args.row_shift_batch_stride = rows.stride(0);
-  args.row_shift_stride = rows.stride(1);
-  args.column_shift = columns.data_ptr<int32_t>();
-  args.column_shift_batch_stride = columns.stride(0);
-  args.column_shift_stride = columns.stride(2);
+// Launches the unscaling pass of `args` (product, out, sizes and shifts filled in) with gemm's epilogue:
+// alpha · unscaled + beta · source, source (undefined: none) broadcast to (batch, m, n).
+void unscale(cutlass_ext_unscale_args& args, const at::Tensor& source, float alpha, float beta) {
   if (source.defined()) {
-    at::Tensor sources = source.expand({batch, m, n});
+    at::Tensor sources = source.expand({args.batch, args.m, args.n});
     args.source = sources.data_ptr<float>();
     args.source_batch_stride = sources.stride(0);
     args.source_row_stride = sources.stride(1);
@@ -476,7 +469,21 @@ at::Tensor halfhalf_unscale_cuda(const at::Tensor& c, const at::Tensor& row_shif
   c10::cuda::CUDAGuard device_guard(c.device());
   at::Tensor product = c.contiguous();
   at::Tensor out = at::empty_like(product);
-  unscale(product, out, row_shift, column_shift, at::Tensor(), 1.0f, 0.0f);
+  const int64_t batch = c.dim() == 3 ? c.size(0) : 1, m = c.size(-2), n = c.size(-1);
+  at::Tensor rows = row_shift.expand({batch, m, 1}), columns = column_shift.expand({batch, 1, n});
+  cutlass_ext_unscale_args args{};
+  args.c = product.data_ptr<float>();
+  args.out = out.data_ptr<float>();
+  args.batch = batch;
+  args.m = m;
+  args.n = n;
+  args.row_shift = rows.data_ptr<int32_t>();
+  args.row_shift_batch_stride = rows.stride(0);
+  args.row_shift_stride = rows.stride(1);
+  args.column_shift = columns.data_ptr<int32_t>();
+  args.column_shift_batch_stride = columns.stride(0);
+  args.column_shift_stride = columns.stride(2);
+  unscale(args, at::Tensor(), 1.0f, 0.0f);
   return out;
 }
 
@@ -505,17 +512,93 @@ at::Tensor range_shift_cuda(const at::Tensor& x, int64_t dim) {
   return out;
 }
 
-// halfhalf on the sm80 kernels in one call: range shifts, packed operands, the product, unscaled. The same passes
-// as cutlass_ext.scaling's, without a Python dispatch between them (an eager call's host cost).
+// The operand pass's view of x (2-D or 3-D, any strides), its shifts per row or per column.
+cutlass_ext_operand_pass operand_pass(const at::Tensor& x, bool per_column, void* shift, void* packed) {
+  cutlass_ext_operand_pass pass{};
+  pass.x = x.data_ptr<float>();
+  pass.batch = x.dim() == 3 ? x.size(0) : 1;
+  pass.rows = x.size(-2);
+  pass.columns = x.size(-1);
+  pass.x_stride_batch = x.dim() == 3 ? x.stride(0) : 0;
+  pass.x_stride_row = x.stride(-2);
+  pass.x_stride_column = x.stride(-1);
+  pass.per_column = per_column;
+  pass.shift = static_cast<int32_t*>(shift);
+  pass.packed = packed;
+  return pass;
+}
+
+constexpr int64_t aligned16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
+
+// halfhalf on the sm80 kernels in one call, three launches: the fused operand pass (range shifts, packed operands,
+// into one workspace), the product, and its unscaling with gemm's epilogue, in place.
 at::Tensor halfhalf_gemm_cuda(const at::Tensor& a, const at::Tensor& b, const c10::optional<at::Tensor>& c,
                               double alpha, double beta, std::vector<std::string> variants) {
   if (a.numel() == 0 || b.numel() == 0) return gemm_cuda(a, b, c, alpha, beta, std::move(variants));  // no kernel
-  const at::Tensor row_shift = range_shift_cuda(a, -1), column_shift = range_shift_cuda(b, -2);
-  at::Tensor product = gemm_cuda(halfhalf_pack_cuda(a, row_shift), halfhalf_pack_cuda(b, column_shift),
-                                 c10::nullopt, 1.0, 0.0, std::move(variants));
+  const int64_t batch = check_operands(a, b);
   c10::cuda::CUDAGuard device_guard(a.device());
-  unscale(product, product, row_shift, column_shift, epilogue_source(c, beta, product), float(alpha), float(beta));
-  return product;
+  const int64_t m = a.size(-2), n = b.size(-1), k = a.size(-1);
+  const int64_t batch_a = a.dim() == 3 ? batch : 1, batch_b = b.dim() == 3 ? batch : 1;
+  const int64_t packed_a = aligned16(batch_a * m * k * 4), packed_b = aligned16(batch_b * k * n * 4);
+  const int64_t shifts_a = aligned16(batch_a * m * 4);
+  at::Tensor workspace = at::empty({packed_a + packed_b + shifts_a + batch_b * n * 4}, a.options().dtype(at::kByte));
+  char* base = static_cast<char*>(workspace.data_ptr());
+  int32_t* row_shift = reinterpret_cast<int32_t*>(base + packed_a + packed_b);
+  int32_t* column_shift = reinterpret_cast<int32_t*>(base + packed_a + packed_b + shifts_a);
+  cutlass_ext_halfhalf_operands_args operands{operand_pass(a, false, row_shift, base),
+                                              operand_pass(b, true, column_shift, base + packed_a)};
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  check_launch(loaded(halfhalf_operands_launcher)(&operands, stream), "halfhalf_operands");
+
+  const bool batched = a.dim() == 3 || b.dim() == 3;
+  at::Tensor d = batched ? at::empty({batch, m, n}, a.options()) : at::empty({m, n}, a.options());
+  cutlass_ext_gemm_args args{};
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.batch = batch;
+  args.a = base;
+  args.lda = k;
+  args.batch_stride_a = batch_a > 1 ? m * k : 0;
+  args.b = base + packed_a;
+  args.ldb = n;
+  args.batch_stride_b = batch_b > 1 ? k * n : 0;
+  args.d = d.data_ptr();
+  args.ldd = n;
+  args.batch_stride_d = m * n;
+  args.alpha = 1.0f;
+  std::vector<std::string> unloaded;
+  bool ran = false;
+  for (const auto& name : variants) {  // the packed operands are row-major
+    const Variant* variant = find_in(registry, name);
+    if (variant == nullptr) {
+      unloaded.push_back(name);
+    } else if (variant->layouts == 0 && run_if_implementable(*variant, args, name, a.options())) {
+      ran = true;
+      break;
+    }
+  }
+  if (!ran) {
+    check_unloaded(unloaded);
+    TORCH_CHECK(false, "none of the kernel variants ", c10::Join(", ", variants), " can run packed halfhalf operands ",
+                shape_string(a.sizes()), " x ", shape_string(b.sizes()));
+  }
+
+  cutlass_ext_unscale_args unscaling{};
+  unscaling.c = d.data_ptr<float>();
+  unscaling.out = d.data_ptr<float>();
+  unscaling.batch = batch;
+  unscaling.m = m;
+  unscaling.n = n;
+  unscaling.row_shift = row_shift;
+  unscaling.row_shift_batch_stride = batch_a > 1 ? m : 0;
+  unscaling.row_shift_stride = 1;
+  unscaling.column_shift = column_shift;
+  unscaling.column_shift_batch_stride = batch_b > 1 ? n : 0;
+  unscaling.column_shift_stride = 1;
+  const at::Tensor source = epilogue_source(c, beta, d);
+  unscale(unscaling, source, float(alpha), source.defined() ? float(beta) : 0.0f);
+  return d;
 }
 
 // x (float32, 2-D or 3-D, any strides) · 2^shift (shift optional, int32, broadcast against x) split into hi and

@@ -53,14 +53,14 @@ def test_fused_epilogue_equals_separate_passes(mode, a_shape, b_shape, kind, alp
     assert numerics.relative_residual(fused, separate.double()) < BOUND[mode]
 
 
-@pytest.mark.parametrize("mode", ["tf32", "tf32tf32", "halfhalf"])
-def test_bias_is_added_in_the_epilogue_not_rounded_twice(mode):
-    # a product of 2^20 plus a bias of 1: one rounding of the sum, exact in FP32
-    a = torch.full((64, 64), 2.0**10, device="cuda")
+@pytest.mark.parametrize("mode", ["tf32", "tf32tf32", "halfhalf", "markidis"])
+def test_bias_reaches_every_row_exactly(mode):
+    # products of 2^20 plus biases 0..63: exact in FP32, so any row that missed its bias shows
+    a = torch.full((100, 64), 2.0**10, device="cuda")
     b = torch.zeros((64, 64), device="cuda")
     b[0] = 2.0**10
-    bias = torch.ones(64, device="cuda")
-    assert torch.equal(ext.gemm(a, b, mode=mode, bias=bias), torch.full((64, 64), 2.0**20 + 1, device="cuda"))
+    bias = torch.arange(64, dtype=torch.float32, device="cuda")
+    assert torch.equal(ext.gemm(a, b, mode=mode, bias=bias), (2.0**20 + bias).expand(100, 64))
 
 
 @pytest.mark.parametrize("mode", MODES)

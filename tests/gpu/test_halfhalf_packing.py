@@ -6,7 +6,7 @@ import torch
 
 import cutlass_ext as ext
 from cutlass_ext import numerics, ops, registry, scaling
-from cutlass_ext.config import default_configs
+from cutlass_ext.families.sm80.config import default_configs
 
 from .helpers import operands
 
@@ -125,3 +125,34 @@ def test_fused_halfhalf_equals_its_passes_one_by_one(batched):
     packed_a, packed_b = ops.halfhalf_pack(a, row_shift), ops.halfhalf_pack(b, column_shift)
     expected = ops.halfhalf_unscale(ops.gemm(packed_a, packed_b, names), row_shift, column_shift)
     assert torch.equal(ops.halfhalf_gemm(a, b, names), expected)
+
+
+@pytest.mark.parametrize("layout_a", LAYOUTS)
+@pytest.mark.parametrize("layout_b", LAYOUTS)
+@pytest.mark.parametrize("a_shape, b_shape", [((37, 53), (53, 45)), ((3, 17, 40), (40, 33)), ((67, 131), (3, 131, 45))])
+def test_fused_operand_pass_equals_range_shift_and_pack_from_any_strides(layout_a, layout_b, a_shape, b_shape):
+    """The one-launch operand pass reads rows and columns both ways through its tiles; NaN, Inf and zero slices
+    give what range_shift and halfhalf_pack give."""
+    generator = torch.Generator(device="cuda").manual_seed(27)
+    a = LAYOUTS[layout_a](numerics.exp_rand(a_shape, -60, 60, generator=generator))
+    b = LAYOUTS[layout_b](numerics.exp_rand(b_shape, -60, 60, generator=generator))
+    a[..., 0, 0] = float("nan")
+    b[..., 1, 1] = float("inf")
+    a[..., 2, :] = 0.0
+    names = [c.name for c in PACKED]
+    row_shift, column_shift = ops.range_shift(a, -1), ops.range_shift(b, -2)
+    product = ops.gemm(ops.halfhalf_pack(a, row_shift), ops.halfhalf_pack(b, column_shift), names)
+    expected = ops.halfhalf_unscale(product, row_shift, column_shift)
+    ours = ops.halfhalf_gemm(a, b, names)
+    assert torch.equal(ours.view(torch.int32), expected.view(torch.int32))  # NaN where expected has it, same bits
+
+
+def test_fused_epilogue_is_one_multiply_add_after_the_unscaling():
+    a, b = operands("type2", 70, 90, 300, seed=28)
+    c = torch.randn(70, 90, device="cuda")
+    names = [config.name for config in PACKED]
+    unscaled = ops.halfhalf_gemm(a, b, names)
+    # alpha a power of two: alpha·unscaled is exact, so torch's two roundings equal the kernel's fused one
+    assert torch.equal(ops.halfhalf_gemm(a, b, names, c, -0.5, 3.0), -0.5 * unscaled + 3.0 * c)
+    bias = torch.randn(90, device="cuda")
+    assert torch.equal(ops.halfhalf_gemm(a, b, names, bias, 1.0, 1.0), unscaled + bias)
