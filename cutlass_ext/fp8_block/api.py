@@ -1,0 +1,273 @@
+"""Block-scaled FP8 GEMM and grouped (mixture-of-experts) GEMM on Hopper: argument checks, the scale forms each
+accepts, and the variant each shape runs.
+
+Scales are float32. An activation operand A (M, K) takes per-tensor (one value), per-row ((M,) or (M, 1)) or 1x128
+block scales (M, ceil(K / 128)); a weight operand B (N, K) per-tensor, per-row ((N,), (N, 1) or (1, N)), 128x128
+block scales (ceil(N / 128), ceil(K / 128)) or 1x128 ones (N, ceil(K / 128)). Per-tensor and per-row scales are
+block scales whose blocks share one value: they are expanded to that form (a copy of M·K/128 floats at most).
+K must be a multiple of 16; the last k-block may be partial (quantize.py). Every scale multiplies one 128-deep
+k-block's Tensor Core sums as they are promoted into FP32 registers.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .config import SCALE_BLOCK_K, Fp8BlockConfig
+from .kernel import gemm_fp8_block as _gemm_op
+from .kernel import grouped_gemm_fp8_block as _grouped_op
+
+FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+_TMA_BYTES = 16
+
+
+def k_blocks(k: int) -> int:
+    return -(-k // SCALE_BLOCK_K)
+
+
+def _check_scale_tensor(name: str, scale, device: torch.device) -> torch.Tensor:
+    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
+        return torch.full((1,), float(scale), dtype=torch.float32, device=device)
+    if not isinstance(scale, torch.Tensor):
+        raise TypeError(f"{name} must be a float32 tensor or a float; got {type(scale).__name__}")
+    if scale.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32; got {scale.dtype}")
+    if scale.device != device and not (scale.numel() == 1 and scale.device.type == "cpu"):
+        raise ValueError(f"{name} must be on {device}; got {scale.device}")
+    return scale.to(device)
+
+
+def activation_scales(name: str, scale, rows: int, k: int, device: torch.device) -> torch.Tensor:
+    """A's scales as the kernels read them: (rows, ceil(k / 128)) with unit stride along k-blocks."""
+    scale = _check_scale_tensor(name, scale, device)
+    blocks = k_blocks(k)
+    if scale.shape == (rows, blocks):
+        return scale if blocks == 1 or scale.stride(1) == 1 else scale.contiguous()
+    if scale.numel() == 1:
+        return scale.reshape(1, 1).expand(rows, blocks).contiguous()
+    if scale.shape in ((rows,), (rows, 1)):
+        return scale.reshape(rows, 1).expand(rows, blocks).contiguous()
+    raise ValueError(
+        f"{name} has shape {tuple(scale.shape)}: expected one value, per row ({rows},) or ({rows}, 1), or 1x128 "
+        f"blocks ({rows}, {blocks}) = (M, ceil(K / 128))"
+    )
+
+
+def weight_scales(name: str, scale, n: int, k: int, device: torch.device) -> tuple[torch.Tensor, int]:
+    """(B's scales as the kernels read them, rows of B per scale): 128x128 blocks (ceil(n / 128), kb) or rows
+    (n, kb), unit stride along k-blocks."""
+    scale = _check_scale_tensor(name, scale, device)
+    blocks = k_blocks(k)
+    row_blocks = -(-n // 128)
+    if scale.dim() == 2 and scale.shape == (row_blocks, blocks) and (row_blocks, blocks) != (1, n):
+        return (scale if blocks == 1 or scale.stride(1) == 1 else scale.contiguous()), 128
+    if scale.dim() == 2 and scale.shape == (n, blocks) and blocks > 1:
+        return (scale if scale.stride(1) == 1 else scale.contiguous()), 1
+    if scale.numel() == 1:
+        return scale.reshape(1, 1).expand(row_blocks, blocks).contiguous(), 128
+    if scale.shape in ((n,), (n, 1), (1, n)):
+        return scale.reshape(n, 1).expand(n, blocks).contiguous(), 1
+    raise ValueError(
+        f"{name} has shape {tuple(scale.shape)}: expected one value, per row ({n},), 128x128 blocks "
+        f"({row_blocks}, {blocks}) = (ceil(N / 128), ceil(K / 128)) or 1x128 blocks ({n}, {blocks})"
+    )
+
+
+def is_block_scaled(m: int, n: int, k: int, scale_a, scale_b) -> bool:
+    """Whether gemm_fp8's scales ask for block scaling: scale_a of 1x128 blocks over more than one k-block, or
+    scale_b of 128x128 blocks, or of 1x128 blocks over more than one k-block. (With one k-block, K <= 128, row
+    and 1x128 scales are the same product and run the row-scaled kernel.)"""
+    blocks = k_blocks(k)
+    a_shape = tuple(scale_a.shape) if isinstance(scale_a, torch.Tensor) else ()
+    b_shape = tuple(scale_b.shape) if isinstance(scale_b, torch.Tensor) else ()
+    row_forms = {(n,), (n, 1), (1, n), (1,), (1, 1), ()}
+    return (
+        (blocks > 1 and a_shape == (m, blocks))
+        or (b_shape == (-(-n // 128), blocks) and b_shape not in row_forms)
+        or (blocks > 1 and b_shape == (n, blocks))
+    )
+
+
+def _check_operand(name: str, x, dims: int) -> str:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
+    if x.dtype not in FP8_DTYPES:
+        raise TypeError(f"{name} must be one of {list(FP8_DTYPES)}; got {x.dtype}")
+    if x.device.type != "cuda":
+        raise ValueError(f"{name} must be a CUDA tensor; got device {x.device}")
+    if x.dim() != dims:
+        raise ValueError(f"{name} must be {dims}-D; got shape {tuple(x.shape)}")
+    if x.stride(-1) != 1 and x.shape[-1] > 1:
+        raise ValueError(f"{name} must have unit stride along K (its last dimension); got strides {x.stride()}")
+    return FP8_DTYPES[x.dtype]
+
+
+def _check_shapes(a_name: str, a_k: int, b_name: str, b_k: int, n: int, out_dtype: torch.dtype) -> str:
+    if out_dtype not in OUT_DTYPES:
+        raise TypeError(f"out_dtype must be one of {list(OUT_DTYPES)}; got {out_dtype}")
+    if a_k != b_k:
+        raise ValueError(f"{a_name} and {b_name} must agree on K (their last dimension); got {a_k} and {b_k}")
+    if a_k % _TMA_BYTES:
+        raise ValueError(f"K={a_k} must be a multiple of 16 (FP8 rows are read by TMA in 16-byte units)")
+    alignment = _TMA_BYTES // out_dtype.itemsize
+    if n % alignment:
+        raise ValueError(f"N={n} must be a multiple of {alignment} for {out_dtype} output (16-byte rows of D)")
+    return OUT_DTYPES[out_dtype]
+
+
+def _check_capability(device: torch.device) -> None:
+    capability = _capability(device.index if device.index is not None else torch.cuda.current_device())
+    if capability != (9, 0):
+        raise RuntimeError(f"block-scaled FP8 GEMMs run on Hopper (sm90) GPUs; {device} is sm{capability[0]}{capability[1]}")
+
+
+@functools.cache
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+@functools.cache
+def dense_variant(a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int) -> str:
+    """The dense kernel: 128x128 cooperative tiles under CUTLASS's stream-K scheduler, which shares the last wave
+    of tiles (all of decode's few) out along K."""
+    return Fp8BlockConfig(a_dtype, b_dtype, out_dtype, scale_n=scale_n, scheduler="streamk").name
+
+
+@functools.cache
+def grouped_variant(a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int) -> str:
+    """The grouped kernel: 128x128 cooperative tiles under the group scheduler."""
+    return Fp8BlockConfig(a_dtype, b_dtype, out_dtype, scale_n=scale_n, grouped=True).name
+
+
+def gemm_fp8_block(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a,
+    scale_b,
+    out_dtype: torch.dtype = torch.bfloat16,
+    bias: torch.Tensor | None = None,
+    variant: str | None = None,
+) -> torch.Tensor:
+    """D (M, N) = Σ_kb scale_a[m, kb] · scale_b[n, kb] · (a @ b.T)_kb + bias on a Hopper GPU, D of out_dtype.
+
+    a (M, K), b (N, K): FP8 (e4m3 or e5m2), unit stride along K, rows 16-byte aligned. Scales: module docstring.
+    bias: (N,) of out_dtype or None. variant: a `Fp8BlockConfig` name to run instead of the default (its dtypes
+    and scale_n must match the call). No host synchronisation: CUDA-graph capturable, torch.compile-able.
+    """
+    a_name = _check_operand("a", a, 2)
+    b_name = _check_operand("b", b, 2)
+    if a.device != b.device:
+        raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
+    (m, k), n = a.shape, b.shape[0]
+    out_name = _check_shapes("a", k, "b", b.shape[1], n, out_dtype)
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor) or bias.shape != (n,) or bias.dtype != out_dtype:
+            raise ValueError(f"bias must be a ({n},) tensor of {out_dtype}; got {_describe(bias)}")
+        if bias.device != a.device or bias.stride(0) != 1:
+            raise ValueError(f"bias must be a dense tensor on {a.device}")
+    scale_a = activation_scales("scale_a", scale_a, m, k, a.device)
+    scale_b, scale_n = weight_scales("scale_b", scale_b, n, k, a.device)
+    if not torch.compiler.is_compiling():
+        _check_capability(a.device)
+    if variant is None:
+        variant = dense_variant(a_name, b_name, out_name, scale_n)
+    else:
+        _check_variant(variant, a_name, b_name, out_name, scale_n, grouped=False)
+    return _gemm_op(a, b, scale_a, scale_b, bias, out_dtype, variant)
+
+
+def grouped_gemm_fp8(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a,
+    scale_b,
+    *,
+    offsets: torch.Tensor | None = None,
+    masked_counts: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+    variant: str | None = None,
+) -> torch.Tensor:
+    """One launch of every expert's product D_g = A_g @ b[g].T with block scales (a mixture-of-experts layer).
+
+    b (G, N, K): the experts' weights, FP8; scale_b: per expert what gemm_fp8 takes for a weight operand, stacked
+    ((G, ceil(N / 128), kb), (G, N, kb), (G, N) per row or (G,) per tensor). Two layouts of the tokens:
+    contiguous: offsets (G,) int32 on the device, the groups' cumulative ends (group g owns rows
+      offsets[g-1] ... offsets[g] - 1 of a (M, K)); returns (M, N). Groups may be empty or any size.
+    masked: masked_counts (G,) int32 on the device, a (G, C, K) with C rows of capacity per expert of which the
+      first masked_counts[g] are valid; returns (G, C, N).
+    Rows no group owns (past the last offset, past a count) are left unspecified. scale_a: as gemm_fp8's for the
+    whole a ((M, kb) or (G, C, kb) blocks, per row or per tensor). No host synchronisation: the counts are read
+    on the device, so the call is CUDA-graph capturable.
+    """
+    if (offsets is None) == (masked_counts is None):
+        raise ValueError("pass exactly one of offsets (contiguous layout) and masked_counts (masked layout)")
+    masked = masked_counts is not None
+    a_name = _check_operand("a", a, 3 if masked else 2)
+    b_name = _check_operand("b", b, 3)
+    if a.device != b.device:
+        raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
+    groups, n, k = b.shape
+    out_name = _check_shapes("a", a.shape[-1], "b", k, n, out_dtype)
+    counts = masked_counts if masked else offsets
+    counts_name = "masked_counts" if masked else "offsets"
+    if not isinstance(counts, torch.Tensor) or counts.dtype != torch.int32 or counts.shape != (groups,):
+        raise ValueError(f"{counts_name} must be a ({groups},) int32 tensor (one per expert); got {_describe(counts)}")
+    if counts.device != a.device:
+        raise ValueError(f"{counts_name} must be on {a.device} (read there, never on the host); got {counts.device}")
+    if masked and a.shape[0] != groups:
+        raise ValueError(f"a (G, C, K) must have G={groups} experts like b; got shape {tuple(a.shape)}")
+    a = a if a.is_contiguous() else a.contiguous()  # a group's rows start where the one before ends
+    b = b if b.is_contiguous() else b.contiguous()
+    rows = a.shape[0] * a.shape[1] if masked else a.shape[0]
+    scale_a = activation_scales("scale_a", _flat_rows(scale_a, a.shape[:-1]), rows, k, a.device).contiguous()
+    scale_b, scale_n = _expert_scales(scale_b, groups, n, k, a.device)
+    if not torch.compiler.is_compiling():
+        _check_capability(a.device)
+    if variant is None:
+        variant = grouped_variant(a_name, b_name, out_name, scale_n)
+    else:
+        _check_variant(variant, a_name, b_name, out_name, scale_n, grouped=True)
+    return _grouped_op(a, b, scale_a, scale_b, None if masked else offsets, counts if masked else None, out_dtype, variant)
+
+
+def _flat_rows(scale, row_shape) -> torch.Tensor:
+    """A masked layout's (G, C, ...) activation scales as (G·C, ...) rows."""
+    if isinstance(scale, torch.Tensor) and len(row_shape) == 2 and scale.dim() >= 2 and scale.shape[:2] == row_shape:
+        return scale.reshape(row_shape[0] * row_shape[1], *scale.shape[2:])
+    return scale
+
+
+def _expert_scales(scale, groups: int, n: int, k: int, device: torch.device) -> tuple[torch.Tensor, int]:
+    """Each expert's weight scales in one form (weight_scales), stacked dense: (G, rows, kb), rows of B per scale."""
+    scale = _check_scale_tensor("scale_b", scale, device)
+    if scale.numel() == 1:
+        scale = scale.reshape(1).expand(groups)
+    if scale.dim() == 0 or scale.shape[0] != groups:
+        raise ValueError(f"scale_b must hold one entry per expert (first dimension {groups}); got {tuple(scale.shape)}")
+    forms = [weight_scales("scale_b[g]", scale[g], n, k, device) for g in range(min(groups, 1))]
+    if not forms:
+        return scale.new_empty((0, 1, k_blocks(k))), 128
+    scale_n = forms[0][1]
+    rows = -(-n // scale_n)
+    if scale.shape[1:] == (rows, k_blocks(k)):
+        return scale.contiguous(), scale_n
+    return scale.reshape(groups, -1, 1).expand(groups, rows, k_blocks(k)).contiguous(), scale_n
+
+
+def _check_variant(variant: str, a_name: str, b_name: str, out_name: str, scale_n: int, grouped: bool) -> None:
+    config = Fp8BlockConfig.from_name(variant)
+    wanted = (a_name, b_name, out_name, scale_n, grouped)
+    if (config.a_dtype, config.b_dtype, config.out_dtype, config.scale_n, config.grouped) != wanted:
+        raise ValueError(
+            f"variant={variant!r} does not fit this call: it needs a={a_name}, b={b_name}, out={out_name}, "
+            f"scale_n={scale_n}, grouped={grouped}"
+        )
+
+
+def _describe(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"{tuple(x.shape)} {x.dtype} on {x.device}"
+    return type(x).__name__

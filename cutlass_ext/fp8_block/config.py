@@ -1,0 +1,144 @@
+"""`Fp8BlockConfig`: the one description of a block-scaled FP8 GEMM variant (CUTLASS 3.x, Hopper: TMA + wgmma).
+
+The code generator renders it (kernels/sm90_fp8_block*.in), its fingerprint keys the build cache, its fields are
+CSV columns and its derived `name` is what dispatch and the benchmarks record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from string import Template
+from typing import ClassVar
+
+from ..config import Extent, NameGrammar, Number, Optional, VariantFields, Word
+from ..families.sm90_fp8.config import FP8_DTYPES, OUT_DTYPES
+from ..toolchain import kernels_dir
+
+FAMILY = "sm90_fp8_block"
+FP8_DTYPES = ("e4m3", "e5m2")  # torch.float8_e4m3fn, torch.float8_e5m2
+OUT_DTYPES = ("bf16", "fp16", "fp32")
+SCALE_BLOCK_K = 128  # k elements per scale: the k-tile, and one promotion span of the Tensor Core's sums
+SCALE_NS = (128, 1)  # rows of B per scale: 128x128 weight blocks, or 1x128 like the activations
+SCHEDULES = ("cooperative", "pingpong")  # two consumer warpgroups on one tile, or on alternating tiles
+# Dense kernels: whole tiles per persistent CTA, CUTLASS's stream-K (the last wave shared out along K) or split-K
+# (every tile's K cut into `splits` slices). Grouped kernels: the group scheduler's whole tiles (`persistent`).
+SCHEDULERS = ("persistent", "streamk", "splitk")
+_SCHEDULE_TAGS = {"cooperative": "coop", "pingpong": "pp"}
+
+
+@dataclass(frozen=True)
+class Fp8BlockConfig(VariantFields):
+    """One block-scaled FP8 GEMM variant: D (M, N) = Σ_kb scale_a[m, kb] · scale_b[n / scale_n, kb] · (A·Bᵀ)_kb
+    (+ bias), A (M, K) and B (N, K) FP8, each 128-deep k-block's Tensor Core sums scaled as they are promoted
+    into FP32 registers (CUTLASS's blockwise-scaled mainloop).
+
+    tile: (m, n, k) of a CTA's output tile and k-tile (k = 128, one scale block); cluster: (m, n) CTAs sharing
+    loads by TMA multicast. schedule: `cooperative` (128-row tiles) or `pingpong` (64-row tiles). scale_n: rows
+    of B per scale (128 or 1; name `_sbN`). scheduler / splits: see SCHEDULERS (name `_streamk`, `_splitkN`).
+    grouped: the mixture-of-experts kernel (name suffix `_grouped`): one launch over the experts' products,
+    their row counts read on the device.
+    """
+
+    a_dtype: str = "e4m3"
+    b_dtype: str = "e4m3"
+    out_dtype: str = "bf16"
+    tile: tuple[int, int, int] = (128, 128, 128)
+    cluster: tuple[int, int] = (1, 1)
+    schedule: str = "cooperative"
+    scale_n: int = 128
+    scheduler: str = "persistent"
+    splits: int = 1
+    grouped: bool = False
+    family: str = FAMILY
+
+    # `fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128[_streamk|_splitk4][_grouped]`
+    NAME: ClassVar[NameGrammar] = NameGrammar(
+        "fp8block_",
+        Word("a_dtype", FP8_DTYPES),
+        Word("b_dtype", FP8_DTYPES),
+        "_",
+        Word("out_dtype", OUT_DTYPES),
+        "_",
+        Extent("tile", 3),
+        "_c",
+        Extent("cluster", 2),
+        "_",
+        Word("schedule", _SCHEDULE_TAGS),
+        "_sb",
+        Number("scale_n"),
+        Optional(Word("scheduler", {"streamk": "_streamk", "splitk": "_splitk"}), default={"scheduler": "persistent"}),
+        Optional(Number("splits"), default={"splits": 1}),
+        Optional(Word("grouped", {True: "_grouped"}), default={"grouped": False}),
+    )
+    EXAMPLE_NAME: ClassVar[str] = "fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128_streamk"
+
+    def __post_init__(self):
+        for field, choices in (("a_dtype", FP8_DTYPES), ("b_dtype", FP8_DTYPES), ("out_dtype", OUT_DTYPES)):
+            if getattr(self, field) not in choices:
+                raise ValueError(f"{field}={getattr(self, field)!r} is not one of {list(choices)}")
+        for field, choices in (("schedule", SCHEDULES), ("scheduler", SCHEDULERS), ("scale_n", SCALE_NS)):
+            if getattr(self, field) not in choices:
+                raise ValueError(f"{field}={getattr(self, field)!r} is not one of {list(choices)}")
+        if self.family != FAMILY:
+            raise ValueError(f"family={self.family!r} must be {FAMILY!r}")
+        if self.grouped is not True and self.grouped is not False:
+            raise ValueError(f"grouped={self.grouped!r} must be True or False")
+        self._check_extents(tile="mnk", cluster="mn")
+        tile_m, tile_n, tile_k = self.tile
+        if tile_k != SCALE_BLOCK_K:
+            raise ValueError(f"tile={self.tile!r}: its k must be {SCALE_BLOCK_K}, one scale block")
+        if tile_n % self.scale_n:
+            raise ValueError(f"tile={self.tile!r}: its n must be a multiple of scale_n={self.scale_n}")
+        if tile_m != {"cooperative": 128, "pingpong": 64}[self.schedule]:
+            raise ValueError(
+                f"tile={self.tile!r}: schedule={self.schedule!r} takes m = 128 (cooperative) or 64 (pingpong)"
+            )
+        if not isinstance(self.splits, int) or self.splits < 1:
+            raise ValueError(f"splits={self.splits!r} must be a positive integer")
+        if (self.scheduler == "splitk") != (self.splits > 1):
+            raise ValueError(f"splits={self.splits} goes with scheduler='splitk' (and only it takes splits > 1)")
+        if self.grouped and self.scheduler != "persistent":
+            raise ValueError(f"grouped kernels use the group scheduler (scheduler='persistent'); got {self.scheduler!r}")
+        if self.scheduler != "persistent" and self.schedule != "cooperative":
+            raise ValueError(f"scheduler={self.scheduler!r} runs cooperative kernels; got schedule={self.schedule!r}")
+
+    @property
+    def mode(self) -> str:
+        return "fp8_block"
+
+
+_ELEMENTS = {
+    "e4m3": "cutlass::float_e4m3_t",
+    "e5m2": "cutlass::float_e5m2_t",
+    "bf16": "cutlass::bfloat16_t",
+    "fp16": "cutlass::half_t",
+    "fp32": "float",
+}
+_DECOMPOSITIONS = {"persistent": "DecomposePersistent", "streamk": "DecomposeStreamK", "splitk": "DecomposeSplitK"}
+
+
+def render_instance(config: Fp8BlockConfig) -> str:
+    """The variant's launchers in the family's translation unit (kernels/sm90_fp8_block_instance.in)."""
+    (tile_m, tile_n, tile_k), (cluster_m, cluster_n) = config.tile, config.cluster
+    if config.grouped:
+        launcher, suffix, args, decomposition = "Sm90Fp8GroupedGemm", "_fp8_grouped", "cutlass_ext_fp8_grouped_args", ""
+    else:
+        launcher, suffix, args = "Sm90Fp8BlockGemm", "_fp8_block", "cutlass_ext_fp8_block_args"
+        decomposition = f", cutlass_ext::fp8_block::{_DECOMPOSITIONS[config.scheduler]}, {config.splits}"
+    return Template((kernels_dir() / "sm90_fp8_block_instance.in").read_text()).substitute(
+        name=config.name,
+        suffix=suffix,
+        args=args,
+        launcher=launcher,
+        element_a=_ELEMENTS[config.a_dtype],
+        element_b=_ELEMENTS[config.b_dtype],
+        element_d=_ELEMENTS[config.out_dtype],
+        tile_m=tile_m,
+        tile_n=tile_n,
+        tile_k=tile_k,
+        cluster_m=cluster_m,
+        cluster_n=cluster_n,
+        schedule={"cooperative": "ScheduleCooperative", "pingpong": "SchedulePingpong"}[config.schedule],
+        scale_n=config.scale_n,
+        decomposition=decomposition,
+    )

@@ -1,0 +1,188 @@
+// Grouped block-scaled FP8 GEMM for mixture-of-experts layers (sm90a) behind sm90_fp8_block_abi.h: one persistent
+// CUTLASS 3.x pointer-array kernel runs every expert's product, its tiles shared out by the group tile scheduler.
+// The experts' row counts never reach the host: a small kernel before it (one thread per group) turns the device's
+// offsets (tokens sorted by expert) or valid counts (fixed capacity per expert) into the per-group problem shapes,
+// pointers and strides that the grouped kernel reads, so a launch is CUDA-graph capturable.
+#pragma once
+
+#include "sm90_fp8_block_gemm.cuh"
+#include "sm90_fp8_grouped_rows.h"
+
+namespace cutlass_ext::fp8_block {
+
+// The device arrays the grouped kernel reads, one entry per group, carved out of the front of the workspace.
+template <class Gemm>
+struct GroupArrays {
+  using Kernel = typename Gemm::GemmKernel;
+  using ProblemShape = typename Kernel::ProblemShape::UnderlyingProblemShape;
+  using ElementA = typename Kernel::ElementA;
+  using ElementB = typename Kernel::ElementB;
+  using ElementD = typename Kernel::CollectiveEpilogue::ElementD;
+  using StrideA = typename Kernel::InternalStrideA;
+  using StrideB = typename Kernel::InternalStrideB;
+  using StrideD = typename Kernel::InternalStrideD;
+
+  ProblemShape* problem_shapes;
+  const ElementA** a;
+  StrideA* stride_a;
+  const ElementB** b;
+  StrideB* stride_b;
+  const float** scale_a;
+  const float** scale_b;
+  ElementD** d;
+  StrideD* stride_d;
+
+  static constexpr size_t kAlign = 128;
+  static size_t padded(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+  static size_t bytes(int64_t groups) {
+    size_t g = size_t(groups);
+    return padded(g * sizeof(ProblemShape)) + 5 * padded(g * sizeof(void*)) + padded(g * sizeof(StrideA)) +
+           padded(g * sizeof(StrideB)) + padded(g * sizeof(StrideD));
+  }
+
+  // The arrays at `base` (any address when only sizes are asked: the host never dereferences them).
+  static GroupArrays carve(void* base, int64_t groups) {
+    size_t g = size_t(groups);
+    char* cursor = static_cast<char*>(base);
+    auto take = [&](size_t size) {
+      char* start = cursor;
+      cursor += padded(size);
+      return start;
+    };
+    GroupArrays arrays;
+    arrays.problem_shapes = reinterpret_cast<ProblemShape*>(take(g * sizeof(ProblemShape)));
+    arrays.a = reinterpret_cast<const ElementA**>(take(g * sizeof(void*)));
+    arrays.stride_a = reinterpret_cast<StrideA*>(take(g * sizeof(StrideA)));
+    arrays.b = reinterpret_cast<const ElementB**>(take(g * sizeof(void*)));
+    arrays.stride_b = reinterpret_cast<StrideB*>(take(g * sizeof(StrideB)));
+    arrays.scale_a = reinterpret_cast<const float**>(take(g * sizeof(void*)));
+    arrays.scale_b = reinterpret_cast<const float**>(take(g * sizeof(void*)));
+    arrays.d = reinterpret_cast<ElementD**>(take(g * sizeof(void*)));
+    arrays.stride_d = reinterpret_cast<StrideD*>(take(g * sizeof(StrideD)));
+    return arrays;
+  }
+};
+
+template <class Gemm>
+__global__ void write_group_arrays(cutlass_ext_fp8_grouped_args args, GroupArrays<Gemm> arrays) {
+  using Arrays = GroupArrays<Gemm>;
+  int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= args.groups) return;
+  int64_t offset_before = 0, offset_end = 0, count = 0;
+  if (args.offsets != nullptr) {
+    offset_before = g == 0 ? 0 : args.offsets[g - 1];
+    offset_end = args.offsets[g];
+  } else {
+    count = args.counts[g];
+  }
+  GroupRows rows = group_rows(args, g, offset_before, offset_end, count);
+  int64_t k_blocks = (args.k + kScaleBlockK - 1) / kScaleBlockK;
+  arrays.problem_shapes[g] = typename Arrays::ProblemShape(int(rows.rows), int(args.n), int(args.k));
+  arrays.a[g] = static_cast<const typename Arrays::ElementA*>(args.a) + rows.start * args.lda;
+  arrays.b[g] = static_cast<const typename Arrays::ElementB*>(args.b) + g * args.b_group_stride;
+  arrays.scale_a[g] = args.scale_a + rows.start * k_blocks;
+  arrays.scale_b[g] = args.scale_b + g * args.scale_b_group_stride;
+  arrays.d[g] = static_cast<typename Arrays::ElementD*>(args.d) + rows.start * args.ldd;
+  typename Arrays::StrideA stride_a{};
+  cute::get<0>(stride_a) = args.lda;
+  arrays.stride_a[g] = stride_a;
+  typename Arrays::StrideB stride_b{};
+  cute::get<0>(stride_b) = args.ldb;
+  arrays.stride_b[g] = stride_b;
+  typename Arrays::StrideD stride_d{};
+  cute::get<0>(stride_d) = args.ldd;
+  arrays.stride_d[g] = stride_d;
+}
+
+template <class ElementA, class ElementB, class ElementD, int TileM, int TileN, int TileK, int ClusterM,
+          int ClusterN, class Schedule, int ScaleN>
+struct Sm90Fp8GroupedGemm {
+  static_assert(TileK == kScaleBlockK, "one k-tile per scale block");
+  static_assert(TileN % ScaleN == 0, "a tile spans whole weight-scale blocks");
+  using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
+  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
+  using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
+  static constexpr int kAlignmentAB = 16;
+  static constexpr int kAlignmentD = 16 / int(sizeof(ElementD));
+  using Scales = ScaleConfig<ScaleN>;
+  using LayoutSFA = decltype(Scales::deduce_layoutSFA());
+  using LayoutSFB = decltype(Scales::deduce_layoutSFB());
+
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor*, kAlignmentD,
+      ElementD, cutlass::layout::RowMajor*, kAlignmentD, typename Schedule::GroupedEpilogue,
+      cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
+
+  // The grouped mainloop derives each group's scale layout from its problem shape: dense K-major blocks.
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA,
+      cute::tuple<cutlass::layout::RowMajor*, LayoutSFA*>, kAlignmentAB, ElementB,
+      cute::tuple<cutlass::layout::ColumnMajor*, LayoutSFB*>, kAlignmentAB, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<int(sizeof(typename Epilogue::SharedStorage))>,
+      typename Schedule::GroupedKernel>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using Arrays = GroupArrays<Gemm>;
+
+  static typename Gemm::Arguments arguments(const cutlass_ext_fp8_grouped_args& args, const Arrays& arrays) {
+    typename Gemm::Arguments arguments{};
+    arguments.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+    // No host copy of the problem shapes: the scheduler reads them on the device.
+    arguments.problem_shape = {int(args.groups), arrays.problem_shapes, nullptr};
+    arguments.mainloop.ptr_A = arrays.a;
+    arguments.mainloop.dA = arrays.stride_a;
+    arguments.mainloop.ptr_B = arrays.b;
+    arguments.mainloop.dB = arrays.stride_b;
+    arguments.mainloop.ptr_SFA = arrays.scale_a;
+    arguments.mainloop.layout_SFA = nullptr;
+    arguments.mainloop.ptr_SFB = arrays.scale_b;
+    arguments.mainloop.layout_SFB = nullptr;
+    arguments.epilogue.thread.alpha = 1.0f;
+    arguments.epilogue.thread.beta = 0.0f;
+    arguments.epilogue.ptr_C = nullptr;
+    arguments.epilogue.dC = arrays.stride_d;
+    arguments.epilogue.ptr_D = arrays.d;
+    arguments.epilogue.dD = arrays.stride_d;
+    arguments.hw_info.device_id = args.device;
+    arguments.hw_info.sm_count = args.sm_count;
+    return arguments;
+  }
+
+  static bool tma_aligned(const cutlass_ext_fp8_grouped_args& args) {
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    return aligned(args.a) && aligned(args.b) && aligned(args.d) && args.lda % kAlignmentAB == 0 &&
+           args.ldb % kAlignmentAB == 0 && args.b_group_stride % kAlignmentAB == 0 && args.ldd % kAlignmentD == 0 &&
+           args.n % kAlignmentD == 0 && args.k % kAlignmentAB == 0;
+  }
+
+  static int can_implement(const cutlass_ext_fp8_grouped_args* args) {
+    if (!tma_aligned(*args)) return int(cutlass::Status::kErrorMisalignedOperand);
+    if ((args->offsets == nullptr) == (args->counts == nullptr)) return int(cutlass::Status::kErrorInvalidProblem);
+    return int(Gemm::can_implement(arguments(*args, Arrays::carve(nullptr, args->groups))));
+  }
+
+  static size_t workspace_size(const cutlass_ext_fp8_grouped_args* args) {
+    return Arrays::bytes(args->groups) +
+           Gemm::get_workspace_size(arguments(*args, Arrays::carve(nullptr, args->groups)));
+  }
+
+  static int run(const cutlass_ext_fp8_grouped_args* args, void* workspace, void* stream) {
+    auto cuda_stream = static_cast<cudaStream_t>(stream);
+    Arrays arrays = Arrays::carve(workspace, args->groups);
+    constexpr int kThreads = 128;
+    int blocks = int((args->groups + kThreads - 1) / kThreads);
+    write_group_arrays<Gemm><<<blocks, kThreads, 0, cuda_stream>>>(*args, arrays);
+    cudaError_t error = cudaGetLastError();
+    if (error != cudaSuccess) return int(error);
+    Gemm gemm;
+    void* gemm_workspace = static_cast<char*>(workspace) + Arrays::bytes(args->groups);
+    cutlass::Status status = gemm.initialize(arguments(*args, arrays), gemm_workspace, cuda_stream);
+    if (status != cutlass::Status::kSuccess) return int(status);
+    return int(gemm.run(cuda_stream));
+  }
+};
+
+}  // namespace cutlass_ext::fp8_block

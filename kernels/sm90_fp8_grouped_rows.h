@@ -1,0 +1,33 @@
+// Which rows of the stacked operands each group of the grouped block-scaled FP8 GEMM owns (sm90_fp8_block_abi.h),
+// apart from the kernels so that a host program can test it.
+#pragma once
+
+#include "sm90_fp8_block_abi.h"
+
+#ifdef __CUDACC__
+#define CUTLASS_EXT_HOST_DEVICE __host__ __device__
+#else
+#define CUTLASS_EXT_HOST_DEVICE
+#endif
+
+namespace cutlass_ext::fp8_block {
+
+struct GroupRows {
+  int64_t start, rows;
+};
+
+// Group g's first row and row count from its offsets (contiguous: the end of the group before and its own end) or
+// its valid count (masked). Offsets past m_total or running backwards, and negative counts, give empty groups
+// rather than reads out of bounds.
+CUTLASS_EXT_HOST_DEVICE inline GroupRows group_rows(const cutlass_ext_fp8_grouped_args& args, int64_t g,
+                                                int64_t offset_before, int64_t offset_end, int64_t count) {
+  if (args.offsets != nullptr) {
+    int64_t start = offset_before < 0 ? 0 : (offset_before > args.m_total ? args.m_total : offset_before);
+    int64_t end = offset_end > args.m_total ? args.m_total : offset_end;
+    return {start, end > start ? end - start : 0};
+  }
+  int64_t rows = count < 0 ? 0 : (count > args.capacity ? args.capacity : count);
+  return {g * args.capacity, rows};
+}
+
+}  // namespace cutlass_ext::fp8_block
