@@ -2,6 +2,7 @@
 
     python python/train_lm.py --precision bf16-stochastic [--optimizer adamw] [--steps 1500] [--seed 0]
                               [--device cuda] [--out sweeps/results/h200/]
+    torchrun --nproc_per_node 2 python/train_lm.py --distributed ddp|fsdp ...   # one process per GPU
 
 Nothing is downloaded: the corpus is the top-level `*.py` files of this interpreter's standard library
 (`sysconfig.get_paths()["stdlib"]`), sorted by name, read as bytes (a 256-symbol vocabulary); every tenth file
@@ -15,6 +16,9 @@ Precisions (seed 004 Table 4 and the mixed-precision baseline):
   bf16-stochastic  the same with stochastically rounded updates (reproducible for a given --seed);
   bf16-kahan       the same with Kahan-compensated updates.
 `--arithmetic bf16` makes the BF16 precisions' optimizer round every operation to BF16 (the seed's 16-bit FPU).
+`--distributed ddp` (DistributedDataParallel) or `fsdp` (FSDP2's fully_shard per block, then the rest) under
+torchrun splits each step's global batch of `--batch` windows across the ranks, so the curve follows one
+process's; cutlass_ext.optim steps FSDP2's shards with the stochastic rounding of the whole tensors.
 The model is GPT-like (pre-norm blocks, causal attention, GELU MLP, learned positions); the learning rate warms up
 linearly and decays by a cosine to a tenth. Writes lm_<precision>_seed<seed>.csv (train and validation loss over
 steps); `train` returns the run's summary for other scripts (optim_lm_precisions.py).
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import math
+import os
 import sysconfig
 import time
 from dataclasses import asdict, dataclass
@@ -40,6 +45,7 @@ from cutlass_ext import optim, tuned
 PRECISIONS = ("fp32", "mixed", "bf16-nearest", "bf16-stochastic", "bf16-kahan")
 OPTIMIZERS = ("adamw", "sgd")
 ARITHMETICS = ("fp32", "bf16")
+DISTRIBUTED = ("none", "ddp", "fsdp")
 VOCABULARY = 256  # bytes
 VALIDATION_EVERY_NTH_FILE = 10
 
@@ -64,6 +70,7 @@ class TrainConfig:
     eval_batches: int = 8
     final_eval_batches: int = 64
     max_files: int = 0  # 0: every file; a few for smoke tests
+    distributed: str = "none"  # "ddp" or "fsdp" under torchrun: the global batch split across the ranks
 
 
 def default_out(device: torch.device) -> Path:
@@ -134,6 +141,49 @@ def batch_at(stream: torch.Tensor, starts: torch.Tensor, context: int, device) -
     return windows[:, :-1], windows[:, 1:]
 
 
+def init_distributed(config: TrainConfig) -> tuple[int, int, torch.device]:
+    """(rank, world size, device) of this process: with --distributed, the process group from torchrun's
+    environment (NCCL on CUDA, gloo on the CPU) and the GPU of the local rank; else (0, 1, --device)."""
+    if config.distributed == "none":
+        return 0, 1, torch.device(config.device)
+    import torch.distributed as dist
+
+    cuda = torch.device(config.device).type == "cuda"
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def distribute(model: CharTransformer, mode: str, device: torch.device) -> nn.Module:
+    """DDP: a replica per rank, gradients averaged; fsdp: FSDP2, each block's parameters and then the rest
+    sharded along dim 0 across the ranks (gathered per block for its forward and backward)."""
+    if mode == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+    if mode == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.blocks:
+            fully_shard(block)
+        return fully_shard(model)
+    return model
+
+
+def global_mean(value: torch.Tensor, world: int) -> torch.Tensor:
+    """The mean of `value` over the ranks (itself in one process)."""
+    if world == 1:
+        return value
+    import torch.distributed as dist
+
+    value = value.detach().clone()
+    dist.all_reduce(value)
+    return value / world
+
+
 def make_optimizer(config: TrainConfig, model: nn.Module, device: torch.device):
     params = list(model.parameters())
     if config.precision in ("fp32", "mixed"):
@@ -194,6 +244,13 @@ def validate(config: TrainConfig) -> None:
             raise ValueError(f"{name}={getattr(config, name)} must be at least 1")
     if config.width % config.heads:
         raise ValueError(f"width={config.width} must be a multiple of heads={config.heads}")
+    if config.distributed not in DISTRIBUTED:
+        raise ValueError(f"distributed={config.distributed!r} is not one of {list(DISTRIBUTED)}")
+    if config.distributed != "none" and "WORLD_SIZE" not in os.environ:
+        raise ValueError(f"distributed={config.distributed!r} runs under torchrun (WORLD_SIZE is not set)")
+    world = int(os.environ.get("WORLD_SIZE", 1)) if config.distributed != "none" else 1
+    if config.batch % world:
+        raise ValueError(f"batch={config.batch} must be a multiple of the {world} ranks")
     if config.lr <= 0:
         raise ValueError(f"lr={config.lr} must be positive")
 
@@ -202,7 +259,9 @@ def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
     """Train one model; returns the summary (final validation loss, time, ...) with the curve under "curve".
     Writes the curve to `out`/lm_<precision>_seed<seed>.csv when `out` is given."""
     validate(config)
-    device = torch.device(config.device)
+    rank, world, device = init_distributed(config)
+    if rank:
+        out, log = None, lambda message: None  # rank 0 reports
     train_stream, validation_stream = load_corpus(config.max_files)
     for name, stream in (("training", train_stream), ("validation", validation_stream)):
         if stream.numel() <= config.context + 1:
@@ -212,6 +271,7 @@ def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
     model = CharTransformer(config.layers, config.width, config.heads, config.context).to(device)
     if config.precision.startswith("bf16"):
         model = model.to(torch.bfloat16)
+    model = distribute(model, config.distributed, device)
     optimizer = make_optimizer(config, model, device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(config, step))
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "mixed")
@@ -244,7 +304,7 @@ def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
     start = time.perf_counter()
     for step in range(config.steps):
         starts = torch.randint(train_stream.numel() - config.context - 1, (config.batch,), generator=sampler)
-        loss = loss_of(*batch_at(train_stream, starts, config.context, device))
+        loss = loss_of(*batch_at(train_stream, starts.chunk(world)[rank], config.context, device))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -255,7 +315,7 @@ def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
                 {
                     "step": step + 1,
                     "lr": scheduler.get_last_lr()[0],
-                    "train_loss": loss.item(),
+                    "train_loss": global_mean(loss, world).item(),
                     "val_loss": validation_loss(config.eval_batches),
                 }
             )
@@ -264,6 +324,7 @@ def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
                 f"val {curve[-1]['val_loss']:.4f}"
             )
     final_validation = validation_loss(config.final_eval_batches)
+    loss = global_mean(loss, world)  # the global batch's loss
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
@@ -280,6 +341,7 @@ def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
     summary = {
         **asdict(config),
         "parameters": sum(p.numel() for p in model.parameters()),
+        "world_size": world,
         "train_bytes": train_stream.numel(),
         "validation_bytes": validation_stream.numel(),
         "final_train_loss": loss.item(),
@@ -293,7 +355,8 @@ def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
     frame = pd.DataFrame(curve).assign(precision=config.precision, optimizer=config.optimizer, seed=config.seed)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        frame.to_csv(out / f"lm_{config.precision}_seed{config.seed}.csv", index=False)
+        ranks = "" if config.distributed == "none" else f"_{config.distributed}{world}"
+        frame.to_csv(out / f"lm_{config.precision}_seed{config.seed}{ranks}.csv", index=False)
     return {**summary, "curve": frame}
 
 
@@ -324,6 +387,12 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
     parser.add_argument("--lr", type=float, default=defaults.lr, help="peak learning rate (AdamW's; SGD wants ~0.1)")
+    parser.add_argument(
+        "--distributed",
+        choices=DISTRIBUTED,
+        default=defaults.distributed,
+        help="under torchrun: DDP or FSDP2 over the ranks, each step's --batch split across them",
+    )
     parser.add_argument("--weight-decay", type=float, default=defaults.weight_decay)
     parser.add_argument("--out", type=Path, help="results folder (default sweeps/results/<gpu>/)")
     parser.add_argument("--quick", action="store_true", help="CPU, a tiny model, 10 steps (CI smoke test)")
@@ -359,7 +428,10 @@ def main(argv=None) -> dict:
     except ValueError as error:
         build_parser().error(str(error))
     out = args.out or default_out(torch.device(config.device))
-    return train(config, out)
+    summary = train(config, out)
+    if config.distributed != "none":
+        torch.distributed.destroy_process_group()
+    return summary
 
 
 if __name__ == "__main__":
