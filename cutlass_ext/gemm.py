@@ -62,18 +62,6 @@ def _check_operands(**operands) -> None:
             raise ValueError(f"{name} must be a CUDA tensor; got device {tensor.device}")
 
 
-def _cublas_sgemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """cuBLAS SGEMM on the FP32 SIMT units, whatever the process-wide TF32 setting says."""
-    if torch.compiler.is_compiling() or not torch._C._get_cublas_allow_tf32():
-        return a @ b  # already IEEE: read in a fraction of a microsecond, not switched
-    previous = torch.backends.cuda.matmul.fp32_precision
-    torch.backends.cuda.matmul.fp32_precision = "ieee"
-    try:
-        return a @ b
-    finally:
-        torch.backends.cuda.matmul.fp32_precision = previous
-
-
 def gemm(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -105,7 +93,8 @@ def gemm(
       markidis  FP16 hi + lo, all four products accumulated inside the Tensor Core (baseline, loses accuracy
                 with K).
       tf32      operands rounded to TF32 (RNA), no correction: ~3e-4 relative error, like cuBLAS TF32.
-      fp32      cuBLAS SGEMM on the FP32 units, for comparison.
+      fp32      IEEE SGEMM (cuBLAS on the FP32 units) in eager, compiled and graph-captured code alike, whatever
+                torch's TF32 setting says, without changing it.
     Any sizes >= 0 and any strides; the first use builds and caches the kernels. Differentiable in a, b, bias and
     c: dA and dB are computed in the same mode. NaN propagates; Inf makes the outputs SGEMM makes Inf non-finite
     (NaN where the finite factor's lo part is zero). Arguments are checked once per signature (dtypes, devices,
@@ -283,7 +272,7 @@ def _product(
     """alpha·A·B + beta·source for validated kernel operands (2-D, or 3-D with one batch size) and a source that
     broadcasts to the product (c, or bias (n,))."""
     if mode == "fp32":
-        return _epilogue(_cublas_sgemm(a, b), source, alpha, beta)
+        return ops.sgemm(a, b, source, alpha, beta)
     m, n, k = a.shape[-2], b.shape[-1], a.shape[-1]
     if not (a.numel() and b.numel()):  # empty, or K = 0: the binding writes beta·source, no kernel runs
         registry.binding()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from . import registry
+from . import cublas, registry
 
 _library = torch.library.Library("cutlass_ext", "DEF")
 # alpha·A·B + beta·c, c (bias (n,), or a tensor) broadcast to the product and read as the kernels' C operand.
@@ -38,6 +38,9 @@ PLANES_TF32, PLANES_HALF = 0, 1
 # with gemm's epilogue) in one call.
 _library.define("range_shift(Tensor x, int dim) -> Tensor")
 _library.define("halfhalf_gemm(Tensor a, Tensor b, Tensor? c, float alpha, float beta, str[] variants) -> Tensor")
+# IEEE SGEMM (cuBLAS, FP32 compute pinned per call: cutlass_ext/cublas.py), with gemm's epilogue.
+_library.define("sgemm(Tensor a, Tensor b, Tensor? c, float alpha, float beta) -> Tensor")
+_library.impl("sgemm", cublas.sgemm, "CUDA")
 
 
 @torch.library.register_fake("cutlass_ext::gemm")
@@ -135,3 +138,14 @@ def halfhalf_gemm(a: torch.Tensor, b: torch.Tensor, variants: list[str], c=None,
     if torch.compiler.is_compiling():
         return op(a, b, c, alpha, beta, variants)
     return registry.call_loading_fallbacks(op, variants, a.device, a, b, c, alpha, beta)
+
+
+@torch.library.register_fake("cutlass_ext::sgemm")
+def _sgemm_fake(a: torch.Tensor, b: torch.Tensor, c, alpha: float, beta: float) -> torch.Tensor:
+    return _gemm_fake(a, b, c, alpha, beta, [])
+
+
+def sgemm(a: torch.Tensor, b: torch.Tensor, c=None, alpha=1.0, beta=0.0) -> torch.Tensor:
+    if torch.compiler.is_compiling():
+        return torch.ops.cutlass_ext.sgemm(a, b, c, alpha, beta)
+    return cublas.sgemm(a, b, c, alpha, beta)  # eager: the op's implementation without the dispatcher's cost

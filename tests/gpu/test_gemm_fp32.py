@@ -1,0 +1,103 @@
+"""mode="fp32" is IEEE SGEMM everywhere (eager, compiled, graph-captured) whatever torch's TF32 setting says, and
+never changes that setting, which is process-wide: another thread's matmul keeps its precision."""
+
+import threading
+
+import pytest
+import torch
+
+import cutlass_ext as ext
+from cutlass_ext import numerics
+
+from .helpers import cublas_precision, draw
+
+# FP32 with K = 4096 on normal data: relres ~1e-7; TF32 ~3e-4
+IEEE_BOUND = 1e-6
+
+
+def problem(seed, m=256, n=192, k=4096):
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    return draw("normal", (m, k), generator), draw("normal", (k, n), generator)
+
+
+def ieee(result, a, b):
+    return numerics.relative_residual(result, a.double() @ b.double()) < IEEE_BOUND
+
+
+def test_eager_is_ieee_while_torch_runs_tf32():
+    a, b = problem(41)
+    with cublas_precision("tf32"):
+        assert not ieee(a @ b, a, b), "the TF32 setting took no effect: this test would prove nothing"
+        assert ieee(ext.gemm(a, b, mode="fp32"), a, b)
+        assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+
+
+@pytest.fixture
+def high_precision():
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    yield
+    torch.set_float32_matmul_precision(previous)
+
+
+def test_compiled_is_ieee_under_high_matmul_precision(high_precision):
+    a, b = problem(42)
+    compiled = torch.compile(lambda x, y: ext.gemm(x, y, mode="fp32"), fullgraph=True)
+    ours = compiled(a, b)
+    assert ieee(ours, a, b)
+    assert torch.equal(ours, ext.gemm(a, b, mode="fp32"))
+
+
+def test_graph_captured_is_ieee_under_tf32():
+    a, b = problem(43)
+    with cublas_precision("tf32"):
+        ext.gemm(a, b, mode="fp32")
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+            d = ext.gemm(a, b, mode="fp32")
+        torch.cuda.current_stream().wait_stream(stream)
+        fresh_a, fresh_b = problem(44)
+        a.copy_(fresh_a)
+        b.copy_(fresh_b)
+        graph.replay()
+        torch.cuda.synchronize()
+    assert ieee(d, fresh_a, fresh_b)
+
+
+def test_another_threads_precision_is_never_changed():
+    a, b = problem(45, m=64, n=64, k=64)
+    seen = set()
+    done = threading.Event()
+
+    def products():
+        try:
+            for _ in range(2000):
+                ext.gemm(a, b, mode="fp32")
+        finally:
+            done.set()
+
+    with cublas_precision("tf32"):
+        worker = threading.Thread(target=products)
+        worker.start()
+        while not done.is_set():
+            seen.add(torch.backends.cuda.matmul.fp32_precision)
+        worker.join()
+    assert seen == {"tf32"}
+
+
+@pytest.mark.parametrize(
+    "make_a, make_b",
+    [
+        (lambda t: t.mT.contiguous().mT, lambda t: t),  # A column-major
+        (lambda t: t, lambda t: t.mT.contiguous().mT),  # B column-major
+        (lambda t: torch.stack([t, t], -1)[..., 0], lambda t: t),  # A strided: copied
+        (lambda t: torch.stack([t, 2 * t]), lambda t: t),  # a batch times a shared B
+        (lambda t: t, lambda t: torch.stack([t, -t, t]).mT.contiguous().mT),  # shared A times column-major batch
+    ],
+)
+def test_layouts_and_batches(make_a, make_b):
+    a, b = problem(46, m=37, n=45, k=131)
+    a, b = make_a(a), make_b(b)
+    assert ieee(ext.gemm(a, b, mode="fp32"), a, b)
