@@ -1,5 +1,14 @@
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
+
+# Property tests: CI draws the same examples every run; the GPU run (`--hypothesis-profile=gpu`) draws more, fresh
+# ones (a failure prints its reproduction blob; keep it as an @example).
+settings.register_profile("ci", derandomize=True, max_examples=20, deadline=None, print_blob=True)
+settings.register_profile(
+    "gpu", max_examples=150, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("ci")
 
 
 def pytest_collection_modifyitems(config, items):
