@@ -1,0 +1,99 @@
+"""Fp8Linear on a Hopper GPU: the layer is exactly quantize_fp8 + gemm_fp8, close to the bf16 layer, and works under
+torch.compile and CUDA-graph capture."""
+
+import copy
+
+import pytest
+import torch
+
+import cutlass_ext as ext
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="needs an sm90 GPU"
+)
+
+# e4m3 keeps 3 mantissa bits: each operand is off by up to 2^-4 relative, the norm-wise error of a product of
+# normal data lands near 3e-2.
+FP8_TOLERANCE = 6e-2
+
+
+def bf16_linear(in_features, out_features, bias=True, seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Linear(in_features, out_features, bias=bias, device="cuda", dtype=torch.bfloat16)
+
+
+def tokens(*shape, seed):
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(shape, generator=generator, device="cuda").to(torch.bfloat16)
+
+
+def relative_error(result, reference) -> float:
+    return float((result.double() - reference).norm() / reference.norm())
+
+
+@pytest.mark.parametrize("scaling", ["row", "tensor"])
+@pytest.mark.parametrize("shape", [(21, 256), (2, 64, 256)])  # decode-sized (swapped kernels) and prefill-sized
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_is_quantize_then_gemm_fp8(scaling, shape, bias):
+    source = bf16_linear(256, 512, bias=bias)
+    layer = ext.nn.Fp8Linear.from_linear(source, scaling=scaling)
+    x = tokens(*shape, seed=1)
+    y = layer(x)
+    assert y.dtype == torch.bfloat16 and y.shape == (*shape[:-1], 512)
+    rows = x.reshape(-1, 256)
+    x8, x_scale = ext.quantize_fp8(rows, granularity=scaling)
+    w8, w_scale = ext.quantize_fp8(source.weight.detach(), granularity=scaling)
+    manual = ext.gemm_fp8(x8, w8, x_scale, w_scale, torch.bfloat16, bias=layer.bias)
+    assert torch.equal(y.reshape(-1, 512), manual)
+    expected = x.double() @ source.weight.double().T + (source.bias.double() if bias else 0)
+    assert relative_error(y, expected) < FP8_TOLERANCE
+
+
+def test_fast_accumulation_and_per_channel_scales_follow_outliers():
+    source = bf16_linear(256, 512)
+    with torch.no_grad():
+        source.weight[7] *= 1000.0  # a loud output channel: per-channel scales keep the others exact to e4m3
+    x = tokens(2, 64, 256, seed=2)
+    expected = x.double() @ source.weight.double().T + source.bias.double()
+    quiet = [c for c in range(512) if c != 7]
+    errors = {}
+    for scaling in ("row", "tensor"):
+        y = ext.nn.Fp8Linear.from_linear(source, scaling=scaling, accum="fast")(x)
+        errors[scaling] = relative_error(y[..., quiet], expected[..., quiet])
+    assert errors["row"] < FP8_TOLERANCE < errors["tensor"]
+
+
+def test_compile_and_cuda_graphs():
+    torch._dynamo.reset()
+    layer = ext.nn.Fp8Linear.from_linear(bf16_linear(256, 512))
+    x = tokens(2, 64, 256, seed=3)
+    eager = layer(x)
+    assert torch.equal(torch.compile(layer, fullgraph=True)(x), eager)
+    static_x = x.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        layer(static_x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = layer(static_x)
+    static_x.copy_(tokens(2, 64, 256, seed=4))
+    graph.replay()
+    assert torch.equal(static_y, layer(static_x))
+
+
+def test_a_llama_mlp_block_in_fp8():
+    gate, up, down = bf16_linear(256, 512, False, 1), bf16_linear(256, 512, False, 2), bf16_linear(512, 256, False, 3)
+    fp8 = [ext.nn.Fp8Linear.from_linear(layer) for layer in (gate, up, down)]
+    x = tokens(64, 256, seed=5)
+
+    def block(gate, up, down, x):
+        return down(torch.nn.functional.silu(gate(x)) * up(x))
+
+    with torch.no_grad():
+        reference = block(*(copy.deepcopy(layer).double() for layer in (gate, up, down)), x.double())
+        bf16 = block(gate, up, down, x)
+    result = block(*fp8, x)
+    assert result.dtype == torch.bfloat16
+    assert relative_error(bf16, reference) < relative_error(result, reference) < FP8_TOLERANCE
