@@ -35,30 +35,37 @@ typedef struct {
 #define CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_OF 2
 #define CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF 3
 
-// The gradient of the first operand X (rows, k) of the chain X·W, W (k, columns), under an STE:
-// dX[r, k] = Σ_c (in increasing c) mask(r, c, k) · (G[r, c] · W[k, c]), each product and sum rounded once, the
-// masked terms skipped. The gradient of W is this of the transposed problem (Wᵀ, Xᵀ, Gᵀ). blocked: the forward's
-// (batch, rows, columns) output for the recursive STE (its strides here), unused by the others.
+// Both STE gradients of D = A·B (A (m, k), B (k, n), dD = G (m, n)) from one recomputation of the chain:
+// dA[i, k] = Σ_j (in increasing j) mask(i, j, k) · (G[i, j] · B[k, j]),
+// dB[k, j] = Σ_i (in increasing i) mask(i, j, k) · (G[i, j] · A[i, k]),
+// each product and sum rounded once, the masked terms skipped. da or db null: that gradient is not formed.
+// blocked: the forward's (batch, m, n) output for the recursive STE (its strides here), unused by the others.
+// workspace: `<name>_lowbit_grads_workspace(args)` bytes of device memory, which the launcher clears on the stream.
 typedef struct {
-  int64_t rows, columns, k, batch;
-  const float* x;
-  int64_t x_batch_stride, x_row_stride, x_column_stride;
-  const float* w;
-  int64_t w_batch_stride, w_row_stride, w_column_stride;
+  int64_t m, n, k, batch;
+  const float* a;
+  int64_t a_batch_stride, a_row_stride, a_column_stride;
+  const float* b;
+  int64_t b_batch_stride, b_row_stride, b_column_stride;
   const float* g;
   int64_t g_batch_stride, g_row_stride, g_column_stride;
   const int32_t* blocked;
   int64_t blocked_batch_stride, blocked_row_stride, blocked_column_stride;
-  float* dx;
-  int64_t dx_batch_stride, dx_row_stride, dx_column_stride;
+  float* da;
+  int64_t da_batch_stride, da_row_stride, da_column_stride;
+  float* db;
+  int64_t db_batch_stride, db_row_stride, db_column_stride;
+  int32_t* workspace;
   cutlass_ext_lowbit_format format;
   int32_t ste;
   float eps1, eps2;
-} cutlass_ext_lowbit_grad_args;
+} cutlass_ext_lowbit_grads_args;
 
-// Every low-bit variant `<name>` exports `<name>_lowbit_forward` and `<name>_lowbit_grad`; 0 or a cudaError_t.
+// Every low-bit variant `<name>` exports `<name>_lowbit_forward` and `<name>_lowbit_grads` (0 or a cudaError_t)
+// and `<name>_lowbit_grads_workspace` (bytes).
 typedef int (*cutlass_ext_lowbit_forward_fn)(const cutlass_ext_lowbit_forward_args*, void* cuda_stream);
-typedef int (*cutlass_ext_lowbit_grad_fn)(const cutlass_ext_lowbit_grad_args*, void* cuda_stream);
+typedef int (*cutlass_ext_lowbit_grads_fn)(const cutlass_ext_lowbit_grads_args*, void* cuda_stream);
+typedef int64_t (*cutlass_ext_lowbit_grads_workspace_fn)(const cutlass_ext_lowbit_grads_args*);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
 // The low-bit-accumulator GEMM (seed 002): a SIMT kernel whose multiply-add is FMAq, in the chunked order of
 // cutlass_ext.lowbit.reference, and the gradient kernel of its STEs (seed 002 appendix D), which recomputes the
-// chain window by window and applies the STE mask on the fly (no M·N·K tensor).
+// chain window by window once for both gradients and applies the STE mask on the fly (no M·N·K tensor).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,6 +32,17 @@ __device__ __forceinline__ void load_fragment(float (&out)[kCount], const float*
   }
 }
 
+// The turnstile between the gradient kernel's CTAs: a counter read with acquire, written with release (GPU scope).
+__device__ __forceinline__ int32_t load_acquire(const int32_t* flag) {
+  int32_t value;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(flag) : "memory");
+  return value;
+}
+
+__device__ __forceinline__ void store_release(int32_t* flag, int32_t value) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;" : : "l"(flag), "r"(value) : "memory");
+}
+
 // A CTA computes a kBlockM x kBlockN tile of D; each thread a kThreadM x kThreadN register tile, running the exact
 // sequential chain of each of its outputs: the k-loop is the chain's order, so parallelism is over M and N only.
 template <int kBlockM, int kBlockN, int kBlockK, int kThreadM, int kThreadN, int kWindow>
@@ -44,11 +55,15 @@ struct LowbitGemm {
   // +4 floats per row: fewer bank conflicts on the transposing stores, rows stay 16-byte aligned.
   static constexpr int kPitchM = kBlockM + 4;
   static constexpr int kPitchN = kBlockN + 4;
-  // A gradient thread runs one or two chains at a time (GradRowWindow::kPairs): enough warps per SM to hide
-  // their latency (three 128-thread blocks: at most 168 registers, which the two-chain kernels fit unspilled).
-  static constexpr int kGradThreads = 128;
-  static constexpr int kGradBlocksPerSm = 3;
-  static constexpr int kGradColumns = 32;
+  // A gradient thread owns one row of a CTA's kGradThreads rows and runs one or two chains at a time
+  // (GradRowWindow::kPairs): six 64-thread blocks per SM hide their latency with at most 168 registers, which
+  // the two-chain kernels fit unspilled. The CTA takes kGradColumns columns per step: about 128 dB terms per row,
+  // whose sums over the rows its threads then run, two or so each.
+  static constexpr int kGradThreads = 64;
+  static constexpr int kGradBlocksPerSm = 6;
+  static constexpr int kGradColumns = 128 / kWindow < 2 ? 2 : 128 / kWindow;
+  static constexpr int kGradTerms = kGradColumns * kWindow;
+  static constexpr int kGradPitch = kGradTerms + 1;  // odd: a warp's rows and a warp's terms hit distinct banks
   static constexpr int kWindowSize = kWindow;
   static_assert(kBlockM % kThreadM == 0 && kBlockN % kThreadN == 0, "thread tile must divide the block tile");
   static_assert(kBlockM * kBlockK % kThreads == 0 && kBlockK * kBlockN % kThreads == 0, "tile loads must divide");
@@ -224,55 +239,109 @@ struct LowbitGemm {
       }
   }
 
-  // One thread per (row, window of kWindow k); the CTA's rows share W's window, staged kGradColumns columns at a
-  // time in shared memory (every thread reads the same words: broadcasts).
+  // The CTA of logical index `id` (taken in start order from a counter, so every lower index already runs):
+  // rows [p·kGradThreads, +kGradThreads) of one window of one batch, p = id mod (row blocks). For each step of
+  // kGradColumns columns it stages B's window, each thread recomputes its row's chains for them (dA terms into its
+  // registers, dB terms into shared memory), and then the threads sum the dB terms over the CTA's rows in order,
+  // continuing the sums the CTA of the rows before it left in dB: it waits for that CTA's count of finished steps
+  // (a turnstile, as CUTLASS's serial split-K), so dB[k, j] is the one sequential sum over all rows.
   template <int kSte, bool kUnderflow, bool kFast, bool kInChunk>
-  __device__ static void grad(const cutlass_ext_lowbit_grad_args& args) {
+  __device__ static void grads(const cutlass_ext_lowbit_grads_args& args) {
     __shared__ __align__(16) float w_tile[kGradColumns][kWindow];
-    const int64_t row = int64_t(blockIdx.x) * kGradThreads + threadIdx.x;
-    const int64_t batch = blockIdx.z;
-    const bool active = row < args.rows;
-    GradRowWindow<kWindow, kSte, kUnderflow, kFast, kInChunk> thread(args, batch, active ? row : 0, blockIdx.y);
-    const float* w = args.w + batch * args.w_batch_stride;
-    const bool along_k = args.w_row_stride == 1 && args.w_column_stride != 1;  // W's unit stride runs along k
+    __shared__ float terms[kGradThreads][kGradPitch];
+    __shared__ int64_t logical_id;
+    if (threadIdx.x == 0) logical_id = atomicAdd(reinterpret_cast<unsigned int*>(args.workspace), 1u);
+    __syncthreads();
+    const int64_t row_blocks = (args.m + kGradThreads - 1) / kGradThreads;
+    const int64_t windows = (args.k + kWindow - 1) / kWindow;
+    const int64_t row_block = logical_id % row_blocks, window = logical_id / row_blocks % windows;
+    const int64_t batch = logical_id / row_blocks / windows;
+    int32_t* const steps_done = args.workspace + 1 + logical_id;  // this CTA's; its predecessor's is one before
+    const int64_t row0 = row_block * kGradThreads;
+    const int rows = int(args.m - row0 < kGradThreads ? args.m - row0 : kGradThreads);
+    const int64_t row = row0 + threadIdx.x;
+    const bool active = threadIdx.x < rows;
+    GradRowWindow<kWindow, kSte, kUnderflow, kFast, kInChunk> thread(args, batch, active ? row : row0, window);
+    const float* w = args.b + batch * args.b_batch_stride;
+    float* db = args.db == nullptr ? nullptr : args.db + batch * args.db_batch_stride;
+    const bool along_k = args.b_row_stride == 1 && args.b_column_stride != 1;  // B's unit stride runs along k
 
-    // kPairs columns' chains at a time (the last ones alone).
+    constexpr int kLoads = (kGradTerms + kGradThreads - 1) / kGradThreads;
+    float w_next[kLoads];
+    auto load_w = [&](int64_t c0) {
+#pragma unroll
+      for (int l = 0; l < kLoads; ++l) {
+        const int e = threadIdx.x + l * kGradThreads;
+        const int c = along_k ? e / kWindow : e % kGradColumns;
+        const int i = along_k ? e % kWindow : e / kGradColumns;
+        const bool inside = e < kGradTerms && c0 + c < args.n && i < thread.width;
+        w_next[l] = inside ? __ldg(w + (thread.k0 + i) * args.b_row_stride + (c0 + c) * args.b_column_stride) : 0.0f;
+      }
+    };
+    // kPairs columns' chains at a time (the last ones alone); the dB terms to this thread's row of `terms`.
     constexpr int kPairs = decltype(thread)::kPairs;
-    auto columns_of_tile = [&](auto full, int64_t c0, int count) {
+    auto columns_of_step = [&](auto full, int64_t c0, int count) {
       int c = 0;
       for (; c + kPairs <= count; c += kPairs) {
         float w_window[kPairs][kWindow];
 #pragma unroll
         for (int j = 0; j < kPairs; ++j) load_fragment(w_window[j], &w_tile[c + j][0]);
-        thread.template columns<decltype(full)::value, kPairs>(c0 + c, w_window);
+        thread.template columns<decltype(full)::value, kPairs>(
+            c0 + c, w_window, [&](int j, int i, float term) { terms[threadIdx.x][(c + j) * kWindow + i] = term; });
       }
       for (; c < count; ++c) {
         float w_window[1][kWindow];
         load_fragment(w_window[0], &w_tile[c][0]);
-        thread.template columns<decltype(full)::value, 1>(c0 + c, w_window);
+        thread.template columns<decltype(full)::value, 1>(
+            c0 + c, w_window, [&](int, int i, float term) { terms[threadIdx.x][c * kWindow + i] = term; });
       }
     };
-    for (int64_t c0 = 0; c0 < args.columns; c0 += kGradColumns) {
-      __syncthreads();
-      for (int e = threadIdx.x; e < kGradColumns * kWindow; e += kGradThreads) {
-        const int c = along_k ? e / kWindow : e % kGradColumns;
-        const int i = along_k ? e % kWindow : e / kGradColumns;
-        const bool inside = c0 + c < args.columns && i < thread.width;
-        w_tile[c][i] = inside ? __ldg(w + (thread.k0 + i) * args.w_row_stride + (c0 + c) * args.w_column_stride) : 0.0f;
+
+    load_w(0);
+    int32_t step = 0;
+    for (int64_t c0 = 0; c0 < args.n; c0 += kGradColumns, ++step) {
+      __syncthreads();  // the previous step's sums have read `terms` and `w_tile`
+#pragma unroll
+      for (int l = 0; l < kLoads; ++l) {
+        const int e = threadIdx.x + l * kGradThreads;
+        if (e < kGradTerms) {
+          const int c = along_k ? e / kWindow : e % kGradColumns;
+          const int i = along_k ? e % kWindow : e / kGradColumns;
+          w_tile[c][i] = w_next[l];
+        }
       }
       __syncthreads();
-      if (!active) continue;
-      const int count = int(args.columns - c0 < kGradColumns ? args.columns - c0 : kGradColumns);
-      if (thread.width == kWindow)
-        columns_of_tile(std::true_type{}, c0, count);
-      else
-        columns_of_tile(std::false_type{}, c0, count);
+      if (c0 + kGradColumns < args.n) load_w(c0 + kGradColumns);
+      const int count = int(args.n - c0 < kGradColumns ? args.n - c0 : kGradColumns);
+      if (active) {
+        if (thread.width == kWindow)
+          columns_of_step(std::true_type{}, c0, count);
+        else
+          columns_of_step(std::false_type{}, c0, count);
+      }
+      if (db == nullptr) continue;
+      if (row_block > 0 && threadIdx.x == 0) {
+        while (load_acquire(steps_done - 1) <= step) __nanosleep(100);
+      }
+      __syncthreads();  // the terms are in place and the rows before ours have added theirs
+      for (int t = threadIdx.x; t < count * kWindow; t += kGradThreads) {
+        const int c = t / kWindow, i = t % kWindow;
+        if (i >= thread.width) continue;
+        float* out = db + (thread.k0 + i) * args.db_row_stride + (c0 + c) * args.db_column_stride;
+        float sum = row_block > 0 ? __ldcg(out) : 0.0f;
+        for (int r = 0; r < rows; ++r) sum = add_rn(sum, terms[r][t]);
+        *out = sum;
+      }
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) store_release(steps_done, step + 1);
     }
     if (active) thread.finish(batch, row);
   }
 
+  static int64_t grads_workspace(const cutlass_ext_lowbit_grads_args* args);
   static int run_forward(const cutlass_ext_lowbit_forward_args* args, void* stream);
-  static int run_grad(const cutlass_ext_lowbit_grad_args* args, void* stream);
+  static int run_grads(const cutlass_ext_lowbit_grads_args* args, void* stream);
 };
 
 template <class Gemm, bool kUnderflow, bool kFast, bool kBlocked>
@@ -282,8 +351,8 @@ __global__ void __launch_bounds__(Gemm::kThreads) lowbit_forward_kernel(const cu
 
 template <class Gemm, int kSte, bool kUnderflow, bool kFast, bool kInChunk>
 __global__ void __launch_bounds__(Gemm::kGradThreads, Gemm::kGradBlocksPerSm)
-    lowbit_grad_kernel(const cutlass_ext_lowbit_grad_args args) {
-  Gemm::template grad<kSte, kUnderflow, kFast, kInChunk>(args);
+    lowbit_grads_kernel(const cutlass_ext_lowbit_grads_args args) {
+  Gemm::template grads<kSte, kUnderflow, kFast, kInChunk>(args);
 }
 
 // Launches KERNEL<..., kUnderflow, kFast, ...> for the format's flags (the fast form: Quantizer::has_fast_form).
@@ -328,40 +397,56 @@ int LowbitGemm<kBlockM, kBlockN, kBlockK, kThreadM, kThreadN, kWindow>::run_forw
 }
 
 template <class Gemm, int kSte>
-void launch_grad(const cutlass_ext_lowbit_grad_args* args, dim3 grid, cudaStream_t stream) {
+void launch_grads(const cutlass_ext_lowbit_grads_args* args, dim3 grid, cudaStream_t stream) {
   const bool in_chunk = args->format.chunk % Gemm::kWindowSize == 0;  // GradRowWindow's kInChunk
   dispatch_format(args->format, [&](auto underflow, auto fast) {
     constexpr bool uf = decltype(underflow)::value, fa = decltype(fast)::value;
+    // kGradBlocksPerSm CTAs of ~34 KB shared memory each: ask for the largest shared-memory carveout
+    auto launch = [&](auto kernel) {
+      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+      kernel<<<grid, Gemm::kGradThreads, 0, stream>>>(*args);
+    };
     if (in_chunk)
-      lowbit_grad_kernel<Gemm, kSte, uf, fa, true><<<grid, Gemm::kGradThreads, 0, stream>>>(*args);
+      launch(lowbit_grads_kernel<Gemm, kSte, uf, fa, true>);
     else
-      lowbit_grad_kernel<Gemm, kSte, uf, fa, false><<<grid, Gemm::kGradThreads, 0, stream>>>(*args);
+      launch(lowbit_grads_kernel<Gemm, kSte, uf, fa, false>);
   });
 }
 
+// One CTA per (batch, window, row block); the workspace holds the CTA counter and each CTA's finished steps.
 template <int kBlockM, int kBlockN, int kBlockK, int kThreadM, int kThreadN, int kWindow>
-int LowbitGemm<kBlockM, kBlockN, kBlockK, kThreadM, kThreadN, kWindow>::run_grad(
-    const cutlass_ext_lowbit_grad_args* args, void* stream) {
+int64_t LowbitGemm<kBlockM, kBlockN, kBlockK, kThreadM, kThreadN, kWindow>::grads_workspace(
+    const cutlass_ext_lowbit_grads_args* args) {
+  if (args->m <= 0 || args->k <= 0 || args->batch <= 0) return 0;
+  const int64_t ctas = args->batch * ((args->k + kWindow - 1) / kWindow) * ((args->m + kGradThreads - 1) / kGradThreads);
+  return int64_t(sizeof(int32_t)) * (1 + ctas);
+}
+
+template <int kBlockM, int kBlockN, int kBlockK, int kThreadM, int kThreadN, int kWindow>
+int LowbitGemm<kBlockM, kBlockN, kBlockK, kThreadM, kThreadN, kWindow>::run_grads(
+    const cutlass_ext_lowbit_grads_args* args, void* stream) {
   using Gemm = LowbitGemm;
-  if (args->rows < 0 || args->columns < 0 || args->k < 0 || args->batch < 0 || args->format.chunk < 1 ||
+  if (args->m < 0 || args->n < 0 || args->k < 0 || args->batch < 0 || args->format.chunk < 1 ||
       args->k > INT32_MAX)
     return int(cudaErrorInvalidValue);
   if (args->ste == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF && args->blocked == nullptr) return int(cudaErrorInvalidValue);
-  if (args->rows == 0 || args->k == 0 || args->batch == 0) return 0;
-  const int64_t grid_rows = (args->rows + kGradThreads - 1) / kGradThreads;
-  const int64_t grid_k = (args->k + kWindow - 1) / kWindow;
-  if (grid_k > kMaxGridYZ || args->batch > kMaxGridYZ || grid_rows > INT32_MAX) return int(cudaErrorInvalidValue);
-  const dim3 grid(unsigned(grid_rows), unsigned(grid_k), unsigned(args->batch));
+  if (args->m == 0 || args->k == 0 || args->batch == 0) return 0;
+  const int64_t workspace = grads_workspace(args);
+  if (args->workspace == nullptr || workspace / int64_t(sizeof(int32_t)) - 1 > INT32_MAX)
+    return int(cudaErrorInvalidValue);
   cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream);
+  const cudaError_t cleared = cudaMemsetAsync(args->workspace, 0, size_t(workspace), cuda_stream);
+  if (cleared != cudaSuccess) return int(cleared);
+  const dim3 grid(unsigned(workspace / int64_t(sizeof(int32_t)) - 1));
   switch (args->ste) {
     case CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF:
-      launch_grad<Gemm, CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF>(args, grid, cuda_stream);
+      launch_grads<Gemm, CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF>(args, grid, cuda_stream);
       break;
     case CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_OF:
-      launch_grad<Gemm, CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_OF>(args, grid, cuda_stream);
+      launch_grads<Gemm, CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_OF>(args, grid, cuda_stream);
       break;
     case CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF:
-      launch_grad<Gemm, CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF>(args, grid, cuda_stream);
+      launch_grads<Gemm, CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF>(args, grid, cuda_stream);
       break;
     default:
       return int(cudaErrorInvalidValue);
@@ -372,11 +457,15 @@ int LowbitGemm<kBlockM, kBlockN, kBlockK, kThreadM, kThreadN, kWindow>::run_grad
 }  // namespace lowbit
 }  // namespace cutlass_ext
 
-// A variant's two launchers, `<NAME>_lowbit_forward` and `<NAME>_lowbit_grad` (lowbit_abi.h).
+// A variant's launchers, `<NAME>_lowbit_forward`, `<NAME>_lowbit_grads` and `<NAME>_lowbit_grads_workspace`
+// (lowbit_abi.h).
 #define CUTLASS_EXT_EXPORT_LOWBIT_GEMM(NAME, ...)                                                          \
   extern "C" int NAME##_lowbit_forward(const cutlass_ext_lowbit_forward_args* args, void* stream) {        \
     return __VA_ARGS__::run_forward(args, stream);                                                         \
   }                                                                                                        \
-  extern "C" int NAME##_lowbit_grad(const cutlass_ext_lowbit_grad_args* args, void* stream) {              \
-    return __VA_ARGS__::run_grad(args, stream);                                                            \
+  extern "C" int NAME##_lowbit_grads(const cutlass_ext_lowbit_grads_args* args, void* stream) {            \
+    return __VA_ARGS__::run_grads(args, stream);                                                           \
+  }                                                                                                        \
+  extern "C" int64_t NAME##_lowbit_grads_workspace(const cutlass_ext_lowbit_grads_args* args) {            \
+    return __VA_ARGS__::grads_workspace(args);                                                             \
   }

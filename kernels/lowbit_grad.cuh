@@ -1,5 +1,6 @@
 // The STE backward of the low-bit-accumulator GEMM (seed 002 appendix D) for one thread's work, as
 // __host__ __device__ code: the gradient kernel runs it per (row, window) and a host program tests it.
+// One recomputation of each output's chain yields the STE bit of every step, which feeds both gradients.
 #pragma once
 
 #include <type_traits>
@@ -10,34 +11,36 @@
 namespace cutlass_ext {
 namespace lowbit {
 
-// dX[r, k0 .. k0 + kWindow) of one row r: for each column c in increasing order, the chain of output (r, c) is
-// recomputed from the start of the chunk holding k0 through the window (and, for the recursive STE, to the end
-// of the window's last chunk), giving each step's STE bit; the unmasked terms G[r, c]·W[k, c] are added.
+// dA[r, k0 .. k0 + kWindow) of one row r of A: for each column c in increasing order, the chain of output (r, c)
+// is recomputed from the start of the chunk holding k0 through the window (and, for the recursive STE, to the end
+// of the window's last chunk), giving each step's STE bit; the unmasked terms G[r, c]·B[k, c] are added, and the
+// dB terms G[r, c]·A[r, k] (+0.0 where masked) go to a sink, which sums them over the rows in increasing r.
 // `columns` runs kColumns chains side by side (independent work to hide each chain's latency) and adds their
 // terms in increasing c: kPairs of them in the window-in-one-chunk case, one in the general case (whose
-// recursive STE would spill with two). kInChunk: the chunk is a multiple of kWindow, so the window lies in one chunk and no
-// step of it resets the partial sum (its first step starts a chunk only where the recomputation starts).
+// recursive STE would spill with two). kInChunk: the chunk is a multiple of kWindow, so the window lies in one
+// chunk and no step of it resets the partial sum (its first step starts a chunk only where the recomputation
+// starts).
 template <int kWindow, int kSte, bool kUnderflow, bool kFast, bool kInChunk>
 struct GradRowWindow {
   static constexpr int kPairs = kInChunk ? 2 : 1;
-  const cutlass_ext_lowbit_grad_args& args;
+  const cutlass_ext_lowbit_grads_args& args;
   Format format;
   int64_t chunk, k0, first, chain_end;
   int32_t window_chunk;  // k0's chunk (k < 2^31)
   int width;
-  const float* x;  // X[r, ·]
-  const float* w;  // W of this batch
+  const float* x;  // A[r, ·]
+  const float* w;  // B of this batch
   const float* g;  // G[r, ·]
   const int32_t* blocked;  // the forward's last overflowing chunk of (r, ·), recursive STE only
   float x_window[kWindow];
   bool starts_chunk[kWindow];
   float dx_window[kWindow];
 
-  LOWBIT_HD GradRowWindow(const cutlass_ext_lowbit_grad_args& arguments, int64_t batch, int64_t row, int64_t window)
+  LOWBIT_HD GradRowWindow(const cutlass_ext_lowbit_grads_args& arguments, int64_t batch, int64_t row, int64_t window)
       : args(arguments), format(Format::from(arguments.format)), chunk(arguments.format.chunk), k0(window * kWindow) {
     width = int(args.k - k0 < kWindow ? args.k - k0 : kWindow);
-    x = args.x + batch * args.x_batch_stride + row * args.x_row_stride;
-    w = args.w + batch * args.w_batch_stride;
+    x = args.a + batch * args.a_batch_stride + row * args.a_row_stride;
+    w = args.b + batch * args.b_batch_stride;
     g = args.g + batch * args.g_batch_stride + row * args.g_row_stride;
     blocked = kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF
                   ? args.blocked + batch * args.blocked_batch_stride + row * args.blocked_row_stride
@@ -49,7 +52,7 @@ struct GradRowWindow {
     int64_t position = k0 - first;
 #pragma unroll
     for (int i = 0; i < kWindow; ++i) {
-      x_window[i] = i < width ? x[(k0 + i) * args.x_column_stride] : 0.0f;
+      x_window[i] = i < width ? x[(k0 + i) * args.a_column_stride] : 0.0f;
       starts_chunk[i] = position == 0;
       position = position + 1 == chunk ? 0 : position + 1;
       dx_window[i] = 0.0f;
@@ -57,23 +60,32 @@ struct GradRowWindow {
   }
 
   // kFull: the window holds kWindow steps (every window but a short last one), so no step needs a bound check.
-  template <bool kFull, int kColumns>
-  LOWBIT_HD void columns(int64_t c, const float (&w_window)[kColumns][kWindow]) {
+  // db_sink(j, i, term): the dB term of column c + j at k0 + i (+0.0 where masked or past the window's width).
+  template <bool kFull, int kColumns, class DbSink>
+  LOWBIT_HD void columns(int64_t c, const float (&w_window)[kColumns][kWindow], DbSink&& db_sink) {
     const float* w_column[kColumns];
     float g_value[kColumns], s[kColumns];
 #pragma unroll
     for (int j = 0; j < kColumns; ++j) {
-      w_column[j] = w + (c + j) * args.w_column_stride;
+      w_column[j] = w + (c + j) * args.b_column_stride;
       g_value[j] = g[(c + j) * args.g_column_stride];
       s[j] = 0.0f;
     }
     for (int64_t k = first; k < k0; ++k)
 #pragma unroll
       for (int j = 0; j < kColumns; ++j)
-        s[j] = format.fmaq<kUnderflow, kFast>(x[k * args.x_column_stride], w_column[j][k * args.w_row_stride], s[j]);
-    bool passes[kColumns][kWindow];
+        s[j] = format.fmaq<kUnderflow, kFast>(x[k * args.a_column_stride], w_column[j][k * args.b_row_stride], s[j]);
+    // A step's terms: G·B[k, c] into dA (skipped where masked) and G·A[r, k] to the dB sink (+0.0 where masked: a
+    // running sum that starts at +0.0 is never −0.0, so adding +0.0 changes nothing). For fixed i, increasing j.
+    auto emit = [&](int j, int i, bool pass) {
+      if (pass) dx_window[i] = add_rn(dx_window[i], mul_rn(g_value[j], w_window[j][i]));
+      db_sink(j, i, pass ? mul_rn(g_value[j], x_window[i]) : 0.0f);
+    };
+    constexpr bool kRecursive = kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF;
+    // The immediate STEs emit each step's terms as it runs; the recursive one once the later steps are known.
     // Recursive STE in one chunk: a step passes iff every later step of the chunk and the chunk's later
     // second-level adds pass (seed 002 eq. 11), i.e. iff it comes after the last failing step.
+    bool passes[kColumns][kWindow];
     int last_fail[kColumns];
 #pragma unroll
     for (int j = 0; j < kColumns; ++j) last_fail[j] = -1;
@@ -85,19 +97,21 @@ struct GradRowWindow {
         if (kFull || i < width) {
           if (!kInChunk && starts_chunk[i]) s[j] = 0.0f;
           const Step step = fmaq_step<kUnderflow, kFast>(format, x_window[i], w_window[j][i], s[j]);
-          passes[j][i] = kSte == CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF ? passes_diff(step, s[j], args.eps1, args.eps2)
-                                                                     : format.passes_overflow(step.sum);
-          if (kInChunk && kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF && !passes[j][i]) last_fail[j] = i;
+          const bool pass = kSte == CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF ? passes_diff(step, s[j], args.eps1, args.eps2)
+                                                                        : format.passes_overflow(step.sum);
+          if (!kRecursive) emit(j, i, pass);
+          if (kRecursive && kInChunk && !pass) last_fail[j] = i;
+          if (kRecursive && !kInChunk) passes[j][i] = pass;
           s[j] = step.result;
         }
       }
-    if (kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF) {
+    if constexpr (kRecursive) {
 #pragma unroll
       for (int j = 0; j < kColumns; ++j) {
         bool later_pass = true;
         for (int64_t k = k0 + width; k < chain_end; ++k) {
-          const Step step = fmaq_step<kUnderflow, kFast>(format, x[k * args.x_column_stride],
-                                                         w_column[j][k * args.w_row_stride], s[j]);
+          const Step step = fmaq_step<kUnderflow, kFast>(format, x[k * args.a_column_stride],
+                                                         w_column[j][k * args.b_row_stride], s[j]);
           later_pass = later_pass && format.passes_overflow(step.sum);
           s[j] = step.result;
         }
@@ -119,54 +133,63 @@ struct GradRowWindow {
           }
         }
       }
-    }
-#pragma unroll
-    for (int j = 0; j < kColumns; ++j)
 #pragma unroll
       for (int i = 0; i < kWindow; ++i)
-        if (passes[j][i]) dx_window[i] = add_rn(dx_window[i], mul_rn(g_value[j], w_window[j][i]));
+#pragma unroll
+        for (int j = 0; j < kColumns; ++j) emit(j, i, passes[j][i]);
+    }
   }
 
   LOWBIT_HD void finish(int64_t batch, int64_t row) const {
-    float* dx = args.dx + batch * args.dx_batch_stride + row * args.dx_row_stride;
+    if (args.da == nullptr) return;
+    float* dx = args.da + batch * args.da_batch_stride + row * args.da_row_stride;
 #pragma unroll
     for (int i = 0; i < kWindow; ++i)
-      if (i < width) dx[(k0 + i) * args.dx_column_stride] = dx_window[i];
+      if (i < width) dx[(k0 + i) * args.da_column_stride] = dx_window[i];
   }
 };
 
-// The whole of one thread's work, W read from global memory (the host program's form of the kernel): columns
-// kPairs at a time as the kernel runs them, the last ones one at a time.
+// Both gradients of one window on the host, as the kernel computes them: the rows in increasing order, each
+// running its columns kPairs at a time (the last ones one at a time) with B read from global memory, and the dB
+// terms added to dB in row order (the kernel's cross-row sum).
 template <int kWindow, int kSte, bool kUnderflow, bool kFast, bool kInChunk>
-LOWBIT_HD void grad_row_window_of(const cutlass_ext_lowbit_grad_args& args, int64_t batch, int64_t row,
-                                  int64_t window) {
-  GradRowWindow<kWindow, kSte, kUnderflow, kFast, kInChunk> thread(args, batch, row, window);
-  const float* w = args.w + batch * args.w_batch_stride;
-  auto run = [&](auto columns, int64_t c) {
-    constexpr int kColumns = decltype(columns)::value;
-    float w_window[kColumns][kWindow];
-    for (int j = 0; j < kColumns; ++j)
-      for (int i = 0; i < kWindow; ++i)
-        w_window[j][i] =
-            i < thread.width ? w[(thread.k0 + i) * args.w_row_stride + (c + j) * args.w_column_stride] : 0.0f;
-    if (thread.width == kWindow)
-      thread.template columns<true, kColumns>(c, w_window);
-    else
-      thread.template columns<false, kColumns>(c, w_window);
-  };
-  int64_t c = 0;
-  constexpr int kPairs = decltype(thread)::kPairs;
-  for (; c + kPairs <= args.columns; c += kPairs) run(std::integral_constant<int, kPairs>{}, c);
-  for (; c < args.columns; ++c) run(std::integral_constant<int, 1>{}, c);
-  thread.finish(batch, row);
+void grads_window_of(const cutlass_ext_lowbit_grads_args& args, int64_t batch, int64_t window) {
+  float* db = args.db == nullptr ? nullptr : args.db + batch * args.db_batch_stride;
+  const float* w = args.b + batch * args.b_batch_stride;
+  for (int64_t row = 0; row < args.m; ++row) {
+    GradRowWindow<kWindow, kSte, kUnderflow, kFast, kInChunk> thread(args, batch, row, window);
+    auto run = [&](auto columns, int64_t c) {
+      constexpr int kColumns = decltype(columns)::value;
+      float w_window[kColumns][kWindow];
+      for (int j = 0; j < kColumns; ++j)
+        for (int i = 0; i < kWindow; ++i)
+          w_window[j][i] =
+              i < thread.width ? w[(thread.k0 + i) * args.b_row_stride + (c + j) * args.b_column_stride] : 0.0f;
+      auto sink = [&](int j, int i, float term) {
+        if (db != nullptr && i < thread.width) {
+          float& sum = db[(thread.k0 + i) * args.db_row_stride + (c + j) * args.db_column_stride];
+          sum = row == 0 ? add_rn(0.0f, term) : add_rn(sum, term);
+        }
+      };
+      if (thread.width == kWindow)
+        thread.template columns<true, kColumns>(c, w_window, sink);
+      else
+        thread.template columns<false, kColumns>(c, w_window, sink);
+    };
+    int64_t c = 0;
+    constexpr int kPairs = decltype(thread)::kPairs;
+    for (; c + kPairs <= args.n; c += kPairs) run(std::integral_constant<int, kPairs>{}, c);
+    for (; c < args.n; ++c) run(std::integral_constant<int, 1>{}, c);
+    thread.finish(batch, row);
+  }
 }
 
 template <int kWindow, int kSte, bool kUnderflow, bool kFast>
-LOWBIT_HD void grad_row_window(const cutlass_ext_lowbit_grad_args& args, int64_t batch, int64_t row, int64_t window) {
+void grads_window(const cutlass_ext_lowbit_grads_args& args, int64_t batch, int64_t window) {
   if (args.format.chunk % kWindow == 0)
-    grad_row_window_of<kWindow, kSte, kUnderflow, kFast, true>(args, batch, row, window);
+    grads_window_of<kWindow, kSte, kUnderflow, kFast, true>(args, batch, window);
   else
-    grad_row_window_of<kWindow, kSte, kUnderflow, kFast, false>(args, batch, row, window);
+    grads_window_of<kWindow, kSte, kUnderflow, kFast, false>(args, batch, window);
 }
 
 }  // namespace lowbit

@@ -20,7 +20,8 @@ have_nvcc = shutil.which("nvcc") is not None or os.path.exists("/usr/local/cuda/
 have_cxx = shutil.which("g++") is not None
 
 # A host program: the forward chain through Format::fmaq / q_acc (as the forward kernel's threads run it) and the
-# backward through grad_row_window for every (row, window), for A·B and for the transposed problem Bᵀ·Aᵀ.
+# backward through grads_window for every window: each row's recomputed chains give dA and the dB terms, which
+# are summed over the rows in increasing order (as the gradient kernel's CTAs do, one row block after another).
 _HOST_PROGRAM = r"""
 #include <cstdio>
 #include <string>
@@ -44,9 +45,8 @@ template <class T> void write(const char* dir, const char* name, const std::vect
 }
 
 template <int kSte, bool kUf, bool kFast>
-void grads(cutlass_ext_lowbit_grad_args args) {
-  for (int64_t window = 0; window * 16 < args.k; ++window)
-    for (int64_t row = 0; row < args.rows; ++row) grad_row_window<16, kSte, kUf, kFast>(args, 0, row, window);
+void grads(const cutlass_ext_lowbit_grads_args& args) {
+  for (int64_t window = 0; window * 16 < args.k; ++window) grads_window<16, kSte, kUf, kFast>(args, 0, window);
 }
 
 template <bool kUf, bool kFast>
@@ -74,16 +74,12 @@ void run(const char* dir, long long m, long long n, long long k, const cutlass_e
     }
   write(dir, "d.bin", d);
   std::vector<float> da(m * k), db(k * n);
-  // dA: X = A (m, k), W = B (k, n), G (m, n); dB: X = Bᵀ (n, k), W = Aᵀ (k, m), Gᵀ, blockedᵀ, dBᵀ.
-  cutlass_ext_lowbit_grad_args ga{m, n, k, 1, a.data(), 0, k, 1, b.data(), 0, n, 1, g.data(), 0, n, 1,
-                                  blocked.data(), 0, n, 1, da.data(), 0, k, 1, f, ste, eps1, eps2};
-  cutlass_ext_lowbit_grad_args gb{n, m, k, 1, b.data(), 0, 1, n, a.data(), 0, 1, k, g.data(), 0, 1, n,
-                                  blocked.data(), 0, 1, n, db.data(), 0, 1, n, f, ste, eps1, eps2};
-  for (auto* args : {&ga, &gb}) {
-    if (ste == 1) grads<1, kUf, kFast>(*args);
-    if (ste == 2) grads<2, kUf, kFast>(*args);
-    if (ste == 3) grads<3, kUf, kFast>(*args);
-  }
+  cutlass_ext_lowbit_grads_args args{m, n, k, 1, a.data(), 0, k, 1, b.data(), 0, n, 1, g.data(), 0, n, 1,
+                                     blocked.data(), 0, n, 1, da.data(), 0, k, 1, db.data(), 0, n, 1, nullptr,
+                                     f, ste, eps1, eps2};
+  if (ste == 1) grads<1, kUf, kFast>(args);
+  if (ste == 2) grads<2, kUf, kFast>(args);
+  if (ste == 3) grads<3, kUf, kFast>(args);
   write(dir, "da.bin", da);
   write(dir, "db.bin", db);
 }
@@ -214,7 +210,7 @@ def test_library_compiles_and_exports_launchers(tmp_path, monkeypatch):
     exported = subprocess.run(
         ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
     ).stdout
-    for function in ("lowbit_forward", "lowbit_grad"):
+    for function in ("lowbit_forward", "lowbit_grads", "lowbit_grads_workspace"):
         assert f" T {DEFAULT_CONFIG.name}_{function}\n" in exported
 
 

@@ -3,9 +3,10 @@
 `LowbitKernelConfig` is the family's one description of a variant (tiles of the forward, window of the
 backward); codegen renders it from `kernels/lowbit_gemm*.in`, and `native.library` builds and loads it. The
 forward equals `reference.lowbit_matmul_fmt` bit for bit (its docstring is the definition). The backward of an
-STE other than the identity recomputes each output's chain window by window inside the kernel and applies the
-STE's mask on the fly (`ste.grad_reference` defines it); nothing of size M·N·K is stored. The recursive STE also
-keeps, from the forward, one int32 per output: the last chunk whose second-level add overflowed.
+STE other than the identity recomputes each output's chain once, window by window inside one kernel, applies the
+STE's mask on the fly and forms both gradients from it (`ste.grad_reference` defines them); nothing of size
+M·N·K is stored. The recursive STE also keeps, from the forward, one int32 per output: the last chunk whose
+second-level add overflowed.
 """
 
 from __future__ import annotations
@@ -125,15 +126,22 @@ class _ForwardArgs(ctypes.Structure):
     )
 
 
-class _GradArgs(ctypes.Structure):
+class _GradsArgs(ctypes.Structure):
     _fields_ = (
-        [(f, ctypes.c_int64) for f in ("rows", "columns", "k", "batch")]
-        + _strided("x")
-        + _strided("w")
+        [(f, ctypes.c_int64) for f in ("m", "n", "k", "batch")]
+        + _strided("a")
+        + _strided("b")
         + _strided("g")
         + _strided("blocked")
-        + _strided("dx")
-        + [("format", _Format), ("ste", ctypes.c_int32), ("eps1", ctypes.c_float), ("eps2", ctypes.c_float)]
+        + _strided("da")
+        + _strided("db")
+        + [
+            ("workspace", ctypes.c_void_p),
+            ("format", _Format),
+            ("ste", ctypes.c_int32),
+            ("eps1", ctypes.c_float),
+            ("eps2", ctypes.c_float),
+        ]
     )
 
 
@@ -168,10 +176,12 @@ def _config(variant: str) -> LowbitKernelConfig:
     return LowbitKernelConfig.from_name(variant)
 
 
+def _function(variant: str, function_name: str, device: torch.device):
+    return getattr(native.library(_config(variant), device), f"{variant}_{function_name}")
+
+
 def _launch(variant: str, function_name: str, args, device: torch.device) -> None:
-    library = native.library(_config(variant), device)
-    function = getattr(library, f"{variant}_{function_name}")
-    status = function(ctypes.byref(args), native.stream_handle(device))
+    status = _function(variant, function_name, device)(ctypes.byref(args), native.stream_handle(device))
     native.check_status(status, f"{variant}_{function_name}")
 
 
@@ -223,10 +233,10 @@ def _(a, b, man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow,
     return a.new_empty((batch, m, n)), blocked
 
 
-@torch.library.custom_op("cutlass_ext::lowbit_grad", mutates_args=())
-def lowbit_grad(
-    x: torch.Tensor,
-    w: torch.Tensor,
+@torch.library.custom_op("cutlass_ext::lowbit_grads", mutates_args=())
+def lowbit_grads(
+    a: torch.Tensor,
+    b: torch.Tensor,
     g: torch.Tensor,
     blocked: torch.Tensor,
     man: int,
@@ -240,44 +250,67 @@ def lowbit_grad(
     ste: str,
     eps1: float,
     eps2: float,
+    want_a: bool,
+    want_b: bool,
     variant: str,
-) -> torch.Tensor:
-    """dX (B, R, K) of the chain X (B, R, K) @ W (B, K, C) under `ste`, given dY = g (B, R, C): the first
-    operand's gradient (the second's is this of the transposed problem). blocked: the forward's (B, R, C)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dA (B, M, K), dB (B, K, N)) of the chain A (B, M, K) @ B (B, K, N) under `ste`, given dD = g (B, M, N),
+    from one recomputation of the chain; a gradient not wanted comes back empty. blocked: the forward's (B, M, N)
     int32 output for the recursive STE, any tensor for the others."""
-    batch, rows, k = x.shape
-    columns = w.shape[-1]
-    dx = x.new_empty((batch, rows, k))
-    if dx.numel() == 0:
-        return dx
+    batch, m, k = a.shape
+    n = b.shape[-1]
+    da = a.new_empty((batch, m, k) if want_a else (0,))
+    db = b.new_empty((batch, k, n) if want_b else (0,))
+    if m == 0 or k == 0 or batch == 0:  # dB of an empty sum (dA is then empty)
+        return da, db.zero_()
     recursive = ste == "recursive-of"
-    args = _GradArgs(
-        rows,
-        columns,
+    args = _GradsArgs(
+        m,
+        n,
         k,
         batch,
-        *_strides(x),
-        *_strides(w),
+        *_strides(a),
+        *_strides(b),
         *_strides(g),
         *(_strides(blocked) if recursive else [None, 0, 0, 0]),
-        *_strides(dx),
+        *(_strides(da) if want_a else [None, 0, 0, 0]),
+        *(_strides(db) if want_b else [None, 0, 0, 0]),
+        None,
         _c_format((man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow)),
         _STE_CODES[ste],
         eps1,
         eps2,
     )
-    with torch.cuda.device(x.device):
-        _launch(variant, "lowbit_grad", args, x.device)
-    return dx
+    with torch.cuda.device(a.device):
+        size = _function(variant, "lowbit_grads_workspace", a.device)(ctypes.byref(args))
+        workspace = torch.empty(size, dtype=torch.uint8, device=a.device)  # the launcher clears it
+        args.workspace = workspace.data_ptr()
+        _launch(variant, "lowbit_grads", args, a.device)
+    return da, db
 
 
-@lowbit_grad.register_fake
-def _(x, w, g, blocked, man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow, ste, eps1, eps2, variant):
-    return x.new_empty(x.shape)
-
-
-def _transposed(x: torch.Tensor) -> torch.Tensor:
-    return x.transpose(-1, -2)
+@lowbit_grads.register_fake
+def _(
+    a,
+    b,
+    g,
+    blocked,
+    man,
+    exp,
+    acc_bias,
+    prod_bias,
+    prod_man,
+    prod_exp,
+    chunk,
+    underflow,
+    ste,
+    eps1,
+    eps2,
+    want_a,
+    want_b,
+    variant,
+):
+    return a.new_empty(a.shape if want_a else (0,)), b.new_empty(b.shape if want_b else (0,))
 
 
 class LowbitMatmul(torch.autograd.Function):
@@ -301,18 +334,11 @@ class LowbitMatmul(torch.autograd.Function):
             if ctx.needs_input_grad[1]:
                 grad_b = a.transpose(-1, -2) @ grad_out
             return grad_a, grad_b, None, None, None, None, None
-        options = (*ctx.fields, ctx.ste, *ctx.eps, ctx.variant)
-        if ctx.needs_input_grad[0]:
-            grad_a = torch.ops.cutlass_ext.lowbit_grad(a, b, grad_out, blocked, *options)
-        if ctx.needs_input_grad[1]:
-            # The gradient of B is the first operand's gradient of the transposed chain Bᵀ·Aᵀ (same products).
-            blocked_t = _transposed(blocked) if blocked.dim() == 3 else blocked
-            grad_b = _transposed(
-                torch.ops.cutlass_ext.lowbit_grad(
-                    _transposed(b), _transposed(a), _transposed(grad_out), blocked_t, *options
-                )
-            )
-        return grad_a, grad_b, None, None, None, None, None
+        want_a, want_b = ctx.needs_input_grad[:2]
+        grad_a, grad_b = torch.ops.cutlass_ext.lowbit_grads(
+            a, b, grad_out, blocked, *ctx.fields, ctx.ste, *ctx.eps, want_a, want_b, ctx.variant
+        )
+        return grad_a if want_a else None, grad_b if want_b else None, None, None, None, None, None
 
 
 def _check_operand(name: str, x) -> None:
