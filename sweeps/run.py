@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from . import filters
+from . import filters, multi_gpu
 from .space import SpaceError, default_shapes, load_shapes, load_space
 
 DEFAULT_SHAPES = Path(__file__).resolve().parents[1] / "configs" / "shapes_sweep.yaml"
@@ -97,6 +97,8 @@ def _parse_args(argv):
         help="sweep only this mode of the space's (repeatable), e.g. to re-measure one after its kernel changed",
     )
     parser.add_argument("--no-report", action="store_true", help="skip the ranked table and plots at the end")
+    parser.add_argument("--gpus", type=int, default=1, help="measure on N GPUs, one process each (multi_gpu.py)")
+    parser.add_argument("--part", help=argparse.SUPPRESS)  # I/N: the part a --gpus process measures
     return parser.parse_args(argv)
 
 
@@ -132,6 +134,9 @@ def main(argv=None) -> int:
         survivors = _first_per_mode(survivors, args.limit)
         print(f"  --limit {args.limit}: measuring {len(survivors)} of them")
     print(f"{args.shapes}: {len(shapes)} shapes -> {len(survivors) * len(shapes)} (variant, shape) rows")
+    if args.gpus > 1 and not (args.dry_run or args.build_only):
+        return multi_gpu.run(sys.argv[1:] if argv is None else list(argv), args, survivors)
+    survivors = multi_gpu.part(survivors, args)
     if args.dry_run:
         if args.list:
             for config in survivors:

@@ -1,0 +1,170 @@
+"""`python -m sweeps.run SPACE --gpus N`: one sweep process per GPU, each measuring a disjoint part of the space,
+their tables merged into the one a single GPU writes.
+
+Parts are whole build groups (build_stage's translation units of --group-size variants, dealt round-robin): each
+process builds and loads exactly the libraries a one-GPU run of the same space builds, so a kernel cache filled by
+either serves the other. Each part runs `python -m sweeps.run` with CUDA_VISIBLE_DEVICES set to its GPU and
+`--part I/N`, in `<out>/parts/<I>of<N>/` (its table, tuned table and log). A part's table is given the rows of
+the merged table that are its own and the peers', so a rerun with any N measures only what is missing, and an
+interrupted part resumes where it stopped. Each part measures the peers and picks its own finalists and power
+rows per (mode, shape); the merged table keeps part 0's peer rows.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from cutlass_ext import tuned
+
+from . import build_stage
+from .table import KEY
+
+
+def _parse_part(spec: str) -> tuple[int, int]:
+    try:
+        index, count = (int(value) for value in spec.split("/"))
+    except ValueError:
+        raise ValueError(f"--part {spec!r} must be I/N (integers)") from None
+    if not 0 <= index < count:
+        raise ValueError(f"--part {spec!r}: I must be in [0, N)")
+    return index, count
+
+
+def group_size(survivors: list, args) -> int:
+    """The variants per translation unit of a one-GPU run of `survivors` with these --group-size and --jobs."""
+    return args.group_size or build_stage.auto_group_size(len(survivors), args.jobs or os.cpu_count() or 1)
+
+
+def part(survivors: list, args) -> list:
+    """The survivors a `--part I/N` process measures (all of them without --part): every N-th build group from
+    the I-th, groups of --group-size variants formed as build_stage forms them, in the survivors' order."""
+    if args.part is None:
+        return survivors
+    index, count = _parse_part(args.part)
+    groups = build_stage._groups(survivors, group_size(survivors, args))
+    return [config for group in groups[index::count] for config in group]
+
+
+def visible_devices() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [device.strip() for device in visible.split(",") if device.strip()]
+    import torch
+
+    return [str(index) for index in range(torch.cuda.device_count())]
+
+
+def part_folder(out: Path, index: int, count: int) -> Path:
+    return Path(out) / "parts" / f"{index}of{count}"
+
+
+def _read(path: Path) -> pd.DataFrame | None:
+    """A table's rows as the text they hold (no float round trip), or None when there is none."""
+    if not path.is_file() or not path.stat().st_size:
+        return None
+    return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+
+def _write(frame: pd.DataFrame, path: Path) -> None:
+    """`frame` to `path` atomically: a crash keeps the old table or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_suffix(".csv.tmp")
+    frame.to_csv(staging, index=False)
+    os.replace(staging, path)
+
+
+def seed_part(merged: Path, part_table: Path, names: set[str]) -> None:
+    """Add to a part's table the merged table's rows of its variants and of the peers that it lacks."""
+    frame = _read(merged)
+    if frame is None:
+        return
+    rows = frame[frame["name"].isin(names) | frame["family"].isin(tuned.PEER_FAMILIES)]
+    existing = _read(part_table)
+    if existing is not None:
+        have = set(existing[KEY].itertuples(index=False))
+        rows = pd.concat([existing, rows[[key not in have for key in rows[KEY].itertuples(index=False)]]])
+    _write(rows, part_table)
+
+
+def merge(part_tables: list[Path], merged: Path) -> pd.DataFrame:
+    """The parts' rows (a row measured by several parts, a peer's, from the first) and the merged table's rows
+    that no part has (other GPUs', other shapes'), written to `merged`."""
+    frames = [frame for frame in map(_read, part_tables) if frame is not None]
+    if not frames:
+        return pd.DataFrame()
+    rows = pd.concat(frames, ignore_index=True).drop_duplicates(KEY, keep="first")
+    earlier = _read(merged)
+    if earlier is not None:
+        measured = set(rows[KEY].itertuples(index=False))
+        kept = [key not in measured for key in earlier[KEY].itertuples(index=False)]
+        rows = pd.concat([earlier[kept], rows], ignore_index=True)
+    _write(rows[frames[0].columns], merged)
+    return rows
+
+
+def run(argv: list[str], args, survivors: list) -> int:
+    """Measure `survivors` on --gpus GPUs, one `sweeps.run --part` process each; merge, then write the tuned table
+    and the report as a one-GPU run does. Exit status 1 if a part failed (its finished rows are merged)."""
+    import torch
+
+    devices = visible_devices()
+    if args.gpus > len(devices):
+        print(f"error: --gpus {args.gpus}: {len(devices)} GPUs are visible", file=sys.stderr)
+        return 2
+    out = Path(args.out or Path("sweeps") / "results" / tuned.gpu_key(torch.cuda.get_device_name(0)))
+    table_name = f"sweep_{Path(args.space).stem}.csv"
+    size = group_size(survivors, args)
+    jobs = args.jobs or max(1, (os.cpu_count() or 1) // args.gpus)  # the parts build at once: share the cores
+    started = time.perf_counter()
+    running = []
+    for index in range(args.gpus):
+        folder = part_folder(out, index, args.gpus)
+        folder.mkdir(parents=True, exist_ok=True)
+        spec = f"{index}/{args.gpus}"
+        names = {config.name for config in part(survivors, _with_part(args, spec, size))}
+        seed_part(out / table_name, folder / table_name, names)
+        # later options override earlier ones: the user's arguments, then this part's
+        command = [sys.executable, "-m", "sweeps.run", *argv, "--gpus", "1", "--part", spec]
+        command += ["--group-size", str(size), "--jobs", str(jobs), "--out", str(folder)]
+        command += ["--tuned-out", str(folder / "tuned.csv"), "--no-report"]
+        log = (folder / "log.txt").open("w")
+        environment = {**os.environ, "CUDA_VISIBLE_DEVICES": devices[index]}
+        running.append((index, subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT), log))
+        print(f"part {spec}: {len(names)} variants on GPU {devices[index]}, log {folder / 'log.txt'}")
+    failed = []
+    for index, process, log in running:
+        status = process.wait()
+        log.close()
+        print(
+            f"part {index}/{args.gpus} finished with exit status {status} after {time.perf_counter() - started:.0f} s"
+        )
+        if status:
+            failed.append(index)
+    rows = merge([part_folder(out, i, args.gpus) / table_name for i in range(args.gpus)], out / table_name)
+    print(f"{args.gpus} GPUs: {len(rows)} rows in {out / table_name}, {(time.perf_counter() - started) / 60:.1f} min")
+    if rows.empty:
+        return 1
+    from . import sweep
+
+    gpu = rows["gpu"][rows["gpu"] != ""].iloc[0]
+    tuned_path = sweep.write_tuned(out, gpu, sweep.tuned_table_path(gpu, args.out, args.tuned_out))
+    print(f"tuned table {tuned_path}")
+    if not args.no_report:
+        from . import report
+
+        report.main([str(out / table_name), "--top", "3"])
+    return 1 if failed else 0
+
+
+def _with_part(args, spec: str, size: int):
+    """`args` as part `spec`'s process parses them (its --part and --group-size)."""
+    copy = type(args)(**vars(args))
+    copy.part, copy.group_size = spec, size
+    return copy

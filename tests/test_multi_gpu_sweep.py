@@ -1,0 +1,172 @@
+"""`sweeps.run --gpus N` on the CPU, the measurement mocked: parts are disjoint whole build groups, N processes
+write the table one process writes, an interrupted part resumes, and a rerun with another N measures only what is
+missing."""
+
+import argparse
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from sweeps import build_stage, multi_gpu
+from sweeps import run as run_module
+from sweeps import sweep as sweep_module
+from sweeps.space import load_space
+from sweeps.table import FAMILY_CONFIG_FIELDS, KEY, ResumableTable, config_columns
+
+SPACE = "configs/sm80_corrected.yaml"
+GPU = "NVIDIA H100 80GB HBM3"
+
+
+class FakeSweep:
+    """Sweep's surface with made-up measurements: a row per (variant, shape) and a peer per shape, appended to the
+    resumable table; records what each process built and measured."""
+
+    calls: list = []
+    kill: dict = {}  # part -> rows after which that part's process is interrupted
+
+    def __init__(self, args, limits):
+        self.args = args
+        self.table = ResumableTable(Path(args.out) / f"sweep_{Path(args.space).stem}.csv")
+        self.survivors = []
+        self.measured = 0
+
+    def build(self, survivors, shapes):
+        self.survivors = survivors
+        return 0.0
+
+    def _append(self, config, family, mode, name, shape):
+        if self.table.done(name, *shape, GPU):
+            return
+        if self.measured == self.kill.get(self.args.part):
+            raise KeyboardInterrupt
+        self.measured += 1
+        self.calls.append((os.environ.get("CUDA_VISIBLE_DEVICES"), self.args.part, name, shape))
+        m, n, k, batch = shape
+        self.table.append(
+            {
+                "family": family,
+                "mode": mode,
+                "name": name,
+                "m": m,
+                "n": n,
+                "k": k,
+                "batch": batch,
+                "time_us": 10.0,
+                "tflops": float(sum(map(ord, name)) % 97 + m / 1000),
+                "repeats": 3,
+                "relres": 1e-7,
+                "status": "ok",
+                "gpu": GPU,
+                "nvcc": "13.0",
+                "torch": "2.11",
+                "date": "2026-11-26T00:00:00Z",
+                **config_columns(config, FAMILY_CONFIG_FIELDS["sm80"]),
+            }
+        )
+
+    def measure(self, shapes):
+        for shape in shapes:
+            self._append(None, "cublas", "fp32", "torch.matmul ieee", shape)
+            for config in self.survivors:
+                self._append(config, config.family, config.mode, config.name, shape)
+        return 0.0
+
+    def write_tuned(self):
+        return None
+
+    def print_summary(self):
+        pass
+
+
+class FakePopen:
+    """A part's `python -m sweeps.run ...` run in this process, under its CUDA_VISIBLE_DEVICES."""
+
+    def __init__(self, command, env, stdout, stderr):
+        assert command[1:3] == ["-m", "sweeps.run"]
+        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]
+        try:
+            self.returncode = run_module.main(command[3:])
+        except KeyboardInterrupt:
+            self.returncode = 1
+        finally:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved
+
+    def wait(self):
+        return self.returncode
+
+
+@pytest.fixture
+def sweep_run(tmp_path, monkeypatch):
+    FakeSweep.calls, FakeSweep.kill = [], {}
+    monkeypatch.setattr(sweep_module, "Sweep", FakeSweep)
+    monkeypatch.setattr(multi_gpu.subprocess, "Popen", FakePopen)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text("shapes: [[256, 256, 256], [512, 384, 128]]\n")
+
+    def sweep_run(out: str, gpus: int, *extra) -> tuple[int, pd.DataFrame]:
+        argv = [SPACE, "--arch", "80", "--shapes", str(shapes), "--limit", "5", "--group-size", "2"]
+        status = run_module.main([*argv, "--out", str(tmp_path / out), "--gpus", str(gpus), "--no-report", *extra])
+        table = pd.read_csv(tmp_path / out / "sweep_sm80_corrected.csv")
+        return status, table.drop(columns="date").sort_values(KEY).reset_index(drop=True)
+
+    return sweep_run
+
+
+def test_parts_are_disjoint_whole_build_groups():
+    configs = load_space(SPACE)[:37]
+    groups = build_stage._groups(configs, 3)
+    parts = []
+    for index in range(3):
+        args = argparse.Namespace(part=f"{index}/3", group_size=3, jobs=None)
+        parts.append(multi_gpu.part(configs, args))
+        # the part's own build forms the groups of the one-GPU run: the same libraries, the same cache entries
+        assert build_stage._groups(parts[-1], 3) == groups[index::3]
+    assert sorted(c.name for p in parts for c in p) == sorted(c.name for c in configs)
+    assert multi_gpu.part(configs, argparse.Namespace(part=None)) is configs
+    with pytest.raises(ValueError, match="--part"):
+        multi_gpu.part(configs, argparse.Namespace(part="3/3", group_size=3, jobs=None))
+
+
+def test_two_gpus_write_the_table_of_one(sweep_run):
+    status, one = sweep_run("one", 1)
+    assert status == 0
+    FakeSweep.calls = []
+    status, two = sweep_run("two", 2)
+    assert status == 0
+    pd.testing.assert_frame_equal(one, two)
+    variants = {}
+    for device, part, name, _ in FakeSweep.calls:
+        if name != "torch.matmul ieee":
+            variants.setdefault((device, part), set()).add(name)
+    assert sorted(variants) == [("4", "0/2"), ("6", "1/2")]  # one process per GPU, in its own part
+    assert not variants["4", "0/2"] & variants["6", "1/2"]
+    assert len(two) == 2 * (1 + len(variants["4", "0/2"]) + len(variants["6", "1/2"]))
+
+
+def test_an_interrupted_part_resumes_where_it_stopped(sweep_run):
+    _, complete = sweep_run("reference", 1)
+    FakeSweep.calls, FakeSweep.kill = [], {"1/2": 4}
+    status, partial = sweep_run("resumed", 2)
+    assert status == 1 and 0 < len(partial) < len(complete)
+    first = FakeSweep.calls
+    FakeSweep.calls, FakeSweep.kill = [], {}
+    status, resumed = sweep_run("resumed", 2)
+    assert status == 0
+    variant_rows = [(name, shape) for _, _, name, shape in first + FakeSweep.calls if name != "torch.matmul ieee"]
+    assert len(variant_rows) == len(set(variant_rows)) == (complete["family"] == "sm80").sum()  # none twice
+    pd.testing.assert_frame_equal(complete, resumed)
+
+
+def test_a_rerun_with_another_gpu_count_measures_only_what_is_missing(sweep_run):
+    sweep_run("table", 1)
+    FakeSweep.calls = []
+    status, table = sweep_run("table", 2)
+    assert status == 0 and FakeSweep.calls == []
+    _, more = sweep_run("table", 2, "--limit", "7")
+    assert len(more) > len(table)
+    assert {call[2] for call in FakeSweep.calls}.isdisjoint(set(table["name"]))
+    assert not more.duplicated(KEY).any()
