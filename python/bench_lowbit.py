@@ -3,7 +3,7 @@ chunked emulation (`lowbit.reference` on the GPU) and, where `peers/lba_fc` hold
 (github itayhubara/qlora, branch lba, folder lba_fc), their kernel; one run, one device.
 
     python python/bench_lowbit.py [--shapes 256x256x1024 1024 2048 4096] [--variants NAME ...]
-                                  [--out sweeps/results/h200/lowbit_gemm.csv]
+                                  [--no-authors] [--out sweeps/results/h200/lowbit_gemm.csv]
 
 TFLOP/s-equivalent = 2·M·N·K / time (CUDA events, median; the emulation once per shape past 10^11 FLOP). Backward
 rows time `torch.autograd.grad` of both operands after one forward (the recursive STE's forward also records the
@@ -179,6 +179,7 @@ def main(argv=None) -> int:
         default=2e11,
         help="time the PyTorch emulation up to this many FLOP (4096³ is 1.4e11)",
     )
+    parser.add_argument("--no-authors", action="store_true", help="leave out the authors' kernel (its build)")
     parser.add_argument("--out", type=Path, help="CSV path (default sweeps/results/<gpu>/lowbit_gemm.csv)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -188,7 +189,7 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     base = LowbitFormat.make(args.man, args.exp, chunk=args.chunk)
     formats = {"on": [base], "off": [base.with_underflow(False)], "both": [base, base.with_underflow(False)]}
-    peer = authors_kernel()
+    peer = (None, "left out (--no-authors)") if args.no_authors else authors_kernel()
     rows = []
     for shape in args.shapes:
         for fmt in formats[args.underflow]:
