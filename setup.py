@@ -9,9 +9,13 @@ setup(
     license="BSD-3-Clause",
     python_requires=">=3.10",
     packages=find_packages(include=["cutlass_ext", "cutlass_ext.*"]) + ["cutlass_ext.kernels"],
-    # The CUDA sources live at the top level (kernels/ holds no Python) and ship inside the package.
+    # The shared CUDA sources live at the top level (kernels/ holds no Python) and ship inside the package; each
+    # family's templates ship from its folder.
     package_dir={"cutlass_ext.kernels": "kernels"},
-    package_data={"cutlass_ext.kernels": ["*.h", "*.hpp", "*.cuh", "*.in", "*.cpp"], "cutlass_ext": ["tuned/*.csv"]},
+    package_data={
+        "cutlass_ext.kernels": ["*.h", "*.hpp", "*.cuh", "*.in", "*.cpp"],
+        "cutlass_ext": ["tuned/*.csv", "families/*/*.in"],
+    },
     install_requires=[
         "torch>=2.9",  # torch.backends.cuda.matmul.fp32_precision
         "nvidia-cutlass==4.2.0.0",  # its C++ headers are the CUTLASS the kernels are built against
@@ -23,5 +27,8 @@ setup(
         "tqdm",
     ],
     # tests import the Triton peers
-    extras_require={"test": ["pytest", "triton", "ruff", "scikit-learn", "matplotlib"], "report": ["matplotlib"]},
+    extras_require={
+        "test": ["pytest", "hypothesis", "triton", "ruff", "scikit-learn", "matplotlib"],
+        "report": ["matplotlib"],
+    },
 )

@@ -10,9 +10,9 @@ optimizer = ext.optim.AdamW(model.parameters(), update="stochastic")  # BF16 wei
 """
 
 from . import lowbit, nn, numerics, optim, requirements
-from .config import KernelConfig
 from .fp8 import gemm_fp8, quantize_fp8
-from .fp8_config import Fp8Config
+from .families.sm80.config import KernelConfig
+from .families.sm90_fp8.config import Fp8Config
 from .gemm import MODES, gemm
 from .precision import precision, set_precision
 from .tuned import set_tuned_table

@@ -1,4 +1,5 @@
-"""Build kernel libraries and the torch binding into the cache; `python -m cutlass_ext.build --prebuild` builds ahead.
+"""Build kernel libraries and the torch binding into the cache (`python -m cutlass_ext.build --prebuild` builds ahead:
+cutlass_ext/prebuild.py).
 
 Kernel libraries are torch-free: each is one generated translation unit compiled by nvcc (ninja runs them in
 parallel), keyed by its configs, the kernel sources, nvcc's version, the CUTLASS headers and the arch. The
@@ -7,7 +8,6 @@ binding is the one translation unit that includes torch; `torch.utils.cpp_extens
 
 from __future__ import annotations
 
-import argparse
 import functools
 import hashlib
 import os
@@ -21,11 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import cache, codegen, toolchain, variants
-from .config import KERNEL_MODES, KernelConfig
+from . import cache, codegen, toolchain
 
 BINDING_SOURCE = "torch_binding.cpp"
-HOPPER_ONLY_FAMILIES = ("sm90_fp8", "sm90")  # CUTLASS 3.x kernels (TMA + wgmma): built for sm_90a alone
 _NINJA_STATUS = re.compile(r"^\[(?P<finished>\d+)/(?P<total>\d+)\] ")
 
 
@@ -33,7 +31,7 @@ _NINJA_STATUS = re.compile(r"^\[(?P<finished>\d+)/(?P<total>\d+)\] ")
 class LibraryResult:
     """Outcome of building one group of configs: `library` on success, `error` (the compiler's log) otherwise."""
 
-    configs: tuple[KernelConfig, ...]
+    configs: tuple
     library: Path | None
     error: str | None = None
     seconds: float = 0.0
@@ -57,7 +55,7 @@ def _cutlass_digest() -> str:
     return digest.hexdigest()
 
 
-def library_key(configs: tuple[KernelConfig, ...], arch: str) -> str:
+def library_key(configs: tuple, arch: str) -> str:
     return cache.fingerprint(
         *(c.fingerprint() for c in configs),
         _kernel_sources_digest(configs[0].family),
@@ -68,7 +66,7 @@ def library_key(configs: tuple[KernelConfig, ...], arch: str) -> str:
     )
 
 
-def library_entry(configs: tuple[KernelConfig, ...], arch: str, key: str) -> Path:
+def library_entry(configs: tuple, arch: str, key: str) -> Path:
     label = configs[0].name if len(configs) == 1 else f"group{len(configs)}"
     return cache.cache_root() / "kernels" / f"sm_{arch}" / f"{label}-{key[:16]}"
 
@@ -99,7 +97,7 @@ def _write_ninja_file(staging_root: Path, jobs: list[tuple[Path, Path]], arch: s
 
 
 def build_libraries(
-    groups: list[tuple[KernelConfig, ...]],
+    groups: list[tuple],
     arch: str,
     jobs: int | None = None,
     verbose: bool = True,
@@ -272,73 +270,7 @@ def load_binding(verbose: bool = True):
     return library
 
 
-def _parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m cutlass_ext.build", description=__doc__)
-    parser.add_argument("--prebuild", action="store_true", help="build the default kernels (and the binding) now")
-    parser.add_argument("--arch", action="append", help="target arch, e.g. 80 or 90a (repeatable); default: the GPU's")
-    parser.add_argument(
-        "--modes",
-        nargs="+",
-        default=list(KERNEL_MODES),
-        choices=list(KERNEL_MODES) + ["fp8_fast", "fp8_promoted"],
-        help="modes whose defaults and tuned winners to build (FP8: e4m3 inputs, bf16 output)",
-    )
-    parser.add_argument(
-        "--names",
-        nargs="+",
-        metavar="NAME",
-        help="build these variants instead of the modes' (e.g. the tuned table's names, to carry the cache to a GPU)",
-    )
-    parser.add_argument("--no-binding", action="store_true", help="build only the torch-free kernel libraries")
-    parser.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: all cores)")
-    return parser.parse_args(argv)
+if __name__ == "__main__":  # `python -m cutlass_ext.build --prebuild`: the command lives one layer up
+    from cutlass_ext.prebuild import main
 
-
-def prebuild_configs(modes: list[str]) -> list:
-    """What `--prebuild` builds for these modes, each variant once: `gemm`'s dispatch variants (the tuned tables'
-    FP8 winners among them) and `gemm_fp8`'s defaults."""
-    from . import fp8
-    from .gemm import dispatch_configs
-
-    accums = [mode.removeprefix("fp8_") for mode in modes if mode.startswith("fp8_")]
-    return list(dict.fromkeys(dispatch_configs(modes) + (fp8.dispatch_configs(accums) if accums else [])))
-
-
-def main(argv=None) -> int:
-    args = _parse_args(argv)
-    if not args.prebuild:
-        print("nothing to do: pass --prebuild", file=sys.stderr)
-        return 2
-    archs = args.arch
-    if not archs:
-        import torch
-
-        if not torch.cuda.is_available():
-            print("no CUDA device: name the target with --arch (e.g. --arch 90a)", file=sys.stderr)
-            return 2
-        archs = [toolchain.device_arch()]
-    if args.names:
-        try:
-            configs = list(dict.fromkeys(variants.from_name(name) for name in args.names))
-        except ValueError as error:
-            print(f"--names: {error}", file=sys.stderr)
-            return 2
-    else:
-        configs = prebuild_configs(args.modes)
-    failed = 0
-    for arch in archs:
-        arch_configs = configs if arch == "90a" else [c for c in configs if c.family not in HOPPER_ONLY_FAMILIES]
-        for result in build_libraries([(c,) for c in arch_configs], arch, jobs=args.jobs):
-            state = "cached" if result.cached else ("built" if result.library else "FAILED")
-            print(f"sm_{arch}  {result.configs[0].name:48s} {state}  {result.library or ''}")
-            if result.error:
-                failed += 1
-                print(result.error, file=sys.stderr)
-    if not args.no_binding:
-        load_binding()
-        print("binding ready")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
     sys.exit(main())

@@ -1,7 +1,8 @@
-"""`KernelConfig`: the one description of a kernel variant.
+"""What every kernel family's config dataclass shares: `VariantFields` and the name grammar.
 
-The code generator renders it, its fingerprint keys the build cache, its fields become CSV columns, and the
-tuned tables map shapes to it. Its `name` is derived from the fields, never typed by hand.
+A family's config is the one description of a kernel variant: the code generator renders it, its fingerprint keys
+the build cache, its fields become CSV columns, and the tuned tables map shapes to its `name`. The name is derived
+from the fields by a `NameGrammar` declared once per family, which both prints names and parses them back.
 """
 
 from __future__ import annotations
@@ -10,38 +11,132 @@ import dataclasses
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from typing import ClassVar
 
-# Tensor Core instruction shape (m, n, k) of each mode's operands on the CUTLASS 2.x mma.sync path.
-# The split modes read FP32 fragments and multiply in TF32 m16n8k8 or FP16 m16n8k16 (kernels/split_mma.h).
-INSTRUCTION_SHAPES = {
-    "tf32": (16, 8, 8),
-    "tf32tf32": (16, 8, 8),
-    "halfhalf": (16, 8, 16),
-    "markidis": (16, 8, 16),
-    "cutlass3xtf32": (16, 8, 8),
-}
-# CUTLASS's own 3xTF32 (OpMultiplyAddFastF32, its examples 27-29): built from our template as the benchmarks'
-# peer, not a mode of `ext.gemm`.
-PEER_MODES = ("cutlass3xtf32",)
-KERNEL_MODES = tuple(sorted(mode for mode in INSTRUCTION_SHAPES if mode not in PEER_MODES))
-FAMILIES = ("sm80",)
-LAYOUTS = ("row", "col")  # how A (m, k) and B (k, n) are stored: unit stride along rows or down columns
-# What the kernel reads: FP32 operands split in registers, or (halfhalf) FP16 hi and lo·2^11 packed in each
-# 32-bit word by a pass over memory before the GEMM (kernels/halfhalf_operands.cuh).
-OPERANDS = ("fp32", "packed")
-SWIZZLES = (1, 2, 4, 8)
-_PACKABLE_MODES = ("halfhalf",)
-_LAYOUT_LETTERS = {layout[0]: layout for layout in LAYOUTS}
-_NAME_PATTERN = re.compile(
-    r"(?P<mode>[a-z0-9]+)_(?P<family>sm\d+a?)_(?P<tb>\d+x\d+x\d+)_(?P<warp>\d+x\d+x\d+)"
-    r"_s(?P<stages>\d+)_a(?P<alignment>\d+)(?:_w(?P<swizzle>\d+))?(?:_(?P<layouts>[rc]{2}))?(?P<packed>_packed)?"
-)
+
+class Word:
+    """A field written as one of a few tags: `Word("schedule", {"cooperative": "coop", "pingpong": "pp"})`, or
+    `Word("mode", ["tf32", "halfhalf"])` where each value is its own tag."""
+
+    def __init__(self, field: str, tags):
+        self.fields = (field,)
+        self.tags = dict(tags) if isinstance(tags, dict) else {value: value for value in tags}
+        self.values = {tag: value for value, tag in self.tags.items()}
+
+    def regex(self) -> str:
+        alternatives = sorted(self.values, key=len, reverse=True)  # longest first: `tf32tf32` before `tf32`
+        return f"(?P<{self.fields[0]}>{'|'.join(re.escape(tag) for tag in alternatives)})"
+
+    def format(self, config) -> str:
+        return self.tags[getattr(config, self.fields[0])]
+
+    def parse(self, match) -> dict:
+        return {self.fields[0]: self.values[match[self.fields[0]]]}
+
+
+class Number(Word):
+    """A positive integer field written in decimal."""
+
+    def __init__(self, field: str):
+        self.fields = (field,)
+
+    def regex(self) -> str:
+        return f"(?P<{self.fields[0]}>\\d+)"
+
+    def format(self, config) -> str:
+        return str(getattr(config, self.fields[0]))
+
+    def parse(self, match) -> dict:
+        return {self.fields[0]: int(match[self.fields[0]])}
+
+
+class Extent(Number):
+    """A tuple of positive integers written `128x128x32`."""
+
+    def __init__(self, field: str, rank: int):
+        self.fields, self.rank = (field,), rank
+
+    def regex(self) -> str:
+        digits = "x".join([r"\d+"] * self.rank)
+        return f"(?P<{self.fields[0]}>{digits})"
+
+    def format(self, config) -> str:
+        return "x".join(str(v) for v in getattr(config, self.fields[0]))
+
+    def parse(self, match) -> dict:
+        return {self.fields[0]: tuple(int(v) for v in match[self.fields[0]].split("x"))}
+
+
+class Optional:
+    """Parts written only where their fields differ from `default` (`Optional("_w", Number("swizzle"),
+    default={"swizzle": 1})`); a name without them parses to the default."""
+
+    def __init__(self, *parts, default: dict):
+        self.parts, self.default = [_part(p) for p in parts], default
+        self.fields = tuple(f for p in self.parts for f in p.fields)
+
+    def regex(self) -> str:
+        return f"(?:{''.join(p.regex() for p in self.parts)})?"
+
+    def format(self, config) -> str:
+        if all(getattr(config, field) == value for field, value in self.default.items()):
+            return ""
+        return "".join(p.format(config) for p in self.parts)
+
+    def parse(self, match) -> dict:
+        if all(match[field] is None for field in self.fields):
+            return dict(self.default)
+        return {key: value for p in self.parts for key, value in p.parse(match).items()}
+
+
+class _Text:
+    fields = ()
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def regex(self) -> str:
+        return re.escape(self.text)
+
+    def format(self, config) -> str:
+        return self.text
+
+    def parse(self, match) -> dict:
+        return {}
+
+
+def _part(part):
+    return _Text(part) if isinstance(part, str) else part
+
+
+class NameGrammar:
+    """A family's variant names, declared once as a sequence of parts (plain strings are literal text); it prints a
+    config's name, and parses a name back into the fields it encodes (fields it does not encode keep their
+    dataclass defaults)."""
+
+    def __init__(self, *parts):
+        self.parts = [_part(p) for p in parts]
+        self.pattern = re.compile("".join(p.regex() for p in self.parts))
+
+    def format(self, config) -> str:
+        return "".join(p.format(config) for p in self.parts)
+
+    def matches(self, name: str) -> bool:
+        return self.pattern.fullmatch(name) is not None
+
+    def parse(self, name: str) -> dict | None:
+        match = self.pattern.fullmatch(name)
+        if match is None:
+            return None
+        return {key: value for p in self.parts for key, value in p.parse(match).items()}
 
 
 class VariantFields:
-    """What every kernel family's config dataclass shares: its fields as a dict, a stable hash of them, and the
-    checks of its tile-shaped fields and of names parsed back into configs."""
+    """What every kernel family's config dataclass shares: its fields as a dict, a stable hash of them, the checks
+    of its tile-shaped fields, and (for a family that declares its `NAME` grammar) its name and parser."""
+
+    NAME: ClassVar[NameGrammar | None] = None  # the family's name grammar
+    EXAMPLE_NAME: ClassVar[str] = ""  # a valid name, quoted by the parser's error
 
     def _check_extents(self, **fields: str) -> None:
         """Each field a tuple of positive integers, one per letter of its axes (`tile="mnk"`)."""
@@ -57,145 +152,25 @@ class VariantFields:
             raise ValueError(f"{name!r} is not in canonical form; did you mean {self.name!r}?")
         return self
 
+    @property
+    def name(self) -> str:
+        return type(self).NAME.format(self)
+
+    @classmethod
+    def from_name(cls, name: str):
+        """The config whose derived `name` this is (names travel through op arguments and CSV tables)."""
+        fields = cls.NAME.parse(name)
+        if fields is None:
+            raise ValueError(f"{name!r} is not a {cls.__name__} variant name such as {cls.EXAMPLE_NAME!r}")
+        return cls(**fields)._named(name)
+
+    @classmethod
+    def is_name(cls, name: str) -> bool:
+        return cls.NAME.matches(name)
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     def fingerprint(self) -> str:
         """Stable hash of every field (not of Python's per-process `hash`)."""
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class KernelConfig(VariantFields):
-    """One CUTLASS kernel variant.
-
-    family: the instruction path, `sm80` = CUTLASS 2.x mma.sync (runs on sm80 and later).
-    threadblock, warp: (m, n, k) tiles. stages: software-pipeline depth.
-    alignment: elements per vector access of A, B and C; 4 (16 bytes of FP32) or 1 for any shape and stride.
-    layout_a, layout_b: `row` or `col`, how the kernel reads A and B (C is row-major); the name carries them as
-    a suffix (`_cr`, `_rc`, `_cc`) unless both are `row`.
-    operands: `fp32`, or `packed` (halfhalf only: hi/lo split by a pass over memory; the name ends `_packed`).
-    swizzle: CUTLASS's threadblock swizzle width (GemmIdentityThreadblockSwizzle<N>): N > 1 launches tiles in
-    groups of up to N columns, so that blocks running together share panels of A and B in L2; the name carries
-    `_wN` unless it is 1.
-    """
-
-    mode: str
-    family: str = "sm80"
-    threadblock: tuple[int, int, int] = (128, 128, 32)
-    warp: tuple[int, int, int] = (64, 64, 32)
-    stages: int = 3
-    alignment: int = 4
-    layout_a: str = "row"
-    layout_b: str = "row"
-    operands: str = "fp32"
-    swizzle: int = 1
-
-    def __post_init__(self):
-        if self.mode not in INSTRUCTION_SHAPES:
-            raise ValueError(f"mode={self.mode!r} is not one of {sorted(INSTRUCTION_SHAPES)}")
-        if self.family not in FAMILIES:
-            raise ValueError(f"family={self.family!r} is not one of {list(FAMILIES)}")
-        self._check_extents(threadblock="mnk", warp="mnk")
-        if self.alignment not in (1, 2, 4):
-            raise ValueError(f"alignment={self.alignment!r} must be 1, 2 or 4")
-        for field in ("layout_a", "layout_b"):
-            if getattr(self, field) not in LAYOUTS:
-                raise ValueError(f"{field}={getattr(self, field)!r} is not one of {list(LAYOUTS)}")
-        if self.swizzle not in SWIZZLES:
-            raise ValueError(f"swizzle={self.swizzle!r} must be one of {list(SWIZZLES)}")
-        if self.operands not in OPERANDS:
-            raise ValueError(f"operands={self.operands!r} is not one of {list(OPERANDS)}")
-        if self.operands == "packed" and self.mode not in _PACKABLE_MODES:
-            raise ValueError(f"operands='packed' is for modes {list(_PACKABLE_MODES)}; got mode={self.mode!r}")
-
-    @property
-    def instruction(self) -> tuple[int, int, int]:
-        return INSTRUCTION_SHAPES[self.mode]
-
-    @property
-    def shared_memory_bytes(self) -> int:
-        """The multistage mainloop's A and B tiles, every stage (32-bit words, packed halfhalf ones too)."""
-        bm, bn, bk = self.threadblock
-        return (bm * bk + bk * bn) * 4 * self.stages
-
-    @property
-    def name(self) -> str:
-        tb, warp = self.threadblock, self.warp
-        layouts = "" if self.layout_a == self.layout_b == "row" else f"_{self.layout_a[0]}{self.layout_b[0]}"
-        return (
-            f"{self.mode}_{self.family}_{tb[0]}x{tb[1]}x{tb[2]}_{warp[0]}x{warp[1]}x{warp[2]}"
-            f"_s{self.stages}_a{self.alignment}{f'_w{self.swizzle}' if self.swizzle != 1 else ''}{layouts}"
-            f"{'_packed' if self.operands == 'packed' else ''}"
-        )
-
-    @classmethod
-    def from_name(cls, name: str) -> KernelConfig:
-        """The config whose derived `name` this is (names travel through op arguments and CSV tables)."""
-        match = _NAME_PATTERN.fullmatch(name)
-        if match is None:
-            raise ValueError(f"{name!r} is not a kernel variant name such as {cls(mode='tf32').name!r}")
-
-        def shape(text):
-            return tuple(int(v) for v in text.split("x"))
-
-        return cls(
-            mode=match["mode"],
-            family=match["family"],
-            threadblock=shape(match["tb"]),
-            warp=shape(match["warp"]),
-            stages=int(match["stages"]),
-            alignment=int(match["alignment"]),
-            **(
-                {"layout_a": _LAYOUT_LETTERS[match["layouts"][0]], "layout_b": _LAYOUT_LETTERS[match["layouts"][1]]}
-                if match["layouts"]
-                else {}
-            ),
-            operands="packed" if match["packed"] else "fp32",
-            swizzle=int(match["swizzle"]) if match["swizzle"] else 1,
-        )._named(name)
-
-
-# (threadblock, warp, stages) when no tuned table applies. The corrected modes hold hi and lo fragments and two
-# accumulators per MMA step, so their warp tiles are half as wide. The corrected picks are the fastest of the
-# tiles measured at 4096-16384 on the H100 (docs/design-notes.md, corrected SGEMM on sm80+) until the sweep tunes
-# them.
-DEFAULT_TILES = {
-    "tf32": ((128, 128, 32), (64, 64, 32), 3),
-    "tf32tf32": ((128, 128, 32), (64, 32, 32), 3),
-    "halfhalf": ((128, 128, 32), (32, 64, 32), 4),
-    "markidis": ((128, 128, 32), (32, 64, 32), 3),
-}
-
-
-# The dispatch default per mode: halfhalf's pre-split packed operands beat its in-register split (73 -> 104 TFLOP/s
-# at 8192^3; docs/design-notes.md, corrected SGEMM on sm80+).
-DEFAULT_OPERANDS = {"halfhalf": "packed"}
-
-# halfhalf (packed or not) spills with 32x64 and 64x32 warps reading B column-major (ptxas, sm_80 and sm_90a):
-# smaller warps.
-_COLUMN_MAJOR_B_TILES = {"halfhalf": ((128, 64, 32), (32, 32, 32), 4)}
-
-
-def default_configs(
-    mode: str,
-    layout_a: str = "row",
-    layout_b: str = "row",
-    operands: str | None = None,
-    shared_memory_bytes: int | None = None,
-) -> list[KernelConfig]:
-    """Variants `ext.gemm` uses when no tuned table applies: the vectorized one first, then one for any shape.
-    shared_memory_bytes: the device's opt-in limit; stages are dropped until the tiles fit (sm86/sm89 have 99 KB,
-    where halfhalf's 4 stages take 128)."""
-    operands = operands or DEFAULT_OPERANDS.get(mode, "fp32")
-    override = _COLUMN_MAJOR_B_TILES.get(mode) if layout_b == "col" else None
-    threadblock, warp, stages = override or DEFAULT_TILES[mode]
-    config = KernelConfig(mode, "sm80", threadblock, warp, stages, 4, layout_a, layout_b, operands)
-    while shared_memory_bytes is not None and config.shared_memory_bytes > shared_memory_bytes and config.stages > 2:
-        config = dataclasses.replace(config, stages=config.stages - 1)
-    return [config, dataclasses.replace(config, alignment=1)]
-
-
-# CUTLASS example 27's kernel (27_ampere_3xtf32_fast_accurate_tensorop_gemm.cu): its tiles, stages, alignment and
-# layouts (A row-major, B column-major).
-CUTLASS_3XTF32 = KernelConfig("cutlass3xtf32", "sm80", (128, 64, 16), (64, 32, 16), 3, 4, "row", "col")

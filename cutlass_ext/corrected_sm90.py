@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from . import ops, registry
-from .split_config import DEFAULT_SPLIT
+from .families.sm90.config import DEFAULTS
 
 _FORMATS = {"tf32tf32": ops.PLANES_TF32, "halfhalf": ops.PLANES_HALF}
 
@@ -19,7 +19,7 @@ def supports_shapes(a_dim: int, b_dim: int, n: int) -> bool:
 
 
 def default_variants(mode: str) -> list[str]:
-    return [DEFAULT_SPLIT[mode].name]
+    return [DEFAULTS[mode].name]
 
 
 def product(a: torch.Tensor, b: torch.Tensor, mode: str, variants: list[str] | None = None) -> torch.Tensor:

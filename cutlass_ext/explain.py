@@ -12,7 +12,7 @@ import re
 import sys
 
 from . import device
-from .fp8_config import ACCUMULATIONS
+from .families.sm90_fp8.config import ACCUMULATIONS
 from .gemm import KERNEL_MODES
 
 _SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")

@@ -16,7 +16,7 @@ import torch
 from . import device as device_info
 from . import ops, registry, tuned
 from .compiling import constant_result
-from .fp8_config import ACCUMULATIONS, DEFAULT_FP8, FP8_DTYPES, OUT_DTYPES, Fp8Config, dtype_name
+from .families.sm90_fp8.config import ACCUMULATIONS, DEFAULT_FP8, FP8_DTYPES, OUT_DTYPES, Fp8Config, dtype_name
 
 GRANULARITIES = ("tensor", "row")
 _QUANTIZABLE = (torch.float32, torch.bfloat16, torch.float16)

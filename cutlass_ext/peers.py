@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from . import benchmark, ops, registry
-from .config import CUTLASS_3XTF32
+from .families.sm80.config import CUTLASS_3XTF32
 
 # (block_m, block_n, block_k, warps, stages); the benchmark keeps the fastest per shape.
 CONFIGS = [(128, 128, 32, 8, 3), (128, 256, 32, 8, 3), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4), (256, 128, 32, 8, 3)]

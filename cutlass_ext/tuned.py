@@ -24,9 +24,8 @@ import threading
 from pathlib import Path
 
 from . import device as device_info
-from . import variants
-from .build import HOPPER_ONLY_FAMILIES
-from .config import DEFAULT_OPERANDS, KernelConfig
+from . import families
+from .families.sm80.config import DEFAULT_OPERANDS, KernelConfig
 
 TUNED_DIR = Path(__file__).resolve().parent / "tuned"
 TABLE_ENV = "CUTLASS_EXT_TUNED_TABLE"
@@ -170,9 +169,11 @@ MAX_RATIO = 4.0
 
 
 def runs_on(config, gpu: device_info.DeviceInfo) -> bool:
-    """Whether `gpu` can run the variant: Hopper kernels on sm_90a only, sm80 tiles within its shared memory."""
-    if config.family in HOPPER_ONLY_FAMILIES:
-        return gpu.hopper
+    """Whether `gpu` can run the variant: a family built for named archs on those only (the Hopper families on
+    sm_90a), sm80 tiles within its shared memory."""
+    archs = families.of(config).archs
+    if archs is not None:
+        return gpu.arch in archs
     limit = gpu.shared_memory_bytes
     return not isinstance(config, KernelConfig) or limit is None or config.shared_memory_bytes <= limit
 
@@ -205,7 +206,7 @@ def _resolve(gpu, mode, m, n, k, m_bucket_above):
         entry = _nearest(_entries(path), mode, m, n, k, m_bucket_above)
         if entry is None:
             continue
-        config = variants.from_name(entry[4])
+        config = families.from_name(entry[4])
         # the mode's operand format is fixed by its pipeline (halfhalf packs): a table for another is not for us
         if isinstance(config, KernelConfig) and config.operands != DEFAULT_OPERANDS.get(mode, "fp32"):
             continue
@@ -236,5 +237,5 @@ def shipped_configs(gpu=None) -> list:
     paths = [path for path, _ in table_chain(gpu)] if gpu is not None else list(_shipped().values())
     configs = []
     for path in paths:
-        configs.extend(variants.from_name(entry[4]) for entry in _entries(path))
+        configs.extend(families.from_name(entry[4]) for entry in _entries(path))
     return [c for c in dict.fromkeys(configs) if gpu is None or runs_on(c, gpu)]

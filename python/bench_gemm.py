@@ -22,8 +22,8 @@ import torch
 
 import cutlass_ext as ext
 from cutlass_ext import benchmark, corrected_sm90, numerics, ops, peers, registry, scaling
-from cutlass_ext.config import KernelConfig, default_configs
-from cutlass_ext.split_config import SplitConfig
+from cutlass_ext.families.sm80.config import KernelConfig, default_configs
+from cutlass_ext.families.sm90.config import Sm90Config as SplitConfig
 
 DEFAULT_SHAPES = ["1024", "2048", "4096", "8192", "16384", "1024x1024x65536"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from cutlass_ext import build, codegen
-from cutlass_ext.config import KernelConfig
+from cutlass_ext.families.sm80.config import KernelConfig
 
 
 @dataclass(frozen=True)

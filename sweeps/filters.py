@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cutlass_ext.config import KernelConfig
+from cutlass_ext.families.sm80.config import KernelConfig
 
 # Opt-in shared memory per block, for --arch without a GPU (cudaDevAttrMaxSharedMemoryPerBlockOptin).
 SHARED_MEMORY_BYTES = {"80": 166912, "86": 101376, "87": 166912, "89": 101376, "90": 232448, "90a": 232448}

@@ -3,7 +3,7 @@ anything is compiled. Like sweeps/filters.py: each removed config counts for the
 
 from __future__ import annotations
 
-from cutlass_ext.fp8_config import Fp8Config
+from cutlass_ext.families.sm90_fp8.config import Fp8Config
 
 from .filters import Rule
 

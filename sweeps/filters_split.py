@@ -4,7 +4,7 @@ that removes it, as in sweeps/filters.py."""
 
 from __future__ import annotations
 
-from cutlass_ext.split_config import PLANE_BYTES, SplitConfig
+from cutlass_ext.families.sm90.config import PLANE_BYTES, Sm90Config
 
 from .filters import Rule
 from .filters_fp8 import RULES as FP8_RULES
@@ -16,16 +16,16 @@ EPILOGUE_SHARED_BYTES = 34 * 1024  # the FP32 TMA-store epilogue's staging (3481
 ACCUMULATOR_BUDGET = 192
 
 
-def consumer_threads(config: SplitConfig) -> int:
+def consumer_threads(config: Sm90Config) -> int:
     return 256 if config.schedule == "cooperative" else 128
 
 
-def accumulator_registers(config: SplitConfig) -> int:
+def accumulator_registers(config: Sm90Config) -> int:
     tm, tn, _ = config.tile
     return 3 * tm * tn // consumer_threads(config)
 
 
-def two_stage_shared_bytes(config: SplitConfig) -> int:
+def two_stage_shared_bytes(config: Sm90Config) -> int:
     """Two pipeline stages of four planes (hi and lo of A and B) and the epilogue."""
     tm, tn, tk = config.tile
     return 2 * 2 * (tm + tn) * tk * PLANE_BYTES[config.mode] + EPILOGUE_SHARED_BYTES

@@ -13,7 +13,7 @@ import torch
 
 from cutlass_ext import benchmark, numerics, ops, scaling
 from cutlass_ext import peers as peers_module
-from cutlass_ext.config import KernelConfig
+from cutlass_ext.families.sm80.config import KernelConfig
 
 # seed 000 section 3.5.1, its third filter: variants whose relres exceeds this are broken, not just inaccurate
 SEED_RELRES_LIMIT = 0.1

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from cutlass_ext import benchmark, numerics, ops, peers_fp8
-from cutlass_ext.fp8_config import OUT_DTYPES, Fp8Config
+from cutlass_ext.families.sm90_fp8.config import OUT_DTYPES, Fp8Config
 
 from .measure import SEED_RELRES_LIMIT
 

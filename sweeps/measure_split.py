@@ -4,14 +4,14 @@ peers, with each variant run end to end as `ext.gemm` runs it (the split pass, t
 from __future__ import annotations
 
 from cutlass_ext import corrected_sm90
-from cutlass_ext.split_config import SplitConfig
+from cutlass_ext.families.sm90.config import Sm90Config
 
 from .measure import make_problem, peers
 
 __all__ = ["kernel_runner", "make_problem", "peers"]
 
 
-def kernel_runner(config: SplitConfig):
+def kernel_runner(config: Sm90Config):
     """(run, prepare): the split pass and the variant's kernel on float32 operands."""
 
     def run(a, b):

@@ -49,8 +49,16 @@ from pathlib import Path
 
 import yaml
 
-from cutlass_ext import fp8_config, split_config
-from cutlass_ext.config import DEFAULT_OPERANDS, FAMILIES, INSTRUCTION_SHAPES, LAYOUTS, OPERANDS, KernelConfig
+from cutlass_ext.families.sm80.config import (
+    DEFAULT_OPERANDS,
+    FAMILIES,
+    INSTRUCTION_SHAPES,
+    LAYOUTS,
+    OPERANDS,
+    KernelConfig,
+)
+from cutlass_ext.families.sm90 import config as split_config
+from cutlass_ext.families.sm90_fp8 import config as fp8_config
 
 _TUPLE_FIELDS = ("threadblock", "warp")
 _CHOICE_FIELDS = {"layout_a": LAYOUTS, "layout_b": LAYOUTS, "operands": OPERANDS}
@@ -257,7 +265,7 @@ def _load_split_space(path: Path, document: dict) -> list:
     for mode in modes:
         for values in itertools.product(*(axes[name] for name in names)):
             try:
-                configs.append(split_config.SplitConfig(mode=mode, **dict(zip(names, values))))
+                configs.append(split_config.Sm90Config(mode=mode, **dict(zip(names, values))))
             except ValueError as error:
                 raise SpaceError(f"{path}: {error}") from error
     return configs

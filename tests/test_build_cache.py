@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cutlass_ext import build, cache, codegen, toolchain
-from cutlass_ext.config import KernelConfig
+import cutlass_ext
+from cutlass_ext import build, cache, codegen, families, prebuild, toolchain
+from cutlass_ext.families.sm80.config import KernelConfig
 
 
 @pytest.fixture
@@ -140,20 +141,29 @@ def test_a_family_key_covers_its_own_headers_only():
 
 
 def test_every_kernel_source_ships_as_package_data():
-    """A non-editable install carries kernels/ only through setup.py's patterns: every file a kernel library or
-    the binding is built from must match one."""
+    """A non-editable install carries kernels/ and the families' templates only through setup.py's patterns: every
+    file a kernel library or the binding is built from must match one, relative to the package it ships in."""
     setup_text = (toolchain.kernels_dir().parent / "setup.py").read_text()
-    patterns = ast.literal_eval(re.search(r'"cutlass_ext\.kernels": (\[[^\]]*\])', setup_text).group(1))
-    needed = {path.name for family in codegen._FAMILIES for path in codegen.source_files(family)}
-    needed.add("torch_binding.cpp")
-    assert "sm90_fp8_overlapped_promotion.hpp" in needed
-    assert sorted(name for name in needed if not any(fnmatch.fnmatch(name, p) for p in patterns)) == []
+    package_data = ast.literal_eval(re.search(r"package_data=(\{[^}]*\})", setup_text).group(1))
+    roots = {"cutlass_ext.kernels": toolchain.kernels_dir(), "cutlass_ext": Path(cutlass_ext.__file__).parent}
+    needed = {path for family in families.names() for path in codegen.source_files(family)}
+    needed.add(toolchain.kernels_dir() / "torch_binding.cpp")
+    assert toolchain.kernels_dir() / "sm90_fp8_overlapped_promotion.hpp" in needed
+
+    def shipped(path):
+        return any(
+            path.is_relative_to(roots[package])
+            and any(fnmatch.fnmatch(str(path.relative_to(roots[package])), p) for p in patterns)
+            for package, patterns in package_data.items()
+        )
+
+    assert sorted(str(path) for path in needed if not shipped(path)) == []
 
 
 def test_prebuild_builds_each_fp8_variant_once():
     """gemm's dispatch list holds the tuned FP8 winners and gemm_fp8's holds them too: each is built once (the
     device's prebuild compiled every FP8 library twice, side by side, before this)."""
-    configs = build.prebuild_configs(["fp8_fast", "fp8_promoted"])
+    configs = prebuild.prebuild_configs(["fp8_fast", "fp8_promoted"])
     names = [c.name for c in configs]
     assert len(names) == len(set(names)) > 2
     assert {c.family for c in configs} == {"sm90_fp8"}
@@ -162,13 +172,13 @@ def test_prebuild_builds_each_fp8_variant_once():
 def test_prebuild_by_names_builds_those_variants_for_each_arch_they_run_on(cache_dir, stub_compiler):
     fp8 = "fp8_e4m3e4m3_bf16_128x176x128_c2x1_pp_fast"
     argv = ["--prebuild", "--no-binding", "--arch", "80", "--arch", "90a", "--names", CONFIG.name, fp8, fp8]
-    assert build.main(argv) == 0
+    assert prebuild.main(argv) == 0
     assert stub_compiler == [[CONFIG.name], [CONFIG.name, fp8]]  # the FP8 kernel for sm_90a only, once
 
 
 def test_prebuild_by_names_refuses_an_unknown_name(cache_dir, stub_compiler, capsys):
-    assert build.main(["--prebuild", "--no-binding", "--arch", "90a", "--names", "fp8_e4m3e4m3_bf16_tile"]) == 2
-    assert "--names: 'fp8_e4m3e4m3_bf16_tile' is not an FP8 variant name" in capsys.readouterr().err
+    assert prebuild.main(["--prebuild", "--no-binding", "--arch", "90a", "--names", "fp8_e4m3e4m3_bf16_tile"]) == 2
+    assert "--names: 'fp8_e4m3e4m3_bf16_tile' is not a variant name of any kernel family" in capsys.readouterr().err
     assert stub_compiler == []
 
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from cutlass_ext.config import KernelConfig, default_configs
+from cutlass_ext.families.sm80.config import KernelConfig, default_configs
 
 
 def test_name_is_derived_from_the_fields():
@@ -54,7 +54,7 @@ def test_fingerprint_is_stable_across_processes_and_differs_per_field():
         [
             sys.executable,
             "-c",
-            "from cutlass_ext.config import KernelConfig; print(KernelConfig(mode='tf32').fingerprint())",
+            "from cutlass_ext.families.sm80.config import KernelConfig; print(KernelConfig(mode='tf32').fingerprint())",
         ],
         capture_output=True,
         text=True,

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from cutlass_ext import device, explain, fp8, registry, tuned
-from cutlass_ext.split_config import DEFAULT_SPLIT, SplitConfig
+from cutlass_ext.families.sm90.config import DEFAULTS as DEFAULT_SPLIT
+from cutlass_ext.families.sm90.config import Sm90Config as SplitConfig
 from sweeps import sweep as sweep_module
 
 H100, H200, A100, RTX4090 = (

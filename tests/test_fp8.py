@@ -8,8 +8,9 @@ import torch
 
 import cutlass_ext as ext
 from cutlass_ext import codegen, numerics
-from cutlass_ext.fp8_config import DEFAULT_FP8, Fp8Config
-from cutlass_ext.variants import from_name
+from cutlass_ext.families.sm90_fp8.config import DEFAULT_FP8, Fp8Config
+from cutlass_ext.families import from_name
+from cutlass_ext.families.sm90_fp8.render import render_instance
 
 
 @pytest.mark.parametrize(
@@ -285,8 +286,8 @@ def test_weights_first_is_the_last_name_suffix_and_a_template_argument():
     assert config.weights_first and config.stage_epilogue and config.l2_prefetch == 8
     assert not Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x176x128_c2x1_pp_fast").weights_first
     assert config.fingerprint() != dataclasses.replace(config, weights_first=False).fingerprint()
-    instance = codegen.render_fp8_instance(config)
+    instance = render_instance(config)
     assert instance.rstrip().endswith("true, true>)")  # StageEpilogueD, WeightsFirst
     assert (
-        codegen.render_fp8_instance(dataclasses.replace(config, weights_first=False)).rstrip().endswith("true, false>)")
+        render_instance(dataclasses.replace(config, weights_first=False)).rstrip().endswith("true, false>)")
     )

@@ -9,10 +9,10 @@ import subprocess
 import pytest
 
 from cutlass_ext import build, cache
-from cutlass_ext.config import CUTLASS_3XTF32, KernelConfig, default_configs
-from cutlass_ext.fp8_config import DEFAULT_FP8, Fp8Config
+from cutlass_ext.families.sm80.config import CUTLASS_3XTF32, KernelConfig, default_configs
+from cutlass_ext.families.sm90.config import DEFAULTS as DEFAULT_SPLIT
+from cutlass_ext.families.sm90_fp8.config import DEFAULT_FP8, Fp8Config
 from cutlass_ext.gemm import KERNEL_MODES
-from cutlass_ext.split_config import DEFAULT_SPLIT
 from sweeps import filters_fp8
 
 have_nvcc = shutil.which("nvcc") is not None or os.path.exists("/usr/local/cuda/bin/nvcc")

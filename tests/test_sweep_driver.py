@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from cutlass_ext import tuned
-from cutlass_ext.config import KernelConfig
-from cutlass_ext.variants import from_name
+from cutlass_ext.families import from_name
+from cutlass_ext.families.sm80.config import KernelConfig
 from sweeps import sweep as sweep_module
 from sweeps.table import COLUMNS, ResumableTable
 

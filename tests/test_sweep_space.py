@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cutlass_ext.config import KernelConfig
+from cutlass_ext.families.sm80.config import KernelConfig
 from sweeps import filters, filters_fp8, filters_split
 from sweeps.space import SpaceError, load_shapes, load_space
 
@@ -111,7 +111,7 @@ def test_each_rule_removes_what_it_names(config, rule):
 
 
 def test_shipped_defaults_survive_and_every_survivor_obeys_every_rule():
-    from cutlass_ext.config import default_configs
+    from cutlass_ext.families.sm80.config import default_configs
     from cutlass_ext.gemm import KERNEL_MODES
 
     defaults = [c for mode in KERNEL_MODES for c in default_configs(mode)]
@@ -195,7 +195,7 @@ def test_build_only_builds_every_survivor_in_the_groups_the_gpu_run_will_use(mon
 
 
 def test_the_fp8_space_expands_splits_and_promotion_only_where_they_apply():
-    from cutlass_ext.fp8_config import Fp8Config
+    from cutlass_ext.families.sm90_fp8.config import Fp8Config
     from sweeps.filters_fp8 import RULES as FP8_RULES
 
     configs = load_space(CONFIGS / "sm90_fp8.yaml")
@@ -281,7 +281,7 @@ def test_the_turns_space_promotes_wide_tiles_only_by_taking_turns():
 def test_the_decode_space_promotes_256_deep_k_blocks_in_slices_of_128():
     """The overlapped mainloop promotes a 256-deep k-block twice (kernels/sm90_fp8_overlapped_promotion.hpp), so
     the span rule keeps it; a longer span stays out: the same k-block promoted by turns or every 2nd k-block."""
-    from cutlass_ext.fp8_config import Fp8Config
+    from cutlass_ext.families.sm90_fp8.config import Fp8Config
 
     configs = load_space(CONFIGS / "sm90_fp8_decode.yaml")
     result = filters.apply_rules(configs, filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90_fp8"))
@@ -321,7 +321,7 @@ def test_bad_fp8_spaces_name_the_key(tmp_path, space, message):
 def test_fp8_variants_with_and_without_programmatic_launch_build_in_separate_units():
     import dataclasses
 
-    from cutlass_ext.fp8_config import DEFAULT_FP8
+    from cutlass_ext.families.sm90_fp8.config import DEFAULT_FP8
     from sweeps.build_stage import _groups
 
     streamk = [dataclasses.replace(DEFAULT_FP8, promotion=p) for p in (1, 2)]

@@ -9,7 +9,7 @@ import torch
 
 import cutlass_ext as ext
 from cutlass_ext import numerics, ops, registry
-from cutlass_ext.fp8_config import DEFAULT_FP8, FP8_DTYPES, OUT_DTYPES, Fp8Config
+from cutlass_ext.families.sm90_fp8.config import DEFAULT_FP8, FP8_DTYPES, OUT_DTYPES, Fp8Config
 
 from .helpers import poison_allocator
 

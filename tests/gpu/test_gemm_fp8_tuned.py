@@ -8,7 +8,7 @@ import torch
 
 import cutlass_ext as ext
 from cutlass_ext import fp8, numerics, registry
-from cutlass_ext.fp8_config import OUT_DTYPES
+from cutlass_ext.families.sm90_fp8.config import OUT_DTYPES
 
 from .test_gemm_fp8 import FACTOR, fp8_operands, peer_relres
 

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from cutlass_ext import corrected_sm90, numerics, ops, tuned
-from cutlass_ext.split_config import DEFAULT_SPLIT, SplitConfig
+from cutlass_ext.families.sm90.config import DEFAULTS as DEFAULT_SPLIT
+from cutlass_ext.families.sm90.config import Sm90Config as SplitConfig
 
 from .helpers import cublas_precision, operands, poison_allocator, reference
 

@@ -6,7 +6,7 @@ import torch
 
 import cutlass_ext as ext
 from cutlass_ext import numerics, ops, registry
-from cutlass_ext.config import KernelConfig
+from cutlass_ext.families.sm80.config import KernelConfig
 
 from .helpers import operands, reference
 

@@ -1,16 +1,15 @@
-"""`SplitConfig`: one variant of the Hopper corrected SGEMM (CUTLASS 3.x, sm90a: TMA + wgmma).
+"""`Sm90Config`: one variant of the sm90 family, the Hopper corrected SGEMM (CUTLASS 3.x, sm90a: TMA + wgmma).
 
 The family reads each operand as hi/lo planes written by a split pass and promotes hi·hi into FP32 registers
-every `promotion` k-tiles (kernels/sm90_split_mainloop.hpp). Like `KernelConfig`: the code generator renders it,
-its fingerprint keys the build cache, its fields are CSV columns, and the tuned table maps shapes to its `name`.
+every `promotion` k-tiles (kernels/sm90_split_mainloop.hpp).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from typing import ClassVar
 
-from .config import VariantFields
+from ...config import Extent, NameGrammar, Number, Optional, VariantFields, Word
 
 FAMILY = "sm90"
 MODES = ("tf32tf32", "halfhalf")
@@ -19,14 +18,10 @@ PLANE_BYTES = {"tf32tf32": 4, "halfhalf": 2}
 SCHEDULES = ("cooperative", "pingpong")
 SWIZZLES = (1, 2, 4, 8)
 _SCHEDULE_TAGS = {"cooperative": "coop", "pingpong": "pp"}
-_NAME_PATTERN = re.compile(
-    r"(?P<mode>tf32tf32|halfhalf)_sm90_(?P<tile>\d+x\d+x\d+)_c(?P<cluster>\d+x\d+)_(?P<schedule>coop|pp)"
-    r"_p(?P<promotion>\d+)(?:_w(?P<swizzle>\d+))?"
-)
 
 
 @dataclass(frozen=True)
-class SplitConfig(VariantFields):
+class Sm90Config(VariantFields):
     """One Hopper corrected-SGEMM variant: C (M, N) = A (M, K) · B (K, N) from hi/lo planes of A and Bᵀ.
 
     mode: `tf32tf32` or `halfhalf`. tile: (m, n, k) of a CTA's output tile and k-tile; cluster: (m, n) CTAs
@@ -45,6 +40,21 @@ class SplitConfig(VariantFields):
     swizzle: int = 1
     family: str = FAMILY
 
+    # `tf32tf32_sm90_128x128x32_c1x1_coop_p1[_w4]`
+    NAME: ClassVar[NameGrammar] = NameGrammar(
+        Word("mode", MODES),
+        "_sm90_",
+        Extent("tile", 3),
+        "_c",
+        Extent("cluster", 2),
+        "_",
+        Word("schedule", _SCHEDULE_TAGS),
+        "_p",
+        Number("promotion"),
+        Optional("_w", Number("swizzle"), default={"swizzle": 1}),
+    )
+    EXAMPLE_NAME: ClassVar[str] = "tf32tf32_sm90_128x128x32_c1x1_coop_p1"
+
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode={self.mode!r} is not one of {list(MODES)}")
@@ -58,37 +68,10 @@ class SplitConfig(VariantFields):
         if self.swizzle not in SWIZZLES:
             raise ValueError(f"swizzle={self.swizzle!r} must be one of {list(SWIZZLES)}")
 
-    @property
-    def name(self) -> str:
-        tile, cluster = self.tile, self.cluster
-        swizzle = f"_w{self.swizzle}" if self.swizzle != 1 else ""
-        return (
-            f"{self.mode}_sm90_{tile[0]}x{tile[1]}x{tile[2]}_c{cluster[0]}x{cluster[1]}"
-            f"_{_SCHEDULE_TAGS[self.schedule]}_p{self.promotion}{swizzle}"
-        )
-
-    @classmethod
-    def from_name(cls, name: str) -> SplitConfig:
-        match = _NAME_PATTERN.fullmatch(name)
-        if match is None:
-            raise ValueError(f"{name!r} is not a Hopper corrected variant name such as {cls().name!r}")
-        return cls(
-            mode=match["mode"],
-            tile=tuple(int(v) for v in match["tile"].split("x")),
-            cluster=tuple(int(v) for v in match["cluster"].split("x")),
-            schedule={tag: schedule for schedule, tag in _SCHEDULE_TAGS.items()}[match["schedule"]],
-            promotion=int(match["promotion"]),
-            swizzle=int(match["swizzle"]) if match["swizzle"] else 1,
-        )._named(name)
-
-    @staticmethod
-    def is_name(name: str) -> bool:
-        return "_sm90_" in name
-
 
 # Until the sweep tunes them: 128-byte k-tiles (32 TF32, 64 FP16) on a 128x128 cooperative tile, the largest
 # whose three accumulator fragments (FP32, hi·hi, lo terms) fit a consumer thread's registers.
-DEFAULT_SPLIT = {
-    "tf32tf32": SplitConfig("tf32tf32", (128, 128, 32)),
-    "halfhalf": SplitConfig("halfhalf", (128, 128, 64)),
+DEFAULTS = {
+    "tf32tf32": Sm90Config("tf32tf32", (128, 128, 32)),
+    "halfhalf": Sm90Config("halfhalf", (128, 128, 64)),
 }

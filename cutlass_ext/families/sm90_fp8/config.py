@@ -1,18 +1,14 @@
-"""`Fp8Config`: the one description of an FP8 GEMM variant (CUTLASS 3.x, Hopper: TMA + wgmma).
-
-Like `KernelConfig` for the FP32-accurate family: the code generator renders it, its fingerprint keys the build
-cache, its fields are CSV columns, the tuned table maps shapes to its derived `name`.
-"""
+"""`Fp8Config`: one variant of the sm90_fp8 family, the FP8 GEMM (CUTLASS 3.x, Hopper: TMA + wgmma)."""
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from .config import VariantFields
+from ...config import Extent, NameGrammar, Number, Optional, VariantFields, Word
 
 FAMILY = "sm90_fp8"
 # short names of the FP8 input formats and the output types, with their torch dtypes
@@ -37,13 +33,6 @@ PROMOTIONS = (1, 2, 4)
 # k-blocks of weights a CTA asks L2 for before it waits on the kernel before it (programmatic launch); 0: none
 L2_PREFETCHES = (0, 2, 4, 8, 16, 32)
 _SCHEDULE_TAGS = {"cooperative": "coop", "pingpong": "pp"}
-_NAME_PATTERN = re.compile(
-    r"fp8_(?P<a>e4m3|e5m2)(?P<b>e4m3|e5m2)_(?P<out>bf16|fp16|fp32)_(?P<tile>\d+x\d+x\d+)_c(?P<cluster>\d+x\d+)"
-    r"_(?P<schedule>coop|pp)_(?P<accum>fast|promoted)(?:_p(?P<promotion>\d+))?(?P<turns>_turns)?"
-    r"(?:_(?P<scheduler>streamk|splitk|dynamic)(?P<splits>\d+)?)?(?:_w(?P<swizzle>\d+))?(?:_r(?P<raster>[mn]))?"
-    r"(?P<swap>_swap)?"
-    r"(?:_l2pf(?P<l2_prefetch>\d+))?(?P<stage_epilogue>_se)?(?P<weights_first>_wf)?"
-)
 
 
 @dataclass(frozen=True)
@@ -98,6 +87,38 @@ class Fp8Config(VariantFields):
     stage_epilogue: bool = False
     weights_first: bool = False
     family: str = FAMILY
+
+    # `fp8_e4m3e4m3_bf16_128x128x128_c1x1_coop_promoted[_p2][_turns][_streamk|_splitkN|_dynamic][_wN][_rm|_rn]
+    # [_swap][_l2pfN][_se][_wf]`
+    NAME: ClassVar[NameGrammar] = NameGrammar(
+        "fp8_",
+        Word("a_dtype", list(FP8_DTYPES)),
+        Word("b_dtype", list(FP8_DTYPES)),
+        "_",
+        Word("out_dtype", list(OUT_DTYPES)),
+        "_",
+        Extent("tile", 3),
+        "_c",
+        Extent("cluster", 2),
+        "_",
+        Word("schedule", _SCHEDULE_TAGS),
+        "_",
+        Word("accum", ACCUMULATIONS),
+        Optional("_p", Number("promotion"), default={"promotion": 1}),
+        Optional(Word("turns", {True: "_turns"}), default={"turns": False}),
+        Optional(
+            Word("scheduler", {"streamk": "_streamk", "splitk": "_splitk", "dynamic": "_dynamic"}),
+            default={"scheduler": "persistent"},
+        ),
+        Optional(Number("splits"), default={"splits": 1}),
+        Optional("_w", Number("swizzle"), default={"swizzle": 1}),
+        Optional(Word("raster", {"m": "_rm", "n": "_rn"}), default={"raster": "auto"}),
+        Optional(Word("swap_ab", {True: "_swap"}), default={"swap_ab": False}),
+        Optional("_l2pf", Number("l2_prefetch"), default={"l2_prefetch": 0}),
+        Optional(Word("stage_epilogue", {True: "_se"}), default={"stage_epilogue": False}),
+        Optional(Word("weights_first", {True: "_wf"}), default={"weights_first": False}),
+    )
+    EXAMPLE_NAME: ClassVar[str] = "fp8_e4m3e4m3_bf16_128x128x128_c1x1_coop_promoted"
 
     def __post_init__(self):
         for field, choices in (("a_dtype", FP8_DTYPES), ("b_dtype", FP8_DTYPES), ("out_dtype", OUT_DTYPES)):
@@ -168,49 +189,6 @@ class Fp8Config(VariantFields):
     def mode(self) -> str:
         """The accuracy class that tables and peers are compared in: `fp8_fast` or `fp8_promoted`."""
         return f"fp8_{self.accum}"
-
-    @property
-    def name(self) -> str:
-        tile, cluster = self.tile, self.cluster
-        scheduler = {"persistent": "", "streamk": "_streamk", "splitk": f"_splitk{self.splits}", "dynamic": "_dynamic"}[
-            self.scheduler
-        ]
-        promotion = (f"_p{self.promotion}" if self.promotion != 1 else "") + ("_turns" if self.turns else "")
-        swizzle = f"_w{self.swizzle}" if self.swizzle != 1 else ""
-        raster = f"_r{self.raster}" if self.raster != "auto" else ""
-        return (
-            f"fp8_{self.a_dtype}{self.b_dtype}_{self.out_dtype}_{tile[0]}x{tile[1]}x{tile[2]}"
-            f"_c{cluster[0]}x{cluster[1]}_{_SCHEDULE_TAGS[self.schedule]}_{self.accum}{promotion}{scheduler}{swizzle}"
-            f"{raster}"
-            f"{'_swap' if self.swap_ab else ''}{f'_l2pf{self.l2_prefetch}' if self.l2_prefetch else ''}"
-            f"{'_se' if self.stage_epilogue else ''}{'_wf' if self.weights_first else ''}"
-        )
-
-    @classmethod
-    def from_name(cls, name: str) -> Fp8Config:
-        match = _NAME_PATTERN.fullmatch(name)
-        if match is None:
-            raise ValueError(f"{name!r} is not an FP8 variant name such as {cls().name!r}")
-        schedule = {tag: schedule for schedule, tag in _SCHEDULE_TAGS.items()}[match["schedule"]]
-        return cls(
-            a_dtype=match["a"],
-            b_dtype=match["b"],
-            out_dtype=match["out"],
-            accum=match["accum"],
-            tile=tuple(int(v) for v in match["tile"].split("x")),
-            cluster=tuple(int(v) for v in match["cluster"].split("x")),
-            schedule=schedule,
-            scheduler=match["scheduler"] or "persistent",
-            splits=int(match["splits"]) if match["splits"] else 1,
-            swizzle=int(match["swizzle"]) if match["swizzle"] else 1,
-            raster=match["raster"] or "auto",
-            promotion=int(match["promotion"]) if match["promotion"] else 1,
-            turns=bool(match["turns"]),
-            swap_ab=bool(match["swap"]),
-            l2_prefetch=int(match["l2_prefetch"]) if match["l2_prefetch"] else 0,
-            stage_epilogue=bool(match["stage_epilogue"]),
-            weights_first=bool(match["weights_first"]),
-        )._named(name)
 
     def with_dtypes(self, a_dtype: str, b_dtype: str, out_dtype: str) -> Fp8Config:
         """The same kernel shape for other input and output types (tuned tables are measured for one pair). FP32

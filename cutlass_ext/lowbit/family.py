@@ -1,0 +1,12 @@
+"""The lowbit family registered with `cutlass_ext.families`: the low-bit-accumulator GEMM (SIMT, any arch)."""
+
+from ..families import Family
+from ..toolchain import kernels_dir
+from .kernel import LowbitKernelConfig, render_instance
+
+FAMILY = Family(
+    name="lowbit",
+    config=LowbitKernelConfig,
+    template=kernels_dir() / "lowbit_gemm.cu.in",
+    render_instance=render_instance,
+)

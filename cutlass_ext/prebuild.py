@@ -1,0 +1,85 @@
+"""python -m cutlass_ext.build --prebuild [--arch 90a] [--modes ...] [--names ...]: build what dispatch runs, ahead.
+
+Builds the kernel libraries `gemm` and `gemm_fp8` may run (their defaults and the shipped tuned tables' winners)
+or the variants named, for each arch their family builds for, and the torch binding. The command sits above the
+public API (it asks it what dispatch runs); the compiler it drives is cutlass_ext/build.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import families, fp8
+from .build import build_libraries, load_binding
+from .gemm import KERNEL_MODES, dispatch_configs
+from .toolchain import device_arch
+
+
+def _parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m cutlass_ext.build", description=__doc__)
+    parser.add_argument("--prebuild", action="store_true", help="build the default kernels (and the binding) now")
+    parser.add_argument("--arch", action="append", help="target arch, e.g. 80 or 90a (repeatable); default: the GPU's")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        default=list(KERNEL_MODES),
+        choices=list(KERNEL_MODES) + ["fp8_fast", "fp8_promoted"],
+        help="modes whose defaults and tuned winners to build (FP8: e4m3 inputs, bf16 output)",
+    )
+    parser.add_argument(
+        "--names",
+        nargs="+",
+        metavar="NAME",
+        help="build these variants instead of the modes' (e.g. the tuned table's names, to carry the cache to a GPU)",
+    )
+    parser.add_argument("--no-binding", action="store_true", help="build only the torch-free kernel libraries")
+    parser.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: all cores)")
+    return parser.parse_args(argv)
+
+
+def prebuild_configs(modes: list[str]) -> list:
+    """What `--prebuild` builds for these modes, each variant once: `gemm`'s dispatch variants (the tuned tables'
+    FP8 winners among them) and `gemm_fp8`'s defaults."""
+    accums = [mode.removeprefix("fp8_") for mode in modes if mode.startswith("fp8_")]
+    return list(dict.fromkeys(dispatch_configs(modes) + (fp8.dispatch_configs(accums) if accums else [])))
+
+
+def main(argv=None) -> int:
+    args = _parse_args(argv)
+    if not args.prebuild:
+        print("nothing to do: pass --prebuild", file=sys.stderr)
+        return 2
+    archs = args.arch
+    if not archs:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("no CUDA device: name the target with --arch (e.g. --arch 90a)", file=sys.stderr)
+            return 2
+        archs = [device_arch()]
+    if args.names:
+        try:
+            configs = list(dict.fromkeys(families.from_name(name) for name in args.names))
+        except ValueError as error:
+            print(f"--names: {error}", file=sys.stderr)
+            return 2
+    else:
+        configs = prebuild_configs(args.modes)
+    failed = 0
+    for arch in archs:
+        arch_configs = [c for c in configs if families.of(c).builds_for(arch)]
+        for result in build_libraries([(c,) for c in arch_configs], arch, jobs=args.jobs):
+            state = "cached" if result.cached else ("built" if result.library else "FAILED")
+            print(f"sm_{arch}  {result.configs[0].name:48s} {state}  {result.library or ''}")
+            if result.error:
+                failed += 1
+                print(result.error, file=sys.stderr)
+    if not args.no_binding:
+        load_binding()
+        print("binding ready")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
