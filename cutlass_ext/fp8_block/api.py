@@ -121,7 +121,9 @@ def _check_shapes(a_name: str, a_k: int, b_name: str, b_k: int, n: int, out_dtyp
 def _check_capability(device: torch.device) -> None:
     capability = _capability(device.index if device.index is not None else torch.cuda.current_device())
     if capability != (9, 0):
-        raise RuntimeError(f"block-scaled FP8 GEMMs run on Hopper (sm90) GPUs; {device} is sm{capability[0]}{capability[1]}")
+        raise RuntimeError(
+            f"block-scaled FP8 GEMMs run on Hopper (sm90) GPUs; {device} is sm{capability[0]}{capability[1]}"
+        )
 
 
 @functools.cache
@@ -230,7 +232,9 @@ def grouped_gemm_fp8(
         variant = grouped_variant(a_name, b_name, out_name, scale_n)
     else:
         _check_variant(variant, a_name, b_name, out_name, scale_n, grouped=True)
-    return _grouped_op(a, b, scale_a, scale_b, None if masked else offsets, counts if masked else None, out_dtype, variant)
+    return _grouped_op(
+        a, b, scale_a, scale_b, None if masked else offsets, counts if masked else None, out_dtype, variant
+    )
 
 
 def _flat_rows(scale, row_shape) -> torch.Tensor:

@@ -11,7 +11,6 @@ from string import Template
 from typing import ClassVar
 
 from ..config import Extent, NameGrammar, Number, Optional, VariantFields, Word
-from ..families.sm90_fp8.config import FP8_DTYPES, OUT_DTYPES
 from ..toolchain import kernels_dir
 
 FAMILY = "sm90_fp8_block"
@@ -98,7 +97,9 @@ class Fp8BlockConfig(VariantFields):
         if (self.scheduler == "splitk") != (self.splits > 1):
             raise ValueError(f"splits={self.splits} goes with scheduler='splitk' (and only it takes splits > 1)")
         if self.grouped and self.scheduler != "persistent":
-            raise ValueError(f"grouped kernels use the group scheduler (scheduler='persistent'); got {self.scheduler!r}")
+            raise ValueError(
+                f"grouped kernels use the group scheduler (scheduler='persistent'); got {self.scheduler!r}"
+            )
         if self.scheduler != "persistent" and self.schedule != "cooperative":
             raise ValueError(f"scheduler={self.scheduler!r} runs cooperative kernels; got schedule={self.schedule!r}")
 

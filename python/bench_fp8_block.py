@@ -1,0 +1,263 @@
+"""Block-scaled FP8 GEMM benchmark at DeepSeek-V3's shapes, dense and mixture-of-experts, in one run:
+
+    python python/bench_fp8_block.py --out sweeps/results/h200/fp8_block.csv
+
+Dense rows: (N, K) of DeepSeek-V3's projections x M; 1x128 activation and 128x128 weight scales, e4m3 inputs,
+bf16 output. Contenders: `ext.gemm_fp8` (the block kernel dispatch picks; `--variants` adds named ones),
+`torch._scaled_mm` with the same block scales where this torch and cuBLAS take them (else its row-wise form,
+skipped otherwise), and DeepGEMM's `fp8_gemm_nt` when `deep_gemm` imports (built by
+peers/deepgemm/build_offline.py). MoE rows: G experts x M tokens each, (N, K) of the experts' up and down
+projections; ours contiguous (offsets) and masked (counts), DeepGEMM's contiguous (its row-to-expert index, groups
+padded to its alignment) and masked layouts, and `torch._scaled_grouped_mm` with row-wise scales where it runs.
+Each row is the GPU's time of one call replayed from a CUDA graph (`us`, inputs rotated past L2), TFLOP/s of the
+useful work, and relres = |D - D_64|_F / |D_64|_F against the FP64 product of the dequantized inputs over the
+first rows. A contender that fails records its error in `note`. A PNG of TFLOP/s beside the CSV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+import cutlass_ext as ext
+from cutlass_ext import benchmark, fp8_block
+
+DENSE_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
+DENSE_M = [64, 128, 256, 512, 1024, 2048, 4096]
+MOE_GROUPS = [8, 16, 32]
+MOE_M = [64, 128, 256, 512]
+MOE_NK = [(4096, 7168), (7168, 2048)]
+REFERENCE_ROWS = 64
+
+
+def relres(out: torch.Tensor, reference: torch.Tensor) -> float:
+    return ((out.double() - reference).norm() / reference.norm()).item()
+
+
+def quantize_sets(m, n, k, groups, seed):
+    """Rotated input sets (a8, b8, scale_a, scale_b) past L2: a (m, k), b (n, k) or (groups, n, k)."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    b_shape = (n, k) if groups is None else (groups, n, k)
+    count = benchmark.rotation_count(m * k + (groups or 1) * n * k + 2 * m * n)
+    sets = []
+    for _ in range(count):
+        a8, scale_a = ext.quantize_fp8(
+            torch.randn(m, k, generator=generator, device="cuda"), granularity="block", block=(1, 128)
+        )
+        b8, scale_b = ext.quantize_fp8(
+            torch.randn(b_shape, generator=generator, device="cuda") / k**0.5, granularity="block", block=(128, 128)
+        )
+        sets.append((a8, b8, scale_a, scale_b))
+    return sets
+
+
+def dense_contenders(variants):
+    yield "ours", lambda a8, b8, sa, sb: ext.gemm_fp8(a8, b8, sa, sb)
+    for variant in variants:
+        yield f"ours {variant}", lambda a8, b8, sa, sb, v=variant: fp8_block.gemm_fp8_block(a8, b8, sa, sb, variant=v)
+
+    def scaled_mm_block(a8, b8, sa, sb):
+        # cuBLAS's blockwise forms: activation scales outer-dim-major, weight scales as for bᵀ (K, N)
+        return torch._scaled_mm(a8, b8.T, sa.T.contiguous().T, sb.T, out_dtype=torch.bfloat16)
+
+    yield "torch._scaled_mm block", scaled_mm_block
+    deep_gemm = _deep_gemm()
+    if deep_gemm is not None:
+
+        def deepgemm(a8, b8, sa, sb):
+            out = torch.empty(a8.shape[0], b8.shape[0], dtype=torch.bfloat16, device="cuda")
+            deep_gemm.fp8_gemm_nt((a8, sa), (b8, sb), out, disable_ue8m0_cast=True)
+            return out
+
+        yield "DeepGEMM", deepgemm
+
+
+def measure(label, run, sets, reference, rows, flops, extra, environment, repeats):
+    row = {**environment, "contender": label, **extra, "us": None, "tflops": None, "relres": None, "note": ""}
+    try:
+        out = run(*sets[0])
+        if not label.endswith(" row"):  # row-wise peers read other scales: their time is what compares
+            row["relres"] = relres(out[rows], reference)
+        row["us"] = benchmark.graph_time_us(run, sets, repeats=repeats)
+        row["tflops"] = flops / row["us"] / 1e6
+    except Exception as error:  # a contender that cannot run this case records why
+        row["note"] = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
+    torch.cuda.synchronize()
+    return row
+
+
+def bench_dense(ms, nks, variants, environment, repeats):
+    rows = []
+    for n, k in nks:
+        for m in ms:
+            sets = quantize_sets(m, n, k, None, seed=m + n + k)
+            a8, b8, sa, sb = sets[0]
+            r = slice(0, min(m, REFERENCE_ROWS))
+            reference = fp8_block.block_scaled_reference(a8[r], b8, sa[r], sb, 128)
+            for label, run in dense_contenders(variants):
+                extra = {"kind": "dense", "m": m, "n": n, "k": k, "groups": 1}
+                rows.append(measure(label, run, sets, reference, r, 2 * m * n * k, extra, environment, repeats))
+                print(_line(rows[-1]), flush=True)
+            del sets
+    return rows
+
+
+def moe_contenders(groups, m_per_group):
+    offsets = torch.arange(1, groups + 1, dtype=torch.int32, device="cuda") * m_per_group
+    counts = torch.full((groups,), m_per_group, dtype=torch.int32, device="cuda")
+    yield "ours contiguous", lambda a8, b8, sa, sb: ext.grouped_gemm_fp8(a8, b8, sa, sb, offsets=offsets)
+
+    def masked(a8, b8, sa, sb):
+        shape = (groups, m_per_group)
+        return ext.grouped_gemm_fp8(a8.view(*shape, -1), b8, sa.view(*shape, -1), sb, masked_counts=counts).view(
+            groups * m_per_group, -1
+        )
+
+    yield "ours masked", masked
+
+    def scaled_grouped_mm(a8, b8, sa, sb):
+        # row-wise scales (its only form on sm90): each row's and each expert-column's largest block scale
+        return torch._scaled_grouped_mm(
+            a8,
+            b8.transpose(-2, -1),
+            sa.amax(1),
+            sb.amax(-1).repeat_interleave(128, -1)[:, : b8.shape[1]],
+            offs=offsets,
+            out_dtype=torch.bfloat16,
+        )
+
+    yield "torch._scaled_grouped_mm row", scaled_grouped_mm
+    deep_gemm = _deep_gemm()
+    if deep_gemm is not None:
+        m_indices = torch.arange(groups, dtype=torch.int32, device="cuda").repeat_interleave(m_per_group)
+
+        def deepgemm_contiguous(a8, b8, sa, sb):
+            out = torch.empty(a8.shape[0], b8.shape[1], dtype=torch.bfloat16, device="cuda")
+            deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a8, sa), (b8, sb), out, m_indices, disable_ue8m0_cast=True)
+            return out
+
+        def deepgemm_masked(a8, b8, sa, sb):
+            shape = (groups, m_per_group)
+            out = torch.empty(*shape, b8.shape[1], dtype=torch.bfloat16, device="cuda")
+            deep_gemm.m_grouped_fp8_gemm_nt_masked(
+                (a8.view(*shape, -1), sa.view(*shape, -1)),
+                (b8, sb),
+                out,
+                counts,
+                m_per_group,
+                disable_ue8m0_cast=True,
+            )
+            return out.view(groups * m_per_group, -1)
+
+        if m_per_group % deep_gemm.get_mk_alignment_for_contiguous_layout() == 0:
+            yield "DeepGEMM contiguous", deepgemm_contiguous
+        yield "DeepGEMM masked", deepgemm_masked
+
+
+def bench_moe(group_counts, ms, nks, environment, repeats):
+    rows = []
+    for n, k in nks:
+        for groups in group_counts:
+            for m_per_group in ms:
+                m = groups * m_per_group
+                sets = quantize_sets(m, n, k, groups, seed=m + n + k)
+                a8, b8, sa, sb = sets[0]
+                r = slice(0, min(m_per_group, REFERENCE_ROWS))  # rows of the first expert
+                reference = fp8_block.block_scaled_reference(a8[r], b8[0], sa[r], sb[0], 128)
+                for label, run in moe_contenders(groups, m_per_group):
+                    extra = {"kind": "moe", "m": m_per_group, "n": n, "k": k, "groups": groups}
+                    rows.append(measure(label, run, sets, reference, r, 2 * m * n * k, extra, environment, repeats))
+                    print(_line(rows[-1]), flush=True)
+                del sets
+    return rows
+
+
+_DEEP_GEMM = []
+
+
+def _deep_gemm():
+    """The deep_gemm module, or None where it is not built (peers/deepgemm/build_offline.py)."""
+    if not _DEEP_GEMM:
+        try:
+            import deep_gemm
+        except Exception as error:
+            print(f"DeepGEMM not measured: {type(error).__name__}: {error}", file=sys.stderr)
+            deep_gemm = None
+        _DEEP_GEMM.append(deep_gemm)
+    return _DEEP_GEMM[0]
+
+
+def _line(row) -> str:
+    if row["us"] is None:
+        return f"{row['kind']} m={row['m']} n={row['n']} k={row['k']} {row['contender']}: {row['note']}"
+    relres_text = "" if row["relres"] is None else f" relres {row['relres']:.2e}"
+    us = f"{row['us']:9.1f} us {row['tflops']:7.1f} TFLOP/s{relres_text}"
+    shape = f"{row['kind']:5s} G={row['groups']:<3d} m={row['m']:<5d} n={row['n']:<6d} k={row['k']:<6d}"
+    return f"{shape} {row['contender']:32s} {us}"
+
+
+def plot(frame: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        ("dense", nk) for nk in frame[frame.kind == "dense"][["n", "k"]].drop_duplicates().itertuples(index=False)
+    ]
+    panels += [("moe", nk) for nk in frame[frame.kind == "moe"][["n", "k"]].drop_duplicates().itertuples(index=False)]
+    columns = 3
+    figure, axes = plt.subplots(-(-len(panels) // columns), columns, figsize=(15, 4 * -(-len(panels) // columns)))
+    for axis, (kind, (n, k)) in zip(axes.flat, panels):
+        part = frame[(frame.kind == kind) & (frame.n == n) & (frame.k == k) & frame.tflops.notna()]
+        for (contender, groups), line in part.groupby(["contender", "groups"]):
+            label = contender if kind == "dense" else f"{contender} G={groups}"
+            axis.plot(line.m, line.tflops, marker="o", label=label)
+        axis.set_xscale("log", base=2)
+        axis.set_title(f"{kind} N={n} K={k}")
+        axis.set_xlabel("M" if kind == "dense" else "M per expert")
+        axis.set_ylabel("TFLOP/s")
+        axis.legend(fontsize=6)
+    for axis in list(axes.flat)[len(panels) :]:
+        axis.remove()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v]
+
+
+def _pairs(text: str) -> list[tuple[int, int]]:
+    return [tuple(int(v) for v in pair.split("x")) for pair in text.split(",") if pair]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="CSV path; the PNG goes beside it")
+    parser.add_argument("--dense-m", type=_ints, default=DENSE_M, help="comma-separated M values")
+    parser.add_argument("--dense-nk", type=_pairs, default=DENSE_NK, help="comma-separated NxK pairs")
+    parser.add_argument("--moe-groups", type=_ints, default=MOE_GROUPS)
+    parser.add_argument("--moe-m", type=_ints, default=MOE_M, help="tokens per expert")
+    parser.add_argument("--moe-nk", type=_pairs, default=MOE_NK)
+    parser.add_argument("--variants", nargs="*", default=[], help="dense Fp8BlockConfig names timed beside ours")
+    parser.add_argument("--repeats", type=int, default=10)
+    args = parser.parse_args(argv)
+    environment = {**benchmark.environment(), "command": shlex.join(["python", *sys.argv])}
+    rows = bench_dense(args.dense_m, args.dense_nk, args.variants, environment, args.repeats)
+    rows += bench_moe(args.moe_groups, args.moe_m, args.moe_nk, environment, args.repeats)
+    frame = pd.DataFrame(rows)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(args.out, index=False)
+    plot(frame, args.out.with_suffix(".png"))
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

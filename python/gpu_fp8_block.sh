@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Block-scaled FP8 on a Hopper GPU without network: builds the family's tested variants in parallel (and DeepGEMM's
+# extension, where peers/deepgemm was carried), runs the GPU tests and the benchmark; logs to LOG_DIR.
+#   bash python/gpu_fp8_block.sh [LOG_DIR (default $OUT/fp8block)] [bench_fp8_block.py arguments...]
+# Needs the nvidia-cutlass wheel importable or carried in .whl/.
+set -uo pipefail
+logs=${1:-${OUT:-gpu_logs}/fp8block}
+mkdir -p "$logs"
+export PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if ! python3 -c "import cutlass_library" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/fp8block_site .whl/nvidia_cutlass-*.whl || exit 1
+  export PYTHONPATH="/tmp/fp8block_site:$PYTHONPATH"
+fi
+if [ -f peers/deepgemm/build_offline.py ] && [ ! -f peers/deepgemm/deep_gemm/_C.so ]; then
+  timeout 240 python3 peers/deepgemm/build_offline.py > "$logs/deepgemm_build.log" 2>&1 &
+fi
+start=$(date +%s)
+python3 - > "$logs/build.log" 2>&1 <<'PY'
+from cutlass_ext.build import build_libraries
+from tests.gpu.test_fp8_block import DENSE_VARIANTS
+from tests.gpu.test_grouped_fp8 import GROUPED_VARIANTS
+
+for result in build_libraries([(c,) for c in DENSE_VARIANTS + GROUPED_VARIANTS], "90a"):
+    print(result.configs[0].name, "built" if result.library else "FAILED", f"{result.seconds:.0f} s")
+    if result.error:
+        print(result.error)
+PY
+echo "build: $(( $(date +%s) - start )) s, $(grep -c built "$logs/build.log") built, $(grep -c FAILED "$logs/build.log") failed"
+timeout 240 python3 -m pytest -q -rf tests/gpu/test_fp8_block.py tests/gpu/test_grouped_fp8.py > "$logs/tests.log" 2>&1
+echo "tests: $(tail -1 "$logs/tests.log")"
+wait
+PYTHONPATH="$PWD/peers/deepgemm:$PYTHONPATH" timeout 300 python3 python/bench_fp8_block.py \
+  --out "$logs/fp8_block.csv" "${@:2}" > "$logs/bench.log" 2>&1
+echo "bench: $(tail -1 "$logs/bench.log")"

@@ -1,0 +1,193 @@
+"""Block-scaled FP8 GEMM on a Hopper GPU: every scale form and output type against the FP64 product of the
+dequantized inputs, partial k-blocks and odd M, the variants, gemm_fp8's dispatch, torch.compile, CUDA graphs and
+bad input."""
+
+import pytest
+import torch
+
+import cutlass_ext as ext
+from cutlass_ext import fp8_block
+from cutlass_ext.build import build_libraries
+from cutlass_ext.fp8_block import Fp8BlockConfig
+
+pytestmark = pytest.mark.gpu
+
+# Output rounding (half an ulp, with margin) of each output type, relative to |D|.
+OUT_EPS = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-10, torch.float32: 2.0**-22}
+# The Tensor Core's sums inside one 128-deep k-block keep ~22 bits and are promoted once per k-block: their error
+# is bounded by a small multiple of 2^-22 times the block's sum of magnitudes (2^-14 leaves room for 128 adds).
+ACCUMULATION_EPS = 2.0**-14
+
+DENSE_VARIANTS = [
+    Fp8BlockConfig(out_dtype="bf16", scheduler="streamk"),
+    Fp8BlockConfig(out_dtype="bf16", scheduler="streamk", scale_n=1),
+    Fp8BlockConfig(out_dtype="fp16", scheduler="streamk"),
+    Fp8BlockConfig(out_dtype="fp32", scheduler="streamk"),
+    Fp8BlockConfig(),
+    Fp8BlockConfig(tile=(64, 128, 128), schedule="pingpong"),
+    Fp8BlockConfig(scheduler="splitk", splits=4),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    """Every variant this module runs, built in parallel before the first test (not one by one on first use)."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("block-scaled FP8 kernels run on Hopper (sm90)")
+    failed = [r for r in build_libraries([(c,) for c in DENSE_VARIANTS], "90a") if r.library is None]
+    assert not failed, failed[0].error
+
+
+def draw(distribution, shape, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(shape, generator=g, device="cuda")
+    if distribution == "wide":  # rows and 128-column blocks whose magnitudes differ by up to 2^24
+        rows = torch.randint(-12, 13, (*shape[:-1], 1), generator=g, device="cuda")
+        blocks = torch.randint(-12, 13, (*shape[:-1], -(-shape[-1] // 128)), generator=g, device="cuda")
+        x = x * torch.exp2((rows + blocks.repeat_interleave(128, dim=-1)[..., : shape[-1]]).float())
+    elif distribution == "outliers":  # a few values 1000x the rest: block scales keep the others' precision
+        mask = torch.rand(shape, generator=g, device="cuda") < 1e-3
+        x = torch.where(mask, x * 1000, x)
+    return x
+
+
+def check_close(out, a8, b8, scale_a, scale_b, scale_n, bias=None):
+    """|D - D_64| <= eps_out · |D_64| + ACCUMULATION_EPS · (|A| @ |B|ᵀ), A and B dequantized in float64."""
+    a64 = fp8_block.dequantize(a8, scale_a, 1)
+    b64 = fp8_block.dequantize(b8, scale_b, scale_n)
+    reference = a64 @ b64.T + (0 if bias is None else bias.double())
+    magnitudes = a64.abs() @ b64.abs().T
+    bound = OUT_EPS[out.dtype] * reference.abs() + ACCUMULATION_EPS * magnitudes + 1e-300
+    error = (out.double() - reference).abs()
+    assert out.shape == reference.shape
+    assert torch.isfinite(out).all()
+    worst = (error / bound).max().item()
+    assert worst <= 1.0, f"error up to {worst:.3g} x the bound"
+
+
+def quantized(m, n, k, distribution, weight_block, seed):
+    a = draw(distribution, (m, k), seed)
+    w = draw("normal", (n, k), seed + 1)
+    a8, scale_a = ext.quantize_fp8(a, granularity="block", block=(1, 128))
+    b8, scale_b = ext.quantize_fp8(w, granularity="block", block=weight_block)
+    return a8, b8, scale_a, scale_b
+
+
+SHAPES = [(1, 256, 256), (37, 384, 528), (128, 128, 128), (257, 1024, 1040), (64, 2112, 7168), (1000, 1536, 768)]
+
+
+@pytest.mark.parametrize("m, n, k", SHAPES)
+@pytest.mark.parametrize("distribution", ["normal", "wide", "outliers"])
+@pytest.mark.parametrize("weight_block", [(128, 128), (1, 128)])
+def test_block_scales_match_the_fp64_product(m, n, k, distribution, weight_block):
+    a8, b8, scale_a, scale_b = quantized(m, n, k, distribution, weight_block, seed=m + n + k)
+    out = ext.gemm_fp8(a8, b8, scale_a, scale_b)
+    check_close(out, a8, b8, scale_a, scale_b, weight_block[0])
+
+
+@pytest.mark.parametrize("m, n, k", [(37, 384, 528), (300, 512, 1024)])
+def test_per_row_and_per_tensor_scales_mix_with_blocks(m, n, k):
+    a8, b8, scale_a, scale_b = quantized(m, n, k, "wide", (128, 128), seed=7)
+    rows = torch.rand(m, 1, device="cuda") + 0.5
+    expanded_rows = rows.expand(m, scale_a.shape[1])
+    # per-row activations with 128x128 weights
+    check_close(ext.gemm_fp8(a8, b8, rows, scale_b), a8, b8, expanded_rows, scale_b, 128)
+    # 1x128 activations with per-row weights, and with one weight scale
+    columns = torch.rand(n, device="cuda") + 0.5
+    expanded_columns = columns[:, None].expand(n, scale_a.shape[1])
+    check_close(ext.gemm_fp8(a8, b8, scale_a, columns[None, :]), a8, b8, scale_a, expanded_columns, 1)
+    one = torch.full((1,), 0.25, device="cuda")
+    check_close(
+        fp8_block.gemm_fp8_block(a8, b8, scale_a, one), a8, b8, scale_a, one.expand(-(-n // 128), scale_a.shape[1]), 128
+    )
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("m, n, k", [(5, 256, 384), (200, 640, 1040)])
+def test_output_types_and_bias(out_dtype, m, n, k):
+    a8, b8, scale_a, scale_b = quantized(m, n, k, "normal", (128, 128), seed=11)
+    bias = torch.randn(n, device="cuda").to(out_dtype)
+    out = ext.gemm_fp8(a8, b8, scale_a, scale_b, out_dtype=out_dtype, bias=bias)
+    assert out.dtype == out_dtype
+    check_close(out, a8, b8, scale_a, scale_b, 128, bias)
+
+
+@pytest.mark.parametrize("config", DENSE_VARIANTS[4:], ids=lambda c: c.name)
+@pytest.mark.parametrize("m, n, k", [(3, 512, 2048), (129, 384, 528), (512, 1024, 4096)])
+def test_variants(config, m, n, k):
+    a8, b8, scale_a, scale_b = quantized(m, n, k, "wide", (128, 128), seed=m * k)
+    out = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, variant=config.name)
+    check_close(out, a8, b8, scale_a, scale_b, 128)
+
+
+def test_gemm_fp8_dispatches_block_scales_to_the_block_kernel():
+    a8, b8, scale_a, scale_b = quantized(96, 512, 1024, "normal", (128, 128), seed=3)
+    assert torch.equal(ext.gemm_fp8(a8, b8, scale_a, scale_b), fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b))
+
+
+def test_scales_with_strides_are_read_as_given():
+    m, n, k = 64, 256, 512
+    a8, b8, scale_a, scale_b = quantized(m, n, k, "wide", (128, 128), seed=5)
+    column_major = scale_a.T.contiguous().T  # MN-major, as DeepGEMM lays out activation scales
+    padded_rows = torch.zeros(m, 8, device="cuda")[:, :4].copy_(scale_a)  # row stride 8, not 4
+    reference = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b)
+    assert torch.equal(fp8_block.gemm_fp8_block(a8, b8, column_major, scale_b), reference)
+    assert torch.equal(fp8_block.gemm_fp8_block(a8, b8, padded_rows, scale_b), reference)
+
+
+def test_op_schema_and_fake_kernel():
+    a8, b8, scale_a, scale_b = quantized(48, 256, 384, "normal", (128, 128), seed=9)
+    variant = fp8_block.api.dense_variant("e4m3", "e4m3", "bf16", 128)
+    torch.library.opcheck(
+        torch.ops.cutlass_ext.gemm_fp8_block, (a8, b8, scale_a, scale_b, None, torch.bfloat16, variant)
+    )
+
+
+def test_torch_compile():
+    a8, b8, scale_a, scale_b = quantized(80, 384, 640, "normal", (128, 128), seed=13)
+
+    def layer(a8, scale_a):
+        return ext.gemm_fp8(a8, b8, scale_a, scale_b).float().relu()
+
+    compiled = torch.compile(layer)
+    assert torch.equal(compiled(a8, scale_a), layer(a8, scale_a))
+    variant = fp8_block.api.dense_variant("e4m3", "e4m3", "bf16", 128)
+    arguments = (a8, b8, scale_a, scale_b, None, torch.bfloat16, variant)
+    op = torch.ops.cutlass_ext.gemm_fp8_block
+    assert torch.equal(torch.compile(op, fullgraph=True)(*arguments), op(*arguments))
+
+
+def test_cuda_graph_replays_with_new_inputs():
+    m, n, k = 64, 512, 1536
+    a8, b8, scale_a, scale_b = quantized(m, n, k, "normal", (128, 128), seed=17)
+    ext.gemm_fp8(a8, b8, scale_a, scale_b)  # built and loaded before capture
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            out = ext.gemm_fp8(a8, b8, scale_a, scale_b)
+    torch.cuda.current_stream().wait_stream(stream)
+    fresh, _, fresh_scale, _ = quantized(m, n, k, "wide", (128, 128), seed=19)
+    a8.copy_(fresh)
+    scale_a.copy_(fresh_scale)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, ext.gemm_fp8(a8, b8, scale_a, scale_b))
+    check_close(out, a8, b8, scale_a, scale_b, 128)
+
+
+def test_bad_input_is_refused_with_the_argument_named():
+    a8, b8, scale_a, scale_b = quantized(32, 256, 512, "normal", (128, 128), seed=23)
+    with pytest.raises(ValueError, match="must agree on K"):
+        fp8_block.gemm_fp8_block(a8, b8[:, :256].contiguous(), scale_a, scale_b)
+    with pytest.raises(ValueError, match="K=520 must be a multiple of 16"):
+        fp8_block.gemm_fp8_block(a8[:, :520].contiguous(), b8[:, :520].contiguous(), 1.0, 1.0)
+    with pytest.raises(ValueError, match=r"scale_a has shape \(32, 3\)"):
+        fp8_block.gemm_fp8_block(a8, b8, scale_a[:, :3], scale_b)
+    with pytest.raises(ValueError, match="bias must be a \\(256,\\) tensor of torch.bfloat16"):
+        fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=torch.zeros(256, device="cuda"))
+    with pytest.raises(ValueError, match="variant=.*does not fit"):
+        fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, variant=DENSE_VARIANTS[1].name)
+    misaligned = torch.zeros(32, 512 + 16, device="cuda").to(a8.dtype)[:, 8 : 512 + 8]
+    with pytest.raises(ValueError, match="cannot run this problem"):
+        fp8_block.gemm_fp8_block(misaligned, b8, scale_a, scale_b)

@@ -1,0 +1,249 @@
+"""Block-scaled FP8 on the CPU: the block quantizer against its definition, the FP64 references, the scale forms
+the API accepts, argument errors, the variant name grammar and the grouped kernel's row bookkeeping."""
+
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+import cutlass_ext as ext
+from cutlass_ext import fp8_block
+from cutlass_ext.fp8_block import Fp8BlockConfig
+from cutlass_ext.fp8_block.api import activation_scales, is_block_scaled, weight_scales
+from cutlass_ext.toolchain import kernels_dir
+
+FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
+
+
+def _draw(distribution, shape, seed):
+    generator = torch.Generator().manual_seed(seed)
+    if distribution == "normal":
+        return torch.randn(shape, generator=generator)
+    if distribution == "uniform":
+        return torch.rand(shape, generator=generator) * 2 - 1
+    # magnitudes spread over 2^-20 .. 2^20, so that blocks' largest values differ by orders of magnitude
+    exponents = torch.randint(-20, 21, shape, generator=generator).float()
+    return torch.randn(shape, generator=generator).sign() * torch.exp2(exponents)
+
+
+def _blockwise_amax(x, rows_per_block):
+    """Each block's largest magnitude, block by block (the definition, written as loops)."""
+    *batch, rows, columns = x.shape
+    flat = x.reshape(-1, rows, columns)
+    out = torch.empty(flat.shape[0], -(-rows // rows_per_block), -(-columns // 128))
+    for b in range(flat.shape[0]):
+        for i in range(out.shape[1]):
+            for j in range(out.shape[2]):
+                block = flat[b, i * rows_per_block : (i + 1) * rows_per_block, j * 128 : (j + 1) * 128]
+                out[b, i, j] = block.abs().max()
+    return out.reshape(*batch, *out.shape[1:])
+
+
+@pytest.mark.parametrize("dtype", FP8)
+@pytest.mark.parametrize("block", [(1, 128), (128, 128)])
+@pytest.mark.parametrize("shape", [(3, 128), (130, 272), (257, 1040), (2, 5, 144)])
+@pytest.mark.parametrize("distribution", ["normal", "uniform", "wide"])
+def test_quantize_block_matches_its_definition(dtype, block, shape, distribution):
+    x = _draw(distribution, shape, seed=sum(shape) + block[0])
+    x_fp8, scales = ext.quantize_fp8(x, dtype=dtype, granularity="block", block=block)
+    assert x_fp8.shape == x.shape and x_fp8.dtype == dtype and x_fp8.is_contiguous()
+    amax = _blockwise_amax(x, block[0])
+    assert scales.dtype == torch.float32 and scales.shape == amax.shape and scales.is_contiguous()
+    largest = torch.finfo(dtype).max
+    expected = (amax / largest).clamp_min(torch.finfo(torch.float32).tiny)
+    assert torch.equal(scales, expected)
+    # Each element is x / scale rounded once to the format (saturating at its largest finite value).
+    expanded = scales.repeat_interleave(block[0], dim=-2)[..., : shape[-2], :].repeat_interleave(128, dim=-1)
+    expanded = expanded[..., : shape[-1]]
+    assert torch.equal(x_fp8, (x / expanded).clamp(-largest, largest).to(dtype))
+    # The block's largest element lands on the format's largest value: no range is wasted.
+    restored = fp8_block.dequantize(x_fp8, scales, block[0])
+    assert restored.abs().amax() == pytest.approx(x.abs().amax().item(), rel=2**-3)
+
+
+@pytest.mark.parametrize("source", [torch.float32, torch.bfloat16, torch.float16])
+def test_quantize_block_takes_16_bit_inputs_and_zero_blocks(source):
+    x = torch.randn(4, 384).to(source)
+    x[1] = 0
+    x[:, 128:256] = 0
+    x_fp8, scales = ext.quantize_fp8(x, granularity="block", block=(1, 128))
+    assert torch.equal(scales[1], torch.full((3,), torch.finfo(torch.float32).tiny))
+    assert (scales[:, 1] == torch.finfo(torch.float32).tiny).all()
+    assert not x_fp8.float()[1].any() and torch.isfinite(fp8_block.dequantize(x_fp8, scales, 1)).all()
+
+
+def test_quantize_block_errors():
+    with pytest.raises(ValueError, match="block="):
+        ext.quantize_fp8(torch.randn(4, 128), granularity="block", block=(1, 64))
+    with pytest.raises(ValueError, match="at least 2 dimensions"):
+        ext.quantize_fp8(torch.randn(128), granularity="block")
+    with pytest.raises(ValueError, match="granularity="):
+        ext.quantize_fp8(torch.randn(4, 128), granularity="blocks")
+
+
+def _loop_reference(a, b, scale_a, scale_b, scale_n):
+    """Σ_kb scale_a[m, kb] · scale_b[n // scale_n, kb] · Σ_{k in kb} a[m, k] b[n, k], element by element."""
+    m, k = a.shape
+    n = b.shape[0]
+    out = torch.zeros(m, n, dtype=torch.float64)
+    for kb in range(-(-k // 128)):
+        span = slice(kb * 128, (kb + 1) * 128)
+        partial = a[:, span].double() @ b[:, span].double().T
+        out += partial * scale_a[:, kb, None].double() * scale_b[torch.arange(n) // scale_n, kb][None, :].double()
+    return out
+
+
+@pytest.mark.parametrize("scale_n", [128, 1])
+@pytest.mark.parametrize("m, n, k", [(5, 256, 128), (33, 136, 400), (1, 384, 1040)])
+def test_block_scaled_reference_is_the_sum_of_scaled_k_blocks(scale_n, m, n, k):
+    a8, scale_a = ext.quantize_fp8(_draw("wide", (m, k), 1), granularity="block", block=(1, 128))
+    b8, scale_b = ext.quantize_fp8(_draw("normal", (n, k), 2), granularity="block", block=(scale_n, 128))
+    reference = fp8_block.block_scaled_reference(a8, b8, scale_a, scale_b, scale_n)
+    # Two float64 summation orders: they differ by rounding, bounded by the sum of magnitudes.
+    magnitudes = fp8_block.dequantize(a8, scale_a, 1).abs() @ fp8_block.dequantize(b8, scale_b, scale_n).abs().T
+    assert ((reference - _loop_reference(a8, b8, scale_a, scale_b, scale_n)).abs() <= 1e-13 * magnitudes).all()
+    bias = torch.randn(n)
+    with_bias = fp8_block.block_scaled_reference(a8, b8, scale_a, scale_b, scale_n, bias)
+    torch.testing.assert_close(with_bias, reference + bias.double(), rtol=0, atol=0)
+
+
+def test_grouped_reference_runs_group_by_group():
+    groups, n, k = 3, 256, 256
+    b8, scale_b = ext.quantize_fp8(torch.randn(groups, n, k), granularity="block", block=(128, 128))
+    a8, scale_a = ext.quantize_fp8(torch.randn(10, k), granularity="block", block=(1, 128))
+    offsets = torch.tensor([4, 4, 9], dtype=torch.int32)  # group 1 empty, row 9 owned by none
+    out = fp8_block.grouped_reference(a8, b8, scale_a, scale_b, 128, offsets=offsets)
+    expected = fp8_block.block_scaled_reference(a8[4:9], b8[2], scale_a[4:9], scale_b[2], 128)
+    assert torch.equal(out[4:9], expected) and not out[9].any()
+    masked = fp8_block.grouped_reference(
+        a8[:9].reshape(3, 3, k), b8, scale_a[:9].reshape(3, 3, 2), scale_b, 128, masked_counts=torch.tensor([0, 5, 2])
+    )
+    assert not masked[0].any() and not masked[2, 2].any()
+    expected = fp8_block.block_scaled_reference(a8[3:6], b8[1], scale_a[3:6], scale_b[1], 128)
+    assert torch.equal(masked[1], expected)
+
+
+def test_scale_forms_expand_to_blocks():
+    m, n, k = 6, 300, 400  # 4 k-blocks, 3 weight row blocks
+    cpu = torch.device("cpu")
+    assert activation_scales("scale_a", 2.0, m, k, cpu).tolist() == [[2.0] * 4] * m
+    rows = torch.arange(m, dtype=torch.float32)
+    assert torch.equal(activation_scales("scale_a", rows[:, None], m, k, cpu), rows[:, None].expand(m, 4))
+    blocks = torch.rand(4, m).T  # a column-major (M, kb) block tensor is made K-major
+    made = activation_scales("scale_a", blocks, m, k, cpu)
+    assert torch.equal(made, blocks) and made.stride(1) == 1
+    scale, scale_n = weight_scales("scale_b", torch.rand(3, 4), n, k, cpu)
+    assert scale_n == 128 and scale.shape == (3, 4)
+    scale, scale_n = weight_scales("scale_b", torch.rand(n, 4), n, k, cpu)
+    assert scale_n == 1 and scale.shape == (n, 4)
+    scale, scale_n = weight_scales("scale_b", torch.arange(n, dtype=torch.float32)[None, :], n, k, cpu)
+    assert scale_n == 1 and torch.equal(scale[:, 3], torch.arange(n, dtype=torch.float32))
+    scale, scale_n = weight_scales("scale_b", torch.tensor(3.0), n, k, cpu)
+    assert scale_n == 128 and scale.shape == (3, 4) and (scale == 3).all()
+    with pytest.raises(ValueError, match=r"scale_a has shape \(6, 3\).*\(6, 4\)"):
+        activation_scales("scale_a", torch.rand(m, 3), m, k, cpu)
+    with pytest.raises(ValueError, match=r"scale_b has shape \(2, 4\).*\(3, 4\)"):
+        weight_scales("scale_b", torch.rand(2, 4), n, k, cpu)
+    with pytest.raises(TypeError, match="scale_a must be float32"):
+        activation_scales("scale_a", rows.double(), m, k, cpu)
+
+
+def test_block_scaling_is_recognised_by_shape():
+    m, n, k = 64, 512, 1024  # 8 k-blocks, 4 weight row blocks
+    assert is_block_scaled(m, n, k, torch.ones(m, 8), torch.ones(4, 8))
+    assert is_block_scaled(m, n, k, torch.ones(m, 8), torch.ones(n, 1))  # block activations, per-row weights
+    assert is_block_scaled(m, n, k, torch.ones(m, 1), torch.ones(4, 8))  # per-row activations, block weights
+    assert is_block_scaled(m, n, k, torch.ones(m, 8), torch.ones(n, 8))
+    assert not is_block_scaled(m, n, k, torch.ones(m, 1), torch.ones(1, n))
+    assert not is_block_scaled(m, n, k, 1.0, torch.ones(()))
+    # One k-block: per-row and 1x128 scales are one product, kept on the row-scaled kernel.
+    assert not is_block_scaled(m, n, 128, torch.ones(m, 1), torch.ones(n, 1))
+    assert is_block_scaled(m, n, 128, torch.ones(m, 1), torch.ones(4, 1))
+
+
+def test_gemm_arguments_are_checked_before_any_kernel():
+    a8 = torch.zeros(8, 256, dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="a must be a CUDA tensor"):
+        fp8_block.gemm_fp8_block(a8, a8, torch.ones(8, 2), torch.ones(1, 2))
+    with pytest.raises(TypeError, match="a must be one of"):
+        fp8_block.gemm_fp8_block(a8.float(), a8, torch.ones(8, 2), torch.ones(1, 2))
+    with pytest.raises(ValueError, match="exactly one of offsets"):
+        fp8_block.grouped_gemm_fp8(a8, a8[None], 1.0, 1.0)
+    with pytest.raises(ValueError, match="exactly one of offsets"):
+        fp8_block.grouped_gemm_fp8(a8, a8[None], 1.0, 1.0, offsets=torch.ones(1), masked_counts=torch.ones(1))
+
+
+def test_variant_names_round_trip():
+    configs = [
+        Fp8BlockConfig(),
+        Fp8BlockConfig(scheduler="streamk"),
+        Fp8BlockConfig(scheduler="splitk", splits=4, scale_n=1, out_dtype="fp32"),
+        Fp8BlockConfig(tile=(64, 128, 128), schedule="pingpong", a_dtype="e5m2"),
+        Fp8BlockConfig(grouped=True, tile=(128, 256, 128), cluster=(2, 1)),
+    ]
+    for config in configs:
+        assert Fp8BlockConfig.from_name(config.name) == config
+        assert ext.families.from_name(config.name) == config
+    assert configs[2].name == "fp8block_e4m3e4m3_fp32_128x128x128_c1x1_coop_sb1_splitk4"
+    assert configs[4].name == "fp8block_e4m3e4m3_bf16_128x256x128_c2x1_coop_sb128_grouped"
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"tile": (128, 128, 64)}, "its k must be 128"),
+        ({"tile": (64, 128, 128)}, "takes m = 128"),
+        ({"tile": (128, 64, 128)}, "multiple of scale_n=128"),
+        ({"scale_n": 64}, "scale_n=64"),
+        ({"scheduler": "splitk"}, "splits=1 goes with"),
+        ({"grouped": True, "scheduler": "streamk"}, "group scheduler"),
+        ({"out_dtype": "fp8"}, "out_dtype="),
+    ],
+)
+def test_invalid_configs_say_why(fields, message):
+    with pytest.raises(ValueError, match=message):
+        Fp8BlockConfig(**fields)
+
+
+def test_non_canonical_name_is_refused():
+    with pytest.raises(ValueError, match="not a Fp8BlockConfig variant name"):
+        Fp8BlockConfig.from_name("fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop")
+
+
+_GROUP_ROWS_PROGRAM = r"""
+#include <cstdio>
+#include "sm90_fp8_grouped_rows.h"
+using cutlass_ext::fp8_block::group_rows;
+int main() {
+  cutlass_ext_fp8_grouped_args contiguous{};
+  contiguous.m_total = 100;
+  int offsets[1] = {0};
+  contiguous.offsets = offsets;
+  // (offset before, own end) -> (start, rows): ordinary, empty, past m_total, backwards, negative start
+  long long cases[][4] = {{0, 37, 0, 37}, {37, 37, 37, 0}, {90, 140, 90, 10}, {120, 150, 100, 0},
+                          {60, 50, 60, 0}, {-5, 3, 0, 3}};
+  for (auto& c : cases) {
+    auto r = group_rows(contiguous, 1, c[0], c[1], 0);
+    if (r.start != c[2] || r.rows != c[3]) { std::printf("contiguous %lld %lld\n", c[0], c[1]); return 1; }
+  }
+  cutlass_ext_fp8_grouped_args masked{};
+  masked.capacity = 64;
+  long long counts[][3] = {{0, 0, 0}, {2, 17, 17}, {3, 64, 64}, {4, 65, 64}, {5, -1, 0}};
+  for (auto& c : counts) {
+    auto r = group_rows(masked, c[0], 0, 0, c[1]);
+    if (r.start != c[0] * 64 || r.rows != c[2]) { std::printf("masked %lld %lld\n", c[0], c[1]); return 1; }
+  }
+  std::printf("ok\n");
+  return 0;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
+def test_group_rows_on_the_host(tmp_path):
+    source = tmp_path / "group_rows.cpp"
+    source.write_text(_GROUP_ROWS_PROGRAM)
+    binary = tmp_path / "group_rows"
+    subprocess.run(["g++", "-std=c++17", f"-I{kernels_dir()}", str(source), "-o", str(binary)], check=True)
+    assert subprocess.run([str(binary)], capture_output=True, text=True).stdout == "ok\n"
