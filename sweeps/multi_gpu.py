@@ -6,8 +6,8 @@ process builds and loads exactly the libraries a one-GPU run of the same space b
 either serves the other. Each part runs `python -m sweeps.run` with CUDA_VISIBLE_DEVICES set to its GPU and
 `--part I/N`, in `<out>/parts/<I>of<N>/` (its table, tuned table and log). A part's table is given the rows of
 the merged table that are its own and the peers', so a rerun with any N measures only what is missing, and an
-interrupted part resumes where it stopped. Each part measures the peers and picks its own finalists and power
-rows per (mode, shape); the merged table keeps part 0's peer rows.
+interrupted part resumes where it stopped. The first part measures the peers; each part picks its own finalists
+and power rows per (mode, shape) (a superset of one GPU's: the fastest of all is the fastest of its part).
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def run(argv: list[str], args, survivors: list) -> int:
         # later options override earlier ones: the user's arguments, then this part's
         command = [sys.executable, "-m", "sweeps.run", *argv, "--gpus", "1", "--part", spec]
         command += ["--group-size", str(size), "--jobs", str(jobs), "--out", str(folder)]
-        command += ["--tuned-out", str(folder / "tuned.csv"), "--no-report"]
+        command += ["--tuned-out", str(folder / "tuned.csv"), "--no-report"] + (["--skip-peers"] if index else [])
         log = (folder / "log.txt").open("w")
         environment = {**os.environ, "CUDA_VISIBLE_DEVICES": devices[index]}
         running.append((index, subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT), log))

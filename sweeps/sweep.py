@@ -171,6 +171,8 @@ class Sweep:
         ]
 
     def _peers(self, problem):
+        if getattr(self.args, "skip_peers", False):
+            return iter(())  # a `--gpus` part after the first: the first measures them (multi_gpu.py)
         return self.family.peers(problem, self.args.repeats)
 
     def _power(self, problem, shape, peer_runs: dict) -> None:

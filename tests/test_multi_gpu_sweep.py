@@ -68,7 +68,8 @@ class FakeSweep:
 
     def measure(self, shapes):
         for shape in shapes:
-            self._append(None, "cublas", "fp32", "torch.matmul ieee", shape)
+            if not self.args.skip_peers:
+                self._append(None, "cublas", "fp32", "torch.matmul ieee", shape)
             for config in self.survivors:
                 self._append(config, config.family, config.mode, config.name, shape)
         return 0.0
@@ -142,6 +143,7 @@ def test_two_gpus_write_the_table_of_one(sweep_run):
     for device, part, name, _ in FakeSweep.calls:
         if name != "torch.matmul ieee":
             variants.setdefault((device, part), set()).add(name)
+    assert {part for _, part, name, _ in FakeSweep.calls if name == "torch.matmul ieee"} == {"0/2"}
     assert sorted(variants) == [("4", "0/2"), ("6", "1/2")]  # one process per GPU, in its own part
     assert not variants["4", "0/2"] & variants["6", "1/2"]
     assert len(two) == 2 * (1 + len(variants["4", "0/2"]) + len(variants["6", "1/2"]))
@@ -170,3 +172,8 @@ def test_a_rerun_with_another_gpu_count_measures_only_what_is_missing(sweep_run)
     assert len(more) > len(table)
     assert {call[2] for call in FakeSweep.calls}.isdisjoint(set(table["name"]))
     assert not more.duplicated(KEY).any()
+
+
+def test_parts_after_the_first_leave_the_peers_to_it():
+    part = argparse.Namespace(args=argparse.Namespace(skip_peers=True, repeats=3))
+    assert list(sweep_module.Sweep._peers(part, None)) == []
