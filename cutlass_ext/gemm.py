@@ -11,7 +11,6 @@ import torch
 
 from . import corrected_sm90, ops, registry, tuned
 from . import device as device_info
-from .compiling import constant_result
 from .families.sm80.config import KERNEL_MODES, LAYOUTS, KernelConfig, default_configs
 from .families.sm90.config import DEFAULTS as DEFAULT_SPLIT
 from .families.sm90.config import Sm90Config as SplitConfig
@@ -270,23 +269,28 @@ def _product(
     beta: float = 0.0,
 ) -> torch.Tensor:
     """alpha·A·B + beta·source for validated kernel operands (2-D, or 3-D with one batch size) and a source that
-    broadcasts to the product (c, or bias (n,))."""
+    broadcasts to the product (c, or bias (n,)). torch.compile traces one op, which plans when it runs: sizes may
+    be symbolic there (dynamo reads a symbolic size as an int, so no test of the sizes could tell)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.cutlass_ext.product(a, b, source, alpha, beta, mode)
+    return _run(a, b, source, alpha, beta, mode)
+
+
+@torch.library.impl("cutlass_ext::product", "CUDA")
+def _run(a, b, source, alpha: float, beta: float, mode: str) -> torch.Tensor:
+    """cutlass_ext::product: the plan for these sizes on this device (cached per problem), then its kernels."""
     if mode == "fp32":
         return ops.sgemm(a, b, source, alpha, beta)
     m, n, k = a.shape[-2], b.shape[-1], a.shape[-1]
     if not (a.numel() and b.numel()):  # empty, or K = 0: the binding writes beta·source, no kernel runs
         registry.binding()
         return ops.gemm(a, b, list(_DEFAULT_VARIANTS[mode, _layout(a), _layout(b)]), source, alpha, beta)
-    if not all(isinstance(v, int) for v in (m, n, k)):  # symbolic shapes under torch.compile: the defaults
-        defaults = list(_DEFAULT_VARIANTS[mode, _layout(a), _layout(b)])
-        run = ops.halfhalf_gemm if mode == "halfhalf" else ops.gemm
-        return run(a, b, defaults, source, alpha, beta)
     hopper_ok = corrected_sm90.supports_shapes(a.dim(), b.dim(), n)
     index = a.device.index if a.device.index is not None else torch.cuda.current_device()
     path, variants = _split_plan(_runtime_plan(index, mode, _layout(a), _layout(b), m, n, k, hopper_ok))
     if path == "sm90":
         return _epilogue(corrected_sm90.product(a, b, mode, variants), source, alpha, beta)
-    if mode == "halfhalf":  # shifts, packing, product and unscaling (with the epilogue) in one call
+    if mode == "halfhalf":  # operand pass, product and unscaling (with the epilogue) in one call
         return ops.halfhalf_gemm(a, b, variants, source, alpha, beta)
     return ops.gemm(a, b, variants, source, alpha, beta)
 
@@ -341,10 +345,8 @@ def plan(
     return Plan("sm80", defaults, f"sm{gpu.arch or '80'} default ({source})")
 
 
-@constant_result
 def _runtime_plan(index: int, mode: str, layout_a: str, layout_b: str, m: int, n: int, k: int, hopper_ok: bool) -> str:
-    """`path:variant,variant` for this problem on device `index`, its first variant built and loaded (a constant
-    to torch.compile, which calls it while tracing)."""
+    """`path:variant,variant` for this problem on device `index`, its first variant built and loaded."""
     return _cached_runtime_plan(index, mode, layout_a, layout_b, m, n, k, hopper_ok, tuned.generation())
 
 

@@ -38,6 +38,10 @@ PLANES_TF32, PLANES_HALF = 0, 1
 # with gemm's epilogue) in one call.
 _library.define("range_shift(Tensor x, int dim) -> Tensor")
 _library.define("halfhalf_gemm(Tensor a, Tensor b, Tensor? c, float alpha, float beta, str[] variants) -> Tensor")
+# gemm's product of kernel operands (2-D, or 3-D with one batch size) in `mode`, with its epilogue: what torch.compile
+# traces. Its implementation (cutlass_ext/gemm.py) picks the kernels with the concrete sizes when it runs, so a
+# graph with symbolic sizes holds this one op.
+_library.define("product(Tensor a, Tensor b, Tensor? c, float alpha, float beta, str mode) -> Tensor")
 # IEEE SGEMM (cuBLAS, FP32 compute pinned per call: cutlass_ext/cublas.py), with gemm's epilogue.
 _library.define("sgemm(Tensor a, Tensor b, Tensor? c, float alpha, float beta) -> Tensor")
 _library.impl("sgemm", cublas.sgemm, "CUDA")
@@ -149,3 +153,8 @@ def sgemm(a: torch.Tensor, b: torch.Tensor, c=None, alpha=1.0, beta=0.0) -> torc
     if torch.compiler.is_compiling():
         return torch.ops.cutlass_ext.sgemm(a, b, c, alpha, beta)
     return cublas.sgemm(a, b, c, alpha, beta)  # eager: the op's implementation without the dispatcher's cost
+
+
+@torch.library.register_fake("cutlass_ext::product")
+def _product_fake(a: torch.Tensor, b: torch.Tensor, c, alpha: float, beta: float, mode: str) -> torch.Tensor:
+    return _gemm_fake(a, b, c, alpha, beta, [])

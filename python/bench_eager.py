@@ -43,6 +43,8 @@ def contenders():
     yield "torch.mm tf32", torch.mm, "tf32"
     for mode in MODES:
         yield f"ext.gemm {mode}", lambda a, b, mode=mode: ext.gemm(a, b, mode=mode), "ieee"
+    for mode in ("tf32tf32", "halfhalf"):  # nn.Linear's call: the bias in the epilogue (a row of a: square sizes)
+        yield f"ext.gemm {mode} +bias", lambda a, b, mode=mode: ext.gemm(a, b, mode=mode, bias=a[0]), "ieee"
 
 
 def main(argv=None) -> int:
