@@ -14,7 +14,10 @@ Precisions (seed 004 Table 4 and the mixed-precision baseline):
                    CUDA);
   bf16-nearest     BF16 weights and states, BF16 forward/backward, cutlass_ext.optim with nearest updates;
   bf16-stochastic  the same with stochastically rounded updates (reproducible for a given --seed);
-  bf16-kahan       the same with Kahan-compensated updates.
+  bf16-kahan       the same with Kahan-compensated updates;
+  tf32, tf32tf32,  the FP32 model and optimizer with every linear layer's and matmul's product (forward and
+  halfhalf         backward) run by cutlass_ext.gemm in that mode, through `cutlass_ext.precision` (attention
+                   keeps its fused kernel).
 `--arithmetic bf16` makes the BF16 precisions' optimizer round every operation to BF16 (the seed's 16-bit FPU).
 `--distributed ddp` (DistributedDataParallel) or `fsdp` (FSDP2's fully_shard per block, then the rest) under
 torchrun splits each step's global batch of `--batch` windows across the ranks, so the curve follows one
@@ -27,6 +30,7 @@ steps); `train` returns the run's summary for other scripts (optim_lm_precisions
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import math
 import os
@@ -40,9 +44,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cutlass_ext import optim, tuned
+from cutlass_ext import optim, precision, tuned
 
-PRECISIONS = ("fp32", "mixed", "bf16-nearest", "bf16-stochastic", "bf16-kahan")
+SWITCHED = ("tf32", "tf32tf32", "halfhalf")  # FP32 precisions whose products run under ext.precision(<name>)
+PRECISIONS = ("fp32", "mixed", "bf16-nearest", "bf16-stochastic", "bf16-kahan") + SWITCHED
 OPTIMIZERS = ("adamw", "sgd")
 ARITHMETICS = ("fp32", "bf16")
 DISTRIBUTED = ("none", "ddp", "fsdp")
@@ -186,7 +191,7 @@ def global_mean(value: torch.Tensor, world: int) -> torch.Tensor:
 
 def make_optimizer(config: TrainConfig, model: nn.Module, device: torch.device):
     params = list(model.parameters())
-    if config.precision in ("fp32", "mixed"):
+    if not config.precision.startswith("bf16"):
         if config.optimizer == "sgd":
             return torch.optim.SGD(params, lr=config.lr, momentum=0.9, weight_decay=config.weight_decay)
         return torch.optim.AdamW(
@@ -275,6 +280,7 @@ def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
     optimizer = make_optimizer(config, model, device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(config, step))
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "mixed")
+    switch = precision(config.precision) if config.precision in SWITCHED else contextlib.nullcontext()
 
     # the same batches for every precision of a seed; validation windows fixed across seeds too
     sampler = torch.Generator().manual_seed(config.seed)
@@ -286,18 +292,22 @@ def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
     )
 
     def loss_of(inputs, targets):
-        with autocast:
+        with autocast, switch:
             logits = model(inputs)
         return F.cross_entropy(logits.float().view(-1, VOCABULARY), targets.reshape(-1))
 
+    evaluation_seconds = []  # validation's share of the run's time (step_ms leaves it out)
+
     @torch.no_grad()
     def validation_loss(batches: int) -> float:
+        started = time.perf_counter()
         model.eval()
         total = sum(
             loss_of(*batch_at(validation_stream, validation_starts[i], config.context, device)).item()
             for i in range(batches)
         )
         model.train()
+        evaluation_seconds.append(time.perf_counter() - started)
         return total / batches
 
     curve = []
@@ -347,6 +357,7 @@ def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
         "final_train_loss": loss.item(),
         "final_val_loss": final_validation,
         "seconds": seconds,
+        "step_ms": 1000 * (seconds - sum(evaluation_seconds)) / config.steps,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "python": sysconfig.get_python_version(),
         "torch": torch.__version__,
