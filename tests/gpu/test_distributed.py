@@ -117,10 +117,14 @@ def test_fsdp2_on_two_gpus_ends_with_one_gpus_weights_bit_for_bit(fsdp_two_gpus,
     assert_identical(first["weights"], second["weights"], "DDP replicas")
 
 
-@pytest.mark.parametrize("kind, update", [("adamw", "stochastic"), ("sgd", "kahan")])
-def test_fsdp2_on_one_gpu_runs_the_kernels_on_local_shards(tmp_path, kind, update):
-    results = spawn(fsdp_worker, 1, tmp_path, "cuda")
-    run = results["fsdp"][kind, update]
+@pytest.fixture(scope="module")
+def fsdp_one_gpu(tmp_path_factory):
+    return spawn(fsdp_worker, 1, tmp_path_factory.mktemp("nccl1"), "cuda")
+
+
+@pytest.mark.parametrize("kind, update", CASES)
+def test_fsdp2_on_one_gpu_runs_the_kernels_on_local_shards(fsdp_one_gpu, kind, update):
+    run = fsdp_one_gpu["fsdp"][kind, update]
     assert_identical(unsharded_run(kind, update, "cuda").weights, run["trained"], f"{kind} {update}")
     assert_identical(run["continued"], run["resumed"], "resumed")
 
