@@ -10,9 +10,10 @@ optimizer = ext.optim.AdamW(model.parameters(), update="stochastic")  # BF16 wei
 """
 
 from . import lowbit, nn, numerics, optim, requirements
-from .fp8 import gemm_fp8, quantize_fp8
 from .families.sm80.config import KernelConfig
 from .families.sm90_fp8.config import Fp8Config
+from .fp8 import gemm_fp8, quantize_fp8
+from .fp8_block import grouped_gemm_fp8
 from .gemm import MODES, gemm
 from .precision import precision, set_precision
 from .tuned import set_tuned_table
@@ -23,6 +24,7 @@ __all__ = [
     "KernelConfig",
     "gemm",
     "gemm_fp8",
+    "grouped_gemm_fp8",
     "lowbit",
     "nn",
     "numerics",

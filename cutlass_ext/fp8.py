@@ -14,11 +14,11 @@ import math
 import torch
 
 from . import device as device_info
-from . import ops, registry, tuned
+from . import fp8_block, ops, registry, tuned
 from .compiling import constant_result
 from .families.sm90_fp8.config import ACCUMULATIONS, DEFAULT_FP8, FP8_DTYPES, OUT_DTYPES, Fp8Config, dtype_name
 
-GRANULARITIES = ("tensor", "row")
+GRANULARITIES = ("tensor", "row", "block")
 _QUANTIZABLE = (torch.float32, torch.bfloat16, torch.float16)
 _TMA_BYTES = 16  # TMA moves rows whose start and stride are multiples of 16 bytes
 # Up to here M is a decode batch (the decode sweeps' shapes): dispatch takes the tuned M bucket at or above M.
@@ -28,10 +28,16 @@ DECODE_M = 256
 
 
 def quantize_fp8(
-    x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn, granularity: str = "tensor"
+    x: torch.Tensor,
+    dtype: torch.dtype = torch.float8_e4m3fn,
+    granularity: str = "tensor",
+    block: tuple[int, int] = (1, 128),
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x_fp8, scale) with x ≈ x_fp8 · scale: the largest magnitude (of x, or of each row) maps to the format's
-    largest finite value. scale is float32: a 0-d tensor per tensor, (rows, 1) per row of a 2-D x.
+    """(x_fp8, scale) with x ≈ x_fp8 · scale: the largest magnitude (of x, of each row, or of each block) maps to
+    the format's largest finite value. scale is float32: a 0-d tensor per tensor, (rows, 1) per row of a 2-D x;
+    per block (granularity="block"), `block` = (1, 128) (activations) or (128, 128) (weights) and x (…, R, K)
+    gets scales (…, ceil(R / block[0]), ceil(K / 128)), the layout gemm_fp8 and grouped_gemm_fp8 read
+    (fp8_block/quantize.py: a partial last block's scale covers the elements that exist).
 
     An all-zero row gets the smallest normal float32 as its scale. Non-finite values of x give non-finite
     scales; `gemm_fp8(..., check_scales=True)` reports those.
@@ -45,6 +51,10 @@ def quantize_fp8(
         raise ValueError(f"granularity={granularity!r} is not one of {list(GRANULARITIES)}")
     if granularity == "row" and x.dim() != 2:
         raise ValueError(f"granularity='row' needs a 2-D x; got shape {tuple(x.shape)}")
+    if granularity == "block":
+        if x.dim() < 2:
+            raise ValueError(f"granularity='block' needs x of at least 2 dimensions; got shape {tuple(x.shape)}")
+        return fp8_block.quantize_block(x, dtype, fp8_block.check_block(block))
     largest = torch.finfo(dtype).max
     magnitude = x.abs().float()
     amax = magnitude.amax() if granularity == "tensor" else magnitude.amax(dim=1, keepdim=True)
@@ -70,6 +80,10 @@ def gemm_fp8(
     boundary; N must be a multiple of 8 for bf16 / fp16 output, of 4 for fp32 (TMA's 16-byte rows).
     scale_a: one value (a float, or a float32 tensor of one element) or one per row of a, (M, 1) or (M,).
     scale_b: one value, or one per row of b: (1, N), (N, 1) or (N,). Scales multiply the FP32 accumulator.
+    Block scales (DeepSeek-V3's, from quantize_fp8(..., granularity="block")): scale_a (M, ceil(K / 128)) of 1x128
+    blocks and scale_b (ceil(N / 128), ceil(K / 128)) of 128x128 blocks or (N, ceil(K / 128)) of 1x128 ones (either
+    with a per-tensor or per-row other operand) run the block-scaled kernel (cutlass_ext.fp8_block), which
+    multiplies each 128-deep k-block's sums by its scales as it promotes them: `accum` does not apply there.
     bias: (N,) of out_dtype, added after scaling, or None.
     accum: "promoted" adds the Tensor Core's partial sums into FP32 registers every 128 k elements (as accurate
       as cuBLAS's default); "fast" keeps all of K inside the Tensor Core (torch._scaled_mm's use_fast_accum=True).
@@ -83,6 +97,8 @@ def gemm_fp8(
             raise TypeError(f"{name} must be a torch.Tensor; got {type(tensor).__name__}")
     if accum not in ACCUMULATIONS:
         raise ValueError(f"accum={accum!r} is not one of {list(ACCUMULATIONS)}")
+    if a.dim() == b.dim() == 2 and fp8_block.is_block_scaled(len(a), len(b), a.shape[1], scale_a, scale_b):
+        return fp8_block.gemm_fp8_block(a, b, scale_a, scale_b, out_dtype, bias)
     # Checked once per signature here; strides, alignment, scales and bias are checked per call by the op.
     signature = (a.dtype, b.dtype, a.shape, b.shape, a.device, b.device, out_dtype, accum, tuned.generation())
     compiling = torch.compiler.is_compiling()
