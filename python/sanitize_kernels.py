@@ -310,6 +310,8 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=6, help="sanitizer processes at once")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per process")
     parser.add_argument("--variants", help="comma-separated names: only these (default: every one)")
+    parser.add_argument("--families", help=f"comma-separated, of {', '.join(_CALLS.values())}: only these")
+    parser.add_argument("--prebuild", action="store_true", help="build the variants the cache lacks, and exit")
     parser.add_argument("--list", action="store_true", help="print the (tool, group, variant, shape) runs and exit")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--build", help=argparse.SUPPRESS)
@@ -330,6 +332,14 @@ def main(argv=None) -> int:
         if missing:
             parser.error(f"--variants: {missing} are not variants cutlass_ext dispatches to")
         names = [name for name in names if name in wanted]
+    if args.families:
+        families = args.families.split(",")
+        unknown = [family for family in families if family not in _CALLS.values()]
+        if unknown:
+            parser.error(f"--families: {unknown} not among {list(_CALLS.values())}")
+        names = [name for name in names if family_of(name) in families]
+    if args.prebuild:
+        return build_all(names)
     runs = [(tool, index, group) for tool in tools for index, group in enumerate(groups(names))]
     if args.list:
         for tool, index, group in runs:

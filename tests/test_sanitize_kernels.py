@@ -142,7 +142,7 @@ def test_a_missing_compute_sanitizer_is_named(sanitize, monkeypatch):
 
 
 def test_unknown_tools_and_variants_are_refused():
-    for argument in ("--tools=memcheck,leakcheck", "--variants=tf32_sm80_nonexistent"):
+    for argument in ("--tools=memcheck,leakcheck", "--variants=tf32_sm80_nonexistent", "--families=sm80,fp9"):
         result = subprocess.run([sys.executable, str(SCRIPT), argument, "--list"], capture_output=True, text=True)
         assert result.returncode == 2
         assert argument.split("=")[1].split(",")[-1] in result.stderr
