@@ -46,8 +46,8 @@ from torch import nn
 
 from cutlass_ext import optim, precision, tuned
 
+PRECISIONS = ("fp32", "mixed", "bf16-nearest", "bf16-stochastic", "bf16-kahan")  # the BF16-training study's
 SWITCHED = ("tf32", "tf32tf32", "halfhalf")  # FP32 precisions whose products run under ext.precision(<name>)
-PRECISIONS = ("fp32", "mixed", "bf16-nearest", "bf16-stochastic", "bf16-kahan") + SWITCHED
 OPTIMIZERS = ("adamw", "sgd")
 ARITHMETICS = ("fp32", "bf16")
 DISTRIBUTED = ("none", "ddp", "fsdp")
@@ -228,8 +228,8 @@ def lr_factor(config: TrainConfig, step: int) -> float:
 
 
 def validate(config: TrainConfig) -> None:
-    if config.precision not in PRECISIONS:
-        raise ValueError(f"precision={config.precision!r} is not one of {list(PRECISIONS)}")
+    if config.precision not in PRECISIONS + SWITCHED:
+        raise ValueError(f"precision={config.precision!r} is not one of {list(PRECISIONS + SWITCHED)}")
     if config.optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer={config.optimizer!r} is not one of {list(OPTIMIZERS)}")
     if config.arithmetic not in ARITHMETICS:
@@ -374,7 +374,7 @@ def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     defaults = TrainConfig()
-    parser.add_argument("--precision", choices=PRECISIONS, default=defaults.precision)
+    parser.add_argument("--precision", choices=PRECISIONS + SWITCHED, default=defaults.precision)
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer)
     parser.add_argument(
         "--arithmetic",
