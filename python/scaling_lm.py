@@ -15,6 +15,7 @@ second and the speedup over the one-GPU row.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -29,9 +30,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from train_lm import PRECISIONS, VOCABULARY, CharTransformer, TrainConfig, distribute, make_optimizer
+from train_lm import PRECISIONS, SWITCHED, VOCABULARY, CharTransformer, TrainConfig, distribute, make_optimizer
 
-from cutlass_ext import tuned
+from cutlass_ext import precision, tuned
 
 DEFAULT_MODEL = {"layers": 12, "width": 1536, "heads": 12, "context": 512, "batch": 64}
 
@@ -61,6 +62,7 @@ def _worker(rank: int, world: int, port: int, mode: str, config: TrainConfig, st
     model = distribute(model, mode, device)
     optimizer = make_optimizer(config, model, device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "mixed")
+    switch = precision(config.precision) if config.precision in SWITCHED else contextlib.nullcontext()
     generator = torch.Generator(device).manual_seed(config.seed + rank)
     windows = torch.randint(VOCABULARY, (config.batch // world, config.context + 1), device=device, generator=generator)
     inputs, targets = windows[:, :-1], windows[:, 1:]
@@ -73,7 +75,7 @@ def _worker(rank: int, world: int, port: int, mode: str, config: TrainConfig, st
     for _ in range(warmup + steps):
         synchronize()
         start = time.perf_counter()
-        with autocast:
+        with autocast, switch:
             logits = model(inputs)
         loss = F.cross_entropy(logits.float().view(-1, VOCABULARY), targets.reshape(-1))
         optimizer.zero_grad(set_to_none=True)
