@@ -6,7 +6,7 @@ One process per GPU (spawned, NCCL). Every run takes the same global batch (--ba
 split across its ranks: the speedup is strong scaling, t(1 GPU) / t(N GPUs) for the same work. The one-GPU
 baseline is the plain model (no wrapper). A step is train_lm's: forward, cross-entropy, backward, gradient
 clipping, the optimizer (cutlass_ext.optim for the BF16 precisions, on FSDP2's shards there). The default model
-(12 blocks of width 1536, ~350 M parameters, 64 x 512 tokens a step) keeps each GPU's share of a step long
+(12 blocks of width 1536, ~340 M parameters, 128 x 512 tokens a step) keeps each GPU's share of a step long
 beside the gradient all-reduce (DDP) or the per-block gathers and reduce-scatters (FSDP2), which overlap it.
 Writes scaling_lm.csv: per (mode, GPUs) the median step time of --steps timed steps after --warmup, tokens per
 second and the speedup over the one-GPU row.
@@ -34,7 +34,7 @@ from train_lm import PRECISIONS, SWITCHED, VOCABULARY, CharTransformer, TrainCon
 
 from cutlass_ext import precision, tuned
 
-DEFAULT_MODEL = {"layers": 12, "width": 1536, "heads": 12, "context": 512, "batch": 64}
+DEFAULT_MODEL = {"layers": 12, "width": 1536, "heads": 12, "context": 512, "batch": 128}
 
 
 def _free_port() -> int:
