@@ -276,7 +276,6 @@ def _product(
     return _run(a, b, source, alpha, beta, mode)
 
 
-@torch.library.impl("cutlass_ext::product", "CUDA")
 def _run(a, b, source, alpha: float, beta: float, mode: str) -> torch.Tensor:
     """cutlass_ext::product: the plan for these sizes on this device (cached per problem), then its kernels."""
     if mode == "fp32":
@@ -293,6 +292,9 @@ def _run(a, b, source, alpha: float, beta: float, mode: str) -> torch.Tensor:
     if mode == "halfhalf":  # operand pass, product and unscaling (with the epilogue) in one call
         return ops.halfhalf_gemm(a, b, variants, source, alpha, beta)
     return ops.gemm(a, b, variants, source, alpha, beta)
+
+
+torch.library.impl("cutlass_ext::product", "CUDA", _run)
 
 
 def _epilogue(d: torch.Tensor, source: torch.Tensor | None, alpha: float, beta: float) -> torch.Tensor:
