@@ -1,7 +1,8 @@
 """cutlass_ext under torch.distributed on CUDA (NCCL, spawned ranks, one GPU each): FSDP2-sharded BF16 params
 stepped by the fused optimizer kernels end with one unsharded GPU's weights and states bit for bit, DCP resumes
-them bit for bit, and DDP trains models of `ext.nn.Linear` (corrected modes) and `ext.lowbit` layers with
-identical replicas and the loss curve of one GPU on the whole batch.
+them bit for bit, and DDP trains models of `ext.nn.Linear` (corrected modes), of torch's layers under
+`ext.precision` and of `ext.lowbit` layers with identical replicas and the loss curve of one GPU on the whole
+batch.
 
     python -m pytest -m gpu tests/gpu/test_distributed.py      # the 2-rank tests skip with fewer than 2 GPUs
 """
@@ -35,13 +36,30 @@ LAYER_STEPS = 12
 MODELS = {
     "halfhalf": 1e-4,  # FP32-accurate products: FP32 rounding
     "tf32tf32": 1e-4,
+    "precision": 1e-4,  # torch's layers, products in halfhalf through ext.precision
     "lowbit": 2e-2,  # a weight that moved by one ulp can flip a floor of the 7-bit accumulator
 }
 
 
+class UnderPrecision(nn.Module):
+    """`module` with its forward's float32 products routed through ext.gemm in `mode`."""
+
+    def __init__(self, module: nn.Module, mode: str):
+        super().__init__()
+        self.module, self.mode = module, mode
+
+    def forward(self, x):
+        with ext.precision(self.mode):
+            return self.module(x)
+
+
 def layer_model(name: str, device) -> nn.Module:
     torch.manual_seed(0)
-    if name == "lowbit":
+    if name == "precision":
+        model = UnderPrecision(
+            nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, OUTPUTS)), "halfhalf"
+        )
+    elif name == "lowbit":
         model = nn.Sequential(
             nn.Linear(FEATURES, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, OUTPUTS)
         )
