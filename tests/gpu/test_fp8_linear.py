@@ -52,7 +52,8 @@ def test_layer_is_quantize_then_gemm_fp8(scaling, shape, bias):
 def test_fast_accumulation_and_per_channel_scales_follow_outliers():
     source = bf16_linear(256, 512)
     with torch.no_grad():
-        source.weight[7] *= 1000.0  # a loud output channel: per-channel scales keep the others exact to e4m3
+        # a loud output channel: one scale per tensor leaves the others e4m3's subnormals, one per channel does not
+        source.weight[7] *= 1e5
     x = tokens(2, 64, 256, seed=2)
     expected = x.double() @ source.weight.double().T + source.bias.double()
     quiet = [c for c in range(512) if c != 7]
@@ -96,4 +97,5 @@ def test_a_llama_mlp_block_in_fp8():
         bf16 = block(gate, up, down, x)
     result = block(*fp8, x)
     assert result.dtype == torch.bfloat16
-    assert relative_error(bf16, reference) < relative_error(result, reference) < FP8_TOLERANCE
+    # three chained quantized products: twice one product's bound
+    assert relative_error(bf16, reference) < relative_error(result, reference) < 2 * FP8_TOLERANCE
