@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import quantize_kernel
+
 SCALE_BLOCK_K = 128
 BLOCKS = ((1, 128), (128, 128))
 
@@ -25,7 +27,15 @@ def check_block(block) -> tuple[int, int]:
 def quantize_block(x: torch.Tensor, dtype: torch.dtype, block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
     """(x_fp8, scales) with x ≈ x_fp8 · scale of its block: each block's largest magnitude maps to the format's
     largest finite value; an all-zero block gets the smallest normal float32 as its scale. x: (…, R, K) of a
-    float type; x_fp8 has x's shape, scales (…, ceil(R / br), ceil(K / 128)) float32 (module docstring)."""
+    float type; x_fp8 has x's shape, scales (…, ceil(R / br), ceil(K / 128)) float32 (module docstring).
+    On a GPU one Triton pass (quantize_kernel.py), elsewhere `quantize_block_torch`: the same bits."""
+    if x.is_cuda and quantize_kernel.available():
+        return quantize_kernel.quantize_block_kernel(x, dtype, block)
+    return quantize_block_torch(x, dtype, block)
+
+
+def quantize_block_torch(x: torch.Tensor, dtype: torch.dtype, block: tuple[int, int]):
+    """quantize_block in PyTorch operations: the definition the one-pass kernel is tested against."""
     rows_per_block, columns_per_block = block
     *batch, rows, columns = x.shape
     row_blocks = -(-rows // rows_per_block)

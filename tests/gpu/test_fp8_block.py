@@ -51,6 +51,22 @@ def draw(distribution, shape, seed):
     return x
 
 
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+@pytest.mark.parametrize("block", [(1, 128), (128, 128)])
+@pytest.mark.parametrize("source", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(1, 16), (33, 272), (300, 1040), (3, 129, 384)])
+def test_one_pass_quantizer_is_the_torch_definition(dtype, block, source, shape):
+    x = draw("wide", shape, seed=sum(shape)).to(source)
+    x[..., 0, :] = 0  # an all-zero row: zero blocks for (1, 128)
+    x.view(-1)[7] = float("nan")  # a NaN poisons its block's scale, as in the definition
+    x8, scales = ext.quantize_fp8(x, dtype=dtype, granularity="block", block=block)
+    x8_torch, scales_torch = fp8_block.quantize.quantize_block_torch(x, dtype, block)
+    assert torch.equal(scales.nan_to_num(-1), scales_torch.nan_to_num(-1))
+    nan = x8_torch.float().isnan()
+    assert torch.equal(x8.float().isnan(), nan)  # NaN bit patterns may differ; everything else bit for bit
+    assert torch.equal(x8.view(torch.uint8)[~nan], x8_torch.view(torch.uint8)[~nan])
+
+
 def check_close(out, a8, b8, scale_a, scale_b, scale_n, bias=None):
     """|D - D_64| <= eps_out · |D_64| + ACCUMULATION_EPS · (|A| @ |B|ᵀ), A and B dequantized in float64."""
     a64 = fp8_block.dequantize(a8, scale_a, 1)
