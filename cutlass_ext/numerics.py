@@ -64,8 +64,11 @@ def _lookup(table, key, argument: str):
     return table[key]
 
 
-def round_to(x: torch.Tensor, fmt: str, mode: str = "rn", generator: torch.Generator | None = None) -> torch.Tensor:
-    """Round `x` to format `fmt` with rounding `mode`; returns float32 holding the rounded values exactly.
+def round_to(
+    x: torch.Tensor, fmt: str | FloatFormat, mode: str = "rn", generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Round `x` to format `fmt` (a name of FORMATS or a FloatFormat) with rounding `mode`; returns float32 holding
+    the rounded values exactly.
 
     mode: `rn` nearest-even, `rna` nearest ties away from zero, `rz` toward zero, `sr` stochastic (rounds up
     with probability equal to the distance from the value below, draws from `generator`). Subnormals are kept
@@ -73,7 +76,7 @@ def round_to(x: torch.Tensor, fmt: str, mode: str = "rn", generator: torch.Gener
     largest finite value under rz, as IEEE conversions do, and the largest finite value always for formats that
     saturate (FP8). NaN stays NaN.
     """
-    spec = _lookup(FORMATS, fmt, "fmt")
+    spec = fmt if isinstance(fmt, FloatFormat) else _lookup(FORMATS, fmt, "fmt")
     if mode not in ROUNDING_MODES:
         raise ValueError(f"mode={mode!r} is not one of {list(ROUNDING_MODES)}")
     if not torch.is_floating_point(x):

@@ -2,6 +2,7 @@
 
 from cutlass_ext import lowbit
 config = lowbit.LowbitConfig(lowbit.LowbitFormat.make(7, 4), ste="immediate-diff")
+config = lowbit.LowbitConfig(lowbit.LowbitFormat.make(7, 4), operands=lowbit.M4E3)  # FP8 operands, Table 3
 y = lowbit.linear(x, weight, bias, config)          # F.linear with an M7E4 chunked accumulator
 model = lowbit.convert(model, config)              # every Linear / Conv2d but the last one
 lowbit.set_underflow(model, True)                  # second stage of dual-stage fine-tuning (Table 2)
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from .format import LowbitFormat, bias_range
+from .operands import E4M3, E5M2, M4E3, OperandFormat, round_operand
 from .reference import broadcast_operands, lowbit_matmul, lowbit_matmul_events, lowbit_matmul_fmt, quantize
 
 # seed 002 section 4 and appendix D: identity (eq. 5 not applied), recursive OF (eq. 7), immediate OF and DIFF (eq. 17)
@@ -33,6 +35,8 @@ class LowbitConfig:
     constants (eq. 17: the product passes its gradient when |FMAq(x, w, S) − S| / (|x·w| + ε1) > ε2; ε1 only
     guards x·w = 0, ε2 = 1e-3 blocks products that full swamping or underflow erased). dynamic_bias: pick the
     biases per call from the output's largest exponent (the seed's Llama runs, Table 5; see `dynamic_format`).
+    operands: None (FP32 weights and activations) or an `OperandFormat` both GEMM operands are rounded to first,
+    e.g. `M4E3` with a flexible per-tensor bias (Table 3); the gradient passes straight through that rounding.
     """
 
     format: LowbitFormat
@@ -40,6 +44,7 @@ class LowbitConfig:
     eps1: float = 1e-12
     eps2: float = 1e-3
     dynamic_bias: bool = False
+    operands: OperandFormat | None = None
 
     def __post_init__(self):
         if not isinstance(self.format, LowbitFormat):
@@ -52,6 +57,8 @@ class LowbitConfig:
                 raise ValueError(f"{name}={value!r} must be a finite number ≥ 0")
         if not isinstance(self.dynamic_bias, bool):
             raise ValueError(f"dynamic_bias={self.dynamic_bias!r} must be True or False")
+        if self.operands is not None and not isinstance(self.operands, OperandFormat):
+            raise TypeError(f"operands must be None or an OperandFormat; got {type(self.operands).__name__}")
 
     def with_underflow(self, on: bool) -> "LowbitConfig":
         return dataclasses.replace(self, format=self.format.with_underflow(on))
@@ -91,13 +98,17 @@ def _check_config(config) -> None:
 def matmul(a: torch.Tensor, b: torch.Tensor, config: LowbitConfig) -> torch.Tensor:
     """(…, M, K) @ (…, K, N) with a low-bit accumulator, batch dimensions broadcast; float32 out, differentiable.
 
-    Inputs of any floating dtype are cast to float32 (the seed's full-precision weights and activations).
+    Inputs of any floating dtype are cast to float32 (the seed's full-precision weights and activations), or,
+    with `config.operands`, rounded to that format, each tensor with its own bias.
     """
     _check_operand("a", a)
     _check_operand("b", b)
     _check_config(config)
+    a, b = a.float(), b.float()
+    if config.operands is not None:
+        a, b = round_operand(a, config.operands), round_operand(b, config.operands)
     # Broadcast batch dimensions as stride-0 views: the kernel sees one batch, autograd sums the expanded gradients.
-    a, b = broadcast_operands(a.float(), b.float())
+    a, b = broadcast_operands(a, b)
     fmt = dynamic_format(a, b, config.format) if config.dynamic_bias else config.format
     if a.is_cuda:
         try:
@@ -207,11 +218,15 @@ def reference_grads(
 from .nn import Conv2d, Linear, convert, set_underflow  # noqa: E402  (nn builds on the functions above)
 
 __all__ = [
+    "E4M3",
+    "E5M2",
+    "M4E3",
     "STES",
     "Conv2d",
     "Linear",
     "LowbitConfig",
     "LowbitFormat",
+    "OperandFormat",
     "convert",
     "dynamic_format",
     "linear",
@@ -221,5 +236,6 @@ __all__ = [
     "matmul",
     "quantize",
     "reference_grads",
+    "round_operand",
     "set_underflow",
 ]

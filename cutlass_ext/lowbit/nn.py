@@ -16,6 +16,11 @@ def _checked(config) -> LowbitConfig:
     return config
 
 
+def _describe(config: LowbitConfig) -> str:
+    operands = f", operands={config.operands.name}" if config.operands is not None else ""
+    return f"lowbit={config.format.name}, ste={config.ste!r}{operands}"
+
+
 class Linear(torch.nn.Linear):
     """`torch.nn.Linear` with y = x·Wᵀ accumulated by `config`, then + bias in FP32; same parameters and keys."""
 
@@ -29,7 +34,7 @@ class Linear(torch.nn.Linear):
         return linear(x, self.weight, self.bias, self.config)
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, lowbit={self.config.format.name}, ste={self.config.ste!r}"
+        return f"{super().extra_repr()}, {_describe(self.config)}"
 
 
 class Conv2d(torch.nn.Conv2d):
@@ -91,7 +96,7 @@ class Conv2d(torch.nn.Conv2d):
         return y.reshape(n, self.out_channels, out_h, out_w)
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, lowbit={self.config.format.name}, ste={self.config.ste!r}"
+        return f"{super().extra_repr()}, {_describe(self.config)}"
 
 
 def _lowbit_twin(module: torch.nn.Module, config: LowbitConfig) -> torch.nn.Module:

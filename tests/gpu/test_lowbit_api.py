@@ -130,3 +130,18 @@ def test_subnormal_products_cuda_equal_cpu(fmt):
     a, b = randn(12, 50, seed=15) * 2.0**-64, randn(50, 6, seed=16) * 2.0**-64
     config = lowbit.LowbitConfig(fmt)
     assert same(lowbit.matmul(a.cuda(), b.cuda(), config).cpu(), lowbit.matmul(a, b, config))
+
+
+@pytest.mark.parametrize("operands", [lowbit.M4E3, lowbit.E4M3, lowbit.E5M2], ids=lambda f: f.name)
+def test_fp8_operands_cuda_equal_cpu(operands):
+    # seed 002 Table 3: weights and activations rounded to 8 bits with a per-tensor bias, then the M7E4 GEMM
+    config = lowbit.LowbitConfig(M7E4, ste="immediate-diff", operands=operands)
+    a, b, g = randn(37, 70, seed=17) * 5, randn(70, 11, seed=18) * 0.01, randn(37, 11, seed=19)
+    results = []
+    for device in ("cpu", "cuda"):
+        leaves = [t.to(device, copy=True).requires_grad_() for t in (a, b)]
+        y = lowbit.matmul(*leaves, config)
+        y.backward(g.to(device))
+        results.append([y.detach().cpu()] + [t.grad.cpu() for t in leaves])
+    for on_cpu, on_cuda in zip(*results):
+        assert same(on_cuda, on_cpu)
