@@ -14,7 +14,7 @@ setup(
     package_dir={"cutlass_ext.kernels": "kernels"},
     package_data={
         "cutlass_ext.kernels": ["*.h", "*.hpp", "*.cuh", "*.in", "*.cpp"],
-        "cutlass_ext": ["tuned/*.csv", "families/*/*.in"],
+        "cutlass_ext": ["tuned/*.csv", "families/*/*.in", "*/*.in"],
     },
     install_requires=[
         "torch>=2.9",  # torch.backends.cuda.matmul.fp32_precision

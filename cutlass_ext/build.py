@@ -130,6 +130,7 @@ def build_libraries(
                     results[i] = found  # another process built it while we waited
             missing = [i for i in range(len(groups)) if i not in results]
             if missing:
+                cache.sweep_stale_staging()  # what builds killed before us left behind
                 results.update(_compile(groups, keys, missing, arch, jobs, verbose, on_finished))
     return [results[i] for i in range(len(groups))]
 
@@ -199,18 +200,20 @@ def _compile(groups, keys, missing, arch, jobs, verbose, on_finished=None) -> di
             on_finished(int(status["finished"]))
         commit_finished()
 
-    ninja_output = _run_ninja(ninja_file, jobs, on_line)
-    commit_finished()
+    try:
+        ninja_output = _run_ninja(ninja_file, jobs, on_line)
+        commit_finished()
+        for i, _, _, library in work:
+            if i not in results:
+                log = library.with_name(library.name + ".log")
+                error = log.read_text() if log.is_file() else ninja_output
+                results[i] = LibraryResult(groups[i], None, error=error or "ninja produced no library and no log")
+    finally:  # finished or interrupted, no staging folder outlives the build
+        shutil.rmtree(staging_root, ignore_errors=True)
     if on_finished:
         on_finished(len(missing))
     if verbose:
         print(f"cutlass_ext: kernel build finished in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-    for i, _, _, library in work:
-        if i not in results:
-            log = library.with_name(library.name + ".log")
-            error = log.read_text() if log.is_file() else ninja_output
-            results[i] = LibraryResult(groups[i], None, error=error or "ninja produced no library and no log")
-    shutil.rmtree(staging_root, ignore_errors=True)
     return results
 
 
@@ -255,16 +258,25 @@ def load_binding(verbose: bool = True):
             verbose=False,
         )
 
-    try:
-        library = load()
-    except (ImportError, OSError, RuntimeError):
-        if not already_built:
-            raise
+    def rebuild():
         # A damaged build (a crash while linking, a truncated file) is rebuilt, not trusted.
         for path in build_directory.iterdir():
-            if path.is_file():
+            if path.is_file() and path.name != "lock":  # cpp_extension's own lock file stays
                 path.unlink()
-        library = load()
+        return load()
+
+    # Building, and deleting a damaged build, happen under the binding's build lock: no process deletes the files
+    # another is building. Loading a finished build takes no lock.
+    lock = functools.partial(cache.entry_locks, [key], f"the torch binding {name}")
+    if already_built:
+        try:
+            library = load()
+        except (ImportError, OSError, RuntimeError):
+            with lock():
+                library = rebuild()
+    else:
+        with lock():
+            library = load()
     if verbose and not already_built:
         print(f"cutlass_ext: torch binding built in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     return library

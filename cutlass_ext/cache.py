@@ -86,10 +86,41 @@ def read_manifest(entry: Path, key: str) -> dict | None:
         return None
 
 
-def staging_dir(prefix: str) -> Path:
+def _staging_root() -> Path:
     staging = cache_root() / "staging"
     staging.mkdir(exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=staging))
+    return staging
+
+
+def staging_dir(prefix: str) -> Path:
+    """A fresh staging directory named after its process (`<prefix><host>-<pid>-…`), so that one left behind by a
+    killed build can be told from one in use (`sweep_stale_staging`)."""
+    owner = f"{prefix}{socket.gethostname()}-{os.getpid()}-"
+    return Path(tempfile.mkdtemp(prefix=owner, dir=_staging_root()))
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True
+
+
+def sweep_stale_staging() -> list[Path]:
+    """Delete the staging directories of this host's processes that are gone (killed builds), and return them.
+    Call it holding a build lock: a directory of a live process, or of another host's, is never touched."""
+    host, removed = socket.gethostname(), []
+    for path in _staging_root().iterdir():
+        parts = path.name.rsplit("-", 2)  # <prefix><host>, pid, random suffix
+        if len(parts) != 3 or not parts[1].isdigit() or not parts[0].endswith(host):
+            continue
+        if not _process_alive(int(parts[1])):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def commit(staged: Path, entry: Path, key: str, metadata: dict, library: str = LIBRARY) -> dict:

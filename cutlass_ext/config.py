@@ -137,6 +137,7 @@ class VariantFields:
 
     NAME: ClassVar[NameGrammar | None] = None  # the family's name grammar
     EXAMPLE_NAME: ClassVar[str] = ""  # a valid name, quoted by the parser's error
+    KIND: ClassVar[str] = "a kernel"  # how the parser's error names the family's variants
 
     def _check_extents(self, **fields: str) -> None:
         """Each field a tuple of positive integers, one per letter of its axes (`tile="mnk"`)."""
@@ -161,7 +162,7 @@ class VariantFields:
         """The config whose derived `name` this is (names travel through op arguments and CSV tables)."""
         fields = cls.NAME.parse(name)
         if fields is None:
-            raise ValueError(f"{name!r} is not a {cls.__name__} variant name such as {cls.EXAMPLE_NAME!r}")
+            raise ValueError(f"{name!r} is not {cls.KIND} variant name such as {cls.EXAMPLE_NAME!r}")
         return cls(**fields)._named(name)
 
     @classmethod

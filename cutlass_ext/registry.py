@@ -1,4 +1,10 @@
-"""Per-process state: the loaded torch binding and which kernel variants it has loaded."""
+"""Dispatch's per-device state, in one place: device facts per device index, the torch binding, the kernel
+variants loaded into it and the ctypes families' libraries, keyed by (variant, arch).
+
+Every cache here is filled by the first call that needs an entry and is safe for concurrent first calls: each
+entry is computed once (`once.OnceMap`), a variant is built once per arch (and the build cache's file locks keep
+processes from building it twice), different variants build in parallel threads.
+"""
 
 from __future__ import annotations
 
@@ -7,42 +13,64 @@ import warnings
 
 import torch
 
-from . import toolchain, variants
+from . import device as device_facts
+from . import families
+from .once import OnceMap
 
-_lock = threading.Lock()
-_binding = None
-_registered: set[str] = set()
+_binding = OnceMap()
+_registered = OnceMap()  # (variant, arch) -> library path the binding loaded it from
+_libraries = OnceMap()  # (variant, arch) -> ctypes.CDLL of a torch-free family called through ctypes (native.py)
+_failed: set[tuple[str, str]] = set()  # (variant, arch) whose build failed in this process
+_failed_lock = threading.Lock()
+
+UNLOADED_MARKER = "[cutlass_ext:unloaded]"  # kernels/torch_binding.cpp: a fallback variant it skipped, not loaded
 
 
 def binding():
-    global _binding
-    if _binding is not None:
-        return _binding
-    with _lock:
-        if _binding is None:
-            from .build import load_binding  # imported late: `python -m cutlass_ext.build` must not find it loaded
+    """The torch binding, built (once per torch version) and loaded on first use."""
 
-            _binding = load_binding()
-        return _binding
+    def load():
+        from .build import load_binding  # the compiler, imported when first needed
+
+        return load_binding()
+
+    return _binding.get("binding", load)
 
 
-UNLOADED_MARKER = "[cutlass_ext:unloaded]"  # kernels/torch_binding.cpp: a fallback variant it skipped, not loaded
-_failed: set[tuple[str, str]] = set()  # (variant, arch) whose build failed in this process
+def device_index(device: torch.device) -> int:
+    """The index of a CUDA device (`cuda` alone means the current one)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def device_info(index: int) -> device_facts.DeviceInfo:
+    """What dispatch knows about CUDA device `index` (name, arch, shared memory), read once (device.info's
+    cache, the one per device)."""
+    return device_facts.info(index)
+
+
+def device_arch(device: torch.device) -> str:
+    """The arch string (`80`, `90a`) kernels are built for on `device`."""
+    return device_info(device_index(device)).arch
+
+
+def is_registered(name: str, device: torch.device) -> bool:
+    return (name, device_arch(device)) in _registered
 
 
 def ensure_names_registered(names: list[str], device: torch.device) -> None:
     """ensure_registered by variant names (parsed only when one is missing)."""
-    if not all(name in _registered for name in names):
-        ensure_registered([variants.from_name(name) for name in names], device)
+    arch = device_arch(device)
+    if not all((name, arch) in _registered for name in names):
+        ensure_registered([families.from_name(name) for name in names], device)
 
 
 def first_usable(names: list[str], device: torch.device) -> list[str]:
     """`names` from the first variant that builds and loads, which is then loaded (the fallbacks after it are
     loaded only if the binding asks for them). A variant that fails to build is dropped with a warning, once; the
     last one's failure is raised."""
-    arch = toolchain.device_arch(device)
+    arch = device_arch(device)
     for index, name in enumerate(names):
-        if name in _registered:
+        if (name, arch) in _registered:
             return names[index:]
         if (name, arch) in _failed and index < len(names) - 1:
             continue
@@ -52,8 +80,11 @@ def first_usable(names: list[str], device: torch.device) -> list[str]:
         except RuntimeError as error:
             if index == len(names) - 1:
                 raise
-            _failed.add((name, arch))
-            warnings.warn(f"cutlass_ext: {error}\nfalling back to {names[index + 1]}", RuntimeWarning, stacklevel=3)
+            with _failed_lock:
+                first = (name, arch) not in _failed
+                _failed.add((name, arch))
+            if first:
+                warnings.warn(f"cutlass_ext: {error}\nfalling back to {names[index + 1]}", RuntimeWarning, stacklevel=3)
     return names
 
 
@@ -69,31 +100,49 @@ def call_loading_fallbacks(op, variants: list[str], device: torch.device, *args)
         return op(*args, variants)
 
 
+def loaded_library(config, device: torch.device, load):
+    """The library of `config` loaded for `device`'s arch by `load(arch)` on first use (native.py's ctypes
+    families), once whatever the threads."""
+    arch = device_arch(device)
+    return _libraries.get((config.name, arch), lambda: load(arch))
+
+
+def build_one(config, arch: str):
+    """The library file of `config` built for `arch` (from the cache if there); a RuntimeError with the
+    compiler's log if it does not build."""
+    from .build import build_libraries
+
+    (result,) = build_libraries([(config,)], arch)
+    if result.library is None:
+        raise RuntimeError(f"building kernel {config.name} for sm_{arch} failed:\n{result.error}")
+    return result.library
+
+
+def _load_into_binding(name: str, library) -> None:
+    torch.ops.cutlass_ext.register_variant(name, str(library))
+
+
 def ensure_registered(configs: list, device: torch.device) -> None:
     """Build what the cache lacks and load every variant in `configs` for `device`'s arch (cheap once done)."""
-    if all(c.name in _registered for c in configs):
+    arch = device_arch(device)
+    missing = [c for c in configs if (c.name, arch) not in _registered]
+    if not missing:
         return
     binding()
-    with _lock:
-        missing = [c for c in configs if c.name not in _registered]
-        if not missing:
-            return
-        from .build import build_libraries
-
-        arch = toolchain.device_arch(device)
-        for result in build_libraries([(c,) for c in missing], arch):
-            name = result.configs[0].name
-            if result.library is None:
-                raise RuntimeError(f"building kernel {name} for sm_{arch} failed:\n{result.error}")
-            torch.ops.cutlass_ext.register_variant(name, str(result.library))
-            _registered.add(name)
+    for config in missing:
+        _registered.get((config.name, arch), lambda config=config: _build_and_load(config, arch))
 
 
-def register_library(configs: list, library) -> None:
-    """Load variants from a library built elsewhere (the sweep builds several variants per library)."""
+def _build_and_load(config, arch: str):
+    library = build_one(config, arch)
+    _load_into_binding(config.name, library)
+    return library
+
+
+def register_library(configs: list, library, device: torch.device) -> None:
+    """Load variants from a library built elsewhere for `device`'s arch (the sweep builds several variants per
+    library)."""
     binding()
-    with _lock:
-        for config in configs:
-            if config.name not in _registered:
-                torch.ops.cutlass_ext.register_variant(config.name, str(library))
-                _registered.add(config.name)
+    arch = device_arch(device)
+    for config in configs:
+        _registered.get((config.name, arch), lambda config=config: _load_into_binding(config.name, library) or library)

@@ -150,15 +150,19 @@ def table_chain(gpu: device_info.DeviceInfo) -> list[tuple[Path, str]]:
 
 
 def _entries(path: Path) -> list[tuple]:
+    """The (mode, m, n, k, name) rows of a table, read once (a concurrent first read may read it twice: same rows)."""
     found = _loaded.get(path)
     if found is None:
+        generation_before = _generation
         with open(path, newline="") as handle:
             rows = list(csv.DictReader(handle))
         missing = [c for c in ("mode", "m", "n", "k", "name") if rows and c not in rows[0]]
         if missing:
             raise ValueError(f"tuned table {path} lacks columns {missing}")
         found = [(r["mode"], int(r["m"]), int(r["n"]), int(r["k"]), r["name"]) for r in rows]
-        _loaded[path] = found
+        with _lock:
+            if _generation == generation_before:
+                _loaded[path] = found
     return found
 
 
@@ -196,8 +200,11 @@ def resolve(gpu_name: str, mode: str, m: int, n: int, k: int, m_bucket_above: bo
     key = (gpu_name, gpu.arch, mode, m, n, k, m_bucket_above)
     found = _chosen.get(key)
     if found is None:
+        generation_before = _generation
         found = _resolve(gpu, mode, m, n, k, m_bucket_above)
-        _chosen[key] = found
+        with _lock:
+            if _generation == generation_before:  # a table changed meanwhile: answer, but remember nothing stale
+                _chosen[key] = found
     return found
 
 

@@ -104,7 +104,7 @@ class Sweep:
                         )
                     )
             else:
-                registry.register_library([item.config], item.library)
+                registry.register_library([item.config], item.library, torch.device("cuda"))
                 self.runnable.append(item.config)
         print(f"built {len(built) - failed} variants in {seconds:.0f} s; {failed} failed to compile (in the table)")
         return seconds

@@ -2,7 +2,10 @@
 
 import ast
 import fnmatch
+import os
 import re
+import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -207,3 +210,31 @@ def test_a_held_build_lock_times_out_naming_its_holder(cache_dir):
         holder.wait()
     with cache.entry_locks([key], "this test", timeout=5):  # a killed holder's lock is free
         pass
+
+
+def test_a_killed_build_leaves_no_staging_that_later_builds_trip_over(cache_dir, stub_compiler, monkeypatch):
+    """A build interrupted in this process removes its staging folder; one left by a process that was killed
+    outright is swept by the next build, under its lock, while a live process's folder is left alone."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    staging = cache.cache_root() / "staging"
+    staging.mkdir()
+    stale = staging / f"kernels-{socket.gethostname()}-{gone.pid}-x1"
+    live = staging / f"kernels-{socket.gethostname()}-{os.getpid()}-x2"
+    for folder in (stale, live):
+        (folder / "entry0").mkdir(parents=True)
+        (folder / "entry0" / "kernel.cu").write_text("half-written")
+    build.build_libraries([(CONFIG,)], "90a", verbose=False)
+    assert not stale.exists() and live.exists()
+
+    monkeypatch.undo()  # the real _compile, with ninja interrupted
+    monkeypatch.setenv(cache.CACHE_ENV, str(cache_dir))
+    monkeypatch.setattr(build.toolchain, "nvcc_version", lambda: "nvcc stub")
+
+    def ninja_interrupted(ninja_file, jobs, on_line):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(build, "_run_ninja", ninja_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build.build_libraries([(KernelConfig(mode="tf32", stages=4),)], "90a", verbose=False)
+    assert sorted(p.name for p in staging.iterdir()) == [live.name]

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 import torch
 
-from cutlass_ext import device, explain, fp8, registry, tuned
+from cutlass_ext import device, explain, families, fp8, registry, tuned
 from cutlass_ext.families.sm90.config import DEFAULTS as DEFAULT_SPLIT
-from cutlass_ext.families.sm90.config import Sm90Config as SplitConfig
+from cutlass_ext.families.sm90.config import Sm90Config
 from sweeps import sweep as sweep_module
 
 H100, H200, A100, RTX4090 = (
@@ -56,7 +56,7 @@ def test_an_h200_without_its_own_table_reads_the_h100s():
 
 def test_own_table_first_then_the_same_architectures_entry_by_entry(tmp_path, monkeypatch):
     shutil.copy(SHIPPED, tmp_path / "h100.csv")
-    own = SplitConfig("tf32tf32", (128, 256, 32)).name
+    own = Sm90Config("tf32tf32", (128, 256, 32)).name
     pd.DataFrame([row("tf32tf32", 8192, 8192, 8192, own)]).to_csv(tmp_path / "h200.csv", index=False)
     monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
     tuned.set_tuned_table(None)
@@ -84,15 +84,15 @@ def test_defaults_are_each_architectures_fast_path():
 
 def test_dispatch_never_picks_what_the_device_cannot_run(tmp_path):
     path = tmp_path / "mixed.csv"
-    hopper = SplitConfig("tf32tf32", (128, 128, 32)).name
+    hopper = Sm90Config("tf32tf32", (128, 128, 32)).name
     pd.DataFrame([row("tf32tf32", 8192, 8192, 8192, hopper)]).to_csv(path, index=False)
     tuned.set_tuned_table(path)
     assert gemm.plan(A100, "tf32tf32", 8192, 8192, 8192).path == "sm80"
     assert gemm.plan(H100, "tf32tf32", 8192, 8192, 8192).variants == (hopper,)
     # halfhalf's 4-stage 128x128 tiles take 128 KB: sm86/sm89 have 99
-    for config in (registry.variants.from_name(name) for name in gemm.plan(RTX4090, "halfhalf", 64, 64, 64).variants):
+    for config in (families.from_name(name) for name in gemm.plan(RTX4090, "halfhalf", 64, 64, 64).variants):
         assert config.shared_memory_bytes <= device.SHARED_MEMORY_BYTES["89"]
-    assert not tuned.runs_on(registry.variants.from_name(gemm.plan(A100, "halfhalf", 64, 64, 64).variants[0]), RTX4090)
+    assert not tuned.runs_on(families.from_name(gemm.plan(A100, "halfhalf", 64, 64, 64).variants[0]), RTX4090)
 
 
 @pytest.mark.parametrize("gpu", ["NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "Unknown GPU X"])
@@ -167,7 +167,7 @@ def test_a_variant_that_fails_to_build_falls_back_with_a_warning(monkeypatch):
         loaded.extend(names)
 
     monkeypatch.setattr(registry, "ensure_names_registered", ensure)
-    monkeypatch.setattr(registry.toolchain, "device_arch", lambda device_=None: "90a")
+    monkeypatch.setattr(registry, "device_arch", lambda device_=None: "90a")
     registry._failed.clear()
     cuda = torch.device("cuda", 0)
     with pytest.warns(RuntimeWarning, match="falling back to default_a4"):

@@ -54,6 +54,7 @@ class Sm90Config(VariantFields):
         Optional("_w", Number("swizzle"), default={"swizzle": 1}),
     )
     EXAMPLE_NAME: ClassVar[str] = "tf32tf32_sm90_128x128x32_c1x1_coop_p1"
+    KIND: ClassVar[str] = "a Hopper corrected"
 
     def __post_init__(self):
         if self.mode not in MODES:

@@ -119,6 +119,7 @@ class Fp8Config(VariantFields):
         Optional(Word("weights_first", {True: "_wf"}), default={"weights_first": False}),
     )
     EXAMPLE_NAME: ClassVar[str] = "fp8_e4m3e4m3_bf16_128x128x128_c1x1_coop_promoted"
+    KIND: ClassVar[str] = "an FP8"
 
     def __post_init__(self):
         for field, choices in (("a_dtype", FP8_DTYPES), ("b_dtype", FP8_DTYPES), ("out_dtype", OUT_DTYPES)):
