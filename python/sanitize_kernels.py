@@ -101,11 +101,14 @@ def groups(names: list[str]) -> list[list[str]]:
     return [members[i : i + GROUP_SIZE] for members in by_family.values() for i in range(0, len(members), GROUP_SIZE)]
 
 
-def sanitizer_command(sanitizer: str, tool: str, group: list[str]) -> list[str]:
+def sanitizer_command(sanitizer: str | None, tool: str, group: list[str]) -> list[str]:
+    worker = [sys.executable, str(Path(__file__).resolve()), "--worker", ",".join(group)]
+    if tool == "none":
+        return worker
     command = [sanitizer, "--tool", tool, "--target-processes", "application-only", "--print-limit", "0"]
     if tool != "initcheck":
         command += ["--kernel-name-exclude", TORCH_KERNELS]
-    return command + [sys.executable, str(Path(__file__).resolve()), "--worker", ",".join(group)]
+    return command + worker
 
 
 # ---- the worker: runs each variant of its group at its shapes, a marker line before each run
@@ -217,13 +220,20 @@ def worker(names: list[str]) -> int:
     import torch
 
     generator = torch.Generator(device="cuda").manual_seed(0)
+    failures = 0
     for name in names:
         for shape in shapes_of(name):
             print(f"{MARKER} run {name} {'x'.join(map(str, shape))}", flush=True)
-            _RUNNERS[family_of(name)](name, shape, generator)
-            torch.cuda.synchronize()
+            try:
+                _RUNNERS[family_of(name)](name, shape, generator)
+                torch.cuda.synchronize()
+            except Exception as error:  # the next variants still run; the row says why this one did not
+                failures += 1
+                reason = " ".join(str(error).split())[:300]
+                print(f"{MARKER} failed {type(error).__name__}: {reason}", flush=True)
+                continue
             print(f"{MARKER} done", flush=True)
-    return 0
+    return 1 if failures else 0
 
 
 # ---- the driver
@@ -252,7 +262,7 @@ def parse_log(text: str, tool: str, group: list[str]) -> list[dict]:
                 current = (words[2], words[3])
                 rows[current]["status"] = "started"
             elif current is not None:
-                rows[current]["status"] = "ok"
+                rows[current]["status"] = "ok" if words[1] == "done" else " ".join(words[1:])
         elif _REPORT.match(line):
             row = rows.get(current) if current is not None else None
             if row is None:  # before the first run: the process itself
@@ -264,7 +274,7 @@ def parse_log(text: str, tool: str, group: list[str]) -> list[dict]:
     summary = _ERROR_SUMMARY.search(text) or _RACE_SUMMARY.search(text)
     counted = sum(row["errors"] for row in rows.values())
     total = int(summary[1]) if summary else None
-    if total is None or total > counted:  # no summary (the process died), or reports not recognised above
+    if tool != "none" and (total is None or total > counted):  # the process died, or reports not recognised
         rows[("(unattributed)", "")] = {
             "variant": "(unattributed)",
             "tool": tool,
@@ -276,7 +286,8 @@ def parse_log(text: str, tool: str, group: list[str]) -> list[dict]:
     return list(rows.values())
 
 
-def run_one(sanitizer: str, tool: str, group: list[str], log: Path, timeout: float) -> list[dict]:
+def run_one(sanitizer: str | None, tool: str, group: list[str], log: Path, timeout: float) -> list[dict]:
+    """The group's worker under `tool` (no sanitizer for tool `none`), its log written, its rows read."""
     env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1", PYTHONUNBUFFERED="1")
     command = sanitizer_command(sanitizer, tool, group)
     start = time.perf_counter()
@@ -352,17 +363,13 @@ def main(argv=None) -> int:
     sanitizer = find_sanitizer()
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    # first the build of what the cache lacks, then one plain run: every variant runs at these shapes at all
-    for step in ("build", "worker"):
-        print(f"{step}: {len(names)} variants", flush=True)
-        command = [sys.executable, str(Path(__file__).resolve()), f"--{step}", ",".join(names)]
-        plain = subprocess.run(command, capture_output=True, text=True)
-        (args.out / f"plain_{step}.log").write_text(plain.stdout + plain.stderr)
-        if plain.returncode != 0:
-            print(plain.stdout[-2000:] + plain.stderr[-4000:], file=sys.stderr)
-            print(f"{step} failed (exit {plain.returncode}): see {args.out / f'plain_{step}.log'}", file=sys.stderr)
-            return 1
-    rows = []
+    # the build of what the cache lacks, then one run without a sanitizer: does every variant run at these shapes
+    print(f"building what the cache lacks of {len(names)} variants", flush=True)
+    if build_all(names):
+        return 1
+    rows = run_one(None, "none", names, args.out / "none.log", args.timeout)
+    failed = [row for row in rows if row["status"] != "ok"]
+    print(f"plain run: {len(failed)} of {len(rows)} runs failed", flush=True)
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         futures = {
             pool.submit(run_one, sanitizer, tool, group, args.out / f"{tool}_group{index:02d}.log", args.timeout): (

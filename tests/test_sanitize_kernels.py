@@ -171,3 +171,18 @@ def test_run_one_logs_the_command_and_reads_its_output(sanitize, monkeypatch, tm
     ]
     text = log.read_text()
     assert text.startswith(f"$ {fake} --tool memcheck") and "# exit 0" in text
+
+
+def test_a_variant_that_fails_is_named_and_the_rest_run(sanitize, monkeypatch):
+    monkeypatch.setattr(sanitize, "shapes_of", lambda name: [(3, 5, 7)])
+    marker = sanitize.MARKER
+    text = _log(
+        f"{marker} run first 3x5x7",
+        f"{marker} failed RuntimeError: none of the kernel variants first can run a [3, 7] x [7, 5] product",
+        f"{marker} run second 3x5x7",
+        f"{marker} done",
+    )
+    rows = {row["variant"]: row for row in sanitize.parse_log(text, "none", ["first", "second"])}
+    assert rows["first"]["status"].startswith("failed RuntimeError: none of the kernel variants")
+    assert rows["second"]["status"] == "ok"
+    assert set(rows) == {"first", "second"}
