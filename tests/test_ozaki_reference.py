@@ -72,7 +72,10 @@ def test_crt_recovers_every_integer_in_range(count, generator):
     values = [-half, half - 1, 0, 1, -1] + [int(v) for v in torch.randint(-(2**62), 2**62, (200,), generator=generator)]
     values = [v % product - half if not -half <= v < half else v for v in values]
     representatives = [
-        [(v % m) + m * int(torch.randint(-(2**31) // m + 1, (2**31 - 1) // m - 1, (), generator=generator)) for m in mods]
+        [
+            (v % m) + m * int(torch.randint(-(2**31) // m + 1, (2**31 - 1) // m - 1, (), generator=generator))
+            for m in mods
+        ]
         for v in values
     ]
     products = torch.tensor(representatives, dtype=torch.int64).T.to(torch.int32)
@@ -103,8 +106,12 @@ def test_bound_is_safe_for_parallel_rows_at_the_largest_k():
 def _pairs(kind, m, k, n, g):
     if kind == "urand":
         return urand((m, k), g), urand((k, n), g)
-    ranges = {"type1": ((-15, 14), (-15, 14)), "type2": ((-15, 14), (-100, -35)), "type3": ((-35, -15), (-35, -15)),
-              "type4": ((-100, -35), (-100, -35))}[kind]
+    ranges = {
+        "type1": ((-15, 14), (-15, 14)),
+        "type2": ((-15, 14), (-100, -35)),
+        "type3": ((-35, -15), (-35, -15)),
+        "type4": ((-100, -35), (-100, -35)),
+    }[kind]
     return exp_rand((m, k), *ranges[0], g), exp_rand((k, n), *ranges[1], g)
 
 

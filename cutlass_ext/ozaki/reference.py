@@ -146,9 +146,7 @@ def horner(digits: torch.Tensor, count: int) -> torch.Tensor:
     return value
 
 
-def recombine(
-    products: torch.Tensor, shifts_a: torch.Tensor, shifts_b: torch.Tensor, count: int
-) -> torch.Tensor:
+def recombine(products: torch.Tensor, shifts_a: torch.Tensor, shifts_b: torch.Tensor, count: int) -> torch.Tensor:
     """float32 (…, M, N): C = C'·2^-(s_i + s_j) from the per-modulus products (count, …, M, N), rounded once
     (FP64 → FP32, nearest even); the power-of-two scale is exact in FP64 for every FP32 input."""
     value = horner(garner_digits(products, count), count)

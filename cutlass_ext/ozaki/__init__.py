@@ -1,0 +1,65 @@
+"""FP32-accurate GEMM on INT8 Tensor Cores by Ozaki scheme II (arXiv 2504.08009; GEMMul8, arXiv 2508.03984).
+
+from cutlass_ext import ozaki
+c = ozaki.gemm(a, b)             # 8 moduli: within SGEMM's error on the seed's matrix types, K up to 65536
+c = ozaki.gemm(a, b, moduli=7)   # one INT8 GEMM fewer, ~16x the error
+
+Each row of A and column of B is scaled by a power of two to integers, reduced modulo `moduli` coprime integers
+≤ 256 to INT8 residues, multiplied exactly by one INT8 GEMM per modulus and rebuilt by the Chinese remainder
+theorem (`reference.py` defines every step). Autograd runs two more such products; batch dimensions broadcast.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .config import DEFAULT_MODULI, OzakiConfig
+from .kernel import ozaki_gemm
+from .reference import MAX_K, check_moduli_count, ozaki_matmul
+
+
+def _check_operand(name: str, x) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
+    if x.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32; got {x.dtype}")
+    if x.dim() < 2:
+        raise ValueError(f"{name} must have at least 2 dimensions; got shape {tuple(x.shape)}")
+
+
+def gemm(
+    a: torch.Tensor, b: torch.Tensor, moduli: int = DEFAULT_MODULI, config: OzakiConfig | None = None
+) -> torch.Tensor:
+    """(…, M, K) @ (…, K, N) float32 tensors (any strides; batch dimensions broadcast) by Ozaki scheme II with
+    `moduli` INT8 GEMMs; float32 (…, M, N), equal to `reference.ozaki_matmul` bit for bit. `config` picks the
+    GEMM's tiles (its `moduli` must agree). CUDA tensors need sm_90a; CPU tensors run the reference. Inputs must
+    be finite and K < 2^17."""
+    _check_operand("a", a)
+    _check_operand("b", b)
+    check_moduli_count(moduli)
+    if config is None:
+        config = OzakiConfig(moduli=moduli)
+    elif not isinstance(config, OzakiConfig):
+        raise TypeError(f"config must be an OzakiConfig; got {type(config).__name__}")
+    elif config.moduli != moduli:
+        raise ValueError(f"config.moduli={config.moduli} differs from moduli={moduli}")
+    if a.device != b.device:
+        raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"a (…, M, K) and b (…, K, N) must agree on K; got a {tuple(a.shape)}, b {tuple(b.shape)}")
+    if a.shape[-1] > MAX_K:
+        raise ValueError(f"K={a.shape[-1]} exceeds {MAX_K}: INT32 products of INT8 residues would overflow")
+    try:
+        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"batch dimensions of a {tuple(a.shape)} and b {tuple(b.shape)} do not broadcast") from None
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    count = math.prod(batch)
+    a3 = a.expand(*batch, m, k).reshape(count, m, k)
+    b3 = b.expand(*batch, k, n).reshape(count, k, n)
+    return ozaki_gemm(a3, b3, config.name).reshape(*batch, m, n)
+
+
+__all__ = ["DEFAULT_MODULI", "OzakiConfig", "gemm", "ozaki_gemm", "ozaki_matmul"]

@@ -1,0 +1,153 @@
+// The Ozaki-II arithmetic shared by the operand pass and the recombination, as host-and-device functions so a
+// host program can check them against cutlass_ext/ozaki/reference.py (its docstring is the definition).
+#pragma once
+
+#include <stdint.h>
+
+#include <cmath>
+
+#ifdef __CUDACC__
+#define OZAKI_HD __host__ __device__ __forceinline__
+#else
+#define OZAKI_HD inline
+#endif
+
+namespace cutlass_ext {
+namespace ozaki {
+
+// The pairwise-coprime moduli ≤ 256 taken greedily from the top (reference.moduli).
+constexpr int kMaxModuli = 14;
+constexpr int kAllModuli[kMaxModuli] = {256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199};
+constexpr int kNormSliceK = 1024;  // k per partial sum of squares in the operand pass's workspace
+
+constexpr int inverse_mod(int a, int m) {
+  int t = 0, new_t = 1, r = m, new_r = a % m;
+  while (new_r != 0) {
+    int q = r / new_r, next_t = t - q * new_t, next_r = r - q * new_r;
+    t = new_t, new_t = next_t, r = new_r, new_r = next_r;
+  }
+  return t < 0 ? t + m : t;
+}
+
+// 2^e exactly, for e in [-1022, 1023] (no libm call on the device).
+OZAKI_HD double pow2(int e) {
+#ifdef __CUDA_ARCH__
+  return __hiloint2double((e + 1023) << 20, 0);
+#else
+  return std::ldexp(1.0, e);
+#endif
+}
+
+// reference.row_shifts: s = budget − ⌈e/2⌉ for squares = f·2^e, f in [1/2, 1); budget for an all-zero row.
+OZAKI_HD int shift_from_squares(double squares, int budget) {
+  if (!(squares > 0.0)) return budget;
+  int exponent;
+  std::frexp(squares, &exponent);
+  return budget - ((exponent + 1) >> 1);  // arithmetic shift: ⌈e/2⌉ for negative e too
+}
+
+// round-half-even(x·2^s) given scale = 2^s (exact: an FP32 value times a power of two within FP64's range).
+OZAKI_HD int64_t scaled_integer(float x, double scale) {
+#ifdef __CUDA_ARCH__
+  return __double2ll_rn(double(x) * scale);
+#else
+  return static_cast<int64_t>(std::nearbyint(double(x) * scale));
+#endif
+}
+
+// reference.balanced: v mod m in [-⌊m/2⌋, ⌈m/2⌉ − 1], for |v| < 2^56.
+template <int kModulus>
+OZAKI_HD int balanced_residue(int64_t v) {
+  if constexpr (kModulus == 256) {
+    return int(static_cast<int8_t>(static_cast<uint8_t>(v & 255)));  // two's complement wraps to [-128, 127]
+  } else {
+    static_assert(kModulus % 2 == 1, "moduli other than 256 are odd: balanced residues are symmetric");
+    constexpr uint32_t kLowBits = 28;
+    constexpr uint32_t kHighFactor = (1u << kLowBits) % kModulus;
+    const uint64_t magnitude = v < 0 ? uint64_t(-v) : uint64_t(v);
+    const uint32_t high = uint32_t(magnitude >> kLowBits), low = uint32_t(magnitude & ((1u << kLowBits) - 1));
+    const uint32_t r = ((high % kModulus) * kHighFactor + low % kModulus) % kModulus;
+    const int b = r > kModulus / 2 ? int(r) - kModulus : int(r);
+    return v < 0 ? -b : b;
+  }
+}
+
+template <int kModulus>
+OZAKI_HD int balanced_digit(uint32_t r) {  // r in [0, m)
+  return int(r) >= kModulus - kModulus / 2 ? int(r) - kModulus : int(r);
+}
+
+template <int kModulus>
+OZAKI_HD uint32_t nonnegative_residue(int32_t v) {
+  if constexpr (kModulus == 256) {
+    return uint32_t(v) & 255u;
+  } else {
+    const int r = v % kModulus;
+    return uint32_t(r < 0 ? r + kModulus : r);
+  }
+}
+
+template <int kCount, int kIndex = 0>
+struct Garner {
+  // Digit kIndex of C' from its residue r_j and the lower digits: t ← (t − d_i)·m_i^-1 mod m_j (reference.garner_digits).
+  template <int kI = 0>
+  OZAKI_HD static uint32_t reduce(uint32_t t, const int (&digits)[kCount]) {
+    if constexpr (kI == kIndex) {
+      return t;
+    } else {
+      constexpr int kModulus = kAllModuli[kIndex];
+      constexpr uint32_t kInverse = uint32_t(inverse_mod(kAllModuli[kI] % kModulus, kModulus));
+      const uint32_t shifted = uint32_t(int(t) - digits[kI] + kModulus);  // in (0, 2m + 128)
+      return reduce<kI + 1>((shifted * kInverse) % uint32_t(kModulus), digits);
+    }
+  }
+
+  OZAKI_HD static void digits(const int32_t (&products)[kCount], int (&digits)[kCount]) {
+    if constexpr (kIndex < kCount) {
+      constexpr int kModulus = kAllModuli[kIndex];
+      digits[kIndex] = balanced_digit<kModulus>(reduce(nonnegative_residue<kModulus>(products[kIndex]), digits));
+      Garner<kCount, kIndex + 1>::digits(products, digits);
+    }
+  }
+};
+
+// reference.horner: Σ d_l ∏_{i<l} m_i from the top digit, v ← v·m_j + d_j, each multiply and add rounded once.
+template <int kCount, int kJ = kCount - 2>
+OZAKI_HD double horner(const int (&digits)[kCount], double value) {
+  if constexpr (kJ < 0) {
+    return value;
+  } else {
+    constexpr double kModulus = double(kAllModuli[kJ]);
+#ifdef __CUDA_ARCH__
+    value = __dadd_rn(__dmul_rn(value, kModulus), double(digits[kJ]));  // no contraction into an FMA
+#else
+    volatile double product = value * kModulus;  // volatile: two roundings on any host compiler
+    value = product + double(digits[kJ]);
+#endif
+    return horner<kCount, kJ - 1>(digits, value);
+  }
+}
+
+// reference.recombine for one element: float32(C'·2^-(shift_a + shift_b)).
+template <int kCount>
+OZAKI_HD float recombine(const int32_t (&products)[kCount], int shift_a, int shift_b) {
+  int digits[kCount];
+  Garner<kCount>::digits(products, digits);
+  const double value = horner<kCount>(digits, double(digits[kCount - 1])) * pow2(-(shift_a + shift_b));
+#ifdef __CUDA_ARCH__
+  return __double2float_rn(value);
+#else
+  return float(value);
+#endif
+}
+
+template <int kCount, int kIndex = 0>
+OZAKI_HD void residues(int64_t v, int (&out)[kCount]) {
+  if constexpr (kIndex < kCount) {
+    out[kIndex] = balanced_residue<kAllModuli[kIndex]>(v);
+    residues<kCount, kIndex + 1>(v, out);
+  }
+}
+
+}  // namespace ozaki
+}  // namespace cutlass_ext

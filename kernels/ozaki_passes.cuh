@@ -1,0 +1,143 @@
+// The Ozaki-II operand pass (row shifts, INT8 residue planes) and recombination (CRT, scale back to FP32).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "ozaki_abi.h"
+#include "ozaki_arith.cuh"
+
+namespace cutlass_ext {
+namespace ozaki {
+
+constexpr int kTileRows = 32;
+constexpr int kTileK = 128;
+constexpr int kPassThreads = 256;
+constexpr int kRowsPerWarp = kTileRows / (kPassThreads / 32);
+
+// A kTileRows x kTileK tile of x into shared memory, zero outside the matrix; the threads of a warp read along
+// whichever of row and k is contiguous, so the loads coalesce for x and for its transpose alike.
+__device__ __forceinline__ void load_tile(float (&tile)[kTileRows][kTileK + 1], const cutlass_ext_ozaki_scale_args& args,
+                                          const float* x, int64_t row0, int64_t k0) {
+  const bool k_contiguous = args.x_k_stride == 1 || args.x_row_stride != 1;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < kTileRows * kTileK; i += kPassThreads) {
+    const int row = k_contiguous ? i / kTileK : i % kTileRows;
+    const int kk = k_contiguous ? i % kTileK : i / kTileRows;
+    const int64_t r = row0 + row, k = k0 + kk;
+    tile[row][kk] = (r < args.rows && k < args.k) ? x[r * args.x_row_stride + k * args.x_k_stride] : 0.0f;
+  }
+}
+
+// Partial sums of squares over k-slices of kNormSliceK: norms[(b · slices + slice) · rows + row], each summed in
+// a fixed order (thread-strided k, then a shuffle tree), independent of the layout.
+__global__ void __launch_bounds__(kPassThreads) norm_kernel(const cutlass_ext_ozaki_scale_args args) {
+  __shared__ float tile[kTileRows][kTileK + 1];
+  const int64_t row0 = int64_t(blockIdx.x) * kTileRows, b = blockIdx.z;
+  const int64_t slice = blockIdx.y, slices = gridDim.y;
+  const float* x = args.x + b * args.x_batch_stride;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  double sums[kRowsPerWarp] = {};
+  for (int64_t k0 = slice * kNormSliceK; k0 < min(args.k, (slice + 1) * kNormSliceK); k0 += kTileK) {
+    load_tile(tile, args, x, row0, k0);
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+#pragma unroll
+      for (int c = 0; c < kTileK / 32; ++c) {
+        const double v = tile[warp + 8 * j][lane + 32 * c];
+        sums[j] = fma(v, v, sums[j]);  // exact square (48 bits), one rounding per add
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int j = 0; j < kRowsPerWarp; ++j) {
+    double s = sums[j];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
+    const int64_t row = row0 + warp + 8 * j;
+    if (lane == 0 && row < args.rows) args.norms[(b * slices + slice) * args.rows + row] = s;
+  }
+}
+
+// Residue planes of a kTileRows x kTileK tile; the row's shift from the slices' sums (in slice order).
+template <int kCount, int kBudget>
+__global__ void __launch_bounds__(kPassThreads) residue_kernel(const cutlass_ext_ozaki_scale_args args, int slices) {
+  __shared__ float tile[kTileRows][kTileK + 1];
+  __shared__ double row_scale[kTileRows];
+  const int64_t row0 = int64_t(blockIdx.x) * kTileRows, k0 = int64_t(blockIdx.y) * kTileK, b = blockIdx.z;
+  if (threadIdx.x < kTileRows) {
+    const int64_t row = row0 + threadIdx.x;
+    int shift = 0;
+    if (row < args.rows) {
+      double squares = 0.0;
+      for (int s = 0; s < slices; ++s) squares += args.norms[(b * slices + s) * args.rows + row];
+      shift = shift_from_squares(squares, kBudget);
+      if (blockIdx.y == 0) args.shifts[b * args.rows + row] = shift;
+    }
+    row_scale[threadIdx.x] = pow2(shift);
+  }
+  load_tile(tile, args, args.x + b * args.x_batch_stride, row0, k0);
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t k = k0 + 4 * lane;
+  if (k >= args.k_pitch) return;
+  const int64_t plane_elements = args.batch * args.rows * args.k_pitch;
+#pragma unroll
+  for (int j = 0; j < kRowsPerWarp; ++j) {
+    const int row = warp + 8 * j;
+    if (row0 + row >= args.rows) break;
+    int r[4][kCount];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) residues<kCount>(scaled_integer(tile[row][4 * lane + c], row_scale[row]), r[c]);
+    int8_t* out = args.planes + (b * args.rows + row0 + row) * args.k_pitch + k;
+#pragma unroll
+    for (int l = 0; l < kCount; ++l) {
+      const uint32_t packed = (uint32_t(r[0][l]) & 255u) | ((uint32_t(r[1][l]) & 255u) << 8) |
+                              ((uint32_t(r[2][l]) & 255u) << 16) | ((uint32_t(r[3][l]) & 255u) << 24);
+      *reinterpret_cast<uint32_t*>(out + l * plane_elements) = packed;
+    }
+  }
+}
+
+template <int kCount, int kBudget>
+int run_scale(const cutlass_ext_ozaki_scale_args* args, void* stream) {
+  if (args->rows == 0 || args->batch == 0 || args->k_pitch == 0) return 0;
+  auto cuda_stream = static_cast<cudaStream_t>(stream);
+  const int slices = int((args->k + kNormSliceK - 1) / kNormSliceK);
+  const dim3 norm_grid(unsigned((args->rows + kTileRows - 1) / kTileRows), unsigned(slices), unsigned(args->batch));
+  if (slices > 0) norm_kernel<<<norm_grid, kPassThreads, 0, cuda_stream>>>(*args);
+  const dim3 residue_grid(norm_grid.x, unsigned((args->k_pitch + kTileK - 1) / kTileK), unsigned(args->batch));
+  residue_kernel<kCount, kBudget><<<residue_grid, kPassThreads, 0, cuda_stream>>>(*args, slices);
+  return int(cudaGetLastError());
+}
+
+constexpr int kRecombineThreads = 128;
+
+template <int kCount>
+__global__ void __launch_bounds__(kRecombineThreads) recombine_kernel(const cutlass_ext_ozaki_recombine_args args) {
+  const int64_t column = int64_t(blockIdx.x) * kRecombineThreads + threadIdx.x, b = blockIdx.z;
+  if (column >= args.n) return;
+  const int64_t plane_elements = args.batch * args.m * args.n_pitch;
+  const int shift_b = args.shift_b[b * args.n + column];
+  for (int64_t row = blockIdx.y; row < args.m; row += gridDim.y) {
+    const int32_t* source = args.products + (b * args.m + row) * args.n_pitch + column;
+    int32_t products[kCount];
+#pragma unroll
+    for (int l = 0; l < kCount; ++l) products[l] = source[l * plane_elements];
+    const float value = recombine<kCount>(products, args.shift_a[b * args.m + row], shift_b);
+    args.out[b * args.out_batch_stride + row * args.out_row_stride + column * args.out_column_stride] = value;
+  }
+}
+
+template <int kCount>
+int run_recombine(const cutlass_ext_ozaki_recombine_args* args, void* stream) {
+  if (args->m == 0 || args->n == 0 || args->batch == 0) return 0;
+  const dim3 grid(unsigned((args->n + kRecombineThreads - 1) / kRecombineThreads),
+                  unsigned(args->m < 65535 ? args->m : 65535), unsigned(args->batch));
+  recombine_kernel<kCount><<<grid, kRecombineThreads, 0, static_cast<cudaStream_t>(stream)>>>(*args);
+  return int(cudaGetLastError());
+}
+
+}  // namespace ozaki
+}  // namespace cutlass_ext

@@ -1,0 +1,88 @@
+// The Ozaki-II INT8 GEMM on Hopper: one batched CUTLASS 3.x launch (TMA + wgmma, s8·s8→s32, cooperative
+// warp-specialized, persistent) over every (modulus, batch) problem; exact while K < 2^17.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+
+#include "ozaki_abi.h"
+
+namespace cutlass_ext {
+namespace ozaki {
+
+template <int TileM, int TileN, int TileK, int ClusterM, int ClusterN>
+struct Sm90ResidueGemm {
+  using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
+  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
+  static constexpr int kAlignmentAB = 16;  // INT8 elements: TMA moves 16-byte rows
+  static constexpr int kAlignmentD = 4;    // INT32 elements
+
+  // int32 compute keeps the products exact (alpha = 1, no C).
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, int32_t, int32_t, void, cutlass::layout::RowMajor,
+      kAlignmentD, int32_t, cutlass::layout::RowMajor, kAlignmentD,
+      cutlass::epilogue::TmaWarpSpecializedCooperative>::CollectiveOp;
+
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, int8_t, cutlass::layout::RowMajor, kAlignmentAB, int8_t,
+      cutlass::layout::ColumnMajor, kAlignmentAB, int32_t, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                      cutlass::gemm::PersistentScheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+  static typename Gemm::Arguments arguments(const cutlass_ext_ozaki_gemm_args& args) {
+    using cute::_1;
+    typename Gemm::Arguments arguments{};
+    arguments.mode = cutlass::gemm::GemmUniversalMode::kBatched;
+    arguments.problem_shape = {int(args.m), int(args.n), int(args.k_pitch), int(args.problems)};
+    arguments.mainloop.ptr_A = args.a;
+    arguments.mainloop.dA = cute::make_stride(args.k_pitch, _1{}, args.m * args.k_pitch);
+    arguments.mainloop.ptr_B = args.b;
+    arguments.mainloop.dB = cute::make_stride(args.k_pitch, _1{}, args.n * args.k_pitch);
+    arguments.epilogue.thread.alpha = 1;
+    arguments.epilogue.thread.beta = 0;
+    arguments.epilogue.ptr_C = nullptr;
+    arguments.epilogue.dC = cute::make_stride(args.n_pitch, _1{}, args.m * args.n_pitch);
+    arguments.epilogue.ptr_D = args.d;
+    arguments.epilogue.dD = cute::make_stride(args.n_pitch, _1{}, args.m * args.n_pitch);
+    arguments.hw_info.device_id = args.device;
+    arguments.hw_info.sm_count = args.sm_count;
+    return arguments;
+  }
+
+  static size_t workspace_size(const cutlass_ext_ozaki_gemm_args* args) {
+    return Gemm::get_workspace_size(arguments(*args));
+  }
+
+  static int run(const cutlass_ext_ozaki_gemm_args* args, void* workspace, void* stream) {
+    if (args->m == 0 || args->n == 0 || args->problems == 0) return 0;
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (!aligned(args->a) || !aligned(args->b) || !aligned(args->d) || args->k_pitch % kAlignmentAB ||
+        args->n_pitch % kAlignmentD)
+      return int(cutlass::Status::kErrorMisalignedOperand);
+    Gemm gemm;
+    auto cuda_stream = static_cast<cudaStream_t>(stream);
+    const auto arguments_ = arguments(*args);
+    cutlass::Status status = gemm.can_implement(arguments_);
+    if (status != cutlass::Status::kSuccess) return int(status);
+    status = gemm.initialize(arguments_, workspace, cuda_stream);
+    if (status != cutlass::Status::kSuccess) return int(status);
+    return int(gemm.run(cuda_stream));
+  }
+};
+
+}  // namespace ozaki
+}  // namespace cutlass_ext

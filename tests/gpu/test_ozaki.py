@@ -1,0 +1,145 @@
+"""The Ozaki-II kernels on the GPU: bit for bit `reference.ozaki_matmul` (computed on the CPU) over shapes,
+layouts, distributions and moduli counts; accuracy against FP64 beside cuBLAS SGEMM; batches, autograd,
+torch.compile, CUDA graphs and bad input."""
+
+import pytest
+import torch
+
+from cutlass_ext import ozaki
+from cutlass_ext.numerics import exp_rand, relative_residual
+from cutlass_ext.ozaki.inputs import KINDS, accuracy_inputs
+from cutlass_ext.ozaki.reference import ozaki_matmul
+
+pytestmark = pytest.mark.gpu
+
+EXPONENT_RANGES = {"type1": (-15, 14), "type3": (-35, -15), "type4": (-100, -35), "wide": (-126, 120)}
+
+
+def _draw(kind, shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    if kind == "urand":
+        x = torch.rand(shape, generator=g) * 2 - 1
+    elif kind == "positive":
+        x = torch.rand(shape, generator=g)
+    elif kind == "sparse":
+        x = (torch.rand(shape, generator=g) * 2 - 1) * (torch.rand(shape, generator=g) < 0.05)
+    else:
+        x = exp_rand(shape, *EXPONENT_RANGES[kind], g)
+    return x.cuda()
+
+
+def _same_bits(x, y):
+    x, y = x.cpu(), y.cpu()
+    return x.shape == y.shape and torch.equal(x.contiguous().view(torch.int32), y.contiguous().view(torch.int32))
+
+
+@pytest.mark.parametrize("kind", ["urand", "positive", "sparse", "type1", "type3", "type4", "wide"])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (7, 5, 3), (33, 17, 31), (128, 256, 128), (65, 130, 1029), (3, 300, 2)])
+def test_equals_reference(kind, shape):
+    m, n, k = shape
+    a, b = _draw(kind, (m, k), m + 3 * n + 7 * k), _draw(kind, (k, n), m + 5 * n + 11 * k)
+    assert _same_bits(ozaki.gemm(a, b), ozaki_matmul(a.cpu(), b.cpu(), 8))
+
+
+@pytest.mark.parametrize("moduli", [3, 6, 7, 9, 14])
+def test_every_moduli_count_equals_reference(moduli):
+    a, b = _draw("type1", (70, 200), moduli), _draw("type1", (200, 45), moduli + 1)
+    assert _same_bits(ozaki.gemm(a, b, moduli=moduli), ozaki_matmul(a.cpu(), b.cpu(), moduli))
+
+
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt", "strided"])
+def test_layouts_equal_reference(layout):
+    m, n, k = 37, 53, 301
+    a, b = _draw("urand", (m, k), 1), _draw("urand", (k, n), 2)
+    if layout in ("tn", "tt"):
+        a = a.T.contiguous().T
+    if layout in ("nt", "tt"):
+        b = b.T.contiguous().T
+    if layout == "strided":
+        a = _draw("urand", (m, 2 * k), 3)[:, ::2]
+        b = _draw("urand", (k, 3 * n), 4)[:, 1::3]
+    assert _same_bits(ozaki.gemm(a, b), ozaki_matmul(a.cpu(), b.cpu(), 8))
+
+
+def test_output_of_large_and_tiny_values():
+    """Scales near the ends of FP32's range: overflow to inf and results in the subnormals round as the reference."""
+    a, b = _draw("urand", (16, 64), 5), _draw("urand", (64, 16), 6)
+    a[0] *= 2.0**100
+    b[:, 0] *= 2.0**60
+    a[1] *= 2.0**-100
+    b[:, 1] *= 2.0**-60
+    out = ozaki.gemm(a, b)
+    assert torch.isinf(out[0, 0]) or out[0, 0].abs() > 2.0**120
+    assert _same_bits(out, ozaki_matmul(a.cpu(), b.cpu(), 8))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("k", [256, 4096, 65536])
+def test_accuracy_within_sgemm(kind, k):
+    """‖C − ref‖_F/‖ref‖_F against FP64 within 1.1x cuBLAS SGEMM's (issue's criterion), at 8 moduli."""
+    a, b = accuracy_inputs(kind, 64, k, 64, seed=k)
+    exact = a.double() @ b.double()
+    previous = torch.backends.cuda.matmul.fp32_precision
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    try:
+        sgemm = relative_residual(a @ b, exact)
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = previous
+    assert relative_residual(ozaki.gemm(a, b), exact) <= 1.1 * sgemm
+
+
+def test_batched_broadcast_equals_per_matrix():
+    a, b = _draw("urand", (3, 1, 40, 90), 7), _draw("urand", (4, 90, 33), 8)
+    out = ozaki.gemm(a, b)
+    assert out.shape == (3, 4, 40, 33)
+    for i in range(3):
+        for j in range(4):
+            assert _same_bits(out[i, j], ozaki.gemm(a[i, 0], b[j]))
+
+
+def test_autograd_runs_ozaki_products():
+    a = _draw("urand", (20, 50), 9).requires_grad_()
+    b = _draw("urand", (50, 30), 10).requires_grad_()
+    grad = _draw("urand", (20, 30), 11)
+    ozaki.gemm(a, b).backward(grad)
+    assert _same_bits(a.grad, ozaki_matmul(grad.cpu(), b.detach().cpu().T.contiguous(), 8))
+    assert _same_bits(b.grad, ozaki_matmul(a.detach().cpu().T.contiguous(), grad.cpu(), 8))
+    torch.autograd.gradcheck(
+        lambda x, y: ozaki.gemm(x.float(), y.float()).double(),
+        (
+            torch.randn(3, 4, dtype=torch.float64, device="cuda", requires_grad=True),
+            torch.randn(4, 2, dtype=torch.float64, device="cuda", requires_grad=True),
+        ),
+        eps=1e-2,
+        atol=1e-3,
+        rtol=1e-3,
+    )
+
+
+def test_compile_and_graph_replay_give_eager_bits():
+    a, b = _draw("urand", (64, 96), 12), _draw("urand", (96, 80), 13)
+    eager = ozaki.gemm(a, b)
+    compiled = torch.compile(lambda x, y: ozaki.gemm(x, y) * 1.0, fullgraph=True)
+    assert _same_bits(compiled(a, b), eager)
+    static_a, static_b = a.clone(), b.clone()
+    ozaki.gemm(static_a, static_b)  # builds and loads the library outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = ozaki.gemm(static_a, static_b)
+    static_a.copy_(_draw("urand", (64, 96), 14))
+    graph.replay()
+    assert _same_bits(static_out, ozaki.gemm(static_a, static_b))
+
+
+def test_bad_arguments_raise_clear_errors():
+    a, b = _draw("urand", (4, 8), 15), _draw("urand", (8, 3), 16)
+    with pytest.raises(TypeError, match="a must be float32"):
+        ozaki.gemm(a.half(), b)
+    with pytest.raises(ValueError, match="must agree on K"):
+        ozaki.gemm(a, b[:7])
+    with pytest.raises(ValueError, match="one device"):
+        ozaki.gemm(a, b.cpu())
+    with pytest.raises(ValueError, match="moduli=15"):
+        ozaki.gemm(a, b, moduli=15)
+    with pytest.raises(ValueError, match="config.moduli=8 differs from moduli=7"):
+        ozaki.gemm(a, b, moduli=7, config=ozaki.OzakiConfig())

@@ -1,0 +1,67 @@
+"""cutlass_ext.ozaki.gemm on CPU tensors (the reference behind the same op): its checks, broadcasting, autograd
+and the op's registration (schema, fake kernel, autograd) as torch.library.opcheck sees them."""
+
+import pytest
+import torch
+
+from cutlass_ext import ozaki
+from cutlass_ext.ozaki.reference import ozaki_matmul
+
+
+def urand(*shape):
+    return torch.rand(shape) * 2 - 1
+
+
+def test_cpu_gemm_is_the_reference():
+    a, b = urand(2, 9, 33), urand(33, 7)
+    assert torch.equal(ozaki.gemm(a, b, moduli=7), ozaki_matmul(a, b, 7))
+
+
+def test_autograd_runs_two_more_products():
+    a, b = urand(6, 20).requires_grad_(), urand(20, 5).requires_grad_()
+    grad = urand(6, 5)
+    ozaki.gemm(a, b).backward(grad)
+    assert torch.equal(a.grad, ozaki_matmul(grad, b.detach().T.contiguous(), 8))
+    assert torch.equal(b.grad, ozaki_matmul(a.detach().T.contiguous(), grad, 8))
+
+
+def test_broadcast_batch_gradients_sum():
+    a, b = urand(3, 4, 10).requires_grad_(), urand(10, 2).requires_grad_()
+    ozaki.gemm(a, b).sum().backward()
+    assert b.grad.shape == (10, 2)
+    torch.testing.assert_close(b.grad, a.detach().sum((0, 1)).unsqueeze(1).expand(10, 2), rtol=1e-6, atol=1e-6)
+
+
+def test_opcheck():
+    a, b = urand(2, 5, 12), urand(2, 12, 3)
+    torch.library.opcheck(torch.ops.cutlass_ext.ozaki_gemm, (a, b, ozaki.OzakiConfig().name))
+
+
+def test_argument_errors():
+    a, b = urand(4, 8), urand(8, 3)
+    with pytest.raises(TypeError, match="a must be float32"):
+        ozaki.gemm(a.double(), b)
+    with pytest.raises(TypeError, match="b must be a torch.Tensor"):
+        ozaki.gemm(a, 1.0)
+    with pytest.raises(ValueError, match="b must have at least 2 dimensions"):
+        ozaki.gemm(a, urand(8))
+    with pytest.raises(ValueError, match="must agree on K"):
+        ozaki.gemm(a, urand(7, 3))
+    with pytest.raises(ValueError, match="do not broadcast"):
+        ozaki.gemm(urand(2, 4, 8), urand(3, 8, 3))
+    with pytest.raises(ValueError, match="moduli=2 must be an integer"):
+        ozaki.gemm(a, b, moduli=2)
+    with pytest.raises(TypeError, match="config must be an OzakiConfig"):
+        ozaki.gemm(a, b, config="ozaki_int8x8_128x256x128_c2x1")
+    with pytest.raises(ValueError, match="config.moduli=8 differs from moduli=6"):
+        ozaki.gemm(a, b, moduli=6, config=ozaki.OzakiConfig())
+
+
+def test_config_names_round_trip():
+    config = ozaki.OzakiConfig(moduli=7, tile=(128, 128, 128), cluster=(1, 2))
+    assert config.name == "ozaki_int8x7_128x128x128_c1x2"
+    assert ozaki.OzakiConfig.from_name(config.name) == config
+    with pytest.raises(ValueError, match="not an Ozaki-II variant name"):
+        ozaki.OzakiConfig.from_name("int8x8")
+    with pytest.raises(ValueError, match="tile=.*multiple"):
+        ozaki.OzakiConfig(tile=(100, 256, 128))

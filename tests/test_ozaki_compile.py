@@ -1,0 +1,106 @@
+"""The Ozaki-II kernels without a GPU: their arithmetic (kernels/ozaki_arith.cuh) compiled into a host program
+equals the reference bit for bit, and the rendered library compiles for sm_90a and exports its launchers."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from cutlass_ext import toolchain
+from cutlass_ext.numerics import exp_rand
+from cutlass_ext.ozaki import reference as ref
+from cutlass_ext.ozaki.config import OzakiConfig
+
+have_nvcc = shutil.which("nvcc") is not None or os.path.exists("/usr/local/cuda/bin/nvcc")
+have_cxx = shutil.which("g++") is not None
+
+
+@pytest.fixture(scope="module")
+def arith_check(tmp_path_factory):
+    if not have_cxx:
+        pytest.skip("needs g++")
+    binary = tmp_path_factory.mktemp("ozaki") / "arith_check"
+    source = toolchain.kernels_dir() / "ozaki_arith_check.cpp"
+    subprocess.run(
+        ["g++", "-O2", "-std=c++17", f"-I{toolchain.kernels_dir()}", str(source), "-o", str(binary)], check=True
+    )
+
+    def ask(lines):
+        result = subprocess.run(
+            [str(binary)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True
+        )
+        return result.stdout.split("\n")[: len(lines)]
+
+    return ask
+
+
+@pytest.fixture
+def generator():
+    return torch.Generator().manual_seed(torch.seed() % 2**31)
+
+
+def test_shift_matches_reference(arith_check, generator):
+    x = exp_rand((200, 33), -120, 120, generator)
+    x[5] = 0.0
+    x[7] = 2.0**-149  # subnormal squares vanish in FP32 but not in FP64
+    squares = x.double().square().sum(-1)
+    answers = arith_check([f"shift {float(s).hex()} {ref.shift_budget(8)}" for s in squares])
+    assert [int(a) for a in answers] == ref.row_shifts(x, 8).tolist()
+
+
+@pytest.mark.parametrize("count", [3, 8, 9, 14])
+def test_residues_match_reference(arith_check, count, generator):
+    x = torch.cat([exp_rand((400,), -149 + 23, 127, generator), torch.tensor([0.0, -0.0, 2.0**-149, -(2.0**-149)])])
+    # Shifts that put the scaled values anywhere from far below 1/2 (rounded to 0) up to the budget's 2^t.
+    shifts = ref.shift_budget(count) - torch.floor(torch.log2(x.abs().clamp(min=2.0**-149))).to(torch.int32) - 1
+    shifts -= torch.randint(0, 40, shifts.shape, generator=generator, dtype=torch.int32)
+    expected = ref.residues(x.reshape(-1, 1), shifts.reshape(-1), count)[:, :, 0].T
+    answers = arith_check([f"residues {count} {float(v).hex()} {int(s)}" for v, s in zip(x, shifts)])
+    assert [[int(r) for r in a.split()] for a in answers] == expected.tolist()
+
+
+@pytest.mark.parametrize("count", [3, 7, 8, 14])
+def test_recombination_matches_reference(arith_check, count, generator):
+    """Products of real residue planes (so C' is in range), from INT32 values anywhere in the range."""
+    a, b = exp_rand((6, 50), -40, 40, generator), exp_rand((50, 5), -40, 40, generator)
+    shifts_a, shifts_b = ref.row_shifts(a, count), ref.row_shifts(b.T, count)
+    products = ref.residue_products(ref.residues(a, shifts_a, count), ref.residues(b.T, shifts_b, count).mT)
+    expected = ref.recombine(products, shifts_a, shifts_b, count).view(torch.int32)
+    lines, wanted = [], []
+    for i in range(6):
+        for j in range(5):
+            values = " ".join(str(int(products[modulus, i, j])) for modulus in range(count))
+            lines.append(f"recombine {count} {int(shifts_a[i])} {int(shifts_b[j])} {values}")
+            wanted.append(f"{int(expected[i, j]) & 0xFFFFFFFF:08x}")
+    assert arith_check(lines) == wanted
+
+
+@pytest.mark.skipif(not have_nvcc, reason="needs nvcc")
+def test_library_compiles_for_sm90a(tmp_path):
+    from cutlass_ext.ozaki.family import FAMILY, render_instance
+
+    config = OzakiConfig()
+    source = tmp_path / "ozaki.cu"
+    source.write_text(
+        FAMILY.template.read_text()
+        .replace("${names}", config.name)
+        .replace("${defines}", "")
+        .replace("${instances}", render_instance(config))
+    )
+    library = tmp_path / "libozaki.so"
+    includes = [f"-I{d}" for d in toolchain.include_dirs()]
+    command = [
+        toolchain.nvcc(),
+        *toolchain.NVCC_FLAGS,
+        toolchain.gencode("90a"),
+        *includes,
+        str(source),
+        "-o",
+        str(library),
+    ]
+    subprocess.run(command, check=True, capture_output=True)
+    symbols = subprocess.run(["nm", "-D", str(library)], capture_output=True, text=True, check=True).stdout
+    for launcher in ("ozaki_scale", "ozaki_gemm", "ozaki_gemm_workspace_size", "ozaki_recombine"):
+        assert f"{config.name}_{launcher}" in symbols
