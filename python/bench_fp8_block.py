@@ -26,6 +26,7 @@ import torch
 
 import cutlass_ext as ext
 from cutlass_ext import benchmark, fp8_block
+from cutlass_ext.build import build_libraries
 
 DENSE_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
 DENSE_M = [64, 128, 256, 512, 1024, 2048, 4096]
@@ -33,6 +34,18 @@ MOE_GROUPS = [8, 16, 32]
 MOE_M = [64, 128, 256, 512]
 MOE_NK = [(4096, 7168), (7168, 2048)]
 REFERENCE_ROWS = 64
+# Named variants timed beside the dispatch's choice (e4m3, bf16 output, 128x128 weight blocks): whole tiles without
+# stream-K, TMA multicast along either side, and 64-row ping-pong tiles.
+DENSE_VARIANTS = [
+    "fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128",
+    "fp8block_e4m3e4m3_bf16_128x128x128_c1x2_coop_sb128",
+    "fp8block_e4m3e4m3_bf16_128x128x128_c2x1_coop_sb128",
+    "fp8block_e4m3e4m3_bf16_64x128x128_c1x1_pp_sb128",
+]
+GROUPED_VARIANTS = [
+    "fp8block_e4m3e4m3_bf16_64x128x128_c1x1_pp_sb128_grouped",
+    "fp8block_e4m3e4m3_bf16_128x128x128_c2x1_coop_sb128_grouped",
+]
 
 
 def relres(out: torch.Tensor, reference: torch.Tensor) -> float:
@@ -107,10 +120,16 @@ def bench_dense(ms, nks, variants, environment, repeats):
     return rows
 
 
-def moe_contenders(groups, m_per_group):
+def moe_contenders(groups, m_per_group, variants):
     offsets = torch.arange(1, groups + 1, dtype=torch.int32, device="cuda") * m_per_group
     counts = torch.full((groups,), m_per_group, dtype=torch.int32, device="cuda")
     yield "ours contiguous", lambda a8, b8, sa, sb: ext.grouped_gemm_fp8(a8, b8, sa, sb, offsets=offsets)
+    for variant in variants:
+
+        def named(a8, b8, sa, sb, variant=variant):
+            return ext.grouped_gemm_fp8(a8, b8, sa, sb, offsets=offsets, variant=variant)
+
+        yield f"ours contiguous {variant}", named
 
     def masked(a8, b8, sa, sb):
         shape = (groups, m_per_group)
@@ -159,7 +178,7 @@ def moe_contenders(groups, m_per_group):
         yield "DeepGEMM masked", deepgemm_masked
 
 
-def bench_moe(group_counts, ms, nks, environment, repeats):
+def bench_moe(group_counts, ms, nks, variants, environment, repeats):
     rows = []
     for n, k in nks:
         for groups in group_counts:
@@ -169,12 +188,22 @@ def bench_moe(group_counts, ms, nks, environment, repeats):
                 a8, b8, sa, sb = sets[0]
                 r = slice(0, min(m_per_group, REFERENCE_ROWS))  # rows of the first expert
                 reference = fp8_block.block_scaled_reference(a8[r], b8[0], sa[r], sb[0], 128)
-                for label, run in moe_contenders(groups, m_per_group):
+                for label, run in moe_contenders(groups, m_per_group, variants):
                     extra = {"kind": "moe", "m": m_per_group, "n": n, "k": k, "groups": groups}
                     rows.append(measure(label, run, sets, reference, r, 2 * m * n * k, extra, environment, repeats))
                     print(_line(rows[-1]), flush=True)
                 del sets
     return rows
+
+
+def build(variants) -> None:
+    """The dispatch defaults and the named variants, built in parallel before any timing."""
+    names = [fp8_block.api.dense_variant("e4m3", "e4m3", "bf16", 128)]
+    names += [fp8_block.api.grouped_variant("e4m3", "e4m3", "bf16", 128), *variants]
+    configs = [fp8_block.Fp8BlockConfig.from_name(name) for name in dict.fromkeys(names)]
+    for result in build_libraries([(c,) for c in configs], "90a"):
+        if result.library is None:
+            print(f"{result.configs[0].name} failed to build:\n{result.error}", file=sys.stderr)
 
 
 _DEEP_GEMM = []
@@ -245,12 +274,14 @@ def main(argv=None) -> int:
     parser.add_argument("--moe-groups", type=_ints, default=MOE_GROUPS)
     parser.add_argument("--moe-m", type=_ints, default=MOE_M, help="tokens per expert")
     parser.add_argument("--moe-nk", type=_pairs, default=MOE_NK)
-    parser.add_argument("--variants", nargs="*", default=[], help="dense Fp8BlockConfig names timed beside ours")
+    parser.add_argument("--variants", nargs="*", default=DENSE_VARIANTS, help="dense variant names timed beside ours")
+    parser.add_argument("--grouped-variants", nargs="*", default=GROUPED_VARIANTS, help="grouped ones (contiguous)")
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args(argv)
     environment = {**benchmark.environment(), "command": shlex.join(["python", *sys.argv])}
+    build(args.variants + args.grouped_variants)
     rows = bench_dense(args.dense_m, args.dense_nk, args.variants, environment, args.repeats)
-    rows += bench_moe(args.moe_groups, args.moe_m, args.moe_nk, environment, args.repeats)
+    rows += bench_moe(args.moe_groups, args.moe_m, args.moe_nk, args.grouped_variants, environment, args.repeats)
     frame = pd.DataFrame(rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out, index=False)

@@ -219,6 +219,7 @@ def grouped_gemm_fp8(
         raise ValueError(f"{counts_name} must be a ({groups},) int32 tensor (one per expert); got {_describe(counts)}")
     if counts.device != a.device:
         raise ValueError(f"{counts_name} must be on {a.device} (read there, never on the host); got {counts.device}")
+    counts = counts.contiguous()  # read as a dense int32 array on the device
     if masked and a.shape[0] != groups:
         raise ValueError(f"a (G, C, K) must have G={groups} experts like b; got shape {tuple(a.shape)}")
     a = a if a.is_contiguous() else a.contiguous()  # a group's rows start where the one before ends
@@ -233,7 +234,7 @@ def grouped_gemm_fp8(
     else:
         _check_variant(variant, a_name, b_name, out_name, scale_n, grouped=True)
     return _grouped_op(
-        a, b, scale_a, scale_b, None if masked else offsets, counts if masked else None, out_dtype, variant
+        a, b, scale_a, scale_b, None if masked else counts, counts if masked else None, out_dtype, variant
     )
 
 
