@@ -22,7 +22,8 @@ python3 -c "$first_call" 2>&1 | grep -v '^W' | tee -a "$logs/cache.log"
 echo "== process 2 (warm cache)" | tee -a "$logs/cache.log"
 python3 -c "$first_call" 2>&1 | grep -v '^W' | tee -a "$logs/cache.log"
 
-CUTLASS_EXT_ACCURACY_CSV="$logs/accuracy.csv" python3 -m pytest -m gpu -q -rf tests 2>&1 | tee "$logs/pytest_gpu.log"
+CUTLASS_EXT_ACCURACY_CSV="$logs/accuracy.csv" python3 -m pytest -m gpu -q -rf --hypothesis-profile=gpu \
+  --hypothesis-show-statistics tests 2>&1 | tee "$logs/pytest_gpu.log"
 tests_status=${PIPESTATUS[0]}
 python3 python/sanitize_kernels.py --out "$logs/sanitize" 2>&1 | tee "$logs/sanitize.log"
 sanitize_status=${PIPESTATUS[0]}

@@ -239,3 +239,34 @@ def test_nan_and_inf_behave_as_documented(mode, m, n, k, specials, seed):
     clean = torch.where(finite, sgemm, 0.0)
     bound = error_bound(mode, torch.nan_to_num(a, 0, 0, 0), torch.nan_to_num(b, 0, 0, 0))
     assert ((ours.double() - clean).abs()[finite] <= bound[finite]).all()
+
+
+@given(
+    mode=st.sampled_from(ext.MODES),
+    m=st.integers(1, 70),
+    n=st.integers(1, 70),
+    k=st.integers(1, 70),
+    batch=st.sampled_from(["none", "a", "b", "both"]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_gradients_are_within_their_products_bounds(mode, m, n, k, batch, seed):
+    """dA = dC·Bᵀ and dB = Aᵀ·dC in the same mode (the docstring), a shared operand's gradient summed over the
+    batch: each within the bound of the product that computes it (a batch sum folded into K)."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    count = 3
+    a = _draw(None, (count, m, k) if batch in ("a", "both") else (m, k), generator).requires_grad_()
+    b = _draw(None, (count, k, n) if batch in ("b", "both") else (k, n), generator).requires_grad_()
+    c = ext.gemm(a, b, mode=mode)
+    grad = _draw(None, c.shape, generator)
+    c.backward(grad)
+    g, a0, b0 = grad.detach(), a.detach(), b.detach()
+    if batch == "b":  # a shared by every batch: dA = Σ_batch dC·Bᵀ, one product over (batch·N)
+        folded_a = (g.transpose(0, 1).reshape(m, -1), b0.mT.reshape(-1, k))
+    else:
+        folded_a = (g, b0.mT)
+    if batch == "a":
+        folded_b = (a0.reshape(-1, k).mT, g.reshape(-1, n))
+    else:
+        folded_b = (a0.mT, g)
+    _check_within_bound(mode, *folded_a, a.grad)
+    _check_within_bound(mode, *folded_b, b.grad)
