@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import torch
 
-from .fp8 import ACCUMULATIONS, GRANULARITIES, OUT_DTYPES, gemm_fp8, quantize_fp8
+from .fp8 import ACCUMULATIONS, OUT_DTYPES, gemm_fp8, quantize_fp8
+from .fp8_rows import quantize_fp8_rows
 
+SCALINGS = ("row", "tensor")
 _WEIGHT_DTYPE = torch.float8_e4m3fn
 _INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _ROW_BYTES = 16  # the FP8 kernels read and write rows in 16-byte units (TMA)
 
 
 class Fp8Linear(torch.nn.Module):
-    """y ≈ x·Wᵀ + b with W held as e4m3 and a float32 scale, x quantized to e4m3 on each call (`ext.quantize_fp8`,
-    one reduction and one scaling pass), the product, scales and bias in one `ext.gemm_fp8` call (tuned per shape).
+    """y ≈ x·Wᵀ + b with W held as e4m3 and a float32 scale, x quantized to e4m3 on each call (per token: one pass,
+    `fp8_rows.quantize_fp8_rows`; per tensor: `ext.quantize_fp8`), the product, scales and bias in one
+    `ext.gemm_fp8` call (tuned per shape).
 
     scaling: "row" scales each output channel of W (computed once) and each token of x (per call); "tensor" one
     scale for W and one for each call's x. accum: `gemm_fp8`'s accumulation ("promoted" as accurate as cuBLAS's
@@ -40,8 +43,8 @@ class Fp8Linear(torch.nn.Module):
         device=None,
     ):
         super().__init__()
-        if scaling not in GRANULARITIES:
-            raise ValueError(f"scaling={scaling!r} is not one of {list(GRANULARITIES)}")
+        if scaling not in SCALINGS:
+            raise ValueError(f"scaling={scaling!r} is not one of {list(SCALINGS)}")
         if accum not in ACCUMULATIONS:
             raise ValueError(f"accum={accum!r} is not one of {list(ACCUMULATIONS)}")
         if out_dtype not in OUT_DTYPES.values():
@@ -89,7 +92,10 @@ class Fp8Linear(torch.nn.Module):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         self._check(input)
         rows = input.reshape(-1, self.in_features)
-        rows_fp8, rows_scale = quantize_fp8(rows, _WEIGHT_DTYPE, granularity=self.scaling)
+        if self.scaling == "row":
+            rows_fp8, rows_scale = quantize_fp8_rows(rows, _WEIGHT_DTYPE)  # one pass per token
+        else:
+            rows_fp8, rows_scale = quantize_fp8(rows, _WEIGHT_DTYPE, granularity="tensor")
         output = gemm_fp8(
             rows_fp8, self.weight, rows_scale, self.weight_scale, self.out_dtype, bias=self.bias, accum=self.accum
         )

@@ -81,3 +81,12 @@ def test_a_cast_model_is_reported():
     layer = ext.nn.Fp8Linear.from_linear(linear()).to(torch.bfloat16)  # Module.to(dtype) casts the FP8 buffer too
     with pytest.raises(TypeError, match="weight must be torch.float8_e4m3fn"):
         layer(torch.ones(2, 64, dtype=torch.bfloat16))
+
+
+def test_row_quantizer_op_schema_and_fake_on_the_cpu():
+    x = torch.randn(5, 48, dtype=torch.bfloat16)
+    torch.library.opcheck(torch.ops.cutlass_ext.quantize_fp8_rows.default, (x, torch.float8_e4m3fn))
+    x_fp8, scale = torch.ops.cutlass_ext.quantize_fp8_rows(x, torch.float8_e4m3fn)
+    expected_fp8, expected_scale = ext.quantize_fp8(x, granularity="row")
+    assert torch.equal(x_fp8.view(torch.uint8), expected_fp8.view(torch.uint8))
+    assert torch.equal(scale, expected_scale)

@@ -31,6 +31,36 @@ def relative_error(result, reference) -> float:
     return float((result.double() - reference).norm() / reference.norm())
 
 
+def rows_to_quantize(kind, dtype, columns):
+    generator = torch.Generator(device="cuda").manual_seed(columns)
+    x = torch.randn(37, columns, generator=generator, device="cuda")
+    if kind == "outliers":
+        x[:, ::97] *= 1e4
+    elif kind == "tiny":
+        x *= 1e-30  # scales near float32's smallest normal
+    elif kind == "special":
+        x[3] = 0.0  # an all-zero row: the smallest normal scale
+        x[5, 7] = float("nan")
+        x[8, 1] = float("inf")
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("kind", ["normal", "outliers", "tiny", "special"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("columns", [16, 272, 2048, 4112, 28672])
+def test_one_pass_row_quantizer_is_quantize_fp8_bit_for_bit(kind, dtype, columns):
+    if kind == "tiny" and dtype != torch.float32:
+        pytest.skip("bf16 / fp16 hold no such values")
+    x = rows_to_quantize(kind, dtype, columns)
+    strided = torch.cat([x, x], dim=1)[:, :columns]  # rows a stride apart that is not their length
+    for rows in (x, strided):
+        x_fp8, scale = torch.ops.cutlass_ext.quantize_fp8_rows(rows, torch.float8_e4m3fn)
+        expected_fp8, expected_scale = ext.quantize_fp8(rows, granularity="row")
+        # the same values and NaN positions (a NaN's sign bit is the converter's choice)
+        torch.testing.assert_close(x_fp8.float(), expected_fp8.float(), rtol=0, atol=0, equal_nan=True)
+        torch.testing.assert_close(scale, expected_scale, rtol=0, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("scaling", ["row", "tensor"])
 @pytest.mark.parametrize("shape", [(21, 256), (2, 64, 256)])  # decode-sized (swapped kernels) and prefill-sized
 @pytest.mark.parametrize("bias", [True, False])
