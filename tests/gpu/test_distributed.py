@@ -161,5 +161,5 @@ def test_ddp_trains_cutlass_ext_layers_like_one_gpu(ddp_layers, name):
         assert torch.equal(value, second["weights"][key]), f"replicas differ in {key}"
     losses = [(a + b) / 2 for a, b in zip(first["losses"], second["losses"])]
     one_gpu = fit(layer_model(name, "cuda"), "cuda")
-    assert one_gpu[-1] < 0.9 * one_gpu[0]  # it trains
+    assert one_gpu[-1] < 0.95 * one_gpu[0]  # it trains
     assert losses == pytest.approx(one_gpu, rel=MODELS[name])
