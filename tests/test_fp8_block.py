@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import cutlass_ext as ext
-from cutlass_ext import fp8_block
+from cutlass_ext import build, cache, fp8_block
 from cutlass_ext.fp8_block import Fp8BlockConfig
 from cutlass_ext.fp8_block.api import activation_scales, is_block_scaled, weight_scales
 from cutlass_ext.toolchain import kernels_dir
@@ -247,3 +247,19 @@ def test_group_rows_on_the_host(tmp_path):
     binary = tmp_path / "group_rows"
     subprocess.run(["g++", "-std=c++17", f"-I{kernels_dir()}", str(source), "-o", str(binary)], check=True)
     assert subprocess.run([str(binary)], capture_output=True, text=True).stdout == "ok\n"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_library_compiles_and_exports_launchers(tmp_path, monkeypatch):
+    """One dense and one grouped variant in one translation unit (about 5 minutes on two cores)."""
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
+    dense, grouped = Fp8BlockConfig(scheduler="streamk"), Fp8BlockConfig(grouped=True, scale_n=1, out_dtype="fp32")
+    (result,) = build.build_libraries([(dense, grouped)], "90a", verbose=False)
+    assert result.error is None, result.error
+    exported = subprocess.run(
+        ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
+    ).stdout
+    for name, suffix in ((dense.name, "_fp8_block"), (grouped.name, "_fp8_grouped")):
+        for launcher in ("can_implement", "workspace_size", "run"):
+            assert f" T {name}{suffix}_{launcher}\n" in exported
