@@ -6,7 +6,7 @@
   12.0 on (cutlass/arch/config.h); checked when the build first asks nvcc its version. Tested with 13.0.
 - CUDA driver: the kernel libraries link the CUDA runtime of the nvcc that built them, and a runtime of major
   version X needs a driver of CUDA X or later (minor-version compatibility); never older than CUDA 12.0.
-  Checked once, at the first GPU use, not at import.
+  Checked once, at the first GPU use (`device.info`, read once per device before anything runs), not at import.
 """
 
 from __future__ import annotations

@@ -134,3 +134,22 @@ def test_import_does_not_ask_the_driver_or_nvcc():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["0", "0"]
+
+
+def test_the_first_gpu_use_checks_the_driver(monkeypatch):
+    """device.info, which dispatch asks once per device before anything runs there, raises the driver's error."""
+    import torch
+
+    from cutlass_ext import device
+
+    def old_driver(nvcc_version):
+        raise RuntimeError("cutlass_ext: the CUDA driver supports CUDA 12.2, but ...")
+
+    monkeypatch.setattr(requirements, "check_driver", old_driver)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: pytest.fail("the device was read first"))
+    device.info.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match=r"driver supports CUDA 12\.2"):
+            device.info(0)
+    finally:
+        device.info.cache_clear()
