@@ -147,6 +147,7 @@ def run(argv: list[str], args, survivors: list) -> int:
         )
         if status:
             failed.append(index)
+            print((part_folder(out, index, args.gpus) / "log.txt").read_text()[-3000:])  # the log's end
     rows = merge([part_folder(out, i, args.gpus) / table_name for i in range(args.gpus)], out / table_name)
     print(f"{args.gpus} GPUs: {len(rows)} rows in {out / table_name}, {(time.perf_counter() - started) / 60:.1f} min")
     if rows.empty:
