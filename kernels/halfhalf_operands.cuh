@@ -278,15 +278,22 @@ void launch_split(const SplitSource& source, const Writer& writer, cudaStream_t 
   }
 }
 
-// c · 2^-(row_shift + column_shift) with one rounding: the factor (|exponent| <= 252) is exact in FP64. Then gemm's
-// epilogue, alpha · that + beta · source, as CUTLASS's LinearCombination computes it (one fused multiply-add).
+// c · 2^-shift with one rounding: the factor (|shift| <= 252) is exact in FP64. Then gemm's epilogue, alpha · that
+// + beta · source, as CUTLASS's LinearCombination computes it (one fused multiply-add); beta = 0 reads no source.
+// The unscaling pass and the packed kernel's epilogue (sm80_gemm.cuh) both compute this.
+__device__ __forceinline__ float unscaled_epilogue(float c, int shift, float source, float alpha, float beta) {
+  float value = float(double(c) * __longlong_as_double((long long)(1023 - shift) << 52));
+  if (beta == 0.0f) return alpha == 1.0f ? value : alpha * value;
+  return fmaf(alpha, value, beta * source);
+}
+
 __device__ __forceinline__ float unscaled(const cutlass_ext_unscale_args& args, float c, int shift, int64_t batch,
                                           int64_t row, int64_t column) {
-  float value = float(double(c) * __longlong_as_double((long long)(1023 - shift) << 52));
-  if (args.source == nullptr) return args.alpha == 1.0f ? value : args.alpha * value;
-  float source = args.source[batch * args.source_batch_stride + row * args.source_row_stride +
-                             column * args.source_column_stride];
-  return fmaf(args.alpha, value, args.beta * source);
+  bool read = args.source != nullptr && args.beta != 0.0f;
+  float source = read ? args.source[batch * args.source_batch_stride + row * args.source_row_stride +
+                                    column * args.source_column_stride]
+                      : 0.0f;
+  return unscaled_epilogue(c, shift, source, args.alpha, read ? args.beta : 0.0f);
 }
 
 __global__ void halfhalf_unscale_kernel(cutlass_ext_unscale_args args) {

@@ -41,6 +41,18 @@ typedef int (*cutlass_ext_can_implement_fn)(const cutlass_ext_gemm_args*);
 typedef size_t (*cutlass_ext_workspace_size_fn)(const cutlass_ext_gemm_args*);
 typedef int (*cutlass_ext_run_fn)(const cutlass_ext_gemm_args*, void* workspace, void* cuda_stream);
 
+// A packed halfhalf variant `<name>` also exports `<name>_unscaled_can_implement`, `_workspace_size` and `_run`: its
+// product from the operand pass's packed operands with the unscaling in its epilogue, D = alpha · A·B ·
+// 2^-(row_shift[m] + column_shift[n]) + beta · C (beta = 0 reads no C), what halfhalf_unscale then computes.
+// Shifts are int32, dense per batch (batch strides 0 where shared). Other variants' entries decline every problem.
+typedef struct {
+  cutlass_ext_gemm_args gemm;
+  const int32_t* row_shift;
+  int64_t row_shift_batch_stride;
+  const int32_t* column_shift;
+  int64_t column_shift_batch_stride;
+} cutlass_ext_unscaled_gemm_args;
+
 // Every kernel library exports these once.
 typedef int (*cutlass_ext_abi_version_fn)(void);
 typedef const char* (*cutlass_ext_status_string_fn)(int status);

@@ -21,17 +21,9 @@
 
 namespace {
 
-struct Variant {
-  std::string library;
-  int layouts;  // CUTLASS_EXT_A_COLUMN_MAJOR | CUTLASS_EXT_B_COLUMN_MAJOR
-  cutlass_ext_can_implement_fn can_implement;
-  cutlass_ext_workspace_size_fn workspace_size;
-  cutlass_ext_run_fn run;
-  cutlass_ext_status_string_fn status_string;
-};
-
-// A variant of a Hopper family, whose launchers take one argument struct: FP8 (kernels/sm90_fp8_gemm.cuh) or the
-// corrected SGEMM from split planes (kernels/sm90_corrected_gemm.cuh).
+// A variant whose launchers take one argument struct: FP8 (kernels/sm90_fp8_gemm.cuh), the corrected SGEMM from
+// split planes (kernels/sm90_corrected_gemm.cuh), or a packed halfhalf product with its unscaling
+// (kernels/sm80_gemm.cuh).
 template <typename Args>
 struct TypedVariant {
   std::string library;
@@ -42,6 +34,17 @@ struct TypedVariant {
 };
 using Fp8Variant = TypedVariant<cutlass_ext_fp8_args>;
 using SplitVariant = TypedVariant<cutlass_ext_split_gemm_args>;
+using UnscaledVariant = TypedVariant<cutlass_ext_unscaled_gemm_args>;
+
+struct Variant {
+  std::string library;
+  int layouts;  // CUTLASS_EXT_A_COLUMN_MAJOR | CUTLASS_EXT_B_COLUMN_MAJOR
+  cutlass_ext_can_implement_fn can_implement;
+  cutlass_ext_workspace_size_fn workspace_size;
+  cutlass_ext_run_fn run;
+  cutlass_ext_status_string_fn status_string;
+  UnscaledVariant unscaled;
+};
 
 std::mutex registry_mutex;
 std::unordered_map<std::string, Variant> registry;
@@ -121,6 +124,7 @@ void register_variant(const std::string& name, const std::string& library) {
       find_symbol<cutlass_ext_workspace_size_fn>(handle, name + "_workspace_size", library),
       find_symbol<cutlass_ext_run_fn>(handle, name + "_run", library),
       find_symbol<cutlass_ext_status_string_fn>(handle, "cutlass_ext_status_string", library),
+      load_typed<cutlass_ext_unscaled_gemm_args>(handle, name + "_unscaled", library),
   };
 }
 
@@ -530,8 +534,9 @@ cutlass_ext_operand_pass operand_pass(const at::Tensor& x, bool per_column, void
 
 constexpr int64_t aligned16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 
-// halfhalf on the sm80 kernels in one call, three launches: the fused operand pass (range shifts, packed operands,
-// into one workspace), the product, and its unscaling with gemm's epilogue, in place.
+// halfhalf on the sm80 kernels in one call: the fused operand pass (range shifts, packed operands, into one
+// workspace), then the product with the unscaling and gemm's epilogue in its epilogue (two launches), or where that
+// kernel declines (serial split-K) the product and the unscaling pass in place (three).
 at::Tensor halfhalf_gemm_cuda(const at::Tensor& a, const at::Tensor& b, const c10::optional<at::Tensor>& c,
                               double alpha, double beta, std::vector<std::string> variants) {
   if (a.numel() == 0 || b.numel() == 0) return gemm_cuda(a, b, c, alpha, beta, std::move(variants));  // no kernel
@@ -567,13 +572,28 @@ at::Tensor halfhalf_gemm_cuda(const at::Tensor& a, const at::Tensor& b, const c1
   args.ldd = n;
   args.batch_stride_d = m * n;
   args.alpha = 1.0f;
+  const at::Tensor source = epilogue_source(c, beta, d);
+  // The packed kernel with the unscaling in its epilogue where it takes the problem (two launches in all), else
+  // the kernel and the unscaling pass.
+  cutlass_ext_unscaled_gemm_args fused{args, row_shift, batch_a > 1 ? m : 0, column_shift, batch_b > 1 ? n : 0};
+  fused.gemm.alpha = float(alpha);
+  if (source.defined()) {
+    fused.gemm.c = source.data_ptr();
+    fused.gemm.ldc = m > 1 ? source.stride(-2) : 0;
+    fused.gemm.batch_stride_c = batched && batch > 1 ? source.stride(0) : 0;
+    fused.gemm.beta = float(beta);
+  }
   std::vector<std::string> unloaded;
   bool ran = false;
   for (const auto& name : variants) {  // the packed operands are row-major
     const Variant* variant = find_in(registry, name);
     if (variant == nullptr) {
       unloaded.push_back(name);
-    } else if (variant->layouts == 0 && run_if_implementable(*variant, args, name, a.options())) {
+      continue;
+    }
+    if (variant->layouts != 0) continue;
+    if (run_if_implementable(variant->unscaled, fused, name, a.options())) return d;
+    if (run_if_implementable(*variant, args, name, a.options())) {
       ran = true;
       break;
     }
@@ -596,7 +616,6 @@ at::Tensor halfhalf_gemm_cuda(const at::Tensor& a, const at::Tensor& b, const c1
   unscaling.column_shift = column_shift;
   unscaling.column_shift_batch_stride = batch_b > 1 ? n : 0;
   unscaling.column_shift_stride = 1;
-  const at::Tensor source = epilogue_source(c, beta, d);
   unscale(unscaling, source, float(alpha), source.defined() ? float(beta) : 0.0f);
   return d;
 }
