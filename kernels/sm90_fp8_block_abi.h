@@ -10,8 +10,9 @@ extern "C" {
 
 // D = Σ_kb (scale_a[m, kb] · scale_b[n / scale_n, kb]) · (A·Bᵀ over k-block kb) + bias, each k-block of 128 elements
 // scaled in FP32 registers as it is promoted out of the Tensor Core. A (m, k) and B (n, k) row-major FP8, D (m, n)
-// row-major; lda, ldb, ldd are row strides in elements. scale_a: (m, ceil(k / 128)) floats, scale_b:
-// (ceil(n / scale_n), ceil(k / 128)) floats, each with unit stride along k-blocks and its own row stride.
+// row-major; lda, ldb, ldd are row strides in elements. scale_a: (m, ceil(k / 128)) floats with its row and
+// k-block strides (one of them 1, as the variant reads it: K-major or M-major), scale_b: (ceil(n / scale_n),
+// ceil(k / 128)) floats with unit stride along k-blocks and its own row stride.
 // bias: n elements of D's type, or null. device, sm_count: the GPU and its SM count (the persistent grid's size).
 typedef struct {
   int64_t m, n, k;
@@ -20,7 +21,7 @@ typedef struct {
   const void* b;
   int64_t ldb;
   const float* scale_a;
-  int64_t scale_a_row_stride;
+  int64_t scale_a_row_stride, scale_a_block_stride;
   const float* scale_b;
   int64_t scale_b_row_stride;
   const void* bias;

@@ -54,15 +54,17 @@ struct DecomposeSplitK {
   static constexpr auto kMode = cutlass::gemm::kernel::detail::DecompositionMode::SplitK;
 };
 
-// Scales are K-major (unit stride along k-blocks, any row stride): the layout quantize_fp8 writes, and the only
-// one the grouped kernel's per-group dense scale blocks can take for tokens sorted by expert. ScaleN: rows of B
-// per scale (128: 128x128 weight blocks, 1: 1x128 like the activations).
-template <int ScaleN>
-using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, ScaleN, kScaleBlockK, cute::GMMA::Major::K,
-                                                              cute::GMMA::Major::K>;
+// Weight scales are K-major (unit stride along k-blocks, any row stride); activation scales K-major too (the
+// layout quantize_fp8 writes, and the only one the grouped kernel's per-group dense scale blocks can take for
+// tokens sorted by expert) or, ScaleAMajorM, M-major (DeepGEMM's layout: a 128-row tile's scales of one k-block
+// are 512 contiguous bytes, which TMA loads instead of 128 four-byte cp.async copies). ScaleN: rows of B per
+// scale (128: 128x128 weight blocks, 1: 1x128 like the activations).
+template <int ScaleN, bool ScaleAMajorM = false>
+using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<
+    1, ScaleN, kScaleBlockK, ScaleAMajorM ? cute::GMMA::Major::MN : cute::GMMA::Major::K, cute::GMMA::Major::K>;
 
 template <class ElementA, class ElementB, class ElementD, int TileM, int TileN, int TileK, int ClusterM,
-          int ClusterN, class Schedule, int ScaleN, class Decomposition, int Splits>
+          int ClusterN, class Schedule, int ScaleN, class Decomposition, int Splits, bool ScaleAMajorM = false>
 struct Sm90Fp8BlockGemm {
   static_assert(TileK == kScaleBlockK, "one k-tile per scale block");
   static_assert(TileN % ScaleN == 0, "a tile spans whole weight-scale blocks");
@@ -71,7 +73,7 @@ struct Sm90Fp8BlockGemm {
   static constexpr int kAlignmentAB = 16;  // elements: TMA moves 16-byte rows of FP8
   static constexpr int kAlignmentD = 16 / int(sizeof(ElementD));
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
-  using Scales = ScaleConfig<ScaleN>;
+  using Scales = ScaleConfig<ScaleN, ScaleAMajorM>;
   using LayoutSFA = decltype(Scales::deduce_layoutSFA());
   using LayoutSFB = decltype(Scales::deduce_layoutSFB());
 
@@ -110,12 +112,20 @@ struct Sm90Fp8BlockGemm {
     arguments.mainloop.dA = cute::make_stride(args.lda, _1{}, int64_t(0));
     arguments.mainloop.ptr_B = static_cast<const ElementB*>(args.b);
     arguments.mainloop.dB = cute::make_stride(args.ldb, _1{}, int64_t(0));
-    // (rows, k-blocks) of scales: ((1, m), (128, k_blocks)) in CUTLASS's blockwise layout, strides (row, 1).
+    // (rows, k-blocks) of scales: ((1, m), (128, k_blocks)) in CUTLASS's blockwise layout, strides (row, 1), or
+    // (1, k-block) M-major.
     arguments.mainloop.ptr_SFA = args.scale_a;
-    arguments.mainloop.layout_SFA = cute::make_layout(
-        cute::make_shape(cute::make_shape(_1{}, m), cute::make_shape(cute::Int<kScaleBlockK>{}, k_blocks), 1),
-        cute::make_stride(cute::make_stride(_0{}, int32_t(args.scale_a_row_stride)), cute::make_stride(_0{}, _1{}),
-                          int32_t(0)));
+    auto sfa_shape =
+        cute::make_shape(cute::make_shape(_1{}, m), cute::make_shape(cute::Int<kScaleBlockK>{}, k_blocks), 1);
+    if constexpr (ScaleAMajorM) {
+      arguments.mainloop.layout_SFA = cute::make_layout(
+          sfa_shape, cute::make_stride(cute::make_stride(_0{}, _1{}),
+                                       cute::make_stride(_0{}, int32_t(args.scale_a_block_stride)), int32_t(0)));
+    } else {
+      arguments.mainloop.layout_SFA = cute::make_layout(
+          sfa_shape, cute::make_stride(cute::make_stride(_0{}, int32_t(args.scale_a_row_stride)),
+                                       cute::make_stride(_0{}, _1{}), int32_t(0)));
+    }
     arguments.mainloop.ptr_SFB = args.scale_b;
     arguments.mainloop.layout_SFB = cute::make_layout(
         cute::make_shape(cute::make_shape(cute::Int<ScaleN>{}, (n + ScaleN - 1) / ScaleN),

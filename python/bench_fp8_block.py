@@ -35,12 +35,14 @@ MOE_M = [64, 128, 256, 512]
 MOE_NK = [(4096, 7168), (7168, 2048)]
 REFERENCE_ROWS = 64
 # Named variants timed beside the dispatch's choice (e4m3, bf16 output, 128x128 weight blocks): whole tiles without
-# stream-K, TMA multicast along either side, and 64-row ping-pong tiles.
+# stream-K, TMA multicast along either side, 64-row ping-pong tiles, M-major activation scales.
 DENSE_VARIANTS = [
     "fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128",
     "fp8block_e4m3e4m3_bf16_128x128x128_c1x2_coop_sb128",
     "fp8block_e4m3e4m3_bf16_128x128x128_c2x1_coop_sb128",
     "fp8block_e4m3e4m3_bf16_64x128x128_c1x1_pp_sb128",
+    "fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128_am",
+    "fp8block_e4m3e4m3_bf16_128x128x128_c1x2_coop_sb128_am",
 ]
 GROUPED_VARIANTS = [
     "fp8block_e4m3e4m3_bf16_64x128x128_c1x1_pp_sb128_grouped",
@@ -112,9 +114,12 @@ def bench_dense(ms, nks, variants, environment, repeats):
             a8, b8, sa, sb = sets[0]
             r = slice(0, min(m, REFERENCE_ROWS))
             reference = fp8_block.block_scaled_reference(a8[r], b8, sa[r], sb, 128)
+            # M-major variants get their scales in that layout, as a quantizer writing it would hand them over
+            m_major_sets = [(a8_, b8_, fp8_block.api.m_major(sa_), sb_) for a8_, b8_, sa_, sb_ in sets]
             for label, run in dense_contenders(variants):
                 extra = {"kind": "dense", "m": m, "n": n, "k": k, "groups": 1}
-                rows.append(measure(label, run, sets, reference, r, 2 * m * n * k, extra, environment, repeats))
+                given = m_major_sets if label.endswith("_am") else sets
+                rows.append(measure(label, run, given, reference, r, 2 * m * n * k, extra, environment, repeats))
                 print(_line(rows[-1]), flush=True)
             del sets
     return rows

@@ -178,7 +178,25 @@ def gemm_fp8_block(
         variant = dense_variant(a_name, b_name, out_name, scale_n)
     else:
         _check_variant(variant, a_name, b_name, out_name, scale_n, grouped=False)
+    if _scale_a_major(variant) == "m":
+        scale_a = m_major(scale_a)
     return _gemm_op(a, b, scale_a, scale_b, bias, out_dtype, variant)
+
+
+@functools.cache
+def _scale_a_major(variant: str) -> str:
+    return Fp8BlockConfig.from_name(variant).scale_a_major
+
+
+def m_major(scale: torch.Tensor) -> torch.Tensor:
+    """(M, kb) scales with unit stride along M and k-blocks 16 bytes apart (TMA's rows): as given if they are
+    (DeepGEMM's layout), else copied into that layout."""
+    rows, blocks = scale.shape
+    if (scale.stride(0) == 1 or rows == 1) and scale.stride(1) % 4 == 0 and scale.data_ptr() % 16 == 0:
+        return scale
+    padded = torch.empty((blocks, -(-rows // 4) * 4), dtype=scale.dtype, device=scale.device)
+    padded[:, :rows].copy_(scale.T)
+    return padded.T[:rows]
 
 
 def grouped_gemm_fp8(

@@ -23,6 +23,9 @@ SCHEDULES = ("cooperative", "pingpong")  # two consumer warpgroups on one tile, 
 # (every tile's K cut into `splits` slices). Grouped kernels: the group scheduler's whole tiles (`persistent`).
 SCHEDULERS = ("persistent", "streamk", "splitk")
 _SCHEDULE_TAGS = {"cooperative": "coop", "pingpong": "pp"}
+# How the dense kernel reads activation scales: K-major (unit stride along k-blocks, what quantize_fp8 writes) or
+# M-major (unit stride along rows, DeepGEMM's layout: one k-block's scales of a tile loaded by TMA in one piece).
+SCALE_A_MAJORS = ("k", "m")
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,7 @@ class Fp8BlockConfig(VariantFields):
     loads by TMA multicast. schedule: `cooperative` (128-row tiles) or `pingpong` (64-row tiles). scale_n: rows
     of B per scale (128 or 1; name `_sbN`). scheduler / splits: see SCHEDULERS (name `_streamk`, `_splitkN`).
     grouped: the mixture-of-experts kernel (name suffix `_grouped`): one launch over the experts' products,
-    their row counts read on the device.
+    their row counts read on the device. scale_a_major: see SCALE_A_MAJORS (dense only; name suffix `_am`).
     """
 
     a_dtype: str = "e4m3"
@@ -48,6 +51,7 @@ class Fp8BlockConfig(VariantFields):
     scheduler: str = "persistent"
     splits: int = 1
     grouped: bool = False
+    scale_a_major: str = "k"
     family: str = FAMILY
 
     # `fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128[_streamk|_splitk4][_grouped]`
@@ -68,6 +72,7 @@ class Fp8BlockConfig(VariantFields):
         Optional(Word("scheduler", {"streamk": "_streamk", "splitk": "_splitk"}), default={"scheduler": "persistent"}),
         Optional(Number("splits"), default={"splits": 1}),
         Optional(Word("grouped", {True: "_grouped"}), default={"grouped": False}),
+        Optional(Word("scale_a_major", {"m": "_am"}), default={"scale_a_major": "k"}),
     )
     EXAMPLE_NAME: ClassVar[str] = "fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128_streamk"
 
@@ -75,7 +80,12 @@ class Fp8BlockConfig(VariantFields):
         for field, choices in (("a_dtype", FP8_DTYPES), ("b_dtype", FP8_DTYPES), ("out_dtype", OUT_DTYPES)):
             if getattr(self, field) not in choices:
                 raise ValueError(f"{field}={getattr(self, field)!r} is not one of {list(choices)}")
-        for field, choices in (("schedule", SCHEDULES), ("scheduler", SCHEDULERS), ("scale_n", SCALE_NS)):
+        for field, choices in (
+            ("schedule", SCHEDULES),
+            ("scheduler", SCHEDULERS),
+            ("scale_n", SCALE_NS),
+            ("scale_a_major", SCALE_A_MAJORS),
+        ):
             if getattr(self, field) not in choices:
                 raise ValueError(f"{field}={getattr(self, field)!r} is not one of {list(choices)}")
         if self.family != FAMILY:
@@ -100,6 +110,8 @@ class Fp8BlockConfig(VariantFields):
             raise ValueError(
                 f"grouped kernels use the group scheduler (scheduler='persistent'); got {self.scheduler!r}"
             )
+        if self.grouped and self.scale_a_major != "k":
+            raise ValueError("grouped kernels read K-major activation scales (scale_a_major='k'): dense per group")
         if self.scheduler != "persistent" and self.schedule != "cooperative":
             raise ValueError(f"scheduler={self.scheduler!r} runs cooperative kernels; got schedule={self.schedule!r}")
 
@@ -125,7 +137,10 @@ def render_instance(config: Fp8BlockConfig) -> str:
         launcher, suffix, args, decomposition = "Sm90Fp8GroupedGemm", "_fp8_grouped", "cutlass_ext_fp8_grouped_args", ""
     else:
         launcher, suffix, args = "Sm90Fp8BlockGemm", "_fp8_block", "cutlass_ext_fp8_block_args"
-        decomposition = f", cutlass_ext::fp8_block::{_DECOMPOSITIONS[config.scheduler]}, {config.splits}"
+        decomposition = (
+            f", cutlass_ext::fp8_block::{_DECOMPOSITIONS[config.scheduler]}, {config.splits}, "
+            f"{'true' if config.scale_a_major == 'm' else 'false'}"
+        )
     return Template((kernels_dir() / "sm90_fp8_block_instance.in").read_text()).substitute(
         name=config.name,
         suffix=suffix,

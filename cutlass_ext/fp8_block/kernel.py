@@ -1,7 +1,7 @@
 """The block-scaled FP8 kernels as `torch.library` ops: ctypes calls into the family's torch-free libraries
 (kernels/sm90_fp8_block_abi.h), with fake kernels for torch.compile. Arguments are checked by the API
-(`api.py`); the ops take them as it hands them over: scales float32 with unit stride along k-blocks, the grouped
-kernel's scale_a and scale_b dense."""
+(`api.py`); the ops take them as it hands them over: scales float32 in the variant's layout (unit stride along
+k-blocks, or along rows for M-major activation scales), the grouped kernel's scale_a and scale_b dense."""
 
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ class _DenseArgs(ctypes.Structure):
         ("ldb", ctypes.c_int64),
         ("scale_a", ctypes.c_void_p),
         ("scale_a_row_stride", ctypes.c_int64),
+        ("scale_a_block_stride", ctypes.c_int64),
         ("scale_b", ctypes.c_void_p),
         ("scale_b_row_stride", ctypes.c_int64),
         ("bias", ctypes.c_void_p),
@@ -129,6 +130,7 @@ def gemm_fp8_block(
         b.stride(0),
         scale_a.data_ptr(),
         scale_a.stride(0),
+        scale_a.stride(1),
         scale_b.data_ptr(),
         scale_b.stride(0),
         bias.data_ptr() if bias is not None else None,

@@ -26,6 +26,7 @@ DENSE_VARIANTS = [
     Fp8BlockConfig(),
     Fp8BlockConfig(tile=(64, 128, 128), schedule="pingpong"),
     Fp8BlockConfig(scheduler="splitk", splits=4),
+    Fp8BlockConfig(scale_a_major="m"),
 ]
 
 
@@ -149,6 +150,10 @@ def test_scales_with_strides_are_read_as_given():
     reference = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b)
     assert torch.equal(fp8_block.gemm_fp8_block(a8, b8, column_major, scale_b), reference)
     assert torch.equal(fp8_block.gemm_fp8_block(a8, b8, padded_rows, scale_b), reference)
+    # The M-major kernel takes DeepGEMM's layout as it is and copies others into it: one product either way.
+    m_major = DENSE_VARIANTS[-1].name
+    for scales in (scale_a, column_major, padded_rows):
+        assert torch.equal(fp8_block.gemm_fp8_block(a8, b8, scales, scale_b, variant=m_major), reference)
 
 
 def test_op_schema_and_fake_kernel():
