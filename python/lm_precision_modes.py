@@ -24,7 +24,8 @@ import pandas as pd
 import torch
 import train_lm
 
-from cutlass_ext import gemm, registry
+from cutlass_ext import registry
+from cutlass_ext.gemm import dispatch_configs
 
 PRECISIONS = ("fp32", "tf32", "tf32tf32", "halfhalf")
 DEFAULT_STEPS = 1000  # the four runs and the builds of a cold cache in under 3 minutes on an H100
@@ -37,7 +38,7 @@ def build_kernels(precisions, device: torch.device) -> None:
     if device.type != "cuda" or not modes:
         return
     hopper = torch.cuda.get_device_capability(device) == (9, 0)
-    configs = [c for c in gemm.dispatch_configs(modes) if hopper or c.family == "sm80"]
+    configs = [c for c in dispatch_configs(modes) if hopper or c.family == "sm80"]
     registry.ensure_registered(configs, device)
 
 
