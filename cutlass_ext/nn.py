@@ -43,7 +43,7 @@ class Linear(torch.nn.Linear):
         autocast = torch.is_autocast_enabled("cuda")
         self._check(input, autocast)
         if autocast:
-            with torch.autocast("cuda", enabled=False):  # gemm's fp32 mode calls torch.matmul
+            with torch.autocast("cuda", enabled=False):  # gemm's own torch ops keep FP32
                 return gemm(input.float(), self.weight.mT, self.mode, bias=self.bias)
         return gemm(input, self.weight.mT, self.mode, bias=self.bias)
 

@@ -80,15 +80,18 @@ class _Product(NamedTuple):
     finish: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     def compute(self, mode: str) -> torch.Tensor:
-        a, b, bias, c = (t if t is None else t.float() for t in (self.a, self.b, self.bias, self.c))
+        a, b, bias, c = self.a, self.b, self.bias, self.c
+        autocast = torch.is_autocast_enabled("cuda")
+        if autocast:  # bf16 / fp16 operands computed in FP32
+            a, b, bias, c = (t if t is None else t.float() for t in (a, b, bias, c))
         # only what differs from gemm's defaults; beta comes with c
         epilogue = {name: t for name, t in (("bias", bias), ("c", c), ("out", self.out)) if t is not None}
         if self.alpha != 1:
             epilogue["alpha"] = self.alpha
         if c is not None:
             epilogue["beta"] = self.beta
-        if torch.is_autocast_enabled("cuda"):
-            with torch.autocast("cuda", enabled=False):  # the product stays FP32 (gemm's fp32 mode calls matmul)
+        if autocast:
+            with torch.autocast("cuda", enabled=False):  # gemm's own torch ops keep FP32
                 result = gemm(a, b, mode, **epilogue)
         else:
             result = gemm(a, b, mode, **epilogue)
