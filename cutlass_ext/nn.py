@@ -91,7 +91,7 @@ def _checked_skip(model: torch.nn.Module, skip) -> set[str]:
 
 def convert(model: torch.nn.Module, mode: str = "tf32tf32", skip: Iterable[str] | str | None = None) -> torch.nn.Module:
     """Make every `torch.nn.Linear` of `model` (exactly that class, `model` itself included) an `ext.nn.Linear` in
-    `mode`, in place; returns `model`.
+    `mode`, in place, and set every `ext.nn.Linear` already there to `mode`; returns `model`.
 
     The modules change class where they are (as `torch.nn.utils.parametrize` does), so parameters, state-dict keys,
     hooks, optimizers holding the parameters and every other reference to a layer stay valid. skip: qualified
@@ -104,7 +104,7 @@ def convert(model: torch.nn.Module, mode: str = "tf32tf32", skip: Iterable[str] 
     named = list(model.named_modules(remove_duplicate=False))
     kept = {id(module) for name, module in named if _skipped(name, skip)}  # a layer under several names: any
     for _, module in named:
-        if type(module) is torch.nn.Linear and id(module) not in kept:
+        if type(module) in (torch.nn.Linear, Linear) and id(module) not in kept:
             module.__class__ = Linear
             module.mode = mode
     return model

@@ -91,6 +91,19 @@ def test_convert_a_lone_linear_and_keep_its_hooks():
     assert list(layer._forward_pre_hooks) == [hook.id]
 
 
+def test_convert_again_changes_the_mode():
+    model = ext.nn.convert(Model(), mode="tf32tf32", skip="head")
+    ext.nn.convert(model, mode="markidis", skip="blocks.1")
+    modes = {name: m.mode for name, m in model.named_modules() if isinstance(m, ext.nn.Linear)}
+    assert modes == {
+        "blocks.0.mlp.0": "markidis",
+        "blocks.0.mlp.2": "markidis",
+        "blocks.1.mlp.0": "tf32tf32",
+        "blocks.1.mlp.2": "tf32tf32",
+        "head": "markidis",
+    }
+
+
 def test_convert_checks_its_arguments():
     with pytest.raises(ValueError, match="mode='bf16' is not one of"):
         ext.nn.convert(Model(), mode="bf16")
