@@ -7,6 +7,7 @@ plain op here; tests/gpu/test_precision.py runs the real kernels.
 
 import importlib
 import itertools
+import random
 import threading
 
 import pytest
@@ -190,6 +191,52 @@ def test_einsum_lowers_to_one_product(fake_gemm, equation, a_shape, b_shape):
     assert_close_to_fp64(result, expected)
     assert_close_to_fp64(listed, expected)
     assert len(fake_gemm.calls) == 2
+
+
+def random_einsum(rng: random.Random):
+    """A two-operand equation over a few labels (sizes 1-4), with ellipses and an explicit or implicit output,
+    and operands of its shapes: torch accepts most, rejects some."""
+    sizes = {label: rng.choice([1, 2, 3, 4]) for label in "abcde"}
+    terms, shapes = [], []
+    ellipsis = rng.random() < 0.3
+    for _ in range(2):
+        labels = "".join(rng.sample("abcde", rng.randint(0, 4)))
+        shape = [sizes[label] for label in labels]
+        if ellipsis:
+            at, covered = rng.randint(0, len(labels)), [rng.choice([1, 2, 3]) for _ in range(rng.randint(0, 2))]
+            labels, shape = labels[:at] + "..." + labels[at:], shape[:at] + covered + shape[at:]
+        terms.append(labels)
+        shapes.append(shape)
+    equation = ",".join(terms)
+    if rng.random() < 0.7:
+        used = sorted(set(equation) - set(".,"))
+        output = "".join(rng.sample(used, rng.randint(0, len(used))))
+        if ellipsis and rng.random() < 0.9:
+            at = rng.randint(0, len(output))
+            output = output[:at] + "..." + output[at:]
+        equation += "->" + output
+    return equation, shapes
+
+
+def test_random_einsums_agree_with_torch_or_fail_as_torch_does(fake_gemm):
+    rng = random.Random(0)
+    for _ in range(400):
+        equation, shapes = random_einsum(rng)
+        a, b = fresh(*shapes[0]), fresh(*shapes[1])
+        try:
+            expected = torch.einsum(equation, a.double(), b.double())
+        except RuntimeError:
+            expected = None
+        fake_gemm.calls.clear()
+        with ext.precision("tf32tf32"):
+            if expected is None:
+                with pytest.raises(RuntimeError):
+                    torch.einsum(equation, a, b)
+                assert not fake_gemm.calls, equation
+                continue
+            result = torch.einsum(equation, a, b)
+        assert result.shape == expected.shape, equation
+        torch.testing.assert_close(result.double(), expected, rtol=1e-5, atol=1e-5, msg=equation)
 
 
 @pytest.mark.parametrize(
