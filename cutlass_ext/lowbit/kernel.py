@@ -62,6 +62,11 @@ class LowbitKernelConfig(VariantFields):
             raise ValueError(f"window={self.window!r} must be an integer in 1..32")
 
     @property
+    def mode(self) -> str:
+        """The tuned tables' mode of every variant (MODE)."""
+        return MODE
+
+    @property
     def name(self) -> str:
         (bm, bn, bk), (tm, tn) = self.block, self.thread
         return f"lowbit_{bm}x{bn}x{bk}_t{tm}x{tn}_w{self.window}"
@@ -83,23 +88,18 @@ class LowbitKernelConfig(VariantFields):
 
 
 DEFAULT_CONFIG = LowbitKernelConfig()
-# The tuned tables' modes of the family: the forward's tiles and the backward's window are measured apart (each
-# variant carries both; the forward runs one variant's, the backward another's).
-TUNED_MODES = ("lowbit_forward", "lowbit_backward")
+# The family's one mode in the tuned tables: a variant's entry is the fastest forward + backward pair for the
+# shape (its tiles serve the forward, its window the backward).
+MODE = "lowbit"
 
 
-def plan(gpu, m: int, n: int, k: int) -> tuple[LowbitKernelConfig, LowbitKernelConfig, str]:
-    """(forward variant, backward variant, where they came from) for an (m, k) x (k, n) product on `gpu` (a
-    `device.DeviceInfo`; no GPU needed): each the tuned tables' entry for the nearest shape of its mode
-    (`tuned.resolve`), else DEFAULT_CONFIG."""
-    chosen, sources = [], []
-    for mode in TUNED_MODES:
-        config, source = tuned.resolve(gpu.name, mode, m, n, k, gpu=gpu)
-        if not isinstance(config, LowbitKernelConfig):
-            config, source = DEFAULT_CONFIG, f"default ({source})"
-        chosen.append(config)
-        sources.append(f"{mode}: {source}")
-    return chosen[0], chosen[1], "; ".join(sources)
+def plan(gpu, m: int, n: int, k: int) -> tuple[LowbitKernelConfig, str]:
+    """(variant, where it came from) for an (m, k) x (k, n) product on `gpu` (a `device.DeviceInfo`; no GPU
+    needed): the tuned tables' entry for the nearest shape (`tuned.resolve`), else DEFAULT_CONFIG."""
+    config, source = tuned.resolve(gpu.name, MODE, m, n, k, gpu=gpu)
+    if not isinstance(config, LowbitKernelConfig):
+        return DEFAULT_CONFIG, f"default ({source})"
+    return config, source
 
 
 def render_instance(config: LowbitKernelConfig) -> str:
@@ -334,11 +334,11 @@ class LowbitMatmul(torch.autograd.Function):
     """(B, M, K) @ (B, K, N) by the chunked FMAq chain; its backward applies the STE (seed 002 section 4)."""
 
     @staticmethod
-    def forward(ctx, a, b, fields, ste, eps1, eps2, forward_variant, backward_variant):
+    def forward(ctx, a, b, fields, ste, eps1, eps2, variant):
         with_blocked = ste == "recursive-of" and (a.requires_grad or b.requires_grad)
-        out, blocked = torch.ops.cutlass_ext.lowbit_forward(a, b, *fields, with_blocked, forward_variant)
+        out, blocked = torch.ops.cutlass_ext.lowbit_forward(a, b, *fields, with_blocked, variant)
         ctx.save_for_backward(a, b, blocked)
-        ctx.fields, ctx.ste, ctx.eps, ctx.variant = fields, ste, (eps1, eps2), backward_variant
+        ctx.fields, ctx.ste, ctx.eps, ctx.variant = fields, ste, (eps1, eps2), variant
         return out
 
     @staticmethod
@@ -350,12 +350,12 @@ class LowbitMatmul(torch.autograd.Function):
                 grad_a = grad_out @ b.transpose(-1, -2)
             if ctx.needs_input_grad[1]:
                 grad_b = a.transpose(-1, -2) @ grad_out
-            return grad_a, grad_b, None, None, None, None, None, None
+            return grad_a, grad_b, None, None, None, None, None
         want_a, want_b = ctx.needs_input_grad[:2]
         grad_a, grad_b = torch.ops.cutlass_ext.lowbit_grads(
             a, b, grad_out, blocked, *ctx.fields, ctx.ste, *ctx.eps, want_a, want_b, ctx.variant
         )
-        return grad_a if want_a else None, grad_b if want_b else None, None, None, None, None, None, None
+        return grad_a if want_a else None, grad_b if want_b else None, None, None, None, None, None
 
 
 def _check_operand(name: str, x) -> None:
@@ -380,7 +380,7 @@ def matmul(
 ) -> torch.Tensor:
     """(…, M, K) @ (…, K, N) float32 CUDA tensors (any strides, batch broadcast) by the chunked FMAq chain of `fmt`,
     equal to `reference.lowbit_matmul_fmt` bit for bit; autograd through `ste` (one of STES, `ste.py`). `config`
-    picks the kernel variant (tiles, window) of both directions; None: `plan`'s (tuned tables, else the default).
+    picks the kernel variant (tiles, window); None: `plan`'s (the tuned tables' entry, else the default).
     Every variant computes the same bits."""
     _check_operand("a", a)
     _check_operand("b", b)
@@ -400,16 +400,11 @@ def matmul(
     (m, k), n = a.shape[-2:], b.shape[-1]
     count = math.prod(batch)
     if config is None:
-        gpu = registry.device_info(registry.device_index(a.device))
-        forward_config, backward_config, _ = plan(gpu, count * m, n, k)
-    else:
-        forward_config = backward_config = config
+        config, _ = plan(registry.device_info(registry.device_index(a.device)), count * m, n, k)
     a3 = a.expand(*batch, m, k).reshape(count, m, k)
     b3 = b.expand(*batch, k, n).reshape(count, k, n)
-    out = LowbitMatmul.apply(
-        a3, b3, _format_fields(fmt), ste, float(eps1), float(eps2), forward_config.name, backward_config.name
-    )
+    out = LowbitMatmul.apply(a3, b3, _format_fields(fmt), ste, float(eps1), float(eps2), config.name)
     return out.reshape(*batch, m, n)
 
 
-__all__ = ["DEFAULT_CONFIG", "STES", "TUNED_MODES", "LowbitKernelConfig", "matmul", "plan", "render_instance"]
+__all__ = ["DEFAULT_CONFIG", "MODE", "STES", "LowbitKernelConfig", "matmul", "plan", "render_instance"]
