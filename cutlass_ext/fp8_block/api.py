@@ -15,6 +15,7 @@ import functools
 
 import torch
 
+from ..compiling import constant_result
 from .config import SCALE_BLOCK_K, Fp8BlockConfig
 from .kernel import gemm_fp8_block as _gemm_op
 from .kernel import grouped_gemm_fp8_block as _grouped_op
@@ -131,6 +132,7 @@ def _capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
+@constant_result
 @functools.cache
 def dense_variant(a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int) -> str:
     """The dense kernel: 128x128 cooperative tiles under CUTLASS's stream-K scheduler, which shares the last wave
@@ -138,6 +140,7 @@ def dense_variant(a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int) -> s
     return Fp8BlockConfig(a_dtype, b_dtype, out_dtype, scale_n=scale_n, scheduler="streamk").name
 
 
+@constant_result
 @functools.cache
 def grouped_variant(a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int) -> str:
     """The grouped kernel: 128x128 cooperative tiles under the group scheduler."""
@@ -183,6 +186,7 @@ def gemm_fp8_block(
     return _gemm_op(a, b, scale_a, scale_b, bias, out_dtype, variant)
 
 
+@constant_result
 @functools.cache
 def _scale_a_major(variant: str) -> str:
     return Fp8BlockConfig.from_name(variant).scale_a_major
