@@ -21,13 +21,15 @@ typedef struct {
   double* norms;
 } cutlass_ext_ozaki_scale_args;
 
-// The INT8 GEMM over moduli · batch problems: d[l] (m, n, int32, row pitch n_pitch) = a[l] (m, k_pitch) ·
-// b[l] (n, k_pitch)ᵀ, both K-major INT8 planes as the operand pass writes them.
+// The INT8 GEMM over moduli · batch problems: d[l] (m, n, row pitch n_pitch) = a[l] (m, k_pitch) · b[l] (n,
+// k_pitch)ᵀ, both K-major INT8 planes as the operand pass writes them. d holds the exact INT32 products, or (for
+// variants with residue output) their balanced residues modulo problem_moduli[l] as INT8.
 typedef struct {
   int64_t m, n, k_pitch, problems, n_pitch;
   const int8_t* a;
   const int8_t* b;
-  int32_t* d;
+  void* d;
+  const int32_t* problem_moduli;
   int32_t device, sm_count;
 } cutlass_ext_ozaki_gemm_args;
 
@@ -36,7 +38,7 @@ typedef struct {
 // writes them, shifts dense (batch, m) and (batch, n).
 typedef struct {
   int64_t m, n, batch, n_pitch;
-  const int32_t* products;
+  const void* products;  // INT32 products or INT8 residues, as the variant's GEMM writes them
   const int32_t* shift_a;
   const int32_t* shift_b;
   float* out;

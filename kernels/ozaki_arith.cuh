@@ -72,6 +72,19 @@ OZAKI_HD int balanced_residue(int64_t v) {
   }
 }
 
+// The GEMM epilogue's reduction: x mod m in [-⌊m/2⌋, ⌈m/2⌉ - 1] for |x| < 2^31 and a runtime m ≤ 256.
+// q = rint(x/m) is exact from the FP64 reciprocal: x/m is never within 2^-28 of a half-integer for odd m, and the
+// product is exact for m = 256, where q rounds half to even and leaves r = 128 to fold.
+OZAKI_HD int balanced_residue_runtime(int x, int modulus) {
+#ifdef __CUDA_ARCH__
+  const int q = __double2int_rn(double(x) * __drcp_rn(double(modulus)));
+#else
+  const int q = int(std::nearbyint(double(x) * (1.0 / double(modulus))));
+#endif
+  const int r = x - q * modulus;
+  return r > (modulus - 1) / 2 ? r - modulus : r;
+}
+
 template <int kModulus>
 OZAKI_HD int balanced_digit(uint32_t r) {  // r in [0, m)
   return int(r) >= kModulus - kModulus / 2 ? int(r) - kModulus : int(r);

@@ -3,6 +3,7 @@
 //   shift <squares> <budget>            -> s
 //   residues <count> <x> <shift>        -> the balanced residues of round(x·2^s), one per modulus
 //   recombine <count> <sa> <sb> <p...>  -> the float32 result's bits, in hex
+//   epilogue <x> <m>                    -> the GEMM epilogue's balanced residue of x modulo m
 #include <cstdio>
 #include <cstring>
 
@@ -45,6 +46,10 @@ int main() {
       int budget;
       std::scanf("%lf %d", &squares, &budget);
       std::printf("%d\n", shift_from_squares(squares, budget));
+    } else if (!std::strcmp(query, "epilogue")) {
+      int x, modulus;
+      std::scanf("%d %d", &x, &modulus);
+      std::printf("%d\n", balanced_residue_runtime(x, modulus));
     } else if (!std::strcmp(query, "residues")) {
       int count, shift;
       float x;

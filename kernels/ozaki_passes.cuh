@@ -113,29 +113,58 @@ int run_scale(const cutlass_ext_ozaki_scale_args* args, void* stream) {
 }
 
 constexpr int kRecombineThreads = 128;
+constexpr int kRecombineColumns = 4;  // per thread: one 4-byte word of INT8 residues or 16 bytes of INT32 products
 
-template <int kCount>
-__global__ void __launch_bounds__(kRecombineThreads) recombine_kernel(const cutlass_ext_ozaki_recombine_args args) {
-  const int64_t column = int64_t(blockIdx.x) * kRecombineThreads + threadIdx.x, b = blockIdx.z;
-  if (column >= args.n) return;
-  const int64_t plane_elements = args.batch * args.m * args.n_pitch;
-  const int shift_b = args.shift_b[b * args.n + column];
-  for (int64_t row = blockIdx.y; row < args.m; row += gridDim.y) {
-    const int32_t* source = args.products + (b * args.m + row) * args.n_pitch + column;
-    int32_t products[kCount];
+template <class Product>
+__device__ __forceinline__ void load_columns(const Product* source, int32_t (&out)[kRecombineColumns]) {
+  if constexpr (sizeof(Product) == 1) {
+    const uint32_t word = *reinterpret_cast<const uint32_t*>(source);
 #pragma unroll
-    for (int l = 0; l < kCount; ++l) products[l] = source[l * plane_elements];
-    const float value = recombine<kCount>(products, args.shift_a[b * args.m + row], shift_b);
-    args.out[b * args.out_batch_stride + row * args.out_row_stride + column * args.out_column_stride] = value;
+    for (int c = 0; c < kRecombineColumns; ++c) out[c] = int32_t(int8_t(word >> (8 * c)));
+  } else {
+    const int4 words = *reinterpret_cast<const int4*>(source);
+    out[0] = words.x, out[1] = words.y, out[2] = words.z, out[3] = words.w;
   }
 }
 
-template <int kCount>
+// kRecombineColumns adjacent outputs per thread (the pitch pads every row to whole groups).
+template <int kCount, class Product>
+__global__ void __launch_bounds__(kRecombineThreads) recombine_kernel(const cutlass_ext_ozaki_recombine_args args) {
+  const int64_t column0 = (int64_t(blockIdx.x) * kRecombineThreads + threadIdx.x) * kRecombineColumns;
+  const int64_t b = blockIdx.z;
+  if (column0 >= args.n) return;
+  const int64_t plane_elements = args.batch * args.m * args.n_pitch;
+  int shift_b[kRecombineColumns];
+#pragma unroll
+  for (int c = 0; c < kRecombineColumns; ++c) shift_b[c] = column0 + c < args.n ? args.shift_b[b * args.n + column0 + c] : 0;
+  for (int64_t row = blockIdx.y; row < args.m; row += gridDim.y) {
+    const Product* source = static_cast<const Product*>(args.products) + (b * args.m + row) * args.n_pitch + column0;
+    int32_t products[kRecombineColumns][kCount];
+#pragma unroll
+    for (int l = 0; l < kCount; ++l) {
+      int32_t values[kRecombineColumns];
+      load_columns(source + l * plane_elements, values);
+#pragma unroll
+      for (int c = 0; c < kRecombineColumns; ++c) products[c][l] = values[c];
+    }
+    const int shift_a = args.shift_a[b * args.m + row];
+    float* out = args.out + b * args.out_batch_stride + row * args.out_row_stride;
+#pragma unroll
+    for (int c = 0; c < kRecombineColumns; ++c) {
+      if (column0 + c < args.n) {
+        out[(column0 + c) * args.out_column_stride] = recombine<kCount>(products[c], shift_a, shift_b[c]);
+      }
+    }
+  }
+}
+
+template <int kCount, class Product>
 int run_recombine(const cutlass_ext_ozaki_recombine_args* args, void* stream) {
   if (args->m == 0 || args->n == 0 || args->batch == 0) return 0;
-  const dim3 grid(unsigned((args->n + kRecombineThreads - 1) / kRecombineThreads),
+  constexpr int kColumnsPerBlock = kRecombineThreads * kRecombineColumns;
+  const dim3 grid(unsigned((args->n + kColumnsPerBlock - 1) / kColumnsPerBlock),
                   unsigned(args->m < 65535 ? args->m : 65535), unsigned(args->batch));
-  recombine_kernel<kCount><<<grid, kRecombineThreads, 0, static_cast<cudaStream_t>(stream)>>>(*args);
+  recombine_kernel<kCount, Product><<<grid, kRecombineThreads, 0, static_cast<cudaStream_t>(stream)>>>(*args);
   return int(cudaGetLastError());
 }
 

@@ -61,6 +61,18 @@ def test_residues_match_reference(arith_check, count, generator):
     assert [[int(r) for r in a.split()] for a in answers] == expected.tolist()
 
 
+def test_epilogue_residues_match_reference(arith_check, generator):
+    """The GEMM epilogue's reduction of INT32 products, over the whole INT32 range and at the halfway points."""
+    values = torch.randint(-(2**31), 2**31, (300,), generator=generator, dtype=torch.int64).tolist()
+    values += [2**31 - 1, -(2**31), 0, 128, -128, 384, -384, 127, 129, 255 * 1000 + 127, -(255 * 1000 + 128)]
+    lines, wanted = [], []
+    for m in ref.moduli(ref.MAX_MODULI):
+        for v in values:
+            lines.append(f"epilogue {v} {m}")
+            wanted.append(str(int(ref.balanced(torch.tensor(v), m))))
+    assert arith_check(lines) == wanted
+
+
 @pytest.mark.parametrize("count", [3, 7, 8, 14])
 def test_recombination_matches_reference(arith_check, count, generator):
     """Products of real residue planes (so C' is in range), from INT32 values anywhere in the range."""

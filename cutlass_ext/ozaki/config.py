@@ -15,18 +15,24 @@ from .reference import check_moduli_count, shift_budget
 
 FAMILY = "ozaki"
 DEFAULT_MODULI = 8  # the fewest within 1.1x of SGEMM's error for K up to 65536 (python/ozaki_accuracy.py)
-_NAME_PATTERN = re.compile(r"ozaki_int8x(?P<moduli>\d+)_(?P<tile>\d+x\d+x\d+)_c(?P<cluster>\d+x\d+)")
+# What the GEMM writes: INT8 residues of its products, reduced in the epilogue (a quarter of the bytes of INT32
+# products to write and to read back), or the INT32 products themselves (name suffix `_p32`).
+OUTPUTS = ("residues", "products")
+_NAME_PATTERN = re.compile(
+    r"ozaki_int8x(?P<moduli>\d+)_(?P<tile>\d+x\d+x\d+)_c(?P<cluster>\d+x\d+)(?P<products>_p32)?"
+)
 
 
 @dataclass(frozen=True)
 class OzakiConfig(VariantFields):
     """moduli: INT8 GEMMs per product (3..14; 8 reaches SGEMM's accuracy). tile: (m, n, k) of the GEMM's CTA
     tile, k in bytes of INT8; cluster: (m, n) CTAs sharing TMA loads by multicast. The GEMM runs the cooperative
-    warp-specialized schedule with a persistent tile scheduler."""
+    warp-specialized schedule with a persistent tile scheduler. output: one of OUTPUTS."""
 
     moduli: int = DEFAULT_MODULI
     tile: tuple[int, int, int] = (128, 256, 128)
     cluster: tuple[int, int] = (2, 1)
+    output: str = "residues"
     family: str = FAMILY
 
     def __post_init__(self):
@@ -34,6 +40,8 @@ class OzakiConfig(VariantFields):
         if self.family != FAMILY:
             raise ValueError(f"family={self.family!r} must be {FAMILY!r}")
         self._check_extents(tile="mnk", cluster="mn")
+        if self.output not in OUTPUTS:
+            raise ValueError(f"output={self.output!r} is not one of {list(OUTPUTS)}")
         if self.tile[0] % 64 or self.tile[1] % 16 or self.tile[2] % 64:
             raise ValueError(f"tile={self.tile!r}: m must be a multiple of 64, n of 16 and k of 64 (wgmma on INT8)")
 
@@ -44,7 +52,8 @@ class OzakiConfig(VariantFields):
     @property
     def name(self) -> str:
         (tm, tn, tk), (cm, cn) = self.tile, self.cluster
-        return f"ozaki_int8x{self.moduli}_{tm}x{tn}x{tk}_c{cm}x{cn}"
+        products = "_p32" if self.output == "products" else ""
+        return f"ozaki_int8x{self.moduli}_{tm}x{tn}x{tk}_c{cm}x{cn}{products}"
 
     @classmethod
     def from_name(cls, name: str) -> OzakiConfig:
@@ -55,6 +64,7 @@ class OzakiConfig(VariantFields):
             moduli=int(match["moduli"]),
             tile=tuple(int(v) for v in match["tile"].split("x")),
             cluster=tuple(int(v) for v in match["cluster"].split("x")),
+            output="products" if match["products"] else "residues",
         )._named(name)
 
     @staticmethod

@@ -2,7 +2,7 @@
 
 One call runs three launchers of the variant's library (kernels/ozaki_gemm.cuh): the operand pass over A's rows
 and over B's columns (shifts and INT8 residue planes, K-major, K padded to 16 bytes), one batched INT8 GEMM over
-every (modulus, batch) problem into INT32 planes, and the recombination into the FP32 output. The result equals
+every (modulus, batch) problem into INT8 residue planes (or INT32 products), and the recombination into the FP32 output. The result equals
 `reference.ozaki_matmul` bit for bit (its docstring is the definition). CPU tensors run the reference itself.
 """
 
@@ -15,10 +15,10 @@ import torch
 
 from .. import native
 from .config import OzakiConfig
-from .reference import ozaki_matmul
+from .reference import moduli, ozaki_matmul
 
 _K_ALIGNMENT = 16  # INT8 elements per 16-byte TMA row
-_N_ALIGNMENT = 4  # INT32 elements per 16-byte TMA row
+_PRODUCT_TYPES = {"residues": torch.int8, "products": torch.int32}  # what the GEMM writes (OzakiConfig.output)
 _NORM_SLICE_K = 1024  # kernels/ozaki_arith.cuh kNormSliceK
 
 
@@ -39,6 +39,7 @@ class _GemmArgs(ctypes.Structure):
         ("a", ctypes.c_void_p),
         ("b", ctypes.c_void_p),
         ("d", ctypes.c_void_p),
+        ("problem_moduli", ctypes.c_void_p),
         ("device", ctypes.c_int32),
         ("sm_count", ctypes.c_int32),
     ]
@@ -64,6 +65,13 @@ def _config(variant: str) -> OzakiConfig:
 @functools.cache
 def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@functools.cache
+def _problem_moduli(device: torch.device, count: int, batch: int) -> torch.Tensor:
+    """int32 (count · batch,): the modulus of each problem of the GEMM's launch (planes are modulus-major).
+    Made once per shape outside any CUDA graph capture (the first, eager call) and kept."""
+    return torch.tensor(moduli(count), dtype=torch.int32).repeat_interleave(batch).to(device)
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -112,7 +120,8 @@ def _cuda_product(a: torch.Tensor, b: torch.Tensor, variant: str) -> torch.Tenso
         return out.zero_()
     config = _config(variant)
     count, device = config.moduli, a.device
-    k_pitch, n_pitch = _round_up(k, _K_ALIGNMENT), _round_up(n, _N_ALIGNMENT)
+    product_type = _PRODUCT_TYPES[config.output]
+    k_pitch, n_pitch = _round_up(k, _K_ALIGNMENT), _round_up(n, 16 // product_type.itemsize)
     with torch.cuda.device(device):
         library = native.library(config, device)
         stream = native.stream_handle(device)
@@ -123,7 +132,7 @@ def _cuda_product(a: torch.Tensor, b: torch.Tensor, variant: str) -> torch.Tenso
         norms = torch.empty(batch * max(m, n) * -(-k // _NORM_SLICE_K), dtype=torch.float64, device=device)
         _scale(library, variant, a, 1, planes_a, shifts_a, norms, stream)
         _scale(library, variant, b, 2, planes_b, shifts_b, norms, stream)
-        products = torch.empty((count, batch, m, n_pitch), dtype=torch.int32, device=device)
+        products = torch.empty((count, batch, m, n_pitch), dtype=product_type, device=device)
         index = device.index if device.index is not None else torch.cuda.current_device()
         gemm_args = _GemmArgs(
             m,
@@ -134,6 +143,7 @@ def _cuda_product(a: torch.Tensor, b: torch.Tensor, variant: str) -> torch.Tenso
             planes_a.data_ptr(),
             planes_b.data_ptr(),
             products.data_ptr(),
+            _problem_moduli(device, count, batch).data_ptr(),
             index,
             _sm_count(index),
         )

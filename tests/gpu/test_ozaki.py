@@ -47,6 +47,16 @@ def test_every_moduli_count_equals_reference(moduli):
     assert _same_bits(ozaki.gemm(a, b, moduli=moduli), ozaki_matmul(a.cpu(), b.cpu(), moduli))
 
 
+@pytest.mark.parametrize("shape", [(70, 33, 200), (256, 512, 1000)])
+def test_int32_product_output_gives_the_same_bits(shape):
+    """The variant that writes INT32 products (and reduces them in the recombination) equals the residue one."""
+    m, n, k = shape
+    a, b = _draw("type1", (m, k), 17), _draw("type1", (k, n), 18)
+    products = ozaki.gemm(a, b, config=ozaki.OzakiConfig(output="products"))
+    assert _same_bits(products, ozaki.gemm(a, b))
+    assert _same_bits(products, ozaki_matmul(a.cpu(), b.cpu(), 8))
+
+
 @pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt", "strided"])
 def test_layouts_equal_reference(layout):
     m, n, k = 37, 53, 301
