@@ -25,12 +25,12 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from cutlass_ext import benchmark, registry, tuned, variants
+from cutlass_ext import benchmark, families, registry, tuned
 
 from .power import Sampler
 from .space import load_shapes
-from .sweep import FAMILY_MEASURES, tuned_table_path, write_tuned
-from .table import FAMILY_CONFIG_FIELDS, ResumableTable, config_columns
+from .sweep import tuned_table_path, write_tuned
+from .table import ResumableTable, config_columns, config_fields
 
 
 def candidates(sweeps: pd.DataFrame, shapes, modes, top: int, latest: tuple = (), added: tuple = ()) -> dict:
@@ -60,7 +60,7 @@ def candidates(sweeps: pd.DataFrame, shapes, modes, top: int, latest: tuple = ()
             for other in shapes:
                 if other != shape and other[1:] == shape[1:]:
                     leaders += [name for name in leaders_at(mode, other) if name not in leaders]
-            leaders += [name for name in added if variants.from_name(name).mode == mode and name not in leaders]
+            leaders += [name for name in added if families.from_name(name).mode == mode and name not in leaders]
             if leaders:
                 chosen[mode, shape] = leaders
     return chosen
@@ -71,8 +71,8 @@ def confirm(problem, mode: str, names: list, rounds: int, repeats: int, seconds:
     (`repeats` replays of a few calls, or `seconds` of back-to-back calls with board power sampled)."""
     runs, rows = {}, {}
     for name in names:
-        config = variants.from_name(name)
-        run, prepare = FAMILY_MEASURES[config.family].kernel_runner(config)
+        config = families.from_name(name)
+        run, prepare = families.of(config).plugin("measure").kernel_runner(config)
         sets = problem.operands(prepare)
         try:
             relres = problem.relres(run(*sets[0]))
@@ -144,22 +144,22 @@ def main(argv=None) -> int:
     latest = [table[table["gpu"] == gpu] for table in map(pd.read_csv, args.latest)]
     chosen = candidates(sweeps[sweeps["gpu"] == gpu], shapes, args.modes, args.top, latest, tuple(args.add))
     names = sorted({name for leaders in chosen.values() for name in leaders})
-    families = {variants.from_name(name).family for name in names}
-    if len(families) != 1:
-        raise SystemExit(f"confirm one kernel family at a time; the candidates span {sorted(families)}")
-    (family,) = families
+    spanned = {families.from_name(name).family for name in names}
+    if len(spanned) != 1:
+        raise SystemExit(f"confirm one kernel family at a time; the candidates span {sorted(spanned)}")
+    (family,) = spanned
     print(f"{len(chosen)} (mode, shape) pairs, {len(names)} candidates")
-    registry.ensure_registered([variants.from_name(name) for name in names], torch.device("cuda"))
+    registry.ensure_registered([families.from_name(name) for name in names], torch.device("cuda"))
 
-    fields = FAMILY_CONFIG_FIELDS[family]
+    fields = config_fields(family)
     table = ResumableTable(out / f"confirm_{Path(args.shapes).stem.removeprefix('shapes_')}.csv", fields)
     for (mode, shape), leaders in tqdm(chosen.items(), desc="confirm", unit="shape"):
         m, n, k, batch = shape
-        problem = FAMILY_MEASURES[family].make_problem(m, n, k, batch)
+        problem = families.get(family).plugin("measure").make_problem(m, n, k, batch)
         for name, measured in confirm(problem, mode, leaders, args.rounds, args.repeats, args.seconds).items():
             row = {"family": family, "mode": mode, "name": name, "m": m, "n": n, "k": k, "batch": batch}
             row |= measured | {key: environment[key] for key in ("gpu", "nvcc", "torch", "date")}
-            table.append(row | config_columns(variants.from_name(name), fields))
+            table.append(row | config_columns(families.from_name(name), fields))
         del problem
         torch.cuda.empty_cache()
     path = write_tuned(out, gpu, tuned_table_path(gpu, args.out, args.tuned_out))

@@ -15,20 +15,23 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from . import filters, multi_gpu
+from cutlass_ext import families
+from cutlass_ext.families.rules import DeviceLimits, apply_rules
+
+from . import multi_gpu
 from .space import SpaceError, default_shapes, load_shapes, load_space
 
 DEFAULT_SHAPES = Path(__file__).resolve().parents[1] / "configs" / "shapes_sweep.yaml"
 
 
-def _limits(arch: str | None) -> filters.DeviceLimits:
+def _limits(arch: str | None) -> DeviceLimits:
     if arch:
-        return filters.DeviceLimits.for_arch(arch)
+        return DeviceLimits.for_arch(arch)
     import torch
 
     if not torch.cuda.is_available():
         raise SystemExit("no CUDA device: name the target with --arch (e.g. --arch 90a)")
-    return filters.DeviceLimits.from_device()
+    return DeviceLimits.from_device()
 
 
 def _first_per_mode(configs, limit: int) -> list:
@@ -113,8 +116,8 @@ def main(argv=None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     limits = _limits(args.arch if args.dry_run or args.build_only or args.arch else None)
-    rules = filters.rules_for(configs[0].family)
-    result = filters.apply_rules(configs, limits, rules)
+    rules = families.get(configs[0].family).plugin("filters").RULES
+    result = apply_rules(configs, limits, rules)
 
     print(
         f"{args.space}: {len(configs)} configs for sm_{limits.arch} "

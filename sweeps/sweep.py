@@ -11,15 +11,12 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from cutlass_ext import benchmark, registry, tuned
+from cutlass_ext import benchmark, families, registry, tuned
 
-from . import build_stage, measure, measure_fp8, measure_split
+from . import build_stage, measure
 from .power import mean_watts
 from .space import family_of
-from .table import FAMILY_CONFIG_FIELDS, ResumableTable, config_columns
-
-# per kernel family, its problems, kernel runners and peers (the timing stages are measure's)
-FAMILY_MEASURES = {"sm80": measure, "sm90_fp8": measure_fp8, "sm90": measure_split}
+from .table import ResumableTable, config_columns, config_fields
 
 
 def tuned_table_path(gpu: str, out: Path | None, tuned_out: Path | None) -> Path:
@@ -57,8 +54,8 @@ class Sweep:
         self.gpu = self.environment["gpu"]
         out = args.out or Path("sweeps") / "results" / tuned.gpu_key(self.gpu)
         family = family_of(args.space)
-        self.family = FAMILY_MEASURES[family]
-        self.config_fields = FAMILY_CONFIG_FIELDS[family]
+        self.family = families.get(family).plugin("measure")  # its problems, kernel runners, peers
+        self.config_fields = config_fields(family)
         self.table = ResumableTable(Path(out) / f"sweep_{Path(args.space).stem}.csv", self.config_fields)
         self.runnable: list = []
 

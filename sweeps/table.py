@@ -4,10 +4,13 @@ a crash loses no finished row and a rerun skips what is already there."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 from pathlib import Path
 
 import pandas as pd
+
+from cutlass_ext import families
 
 # The measured columns, then provenance, then every KernelConfig field (sweeps/README.md documents them).
 MEASURED = [
@@ -48,11 +51,20 @@ FP8_CONFIG_FIELDS = [
     "stage_epilogue",
 ]
 SPLIT_CONFIG_FIELDS = ["tile", "cluster", "schedule", "promotion", "swizzle"]
+# The column order of the tables already written; a family without an entry gets its config's fields.
 FAMILY_CONFIG_FIELDS = {"sm80": CONFIG_FIELDS, "sm90_fp8": FP8_CONFIG_FIELDS, "sm90": SPLIT_CONFIG_FIELDS}
 COLUMNS = MEASURED + PROVENANCE + CONFIG_FIELDS
 KEY = ["name", "m", "n", "k", "batch", "gpu"]
 # Columns added after tables were first written: an older table gains them (empty) when it is opened.
 ADDED_LATER = {"repeats", "swizzle", "swap_ab", "l2_prefetch", "raster", "turns", "stage_epilogue"}
+
+
+def config_fields(family: str) -> list[str]:
+    """The config columns of a family's sweep tables."""
+    if family in FAMILY_CONFIG_FIELDS:
+        return FAMILY_CONFIG_FIELDS[family]
+    config = families.get(family).config
+    return [f.name for f in dataclasses.fields(config) if f.name not in ("family", "mode")]
 
 
 def config_columns(config, fields: list[str] = CONFIG_FIELDS) -> dict:

@@ -6,7 +6,7 @@ import argparse
 import pandas as pd
 import pytest
 
-from cutlass_ext import tuned
+from cutlass_ext import families, tuned
 from sweeps import confirm
 from sweeps import sweep as sweep_module
 
@@ -115,7 +115,7 @@ def timed_order(monkeypatch):
         return run, None
 
     monkeypatch.setattr(confirm.benchmark, "graph_time_us", graph_time_us)
-    monkeypatch.setattr(confirm.FAMILY_MEASURES["sm90_fp8"], "kernel_runner", runner)
+    monkeypatch.setattr(families.get("sm90_fp8").plugin("measure"), "kernel_runner", runner)
     return order, times
 
 
@@ -174,7 +174,9 @@ def test_sustained_passes_time_back_to_back_calls_and_record_the_power(monkeypat
     monkeypatch.setattr(confirm, "Sampler", Sampler)
     monkeypatch.setattr(confirm.benchmark, "sustained_time_us", sustained_time_us)
     monkeypatch.setattr(confirm.benchmark, "graph_time_us", lambda *a, **k: 1 / 0)  # never the short replay
-    monkeypatch.setattr(confirm.FAMILY_MEASURES["sm90_fp8"], "kernel_runner", lambda config: (lambda *i: 0, None))
+    monkeypatch.setattr(
+        families.get("sm90_fp8").plugin("measure"), "kernel_runner", lambda config: (lambda *i: 0, None)
+    )
     measured = confirm.confirm(problem, "fp8_promoted", [C1], rounds=3, repeats=10, seconds=1.5)[C1]
     assert calls == [(1.5, "Sampler")] * 3
     assert measured["time_us"] == 890.0 and measured["watts"] == 700.0

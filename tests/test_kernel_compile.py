@@ -11,9 +11,9 @@ import pytest
 from cutlass_ext import build, cache
 from cutlass_ext.families.sm80.config import CUTLASS_3XTF32, KernelConfig, default_configs
 from cutlass_ext.families.sm90.config import DEFAULTS as DEFAULT_SPLIT
+from cutlass_ext.families.sm90_fp8 import filters as filters_fp8
 from cutlass_ext.families.sm90_fp8.config import DEFAULT_FP8, Fp8Config
 from cutlass_ext.gemm import KERNEL_MODES
-from sweeps import filters_fp8
 
 have_nvcc = shutil.which("nvcc") is not None or os.path.exists("/usr/local/cuda/bin/nvcc")
 # CI must not pass by skipping the one check that compiles kernels.
@@ -94,7 +94,7 @@ def test_compile_errors_are_reported_not_raised(cache_dir, monkeypatch):
 
 
 def test_the_smallest_table_3_survivors_compile(cache_dir):
-    # the filter rules' boundary: tiles one step from each CUTLASS rule (sweeps/filters.py), in one library
+    # the filter rules' boundary: tiles one step from each CUTLASS rule (families/sm80/filters.py), in one library
     names = [
         "halfhalf_sm80_16x32x32_16x16x32_s3_a4_packed",  # two mma steps per warp k, the fewest allowed
         "tf32tf32_sm80_16x32x16_16x16x16_s3_a4",  # bn 32 = one 128-B line; warps split k, epilogue map still fits

@@ -7,7 +7,7 @@ import os
 import pandas as pd
 import pytest
 
-from cutlass_ext import tuned
+from cutlass_ext import families, tuned
 from cutlass_ext.families import from_name
 from cutlass_ext.families.sm80.config import KernelConfig
 from sweeps import sweep as sweep_module
@@ -43,11 +43,13 @@ def make_sweep(tmp_path, monkeypatch, measured_calls, kill_after=None, retimed=N
         return {"time_us": 99.0, "tflops": 1000.0 + len(retimed), "repeats": repeats}
 
     monkeypatch.setattr(
-        sweep_module.measure, "make_problem", lambda m, n, k, batch: argparse.Namespace(m=m, batch=batch)
+        families.get("sm80").plugin("measure"),
+        "make_problem",
+        lambda m, n, k, batch: argparse.Namespace(m=m, batch=batch),
     )
     monkeypatch.setattr(sweep_module.measure, "measure", fake_measure)
     monkeypatch.setattr(sweep_module.measure, "retime", fake_retime)
-    monkeypatch.setattr(sweep_module.measure, "kernel_runner", lambda config: (config.name, None))
+    monkeypatch.setattr(families.get("sm80").plugin("measure"), "kernel_runner", lambda config: (config.name, None))
     monkeypatch.setattr(
         sweep_module.Sweep, "_peers", lambda self, problem: iter([("cublas", "fp32", "torch.matmul ieee", "sgemm")])
     )
@@ -230,7 +232,7 @@ def test_the_shipped_h100_table_names_buildable_winners():
 def test_a_problems_prepared_operands_are_made_once_per_shape():
     import torch
 
-    from sweeps.measure import Problem
+    from cutlass_ext.families.sm80.measure import Problem
 
     sets = [(torch.ones(2, 2), torch.ones(2, 2)), (torch.zeros(2, 2), torch.zeros(2, 2))]
     problem = Problem(2, 2, 2, 1, sets, torch.ones(2, 2, dtype=torch.float64), 1e-7)

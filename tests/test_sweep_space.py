@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cutlass_ext.families import rules
+from cutlass_ext.families.sm80 import filters
 from cutlass_ext.families.sm80.config import KernelConfig
-from sweeps import filters, filters_fp8, filters_split
+from cutlass_ext.families.sm90 import filters as filters_split
+from cutlass_ext.families.sm90_fp8 import filters as filters_fp8
 from sweeps.space import SpaceError, load_shapes, load_space
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -82,7 +85,7 @@ def test_missing_file_is_named(tmp_path):
         load_space(tmp_path / "absent.yaml")
 
 
-H100 = filters.DeviceLimits.for_arch("90a")
+H100 = rules.DeviceLimits.for_arch("90a")
 
 
 @pytest.mark.parametrize(
@@ -105,7 +108,7 @@ H100 = filters.DeviceLimits.for_arch("90a")
     ],
 )
 def test_each_rule_removes_what_it_names(config, rule):
-    result = filters.apply_rules([config], H100)
+    result = rules.apply_rules([config], H100, filters.RULES)
     assert result.removed == {config: rule}
     assert result.counts[rule] == 1 and sum(result.counts.values()) == 1
 
@@ -115,8 +118,8 @@ def test_shipped_defaults_survive_and_every_survivor_obeys_every_rule():
     from cutlass_ext.gemm import KERNEL_MODES
 
     defaults = [c for mode in KERNEL_MODES for c in default_configs(mode)]
-    assert filters.apply_rules(defaults, H100).survivors == defaults
-    result = filters.apply_rules(load_space(CONFIGS / "sm80_corrected.yaml"), H100)
+    assert rules.apply_rules(defaults, H100, filters.RULES).survivors == defaults
+    result = rules.apply_rules(load_space(CONFIGS / "sm80_corrected.yaml"), H100, filters.RULES)
     assert sum(result.counts.values()) + len(result.survivors) == 2 * 3456
     # every (mode, threadblock, warp) of these survivors compiled with nvcc 13.0 and every one removed by a
     # CUTLASS rule failed to (docs/design-notes.md, the sweep): a change in the count needs that check again
@@ -126,8 +129,10 @@ def test_shipped_defaults_survive_and_every_survivor_obeys_every_rule():
 
 def test_smaller_shared_memory_removes_more():
     configs = load_space(CONFIGS / "sm80_corrected.yaml")
-    on_h100 = filters.apply_rules(configs, H100).counts["shared_memory_over_limit"]
-    on_ada = filters.apply_rules(configs, filters.DeviceLimits.for_arch("89")).counts["shared_memory_over_limit"]
+    on_h100 = rules.apply_rules(configs, H100, filters.RULES).counts["shared_memory_over_limit"]
+    on_ada = rules.apply_rules(configs, rules.DeviceLimits.for_arch("89"), filters.RULES).counts[
+        "shared_memory_over_limit"
+    ]
     assert on_ada > on_h100
 
 
@@ -186,9 +191,7 @@ def test_build_only_builds_every_survivor_in_the_groups_the_gpu_run_will_use(mon
     space = str(CONFIGS / "sm90_fp8_large_swizzle.yaml")
     status = run_module.main([space, "--arch", "90a", "--build-only", "--group-size", "3", "--mode", "fp8_promoted"])
     ((configs, arch, group_size),) = calls
-    survivors = filters.apply_rules(
-        load_space(space), filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90_fp8")
-    )
+    survivors = rules.apply_rules(load_space(space), rules.DeviceLimits.for_arch("90a"), filters_fp8.RULES)
     assert [c.name for c in configs] == [c.name for c in survivors.survivors if c.mode == "fp8_promoted"]
     assert arch == "90a" and group_size == 3
     assert status == 1 and f"build failed: {configs[1].name}: error: boom" in capsys.readouterr().out
@@ -196,14 +199,15 @@ def test_build_only_builds_every_survivor_in_the_groups_the_gpu_run_will_use(mon
 
 def test_the_fp8_space_expands_splits_and_promotion_only_where_they_apply():
     from cutlass_ext.families.sm90_fp8.config import Fp8Config
-    from sweeps.filters_fp8 import RULES as FP8_RULES
+
+    FP8_RULES = filters_fp8.RULES
 
     configs = load_space(CONFIGS / "sm90_fp8.yaml")
     assert all(isinstance(c, Fp8Config) for c in configs)
     assert {c.splits for c in configs if c.scheduler == "splitk"} == {2, 4}
     assert {c.splits for c in configs if c.scheduler != "splitk"} == {1}
     assert {c.promotion for c in configs if c.accum == "fast"} == {1}
-    result = filters.apply_rules(configs, filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90_fp8"))
+    result = rules.apply_rules(configs, rules.DeviceLimits.for_arch("90a"), filters_fp8.RULES)
     assert Counter(c.mode for c in result.survivors) == {"fp8_fast": 68, "fp8_promoted": 44}
     assert all(c.tile[2] * c.promotion <= 128 for c in result.survivors if c.accum == "promoted")
     assert result.counts["pingpong_split_k_or_stream_k"] > 0 and result.counts["cooperative_tile_m_under_128"] > 0
@@ -213,7 +217,7 @@ def test_the_fp8_space_expands_splits_and_promotion_only_where_they_apply():
 
 def test_the_raster_space_pairs_both_tile_orders_per_kernel_and_swizzle():
     configs = load_space(CONFIGS / "sm90_fp8_raster.yaml")
-    result = filters.apply_rules(configs, filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90_fp8"))
+    result = rules.apply_rules(configs, rules.DeviceLimits.for_arch("90a"), filters_fp8.RULES)
     orders = Counter(dataclasses.replace(c, raster="auto").name for c in result.survivors)
     assert len(result.survivors) == 40 and set(orders.values()) == {2}
     assert {c.raster for c in result.survivors} == {"m", "n"}
@@ -221,7 +225,7 @@ def test_the_raster_space_pairs_both_tile_orders_per_kernel_and_swizzle():
 
 def test_the_stage_epilogue_space_pairs_each_fitting_kernel_with_its_tma_epilogue_twin(tmp_path):
     configs = load_space(CONFIGS / "sm90_fp8_stage_epilogue.yaml")
-    result = filters.apply_rules(configs, filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90_fp8"))
+    result = rules.apply_rules(configs, rules.DeviceLimits.for_arch("90a"), filters_fp8.RULES)
     staged = [c for c in result.survivors if c.stage_epilogue]
     assert len(staged) == 8 and len(result.survivors) == 16
     assert all(dataclasses.replace(c, stage_epilogue=False) in result.survivors for c in staged)
@@ -256,7 +260,7 @@ def test_weights_first_pairs_each_unswapped_kernel_with_cutlass_order(tmp_path):
 
 def test_the_dynamic_space_runs_the_counter_on_one_cta_clusters_beside_both_fixed_strides():
     configs = load_space(CONFIGS / "sm90_fp8_dynamic.yaml")
-    result = filters.apply_rules(configs, filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90_fp8"))
+    result = rules.apply_rules(configs, rules.DeviceLimits.for_arch("90a"), filters_fp8.RULES)
     dynamic = [c for c in result.survivors if c.scheduler == "dynamic"]
     assert result.counts["dynamic_scheduler_cluster_or_pingpong"] > 0
     assert dynamic and {c.cluster for c in dynamic} == {(1, 1)}
@@ -268,7 +272,7 @@ def test_the_dynamic_space_runs_the_counter_on_one_cta_clusters_beside_both_fixe
 def test_the_turns_space_promotes_wide_tiles_only_by_taking_turns():
     configs = load_space(CONFIGS / "sm90_fp8_turns.yaml")
     assert {c.turns for c in configs if c.accum == "fast" or c.schedule != "cooperative"} <= {False}
-    result = filters.apply_rules(configs, filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90_fp8"))
+    result = rules.apply_rules(configs, rules.DeviceLimits.for_arch("90a"), filters_fp8.RULES)
     assert result.counts["accumulator_registers_over_budget"] > 0
     wide = [c for c in result.survivors if c.tile[1] > 144]
     assert {c.tile[1] for c in wide} == {192, 208, 224} and all(c.turns for c in wide)
@@ -284,7 +288,7 @@ def test_the_decode_space_promotes_256_deep_k_blocks_in_slices_of_128():
     from cutlass_ext.families.sm90_fp8.config import Fp8Config
 
     configs = load_space(CONFIGS / "sm90_fp8_decode.yaml")
-    result = filters.apply_rules(configs, filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90_fp8"))
+    result = rules.apply_rules(configs, rules.DeviceLimits.for_arch("90a"), filters_fp8.RULES)
     assert {c.tile[2] for c in result.survivors if c.accum == "promoted"} == {128, 256}
     sliced = [
         Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_promoted_swap"),
@@ -298,7 +302,7 @@ def test_the_decode_space_promotes_256_deep_k_blocks_in_slices_of_128():
     ]
     assert [filters_fp8.promotion_span(c) for c in longer] == [256, 256, 384]
     shallow = Fp8Config.from_name("fp8_e4m3e4m3_bf16_64x16x64_c1x1_pp_promoted_swap")
-    removed = filters.apply_rules(longer + sliced + [shallow], filters.DeviceLimits.for_arch("90a"), filters_fp8.RULES)
+    removed = rules.apply_rules(longer + sliced + [shallow], rules.DeviceLimits.for_arch("90a"), filters_fp8.RULES)
     assert removed.survivors == sliced
     assert removed.counts["promotion_span_over_128"] == 3 and removed.counts["promoted_k_block_under_128"] == 1
 
@@ -334,7 +338,7 @@ def test_hopper_corrected_space_loads_and_filters(tmp_path):
     """configs/sm90_corrected.yaml: SplitConfigs of both modes, the sm90 rules named, and survivors left."""
     configs = load_space(Path("configs/sm90_corrected.yaml"))
     assert {c.mode for c in configs} == {"tf32tf32", "halfhalf"} and all(c.family == "sm90" for c in configs)
-    result = filters.apply_rules(configs, filters.DeviceLimits.for_arch("90a"), filters.rules_for("sm90"))
+    result = rules.apply_rules(configs, rules.DeviceLimits.for_arch("90a"), filters_split.RULES)
     assert result.survivors and result.counts["shared_memory_under_two_stages"] > 0
     assert all(filters_split.two_stage_shared_bytes(c) <= 232448 for c in result.survivors)
     bad = tmp_path / "bad.yaml"

@@ -1,20 +1,11 @@
-"""Named rules that remove impossible or hopeless configs before anything is compiled (seed 000 section 3.5.1).
-
-Each removed config is attributed to the first rule that removes it, so the per-rule counts add up. The rules only
-remove what cannot work or would surely spill; everything else goes to the compiler, whose failures the sweep
-records as rows.
-"""
+"""Named rules that remove sm80 configs that cannot build or would surely spill, before anything is compiled
+(seed 000 section 3.5.1; `cutlass_ext.families.rules` applies them)."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
+from ..rules import Rule
+from .config import KernelConfig
 
-from cutlass_ext.families.sm80.config import KernelConfig
-
-# Opt-in shared memory per block, for --arch without a GPU (cudaDevAttrMaxSharedMemoryPerBlockOptin).
-SHARED_MEMORY_BYTES = {"80": 166912, "86": 101376, "87": 166912, "89": 101376, "90": 232448, "90a": 232448}
 BYTES_PER_ELEMENT = 4  # FP32 operands in shared memory (packed halfhalf words too)
 # CUTLASS's sm80 shared-memory layouts for 32-bit Tensor Core operands are built from 128-byte lines.
 SHARED_MEMORY_LINE_BYTES = 128
@@ -24,27 +15,6 @@ REGISTER_BUDGET = 160
 # Per n-tile (m16n8) of one warp row, the fresh accumulators each mode keeps while it issues a product across
 # the row (kernels/split_mma.h): tf32tf32 one, halfhalf two (hi·hi and lo terms), markidis one.
 _TEMPORARIES_PER_TILE = {"tf32": 0, "tf32tf32": 4, "halfhalf": 8, "markidis": 4}
-
-
-@dataclass(frozen=True)
-class DeviceLimits:
-    arch: str
-    shared_memory_bytes: int
-
-    @classmethod
-    def for_arch(cls, arch: str) -> DeviceLimits:
-        if arch not in SHARED_MEMORY_BYTES:
-            raise ValueError(f"arch={arch!r} has no shared-memory table entry; known: {sorted(SHARED_MEMORY_BYTES)}")
-        return cls(arch, SHARED_MEMORY_BYTES[arch])
-
-    @classmethod
-    def from_device(cls, device=None) -> DeviceLimits:
-        import torch
-
-        from cutlass_ext.toolchain import device_arch
-
-        properties = torch.cuda.get_device_properties(device)
-        return cls(device_arch(device), properties.shared_memory_per_block_optin)
 
 
 def warp_count(config: KernelConfig) -> int:
@@ -61,13 +31,6 @@ def register_estimate(config: KernelConfig) -> int:
     """FP32 accumulators of the warp tile plus the per-step temporaries of one row of n-tiles."""
     wm, wn, _ = config.warp
     return wm * wn // 32 + _TEMPORARIES_PER_TILE[config.mode] * (wn // 8)
-
-
-@dataclass(frozen=True)
-class Rule:
-    name: str
-    why: str
-    removes: Callable[[KernelConfig, DeviceLimits], bool]
 
 
 def _warp_exceeds(c, _):
@@ -182,37 +145,3 @@ RULES = (
         _register_estimate_over_budget,
     ),
 )
-
-
-@dataclass(frozen=True)
-class FilterResult:
-    survivors: list[KernelConfig]
-    removed: dict[KernelConfig, str]  # config -> the first rule that removed it
-    counts: Counter  # rule name -> configs it removed
-
-
-def rules_for(family: str) -> tuple[Rule, ...]:
-    """The rules of a kernel family: these for sm80, sweeps/filters_fp8.py's for sm90_fp8 and
-    sweeps/filters_split.py's for sm90 (the Hopper corrected SGEMM)."""
-    if family == "sm90_fp8":
-        from .filters_fp8 import RULES as FP8_RULES
-
-        return FP8_RULES
-    if family == "sm90":
-        from .filters_split import RULES as SPLIT_RULES
-
-        return SPLIT_RULES
-    return RULES
-
-
-def apply_rules(configs: list, limits: DeviceLimits, rules: tuple[Rule, ...] = RULES) -> FilterResult:
-    survivors, removed = [], {}
-    for config in configs:
-        rule = next((r for r in rules if r.removes(config, limits)), None)
-        if rule is None:
-            survivors.append(config)
-        else:
-            removed[config] = rule.name
-    counts = Counter({rule.name: 0 for rule in rules})
-    counts.update(removed.values())
-    return FilterResult(survivors, removed, counts)

@@ -1,13 +1,11 @@
 """Named rules that remove Hopper corrected-SGEMM (family sm90, kernels/sm90_corrected_gemm.cuh) configs that
-cannot build or would surely spill, before anything is compiled. Each removed config counts for the first rule
-that removes it, as in sweeps/filters.py."""
+cannot build or would surely spill, before anything is compiled (`cutlass_ext.families.rules` applies them)."""
 
 from __future__ import annotations
 
-from cutlass_ext.families.sm90.config import PLANE_BYTES, Sm90Config
-
-from .filters import Rule
-from .filters_fp8 import RULES as FP8_RULES
+from ..rules import Rule
+from ..sm90_fp8.filters import RULES as FP8_RULES
+from .config import PLANE_BYTES, Sm90Config
 
 SWIZZLE_ATOM_BYTES = 32  # a k-tile row fills whole 32-, 64- or 128-byte swizzle atoms of shared memory
 EPILOGUE_SHARED_BYTES = 34 * 1024  # the FP32 TMA-store epilogue's staging (34816 bytes at 128x128, measured by nvcc)

@@ -3,10 +3,9 @@ peers, with each variant run end to end as `ext.gemm` runs it (the split pass, t
 
 from __future__ import annotations
 
-from cutlass_ext import corrected_sm90
-from cutlass_ext.families.sm90.config import Sm90Config
-
-from .measure import make_problem, peers
+from ... import corrected_sm90
+from ..sm80.measure import make_problem, peers
+from .config import Sm90Config
 
 __all__ = ["kernel_runner", "make_problem", "peers"]
 

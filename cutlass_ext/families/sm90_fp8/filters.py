@@ -1,11 +1,10 @@
 """Named rules that remove FP8 (sm90a, CUTLASS 3.x) configs that cannot build or would surely spill, before
-anything is compiled. Like sweeps/filters.py: each removed config counts for the first rule that removes it."""
+anything is compiled (`cutlass_ext.families.rules` applies them)."""
 
 from __future__ import annotations
 
-from cutlass_ext.families.sm90_fp8.config import Fp8Config
-
-from .filters import Rule
+from ..rules import Rule
+from .config import Fp8Config
 
 WGMMA_M = 64  # rows one warpgroup's wgmma covers
 WGMMA_MAX_N = 256

@@ -1,8 +1,8 @@
-"""The sweep's GPU stages for one FP8 shape: e4m3 inputs with per-tensor scales, rotated past L2, their FP64
-reference, the accuracy gate against cuBLAS FP8 (torch._scaled_mm) with the same accumulation, and the peers.
-Times are CUDA-graph replays.
+"""The sm90_fp8 family's sweep measurement for one shape: e4m3 inputs with per-tensor scales, rotated past L2,
+their FP64 reference, the accuracy gate against cuBLAS FP8 (torch._scaled_mm) with the same accumulation, and the
+peers. Times are CUDA-graph replays.
 
-The timing stages (`measure.measure`, `measure.retime`) are shared with the FP32 families.
+The timing stages are the sweep driver's (sweeps/measure.py), shared with the FP32 families.
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from cutlass_ext import benchmark, numerics, ops, peers_fp8
-from cutlass_ext.families.sm90_fp8.config import OUT_DTYPES, Fp8Config
-
-from .measure import SEED_RELRES_LIMIT
+from ... import benchmark, numerics, ops, peers_fp8
+from ..sm80.measure import SEED_RELRES_LIMIT
+from .config import OUT_DTYPES, Fp8Config
 
 # the FP8 accuracy bound: relres within 1.1x of torch._scaled_mm's with the same accumulation
 SCALED_MM_FACTOR = 1.1
@@ -67,7 +66,7 @@ def make_problem(m: int, n: int, k: int, batch: int = 1, seed: int = 0, sets: in
     input sets to cycle through (default: enough that each call finds its inputs outside L2)."""
     if batch != 1:
         raise ValueError(f"FP8 sweeps take unbatched shapes; got batch={batch}")
-    from cutlass_ext.fp8 import quantize_fp8
+    from ...fp8 import quantize_fp8
 
     generator = torch.Generator(device="cuda").manual_seed(seed * 1_000_003 + m * 31 + n * 17 + k)
     input_sets = []
