@@ -41,7 +41,7 @@ def _cublas(precision: str):
     return run
 
 
-def contenders(moduli_counts, gemmul8_moduli, split_modes) -> dict:
+def contenders(moduli_counts, variants, gemmul8_moduli, split_modes) -> dict:
     """name -> (family, setting, run(a, b))."""
     found = {
         "cublas fp32": ("cublas", "fp32", _cublas("ieee")),
@@ -51,6 +51,9 @@ def contenders(moduli_counts, gemmul8_moduli, split_modes) -> dict:
         found[f"ours {mode}"] = ("cutlass_ext", mode, lambda a, b, mode=mode: ext.gemm(a, b, mode=mode))
     for count in moduli_counts:
         found[f"ours int8x{count}"] = ("cutlass_ext", f"int8x{count}", lambda a, b, c=count: ozaki.gemm(a, b, moduli=c))
+    for name in variants:
+        config = ozaki.OzakiConfig.from_name(name)
+        found[f"ours {name}"] = ("cutlass_ext", name, lambda a, b, c=config: ozaki.gemm(a, b, c.moduli, c))
     if gemmul8_moduli and LIBRARY.is_file():
         peer = Gemmul8()
         for count in gemmul8_moduli:
@@ -101,6 +104,23 @@ def measure(size: int, runners: dict, repeats: int, rounds: int = 2) -> list[dic
     return list(rows.values())
 
 
+def profile(size: int, runners: dict, names: list) -> None:
+    """Each named contender's kernels at m = n = k = size, as torch.profiler times them (where the time goes)."""
+    a = torch.rand(size, size, device="cuda") * 2 - 1
+    b = torch.rand(size, size, device="cuda") * 2 - 1
+    for name in names:
+        run = runners[name][2]
+        run(a, b)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profiler:
+            for _ in range(3):
+                run(a, b)
+            torch.cuda.synchronize()
+        print(f"{name} at {size}^3, per call:")
+        for event in sorted(profiler.key_averages(), key=lambda e: -e.device_time_total)[:8]:
+            print(f"  {event.device_time_total / 3 / 1000:9.3f} ms  {event.key[:110]}")
+
+
 def plot(table: pd.DataFrame, path: Path) -> None:
     import matplotlib
 
@@ -126,13 +146,19 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=DEFAULT_SIZES, help="m = n = k")
     parser.add_argument("--moduli", type=int, nargs="+", default=[6, 7, 8, 9], help="our moduli counts")
+    parser.add_argument(
+        "--variants", nargs="*", default=["ozaki_int8x8_128x256x128_c2x1_p32"], help="more of our variants, by name"
+    )
+    parser.add_argument("--profile", type=int, default=0, help="print each Ozaki contender's kernel times at this size")
     parser.add_argument("--gemmul8-moduli", type=int, nargs="*", default=[7, 8, 9])
     parser.add_argument("--split-modes", nargs="*", default=["tf32tf32", "halfhalf"])
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--out", type=Path, help="CSV to write (the plot goes beside it, .png)")
     args = parser.parse_args(argv)
 
-    runners = contenders(args.moduli, args.gemmul8_moduli, args.split_modes)
+    runners = contenders(args.moduli, args.variants, args.gemmul8_moduli, args.split_modes)
+    if args.profile:
+        profile(args.profile, runners, [n for n in runners if "int8x" in n or n.startswith("gemmul8")])
     rows = []
     for size in args.sizes:
         rows += measure(size, runners, args.repeats)
