@@ -139,6 +139,9 @@ def test_scale_forms_expand_to_blocks():
     assert scale_n == 1 and scale.shape == (n, 4)
     scale, scale_n = weight_scales("scale_b", torch.arange(n, dtype=torch.float32)[None, :], n, k, cpu)
     assert scale_n == 1 and torch.equal(scale[:, 3], torch.arange(n, dtype=torch.float32))
+    # (1, N) with N = ceil(K / 128) <= 128: the block quantizer's 128x128 scales of a narrow weight
+    scale, scale_n = weight_scales("scale_b", torch.rand(1, 16), 16, 2048, cpu)
+    assert scale_n == 128 and scale.shape == (1, 16)
     scale, scale_n = weight_scales("scale_b", torch.tensor(3.0), n, k, cpu)
     assert scale_n == 128 and scale.shape == (3, 4) and (scale == 3).all()
     with pytest.raises(ValueError, match=r"scale_a has shape \(6, 3\).*\(6, 4\)"):

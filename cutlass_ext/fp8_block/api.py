@@ -63,7 +63,8 @@ def weight_scales(name: str, scale, n: int, k: int, device: torch.device) -> tup
     scale = _check_scale_tensor(name, scale, device)
     blocks = k_blocks(k)
     row_blocks = -(-n // 128)
-    if scale.dim() == 2 and scale.shape == (row_blocks, blocks) and (row_blocks, blocks) != (1, n):
+    # 128x128 blocks first: a (1, N) tensor with N = ceil(K / 128) <= 128 is the block quantizer's output here
+    if scale.dim() == 2 and scale.shape == (row_blocks, blocks):
         return (scale if blocks == 1 or scale.stride(1) == 1 else scale.contiguous()), 128
     if scale.dim() == 2 and scale.shape == (n, blocks) and blocks > 1:
         return (scale if scale.stride(1) == 1 else scale.contiguous()), 1
@@ -80,7 +81,8 @@ def weight_scales(name: str, scale, n: int, k: int, device: torch.device) -> tup
 def is_block_scaled(m: int, n: int, k: int, scale_a, scale_b) -> bool:
     """Whether gemm_fp8's scales ask for block scaling: scale_a of 1x128 blocks over more than one k-block, or
     scale_b of 128x128 blocks, or of 1x128 blocks over more than one k-block. (With one k-block, K <= 128, row
-    and 1x128 scales are the same product and run the row-scaled kernel.)"""
+    and 1x128 scales are the same product and run the row-scaled kernel. A (1, N) scale_b beside per-row or
+    per-tensor scale_a stays the row-scaled kernel's (1, N) form even where 128x128 blocks have that shape.)"""
     blocks = k_blocks(k)
     a_shape = tuple(scale_a.shape) if isinstance(scale_a, torch.Tensor) else ()
     b_shape = tuple(scale_b.shape) if isinstance(scale_b, torch.Tensor) else ()
