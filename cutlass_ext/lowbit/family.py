@@ -9,4 +9,7 @@ FAMILY = Family(
     config=LowbitKernelConfig,
     template=kernels_dir() / "lowbit_gemm.cu.in",
     render_instance=render_instance,
+    filters="cutlass_ext.lowbit.filters",
+    space="cutlass_ext.lowbit.space",
+    measure="cutlass_ext.lowbit.measure",
 )
