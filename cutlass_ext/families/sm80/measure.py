@@ -32,7 +32,7 @@ class Problem:
     reference: torch.Tensor
     cublas_fp32_relres: float
     _prepared: dict = field(default_factory=dict, repr=False)
-    # 0: each call timed with CUDA events; n > 0: n calls replayed from a CUDA graph (measure_fp8's decode shapes)
+    # 0: each call timed with CUDA events; n > 0: n calls replayed from a CUDA graph (FP8 decode shapes)
     graph_calls: int = 0
 
     def operands(self, prepare) -> list:

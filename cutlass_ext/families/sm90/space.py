@@ -17,16 +17,16 @@ from pathlib import Path
 
 from .. import spaces
 from ..spaces import SpaceError
-from . import config as split_config
+from . import config as sm90_config
 
 
 def load_space(path: Path, document: dict) -> list:
-    modes = spaces.modes(path, document, split_config.MODES)
+    modes = spaces.modes(path, document, sm90_config.MODES)
     axes = spaces.axes(
         path,
         document.get("space"),
         {"tile": "mnk", "cluster": "mn"},
-        {"schedule": list(split_config.SCHEDULES)},
+        {"schedule": list(sm90_config.SCHEDULES)},
         ("promotion", "swizzle"),
         "Sm90Config",
     )
@@ -35,7 +35,7 @@ def load_space(path: Path, document: dict) -> list:
     for mode in modes:
         for values in itertools.product(*(axes[name] for name in names)):
             try:
-                configs.append(split_config.Sm90Config(mode=mode, **dict(zip(names, values))))
+                configs.append(sm90_config.Sm90Config(mode=mode, **dict(zip(names, values))))
             except ValueError as error:
                 raise SpaceError(f"{path}: {error}") from error
     return configs

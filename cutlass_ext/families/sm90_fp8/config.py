@@ -50,7 +50,7 @@ class Fp8Config(VariantFields):
     4096 x 8192, 32 MB, while B streams past it): `n` then keeps only a band of A and re-reads B once per band.
     promotion: k-blocks between promotions into FP32 registers, for `promoted` (name `_pN` unless 1): fewer
     promotions cost fewer instructions and keep longer sums in the Tensor Core's narrower accumulator (spans over
-    128 k elements break the accuracy bound: sweeps/filters_fp8.py). With 1, a 256- or 512-deep k-block is
+    128 k elements break the accuracy bound: filters.py). With 1, a 256- or 512-deep k-block is
     promoted in slices of 128 (kernels/sm90_fp8_overlapped_promotion.hpp).
     turns: promotion every k-block (cooperative) with the two warpgroups taking turns at the Tensor Core, each
     promoting while the other's k-block runs (name suffix `_turns`): two accumulator fragments per thread instead
