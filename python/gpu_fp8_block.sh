@@ -12,6 +12,11 @@ if ! python3 -c "import cutlass_library" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/fp8block_site .whl/nvidia_cutlass-*.whl || exit 1
   export PYTHONPATH="/tmp/fp8block_site:$PYTHONPATH"
 fi
+if [ -z "${CUDA_HOME:-}" ]; then  # DeepGEMM's build and JIT want the toolkit's root, not a wrapper's folder
+  for candidate in /usr/local/cuda /usr/local/cuda-13.0; do
+    if [ -x "$candidate/bin/nvcc" ]; then export CUDA_HOME=$candidate; break; fi
+  done
+fi
 if [ -f peers/deepgemm/build_offline.py ] && [ ! -f peers/deepgemm/deep_gemm/_C.so ]; then
   timeout 240 python3 peers/deepgemm/build_offline.py > "$logs/deepgemm_build.log" 2>&1 &
 fi
