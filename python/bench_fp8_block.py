@@ -4,11 +4,11 @@
 
 Dense rows: (N, K) of DeepSeek-V3's projections x M; 1x128 activation and 128x128 weight scales, e4m3 inputs,
 bf16 output. Contenders: `ext.gemm_fp8` (the block kernel dispatch picks; `--variants` adds named ones),
-`torch._scaled_mm` with the same block scales where this torch and cuBLAS take them (else its row-wise form,
-skipped otherwise), and DeepGEMM's `fp8_gemm_nt` when `deep_gemm` imports (built by
-peers/deepgemm/build_offline.py). MoE rows: G experts x M tokens each, (N, K) of the experts' up and down
-projections; ours contiguous (offsets) and masked (counts), DeepGEMM's contiguous (its row-to-expert index, groups
-padded to its alignment) and masked layouts, and `torch._scaled_grouped_mm` with row-wise scales where it runs.
+`torch._scaled_mm` with the same block scales where this torch and cuBLAS take them, and with `--deepgemm`
+DeepGEMM's `fp8_gemm_nt` (built by peers/deepgemm/build_offline.py; its JIT compiles a kernel per shape on first
+use). MoE rows: G experts x M tokens each, (N, K) of the experts' up and down projections; ours contiguous
+(offsets) and masked (counts), DeepGEMM's contiguous (its row-to-expert index) and masked layouts, and
+`torch._scaled_grouped_mm` with row-wise scales (timing only: other scales) where it runs.
 Each row is the GPU's time of one call replayed from a CUDA graph (`us`, inputs rotated past L2), TFLOP/s of the
 useful work, and relres = |D - D_64|_F / |D_64|_F against the FP64 product of the dequantized inputs over the
 first rows. A contender that fails records its error in `note`. A PNG of TFLOP/s beside the CSV.
@@ -282,9 +282,14 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", nargs="*", default=DENSE_VARIANTS, help="dense variant names timed beside ours")
     parser.add_argument("--grouped-variants", nargs="*", default=GROUPED_VARIANTS, help="grouped ones (contiguous)")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument(
+        "--deepgemm", action="store_true", help="time DeepGEMM too (JIT-compiles a kernel per shape on first use)"
+    )
     args = parser.parse_args(argv)
     environment = {**benchmark.environment(), "command": shlex.join(["python", *sys.argv])}
     build(args.variants + args.grouped_variants)
+    if not args.deepgemm:
+        _DEEP_GEMM.append(None)
     rows = bench_dense(args.dense_m, args.dense_nk, args.variants, environment, args.repeats)
     rows += bench_moe(args.moe_groups, args.moe_m, args.moe_nk, args.grouped_variants, environment, args.repeats)
     frame = pd.DataFrame(rows)
