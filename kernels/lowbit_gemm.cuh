@@ -329,7 +329,13 @@ struct LowbitGemm {
         if (i >= thread.width) continue;
         float* out = db + (thread.k0 + i) * args.db_row_stride + (c0 + c) * args.db_column_stride;
         float sum = row_block > 0 ? __ldcg(out) : 0.0f;
-        for (int r = 0; r < rows; ++r) sum = add_rn(sum, terms[r][t]);
+        const float* column = &terms[0][t];
+        if (rows == kGradThreads) {  // every row block but a short last one: constant offsets, no bound test
+#pragma unroll 16
+          for (int r = 0; r < kGradThreads; ++r) sum = add_rn(sum, column[r * kGradPitch]);
+        } else {
+          for (int r = 0; r < rows; ++r) sum = add_rn(sum, column[r * kGradPitch]);
+        }
         *out = sum;
       }
       __threadfence();
