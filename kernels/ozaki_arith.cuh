@@ -141,12 +141,66 @@ OZAKI_HD double horner(const int (&digits)[kCount], double value) {
   }
 }
 
-// reference.recombine for one element: float32(C'·2^-(shift_a + shift_b)).
+// The product of the first kCount moduli, for kCount ≤ kMaxWrappedModuli (P < 2^64).
+constexpr int kMaxWrappedModuli = 8;
 template <int kCount>
+constexpr uint64_t moduli_product() {
+  uint64_t product = 1;
+  for (int i = 0; i < kCount; ++i) product *= uint64_t(kAllModuli[i]);
+  return product;
+}
+
+// (P / m_l)^-1 mod m_l: the CRT weight's inverse.
+template <int kCount>
+constexpr int crt_inverse(int l) {
+  int cofactor = 1;
+  for (int i = 0; i < kCount; ++i)
+    if (i != l) cofactor = int((int64_t(cofactor) * kAllModuli[i]) % kAllModuli[l]);
+  return inverse_mod(cofactor, kAllModuli[l]);
+}
+
+// reference.recombine for kCount ≤ 8: C' = Σ y_l·(P/m_l) − k·P exactly, in 64-bit arithmetic that wraps (|C'| <
+// 2^63), with y_l ≡ r_l·(P/m_l)^-1 (mod m_l), |y_l| < m_l, and k = round(Σ y_l/m_l) from 2^-24 fixed point
+// (error < 2^-14; |C'|/P stays 2^-13 below 1/2 by the shift budget). O(kCount) small-integer operations, where
+// Garner's digits take O(kCount²). kBalanced: products are residues already in [-128, 127].
+template <int kCount, bool kBalanced, int kIndex = 0>
+OZAKI_HD void crt_terms(const int32_t (&products)[kCount], uint64_t& sum, int32_t& fraction) {
+  if constexpr (kIndex < kCount) {
+    constexpr int kModulus = kAllModuli[kIndex];
+    constexpr int kInverse = crt_inverse<kCount>(kIndex);
+    constexpr uint64_t kWeight = moduli_product<kCount>() / uint64_t(kModulus);
+    constexpr int32_t kFraction = int32_t(((1 << 24) + kModulus / 2) / kModulus);  // round(2^24 / m)
+    const int32_t x = kBalanced ? products[kIndex] : products[kIndex] % kModulus;
+    const int32_t y = (x * kInverse) % kModulus;
+    fraction += y * kFraction;
+    sum += uint64_t(int64_t(y)) * kWeight;
+    crt_terms<kCount, kBalanced, kIndex + 1>(products, sum, fraction);
+  }
+}
+
+template <int kCount, bool kBalanced>
+OZAKI_HD int64_t crt_wrapped(const int32_t (&products)[kCount]) {
+  static_assert(kCount <= kMaxWrappedModuli, "P must stay below 2^64");
+  uint64_t sum = 0;
+  int32_t fraction = 0;
+  crt_terms<kCount, kBalanced>(products, sum, fraction);
+  const int32_t k = (fraction + (1 << 23)) >> 24;  // arithmetic shift: round to nearest
+  return int64_t(sum - uint64_t(int64_t(k)) * moduli_product<kCount>());
+}
+
+// reference.recombine for one element: float32(C'·2^-(shift_a + shift_b)), C' in FP64 (rounded once for
+// kCount ≤ 8, Horner's rule above).
+template <int kCount, bool kBalanced = false>
 OZAKI_HD float recombine(const int32_t (&products)[kCount], int shift_a, int shift_b) {
-  int digits[kCount];
-  Garner<kCount>::digits(products, digits);
-  const double value = horner<kCount>(digits, double(digits[kCount - 1])) * pow2(-(shift_a + shift_b));
+  double value;
+  if constexpr (kCount <= kMaxWrappedModuli) {
+    value = double(crt_wrapped<kCount, kBalanced>(products));
+  } else {
+    int digits[kCount];
+    Garner<kCount>::digits(products, digits);
+    value = horner<kCount>(digits, double(digits[kCount - 1]));
+  }
+  value *= pow2(-(shift_a + shift_b));
 #ifdef __CUDA_ARCH__
   return __double2float_rn(value);
 #else

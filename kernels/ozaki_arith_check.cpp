@@ -2,7 +2,8 @@
 // stdin, one query per line; stdout, one answer per line:
 //   shift <squares> <budget>            -> s
 //   residues <count> <x> <shift>        -> the balanced residues of round(x·2^s), one per modulus
-//   recombine <count> <sa> <sb> <p...>  -> the float32 result's bits, in hex
+//   recombine <count> <balanced> <sa> <sb> <p...>  -> the float32 result's bits, in hex (balanced: p are
+//                                        residues in [-128, 127], as the GEMM's epilogue writes them)
 //   epilogue <x> <m>                    -> the GEMM epilogue's balanced residue of x modulo m
 #include <cstdio>
 #include <cstring>
@@ -20,21 +21,22 @@ void answer_residues(float x, int shift) {
 }
 
 template <int kCount>
-void answer_recombine(int shift_a, int shift_b) {
+void answer_recombine(int balanced, int shift_a, int shift_b) {
   int32_t products[kCount];
   for (int l = 0; l < kCount; ++l) std::scanf("%d", &products[l]);
-  const float value = recombine<kCount>(products, shift_a, shift_b);
+  const float value = balanced ? recombine<kCount, true>(products, shift_a, shift_b)
+                               : recombine<kCount, false>(products, shift_a, shift_b);
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof bits);
   std::printf("%08x\n", bits);
 }
 
 template <int kCount = 3>
-void dispatch(int count, bool residue_query, float x, int a, int b) {
+void dispatch(int count, bool residue_query, float x, int a, int b, int c) {
   if constexpr (kCount <= kMaxModuli) {
-    if (count != kCount) return dispatch<kCount + 1>(count, residue_query, x, a, b);
+    if (count != kCount) return dispatch<kCount + 1>(count, residue_query, x, a, b, c);
     if (residue_query) answer_residues<kCount>(x, a);
-    else answer_recombine<kCount>(a, b);
+    else answer_recombine<kCount>(a, b, c);
   }
 }
 
@@ -54,11 +56,11 @@ int main() {
       int count, shift;
       float x;
       std::scanf("%d %a %d", &count, &x, &shift);
-      dispatch(count, true, x, shift, 0);
+      dispatch(count, true, x, shift, 0, 0);
     } else {
-      int count, shift_a, shift_b;
-      std::scanf("%d %d %d", &count, &shift_a, &shift_b);
-      dispatch(count, false, 0.0f, shift_a, shift_b);
+      int count, balanced, shift_a, shift_b;
+      std::scanf("%d %d %d %d", &count, &balanced, &shift_a, &shift_b);
+      dispatch(count, false, 0.0f, balanced, shift_a, shift_b);
     }
   }
   return 0;

@@ -152,7 +152,8 @@ __global__ void __launch_bounds__(kRecombineThreads) recombine_kernel(const cutl
 #pragma unroll
     for (int c = 0; c < kRecombineColumns; ++c) {
       if (column0 + c < args.n) {
-        out[(column0 + c) * args.out_column_stride] = recombine<kCount>(products[c], shift_a, shift_b[c]);
+        out[(column0 + c) * args.out_column_stride] =
+            recombine<kCount, sizeof(Product) == 1>(products[c], shift_a, shift_b[c]);
       }
     }
   }

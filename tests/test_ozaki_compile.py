@@ -73,18 +73,21 @@ def test_epilogue_residues_match_reference(arith_check, generator):
     assert arith_check(lines) == wanted
 
 
-@pytest.mark.parametrize("count", [3, 7, 8, 14])
-def test_recombination_matches_reference(arith_check, count, generator):
-    """Products of real residue planes (so C' is in range), from INT32 values anywhere in the range."""
+@pytest.mark.parametrize("balanced", [0, 1])
+@pytest.mark.parametrize("count", [3, 7, 8, 9, 14])
+def test_recombination_matches_reference(arith_check, count, balanced, generator):
+    """Products of real residue planes (so C' is in range), as INT32 products or as the epilogue's INT8 residues."""
     a, b = exp_rand((6, 50), -40, 40, generator), exp_rand((50, 5), -40, 40, generator)
     shifts_a, shifts_b = ref.row_shifts(a, count), ref.row_shifts(b.T, count)
     products = ref.residue_products(ref.residues(a, shifts_a, count), ref.residues(b.T, shifts_b, count).mT)
+    if balanced:
+        products = torch.stack([ref.balanced(p.long(), m) for p, m in zip(products, ref.moduli(count))]).int()
     expected = ref.recombine(products, shifts_a, shifts_b, count).view(torch.int32)
     lines, wanted = [], []
     for i in range(6):
         for j in range(5):
             values = " ".join(str(int(products[modulus, i, j])) for modulus in range(count))
-            lines.append(f"recombine {count} {int(shifts_a[i])} {int(shifts_b[j])} {values}")
+            lines.append(f"recombine {count} {balanced} {int(shifts_a[i])} {int(shifts_b[j])} {values}")
             wanted.append(f"{int(expected[i, j]) & 0xFFFFFFFF:08x}")
     assert arith_check(lines) == wanted
 

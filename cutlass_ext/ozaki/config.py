@@ -18,9 +18,7 @@ DEFAULT_MODULI = 8  # the fewest within 1.1x of SGEMM's error for K up to 65536 
 # What the GEMM writes: INT8 residues of its products, reduced in the epilogue (a quarter of the bytes of INT32
 # products to write and to read back), or the INT32 products themselves (name suffix `_p32`).
 OUTPUTS = ("residues", "products")
-_NAME_PATTERN = re.compile(
-    r"ozaki_int8x(?P<moduli>\d+)_(?P<tile>\d+x\d+x\d+)_c(?P<cluster>\d+x\d+)(?P<products>_p32)?"
-)
+_NAME_PATTERN = re.compile(r"ozaki_int8x(?P<moduli>\d+)_(?P<tile>\d+x\d+x\d+)_c(?P<cluster>\d+x\d+)(?P<products>_p32)?")
 
 
 @dataclass(frozen=True)

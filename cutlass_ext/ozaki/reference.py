@@ -9,10 +9,11 @@ arXiv 2504.08009; GEMMul8, arXiv 2508.03984):
 2. Residues. A' mod m_l and B' mod m_l, balanced into [-⌊m_l/2⌋, ⌈m_l/2⌉ - 1] (INT8 for m_l ≤ 256), one plane per
    modulus (`residues`). The moduli are the coprime integers ≤ 256 taken greedily from the top (`moduli`).
 3. One INT8 GEMM per modulus, exact in INT32 while K < 2^17 (|residue products| ≤ 2^14).
-4. Recombination (`recombine`): Garner's algorithm turns the INT32 products into balanced mixed-radix digits of
-   C' = A'·B' (exact small-integer arithmetic), then Horner's rule in FP64 (one multiply and one add per digit,
-   each rounded) gives C' with relative error ~n·2^-53: digits of a balanced representation vanish above
-   |C'|'s size, so no cancellation amplifies it. Finally C = float32(C' · 2^-(s_i + s_j)).
+4. Recombination (`recombine`): C' = A'·B' is the unique integer in (-P/2, P/2) with the residues of the INT32
+   products. Up to 8 moduli (P < 2^64) it is rebuilt exactly and rounded once to FP64 (the kernels: Σ y_l·P/m_l
+   − k·P in wrapping 64-bit arithmetic); above, Garner's algorithm gives its balanced mixed-radix digits and
+   Horner's rule in FP64 (each multiply and add rounded) its value within ~n·2^-53: digits of a balanced
+   representation vanish above |C'|'s size, so no cancellation amplifies the error. C = float32(C'·2^-(s_i + s_j)).
 
 Every step but the norm is exact or fixed-order, so the kernels equal this reference bit for bit. The norm is an
 FP64 sum of exact squares whose rounding depends on the summation order: a kernel's shift can differ only when a
@@ -30,6 +31,8 @@ MIN_MODULI = 3  # fewer leave too few bits for the rounding allowance √K/2 at 
 MAX_MODULI = 14  # P < 2^111: scaled integers stay below 2^56, FP64-exact residue inputs with room to spare
 MAX_K = 2**17 - 1  # INT32 products of residues in [-128, 127] stay exact: K·2^14 < 2^31
 SHIFT_GUARD_BITS = 30  # the norm's FP64 rounding error (≤ K·2^-53 relative) is covered by 2^-30
+MAX_WRAPPED_MODULI = 8  # P < 2^64: the kernels rebuild C' exactly in 64-bit integers
+CRT_MARGIN_BITS = 12  # |C'| ≤ (1 − 2^-12)·P/2: the kernels' fixed-point estimate of C'/P rounds to the right k
 
 
 def _coprime_moduli() -> tuple[int, ...]:
@@ -61,12 +64,13 @@ def moduli_product(count: int) -> int:
 
 
 def shift_budget(count: int) -> int:
-    """The largest t with (2^t·(1 + 2^-30) + √(2^17)/2)² < P/2: scaled rows and columns of norm ≤ 2^t (plus the
-    rounding allowance and the norm's guard) keep every |C'| below P/2, so the balanced CRT recovers C' exactly."""
-    half_product = moduli_product(count) // 2
+    """The largest t with (2^t·(1 + 2^-30) + √(2^17)/2)² ≤ (1 − 2^-12)·P/2: scaled rows and columns of norm ≤ 2^t
+    (plus the rounding allowance and the norm's guard) keep every |C'| below P/2 with a margin, so the balanced CRT
+    recovers C' exactly."""
+    limit = (moduli_product(count) // 2) * (2**CRT_MARGIN_BITS - 1)  # compared with bound · 2^12
     rounding_allowance = 182  # ≥ √(2^17)/2 = 181.02: each of K ≤ 2^17 roundings moves an entry by ≤ 1/2
     t = 0
-    while (2 ** (t + 1) + 2 ** (t + 1 - SHIFT_GUARD_BITS) + rounding_allowance) ** 2 < half_product:
+    while (2 ** (t + 1) + 2 ** (t + 1 - SHIFT_GUARD_BITS) + rounding_allowance) ** 2 * 2**CRT_MARGIN_BITS <= limit:
         t += 1
     return t
 
