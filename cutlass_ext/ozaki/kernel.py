@@ -2,8 +2,9 @@
 
 One call runs three launchers of the variant's library (kernels/ozaki_gemm.cuh): the operand pass over A's rows
 and over B's columns (shifts and INT8 residue planes, K-major, K padded to 16 bytes), one batched INT8 GEMM over
-every (modulus, batch) problem into INT8 residue planes (or INT32 products), and the recombination into the FP32 output. The result equals
-`reference.ozaki_matmul` bit for bit (its docstring is the definition). CPU tensors run the reference itself.
+every (modulus, batch) problem into INT8 residue planes (or INT32 products), and the recombination into the FP32
+output. The result equals `reference.ozaki_matmul` bit for bit (its docstring is the definition). CPU tensors run
+the reference itself.
 """
 
 from __future__ import annotations
