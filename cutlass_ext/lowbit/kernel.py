@@ -299,7 +299,9 @@ def lowbit_grads(
         eps2,
     )
     with torch.cuda.device(a.device):
-        size = _function(variant, "lowbit_grads_workspace", a.device)(ctypes.byref(args))
+        workspace_bytes = _function(variant, "lowbit_grads_workspace", a.device)
+        workspace_bytes.restype = ctypes.c_int64
+        size = workspace_bytes(ctypes.byref(args))
         workspace = torch.empty(size, dtype=torch.uint8, device=a.device)  # the launcher clears it
         args.workspace = workspace.data_ptr()
         _launch(variant, "lowbit_grads", args, a.device)
