@@ -22,9 +22,12 @@ def default_variants(mode: str) -> list[str]:
     return [DEFAULTS[mode].name]
 
 
-def product(a: torch.Tensor, b: torch.Tensor, mode: str, variants: list[str] | None = None) -> torch.Tensor:
+def product(
+    a: torch.Tensor, b: torch.Tensor, mode: str, variants: list[str] | None = None, bias=None, alpha: float = 1.0
+) -> torch.Tensor:
     """A·B for float32 CUDA a (…, M, K) and b (…, K, N) that `supports_shapes` accepts on a Hopper GPU, through the
-    first of `variants` (SplitConfig names of `mode`) that can run it; the default variant if none are given."""
+    first of `variants` (SplitConfig names of `mode`) that can run it; the default variant if none are given.
+    bias (N,) and alpha: alpha·A·B + bias, through variants with the bias epilogue."""
     variants = variants or default_variants(mode)
     if not torch.compiler.is_compiling():
         registry.ensure_names_registered(variants, a.device)  # loads the split pass with the kernels
@@ -41,5 +44,5 @@ def product(a: torch.Tensor, b: torch.Tensor, mode: str, variants: list[str] | N
         row_shift = column_shift = None
         a_hi, a_lo = ops.split_planes(a_rows, None, format)
         b_hi, b_lo = ops.split_planes(b_t, None, format)
-    c = ops.gemm_split(a_hi, a_lo, b_hi, b_lo, row_shift, column_shift, variants)
+    c = ops.gemm_split(a_hi, a_lo, b_hi, b_lo, row_shift, column_shift, variants, bias, alpha)
     return c.view(*a.shape[:-1], c.shape[-1]) if folded else c

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
@@ -288,6 +289,10 @@ def _run(a, b, source, alpha: float, beta: float, mode: str) -> torch.Tensor:
     index = a.device.index if a.device.index is not None else torch.cuda.current_device()
     path, variants = _split_plan(_runtime_plan(index, mode, _layout(a), _layout(b), m, n, k, hopper_ok))
     if path == "sm90":
+        if source is None and alpha == 1.0:
+            return corrected_sm90.product(a, b, mode, variants)
+        if source is None or (source.shape == (n,) and beta == 1.0):  # a bias: the epilogue adds it
+            return corrected_sm90.product(a, b, mode, _with_bias_epilogue(tuple(variants)), source, alpha)
         return _epilogue(corrected_sm90.product(a, b, mode, variants), source, alpha, beta)
     if mode == "halfhalf":  # operand pass, product and unscaling (with the epilogue) in one call
         return ops.halfhalf_gemm(a, b, variants, source, alpha, beta)
@@ -297,8 +302,15 @@ def _run(a, b, source, alpha: float, beta: float, mode: str) -> torch.Tensor:
 torch.library.impl("cutlass_ext::product", "CUDA", _run)
 
 
+@functools.lru_cache(maxsize=256)
+def _with_bias_epilogue(variants: tuple[str, ...]) -> list[str]:
+    """The sm90 variants' twins that compute alpha·A·B + bias in their epilogue (built on first use)."""
+    return [dataclasses.replace(SplitConfig.from_name(name), epilogue="bias").name for name in variants]
+
+
 def _epilogue(d: torch.Tensor, source: torch.Tensor | None, alpha: float, beta: float) -> torch.Tensor:
-    """alpha·d + beta·source in place on a fresh product, for the paths whose kernels do not apply it."""
+    """alpha·d + beta·source in place on a fresh product, where the kernel applies no such epilogue (the sm90
+    kernels add a bias, not a C)."""
     if alpha != 1.0:
         d.mul_(alpha)
     return d if source is None else d.add_(source, alpha=beta)

@@ -5,6 +5,8 @@ The CUDA implementations come from the torch binding (kernels/torch_binding.cpp)
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import cublas, registry
@@ -28,9 +30,10 @@ _library.define(
 # bytes and zeros after k; and the product of A's planes (…, m, k') with Bᵀ's (…, n, k'), unscaled by halfhalf's
 # shifts.
 _library.define("split_planes(Tensor x, Tensor? shift, int format) -> (Tensor, Tensor)")
+# bias (n) and alpha: alpha · product + bias, for the variants with the bias epilogue.
 _library.define(
     "gemm_split(Tensor a_hi, Tensor a_lo, Tensor b_hi, Tensor b_lo, Tensor? row_shift, Tensor? column_shift, "
-    "str[] variants) -> Tensor"
+    "str[] variants, Tensor? bias=None, float alpha=1.0) -> Tensor"
 )
 PLANES_TF32, PLANES_HALF = 0, 1
 # halfhalf's range shifts, int32: one per row of x (dim -1: (…, rows, 1)) or per column (dim -2: (…, 1, columns)),
@@ -104,7 +107,7 @@ def _split_planes_fake(x: torch.Tensor, shift, format: int):
 
 
 @torch.library.register_fake("cutlass_ext::gemm_split")
-def _gemm_split_fake(a_hi, a_lo, b_hi, b_lo, row_shift, column_shift, variants):
+def _gemm_split_fake(a_hi, a_lo, b_hi, b_lo, row_shift, column_shift, variants, bias=None, alpha=1.0):
     if torch.cuda.is_available():
         registry.ensure_names_registered(variants, a_hi.device)
     return a_hi.new_empty((*a_hi.shape[:-1], b_hi.shape[-2]), dtype=torch.float32)
@@ -114,11 +117,16 @@ def split_planes(x: torch.Tensor, shift: torch.Tensor | None, format: int) -> tu
     return torch.ops.cutlass_ext.split_planes(x, shift, format)
 
 
-def gemm_split(a_hi, a_lo, b_hi, b_lo, row_shift, column_shift, variants: list[str]) -> torch.Tensor:
+def gemm_split(
+    a_hi, a_lo, b_hi, b_lo, row_shift, column_shift, variants: list[str], bias=None, alpha=1.0
+) -> torch.Tensor:
     op = torch.ops.cutlass_ext.gemm_split.default
     if torch.compiler.is_compiling():
-        return op(a_hi, a_lo, b_hi, b_lo, row_shift, column_shift, variants)
-    return registry.call_loading_fallbacks(op, variants, a_hi.device, a_hi, a_lo, b_hi, b_lo, row_shift, column_shift)
+        return op(a_hi, a_lo, b_hi, b_lo, row_shift, column_shift, variants, bias, alpha)
+    epilogue = functools.partial(op, bias=bias, alpha=alpha)
+    return registry.call_loading_fallbacks(
+        epilogue, variants, a_hi.device, a_hi, a_lo, b_hi, b_lo, row_shift, column_shift
+    )
 
 
 @torch.library.register_fake("cutlass_ext::range_shift")

@@ -150,9 +150,10 @@ typedef struct {
 } cutlass_ext_planes_args;
 typedef int (*cutlass_ext_split_planes_fn)(const cutlass_ext_planes_args* args, void* cuda_stream);
 
-// Hopper corrected SGEMM (sm90a): D = (hi_a·hi_b + lo terms) · 2^-(row_shift[m] + column_shift[n]) for `batch`
-// problems, from the planes of split_planes: A's (m, k) and B's (n, k), both K-major, rows lda / ldb apart;
-// D (m, n) row-major FP32. A null shift reads as 0. device, sm_count: the GPU and its SM count.
+// Hopper corrected SGEMM (sm90a): D = alpha · (hi_a·hi_b + lo terms) · 2^-(row_shift[m] + column_shift[n]) +
+// bias[n] for `batch` problems, from the planes of split_planes: A's (m, k) and B's (n, k), both K-major, rows
+// lda / ldb apart; D (m, n) row-major FP32. A null shift reads as 0, a null bias as 0; alpha and bias need a
+// variant with the bias epilogue (others take alpha = 1 and no bias). device, sm_count: the GPU and its SM count.
 typedef struct {
   int64_t m, n, k, batch;
   const void* a_hi;
@@ -167,6 +168,8 @@ typedef struct {
   int64_t row_shift_batch_stride;
   const int32_t* column_shift;
   int64_t column_shift_batch_stride;
+  const float* bias;
+  float alpha;
   int32_t device, sm_count;
 } cutlass_ext_split_gemm_args;
 

@@ -67,10 +67,27 @@ struct Unscale<cutlass::Array<T, N>> {
   }
 };
 
+// gemm's epilogue in the variants that have one: alpha · x + bias[n], one rounding.
+template <class T>
+struct ScaledPlusBias {
+  CUTLASS_DEVICE T operator()(T x, T alpha, T bias) const { return fmaf(alpha, x, bias); }
+};
+template <class T, int N>
+struct ScaledPlusBias<cutlass::Array<T, N>> {
+  CUTLASS_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& x, cutlass::Array<T, N> const& alpha,
+                                                 cutlass::Array<T, N> const& bias) const {
+    cutlass::Array<T, N> out;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) out[i] = ScaledPlusBias<T>{}(x[i], alpha[i], bias[i]);
+    return out;
+  }
+};
+
 // PromotionInterval: k-tiles between promotions of hi·hi into the FP32 accumulator (a run-time argument: variants
-// differing only in it, or in Swizzle, share the kernel).
+// differing only in it, or in Swizzle, share the kernel). Bias: the epilogue computes alpha · product + bias (n)
+// (alpha = 1 and no bias otherwise).
 template <class Mode, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, class Schedule, int Swizzle = 1,
-          int PromotionInterval = 1>
+          int PromotionInterval = 1, bool Bias = false>
 struct Sm90SplitGemm {
   using Element = typename Mode::Element;
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
@@ -85,8 +102,16 @@ struct Sm90SplitGemm {
   using Unscaled = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<Unscale, float, float, cutlass::FloatRoundStyle::round_to_nearest>,
       cutlass::epilogue::fusion::Sm90AccFetch, RowShift, ColumnShift>;
-  using Fusion = cute::conditional_t<Mode::kScaled, Unscaled,
-                                     cutlass::epilogue::fusion::LinearCombination<float, float, void, float>>;
+  using Product = cute::conditional_t<Mode::kScaled, Unscaled, cutlass::epilogue::fusion::Sm90AccFetch>;
+  using BiasRow = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float, float,
+                                                              cute::Stride<cute::_0, cute::_1, int64_t>>;
+  using WithBias = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<ScaledPlusBias, float, float, cutlass::FloatRoundStyle::round_to_nearest>,
+      Product, cutlass::epilogue::fusion::Sm90ScalarBroadcast<float>, BiasRow>;
+  using Fusion = cute::conditional_t<
+      Bias, WithBias,
+      cute::conditional_t<Mode::kScaled, Unscaled,
+                          cutlass::epilogue::fusion::LinearCombination<float, float, void, float>>>;
 
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -144,12 +169,16 @@ struct Sm90SplitGemm {
     arguments.mainloop.ptr_B_lo = static_cast<const Element*>(args.b_lo);
     arguments.mainloop.dB = cute::make_stride(args.ldb, _1{}, args.batch_stride_b);
     arguments.mainloop.promotion_interval = PromotionInterval;
-    if constexpr (Mode::kScaled) {
-      arguments.epilogue.thread = {
-          {},
-          {args.row_shift, 0, {_1{}, _0{}, args.row_shift_batch_stride}},
-          {args.column_shift, 0, {_0{}, _1{}, args.column_shift_batch_stride}},
-          {}};
+    typename Unscaled::Arguments unscaled{{},
+                                          {args.row_shift, 0, {_1{}, _0{}, args.row_shift_batch_stride}},
+                                          {args.column_shift, 0, {_0{}, _1{}, args.column_shift_batch_stride}},
+                                          {}};
+    if constexpr (Bias) {
+      typename Product::Arguments product{};
+      if constexpr (Mode::kScaled) product = unscaled;
+      arguments.epilogue.thread = {product, {{args.alpha}}, {args.bias, 0.0f, {_0{}, _1{}, 0}}, {}};
+    } else if constexpr (Mode::kScaled) {
+      arguments.epilogue.thread = unscaled;
     } else {
       arguments.epilogue.thread.alpha = 1.0f;
       arguments.epilogue.thread.beta = 0.0f;
@@ -175,10 +204,12 @@ struct Sm90SplitGemm {
     bool output = at16(args.d) && args.ldd % kAlignmentD == 0 && args.batch_stride_d % kAlignmentD == 0;
     bool shifts = args.column_shift == nullptr ||
                   (at16(args.column_shift) && args.column_shift_batch_stride % 4 == 0);
-    return planes && output && shifts;
+    bool bias = args.bias == nullptr || at16(args.bias);
+    return planes && output && shifts && bias;
   }
 
   static int can_implement(const cutlass_ext_split_gemm_args* args) {
+    if (!Bias && (args->bias != nullptr || args->alpha != 1.0f)) return int(cutlass::Status::kErrorNotSupported);
     if (!aligned(*args)) return int(cutlass::Status::kErrorMisalignedOperand);
     return int(Gemm::can_implement(arguments(*args)));
   }

@@ -671,7 +671,8 @@ int64_t batch_stride_or_zero(const at::Tensor& t) { return t.dim() == 3 ? t.stri
 // optional halfhalf shifts row_shift (…, m, 1) and column_shift (…, 1, n).
 at::Tensor gemm_split_cuda(const at::Tensor& a_hi, const at::Tensor& a_lo, const at::Tensor& b_hi,
                            const at::Tensor& b_lo, const c10::optional<at::Tensor>& row_shift,
-                           const c10::optional<at::Tensor>& column_shift, std::vector<std::string> variants) {
+                           const c10::optional<at::Tensor>& column_shift, std::vector<std::string> variants,
+                           const c10::optional<at::Tensor>& bias, double alpha) {
   for (const at::Tensor* t : {&a_lo, &b_hi, &b_lo}) {
     TORCH_CHECK(t->device() == a_hi.device() && t->scalar_type() == a_hi.scalar_type(),
                 "the planes must share one CUDA device and dtype");
@@ -718,6 +719,15 @@ at::Tensor gemm_split_cuda(const at::Tensor& a_hi, const at::Tensor& a_lo, const
     args.column_shift = columns.data_ptr<int32_t>();
     args.column_shift_batch_stride = batched ? n : 0;
   }
+  at::Tensor bias_vector;
+  if (bias) {
+    TORCH_CHECK_VALUE(bias->scalar_type() == at::kFloat && bias->device() == a_hi.device() && bias->dim() == 1 &&
+                          bias->size(0) == n,
+                      "bias must be a float32 vector of n = ", std::to_string(n), " values on the planes' device");
+    bias_vector = bias->contiguous();
+    args.bias = bias_vector.data_ptr<float>();
+  }
+  args.alpha = float(alpha);
   args.device = a_hi.get_device();
   args.sm_count = sm_count(args.device);
   std::vector<std::string> unloaded;

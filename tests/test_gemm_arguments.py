@@ -1,5 +1,7 @@
 """ext.gemm rejects bad arguments with errors that name them (checked before anything is built)."""
 
+import importlib
+
 import pytest
 import torch
 
@@ -31,3 +33,15 @@ def test_schema_and_fake_kernel_exist_without_a_build():
 def test_linear_rejects_unknown_mode():
     with pytest.raises(ValueError, match="mode='bf16'"):
         ext.nn.Linear(4, 4, mode="bf16")
+
+
+def test_sm90_bias_variants_are_twins_whose_plain_names_are_unchanged():
+    from cutlass_ext.families.sm90.config import DEFAULTS, Sm90Config
+
+    gemm_module = importlib.import_module("cutlass_ext.gemm")
+    plain = [config.name for config in DEFAULTS.values()]
+    assert plain == ["tf32tf32_sm90_128x128x32_c1x1_coop_p1", "halfhalf_sm90_128x128x64_c1x1_coop_p1"]
+    twins = gemm_module._with_bias_epilogue(tuple(plain + ["halfhalf_sm90_128x128x64_c2x1_coop_p2_w4"]))
+    assert twins == [name + "_bias" for name in plain] + ["halfhalf_sm90_128x128x64_c2x1_coop_p2_w4_bias"]
+    assert all(Sm90Config.from_name(name).epilogue == "bias" for name in twins)
+    assert all(Sm90Config.from_name(name).epilogue == "plain" for name in plain)

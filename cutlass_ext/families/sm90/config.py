@@ -17,6 +17,8 @@ MODES = ("tf32tf32", "halfhalf")
 PLANE_BYTES = {"tf32tf32": 4, "halfhalf": 2}
 SCHEDULES = ("cooperative", "pingpong")
 SWIZZLES = (1, 2, 4, 8)
+# `plain`: D = the product; `bias`: D = alpha · the product + bias (n), gemm's epilogue (name suffix `_bias`).
+EPILOGUES = ("plain", "bias")
 _SCHEDULE_TAGS = {"cooperative": "coop", "pingpong": "pp"}
 
 
@@ -28,8 +30,8 @@ class Sm90Config(VariantFields):
     sharing loads by TMA multicast. schedule: `cooperative` (two consumer warpgroups on one tile) or `pingpong`
     (on alternating tiles). promotion: k-tiles between promotions of hi·hi into FP32 registers (1 = every k-tile;
     more keeps longer sums in the Tensor Core's truncating accumulator and costs fewer adds). swizzle: tiles
-    launched in groups of up to this many (L2 reuse; name suffix `_wN` unless 1). Pipeline stages: as many as
-    shared memory holds.
+    launched in groups of up to this many (L2 reuse; name suffix `_wN` unless 1). epilogue: `plain` or `bias`
+    (alpha · product + bias; name suffix `_bias`). Pipeline stages: as many as shared memory holds.
     """
 
     mode: str = "tf32tf32"
@@ -39,8 +41,9 @@ class Sm90Config(VariantFields):
     promotion: int = 1
     swizzle: int = 1
     family: str = FAMILY
+    epilogue: str = "plain"
 
-    # `tf32tf32_sm90_128x128x32_c1x1_coop_p1[_w4]`
+    # `tf32tf32_sm90_128x128x32_c1x1_coop_p1[_w4][_bias]`
     NAME: ClassVar[NameGrammar] = NameGrammar(
         Word("mode", MODES),
         "_sm90_",
@@ -52,6 +55,7 @@ class Sm90Config(VariantFields):
         "_p",
         Number("promotion"),
         Optional("_w", Number("swizzle"), default={"swizzle": 1}),
+        Optional("_", Word("epilogue", EPILOGUES), default={"epilogue": "plain"}),
     )
     EXAMPLE_NAME: ClassVar[str] = "tf32tf32_sm90_128x128x32_c1x1_coop_p1"
     KIND: ClassVar[str] = "a Hopper corrected"
@@ -68,6 +72,8 @@ class Sm90Config(VariantFields):
             raise ValueError(f"promotion={self.promotion!r} must be a positive integer (k-tiles)")
         if self.swizzle not in SWIZZLES:
             raise ValueError(f"swizzle={self.swizzle!r} must be one of {list(SWIZZLES)}")
+        if self.epilogue not in EPILOGUES:
+            raise ValueError(f"epilogue={self.epilogue!r} is not one of {list(EPILOGUES)}")
 
 
 # Until the sweep tunes them: 128-byte k-tiles (32 TF32, 64 FP16) on a 128x128 cooperative tile, the largest

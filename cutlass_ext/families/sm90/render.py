@@ -26,4 +26,5 @@ def render_instance(config: Sm90Config) -> str:
         schedule=_SCHEDULES[config.schedule],
         swizzle=config.swizzle,
         promotion=config.promotion,
+        bias="true" if config.epilogue == "bias" else "false",
     )
