@@ -65,3 +65,16 @@ def test_config_names_round_trip():
         ozaki.OzakiConfig.from_name("int8x8")
     with pytest.raises(ValueError, match="tile=.*multiple"):
         ozaki.OzakiConfig(tile=(100, 256, 128))
+
+
+def test_gemm_mode_shapes_and_epilogue():
+    a, b, c, bias = urand(5, 12), urand(12, 4), urand(5, 4), urand(4)
+    assert ozaki.is_mode("int8x8") and not ozaki.is_mode("int8x") and not ozaki.is_mode("tf32tf32")
+    product = ozaki_matmul(a, b, 7)
+    result = ozaki.gemm_mode(a, b, "int8x7", bias=bias, alpha=2.0, beta=0.5, c=c)
+    assert torch.equal(result, product * 2.0 + 0.5 * c + bias)
+    assert torch.equal(ozaki.gemm_mode(a[0], b, "int8x7"), product[0])
+    assert torch.equal(ozaki.gemm_mode(a, b[:, 0], "int8x7"), product[:, 0])
+    assert ozaki.gemm_mode(a[0], b[:, 0], "int8x7").shape == ()
+    out = torch.empty(5, 4)
+    assert ozaki.gemm_mode(a, b, "int8x7", out=out) is out and torch.equal(out, product)

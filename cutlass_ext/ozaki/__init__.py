@@ -3,6 +3,7 @@
 from cutlass_ext import ozaki
 c = ozaki.gemm(a, b)             # 8 moduli: within SGEMM's error on the seed's matrix types, K up to 65536
 c = ozaki.gemm(a, b, moduli=7)   # one INT8 GEMM fewer, ~16x the error
+c = ext.gemm(a, b, mode="int8x8")  # the same through ext.gemm
 
 Each row of A and column of B is scaled by a power of two to integers, reduced modulo `moduli` coprime integers
 ≤ 256 to INT8 residues, multiplied exactly by one INT8 GEMM per modulus and rebuilt by the Chinese remainder
@@ -12,6 +13,7 @@ theorem (`reference.py` defines every step). Autograd runs two more such product
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
@@ -20,12 +22,12 @@ from .kernel import ozaki_gemm
 from .reference import MAX_K, check_moduli_count, ozaki_matmul
 
 
-def _check_operand(name: str, x) -> None:
+def _check_operand(name: str, x, matrix: bool = True) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
     if x.dtype != torch.float32:
         raise TypeError(f"{name} must be float32; got {x.dtype}")
-    if x.dim() < 2:
+    if x.dim() < (2 if matrix else 1):
         raise ValueError(f"{name} must have at least 2 dimensions; got shape {tuple(x.shape)}")
 
 
@@ -62,4 +64,36 @@ def gemm(
     return ozaki_gemm(a3, b3, config.name).reshape(*batch, m, n)
 
 
-__all__ = ["DEFAULT_MODULI", "OzakiConfig", "gemm", "ozaki_gemm", "ozaki_matmul"]
+_MODE = re.compile(r"int8x(?P<moduli>\d+)")
+
+
+def is_mode(mode) -> bool:
+    """Whether `mode` names an Ozaki-II product for `ext.gemm`: `int8x<moduli>`, e.g. `int8x8`."""
+    return isinstance(mode, str) and _MODE.fullmatch(mode) is not None
+
+
+def gemm_mode(a, b, mode: str, *, bias=None, alpha=1.0, beta=0.0, c=None, out=None) -> torch.Tensor:
+    """`ext.gemm(a, b, mode="int8x<moduli>", ...)`: torch.matmul's shapes (1-D operands too); the epilogue
+    alpha·A·B + beta·C + bias runs in FP32 after the product (not fused); out receives the result."""
+    moduli = int(_MODE.fullmatch(mode)["moduli"])
+    _check_operand("a", a, matrix=False)
+    _check_operand("b", b, matrix=False)
+    a_matrix = a.unsqueeze(0) if a.dim() == 1 else a
+    b_matrix = b.unsqueeze(-1) if b.dim() == 1 else b
+    result = gemm(a_matrix, b_matrix, moduli)
+    if b.dim() == 1:
+        result = result.squeeze(-1)
+    if a.dim() == 1:
+        result = result.squeeze(-2 if b.dim() > 1 else -1)
+    if alpha != 1.0:
+        result = result * alpha
+    if c is not None and beta != 0.0:
+        result = result + beta * c
+    if bias is not None:
+        result = result + bias
+    if out is not None:
+        return out.copy_(result)
+    return result
+
+
+__all__ = ["DEFAULT_MODULI", "OzakiConfig", "gemm", "gemm_mode", "is_mode", "ozaki_gemm", "ozaki_matmul"]
