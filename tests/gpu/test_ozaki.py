@@ -153,3 +153,10 @@ def test_bad_arguments_raise_clear_errors():
         ozaki.gemm(a, b, moduli=15)
     with pytest.raises(ValueError, match="config.moduli=8 differs from moduli=7"):
         ozaki.gemm(a, b, moduli=7, config=ozaki.OzakiConfig())
+
+
+def test_ext_gemm_mode():
+    import cutlass_ext as ext
+
+    a, b = _draw("urand", (2, 30, 70), 19), _draw("urand", (70, 20), 20)
+    assert _same_bits(ext.gemm(a, b, mode="int8x7"), ozaki.gemm(a, b, moduli=7))
