@@ -227,7 +227,9 @@ at::Tensor epilogue_source(const c10::optional<at::Tensor>& c, double beta, cons
   TORCH_CHECK_TYPE(c->scalar_type() == at::kFloat, "c must be float32; got ", c->scalar_type());
   TORCH_CHECK_VALUE(c->device() == d.device(), "c must be on ", d.device().str(), "; got ", c->device().str());
   at::Tensor source = c->expand(d.sizes());
-  return d.size(-1) > 1 && source.stride(-1) != 1 ? source.contiguous() : source;
+  if (d.size(-1) <= 1 || source.stride(-1) == 1) return source;
+  source = c->contiguous().expand(d.sizes());  // a strided bias: a copy of n values, not of the broadcast
+  return source.stride(-1) == 1 ? source : source.contiguous();
 }
 
 // The checks of gemm's operands (float32 CUDA, 2-D or 3-D, one batch size); returns the batch size.
@@ -724,7 +726,9 @@ at::Tensor gemm_split_cuda(const at::Tensor& a_hi, const at::Tensor& a_lo, const
     TORCH_CHECK_VALUE(bias->scalar_type() == at::kFloat && bias->device() == a_hi.device() && bias->dim() == 1 &&
                           bias->size(0) == n,
                       "bias must be a float32 vector of n = ", std::to_string(n), " values on the planes' device");
-    bias_vector = bias->contiguous();
+    // the kernels read the bias 16 bytes at a time
+    const bool aligned = bias->is_contiguous() && reinterpret_cast<uintptr_t>(bias->data_ptr()) % 16 == 0;
+    bias_vector = aligned ? *bias : bias->clone(at::MemoryFormat::Contiguous);
     args.bias = bias_vector.data_ptr<float>();
   }
   args.alpha = float(alpha);
