@@ -15,7 +15,9 @@ using namespace cutlass_ext::ozaki;
 template <int kCount>
 void answer_residues(float x, int shift) {
   int r[kCount];
-  residues<kCount>(scaled_integer(x, pow2(shift)), r);
+  const int64_t v = scaled_integer(x, pow2(shift));
+  if (v > -(int64_t(1) << 32) && v < (int64_t(1) << 32)) residues<kCount, true>(v, r);  // as the kernel's budgets allow
+  else residues<kCount, false>(v, r);
   for (int l = 0; l < kCount; ++l) std::printf(l ? " %d" : "%d", r[l]);
   std::printf("\n");
 }

@@ -89,7 +89,10 @@ __global__ void __launch_bounds__(kPassThreads) residue_kernel(const cutlass_ext
     if (row0 + row >= args.rows) break;
     int r[4][kCount];
 #pragma unroll
-    for (int c = 0; c < 4; ++c) residues<kCount>(scaled_integer(tile[row][4 * lane + c], row_scale[row]), r[c]);
+    for (int c = 0; c < 4; ++c) {
+      // |round(x·2^s)| ≤ 2^kBudget·(1 + 2^-30) + 1/2 < 2^32 for budgets up to 31 (8 moduli).
+      residues<kCount, (kBudget <= 31)>(scaled_integer(tile[row][4 * lane + c], row_scale[row]), r[c]);
+    }
     int8_t* out = args.planes + (b * args.rows + row0 + row) * args.k_pitch + k;
 #pragma unroll
     for (int l = 0; l < kCount; ++l) {
