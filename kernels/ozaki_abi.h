@@ -10,10 +10,11 @@ extern "C" {
 
 // The operand pass over `batch` FP32 matrices x (rows, k), any strides in elements: per row, the shift s (int32,
 // dense (batch, rows)) and the balanced residues of round(x·2^s) modulo each modulus, written as INT8 planes
-// (modulus, batch, rows, k_pitch), K-major, zero from k to k_pitch. norms: FP64 workspace of
-// batch · rows · ceil(k / 1024) partial sums of squares (`cutlass_ext_ozaki_norm_slices`).
+// (modulus, batch, rows_pitch, k_pitch), K-major, zero from k to k_pitch and in rows from rows to rows_pitch (the
+// GEMM's N must be a whole number of 16-byte output rows). norms: FP64 workspace of batch · rows · ceil(k / 1024)
+// partial sums of squares.
 typedef struct {
-  int64_t rows, k, batch, k_pitch;
+  int64_t rows, k, batch, k_pitch, rows_pitch;
   const float* x;
   int64_t x_batch_stride, x_row_stride, x_k_stride;
   int32_t* shifts;
@@ -21,11 +22,11 @@ typedef struct {
   double* norms;
 } cutlass_ext_ozaki_scale_args;
 
-// The INT8 GEMM over moduli · batch problems: d[l] (m, n, row pitch n_pitch) = a[l] (m, k_pitch) · b[l] (n,
-// k_pitch)ᵀ, both K-major INT8 planes as the operand pass writes them. d holds the exact INT32 products, or (for
+// The INT8 GEMM over moduli · batch problems: d[l] (m, n, row pitch n) = a[l] (m, k_pitch) · b[l] (n,
+// k_pitch)ᵀ (n: the padded width, a multiple of 16 bytes of d), both K-major INT8 planes as the operand pass writes them. d holds the exact INT32 products, or (for
 // variants with residue output) their balanced residues modulo problem_moduli[l] as INT8.
 typedef struct {
-  int64_t m, n, k_pitch, problems, n_pitch;
+  int64_t m, n, k_pitch, problems;
   const int8_t* a;
   const int8_t* b;
   void* d;

@@ -82,18 +82,18 @@ __global__ void __launch_bounds__(kPassThreads) residue_kernel(const cutlass_ext
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t k = k0 + 4 * lane;
   if (k >= args.k_pitch) return;
-  const int64_t plane_elements = args.batch * args.rows * args.k_pitch;
+  const int64_t plane_elements = args.batch * args.rows_pitch * args.k_pitch;
 #pragma unroll
   for (int j = 0; j < kRowsPerWarp; ++j) {
     const int row = warp + 8 * j;
-    if (row0 + row >= args.rows) break;
+    if (row0 + row >= args.rows_pitch) break;  // rows past `rows` were loaded as zeros: their residues are 0
     int r[4][kCount];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       // |round(x·2^s)| ≤ 2^kBudget·(1 + 2^-30) + 1/2 < 2^32 for budgets up to 31 (8 moduli).
       residues<kCount, (kBudget <= 31)>(scaled_integer(tile[row][4 * lane + c], row_scale[row]), r[c]);
     }
-    int8_t* out = args.planes + (b * args.rows + row0 + row) * args.k_pitch + k;
+    int8_t* out = args.planes + (b * args.rows_pitch + row0 + row) * args.k_pitch + k;
 #pragma unroll
     for (int l = 0; l < kCount; ++l) {
       const uint32_t packed = (uint32_t(r[0][l]) & 255u) | ((uint32_t(r[1][l]) & 255u) << 8) |
@@ -110,7 +110,8 @@ int run_scale(const cutlass_ext_ozaki_scale_args* args, void* stream) {
   const int slices = int((args->k + kNormSliceK - 1) / kNormSliceK);
   const dim3 norm_grid(unsigned((args->rows + kTileRows - 1) / kTileRows), unsigned(slices), unsigned(args->batch));
   if (slices > 0) norm_kernel<<<norm_grid, kPassThreads, 0, cuda_stream>>>(*args);
-  const dim3 residue_grid(norm_grid.x, unsigned((args->k_pitch + kTileK - 1) / kTileK), unsigned(args->batch));
+  const dim3 residue_grid(unsigned((args->rows_pitch + kTileRows - 1) / kTileRows),
+                          unsigned((args->k_pitch + kTileK - 1) / kTileK), unsigned(args->batch));
   residue_kernel<kCount, kBudget><<<residue_grid, kPassThreads, 0, cuda_stream>>>(*args, slices);
   return int(cudaGetLastError());
 }

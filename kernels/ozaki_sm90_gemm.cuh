@@ -93,9 +93,9 @@ struct Sm90ResidueGemm {
       arguments.epilogue.thread.beta = 0;
     }
     arguments.epilogue.ptr_C = nullptr;
-    arguments.epilogue.dC = cute::make_stride(args.n_pitch, _1{}, args.m * args.n_pitch);
+    arguments.epilogue.dC = cute::make_stride(args.n, _1{}, args.m * args.n);
     arguments.epilogue.ptr_D = static_cast<ElementD*>(args.d);
-    arguments.epilogue.dD = cute::make_stride(args.n_pitch, _1{}, args.m * args.n_pitch);
+    arguments.epilogue.dD = cute::make_stride(args.n, _1{}, args.m * args.n);
     arguments.hw_info.device_id = args.device;
     arguments.hw_info.sm_count = args.sm_count;
     return arguments;
@@ -109,7 +109,7 @@ struct Sm90ResidueGemm {
     if (args->m == 0 || args->n == 0 || args->problems == 0) return 0;
     auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     if (!aligned(args->a) || !aligned(args->b) || !aligned(args->d) || args->k_pitch % kAlignmentAB ||
-        args->n_pitch % kAlignmentD)
+        args->n % kAlignmentD)
       return int(cutlass::Status::kErrorMisalignedOperand);
     Gemm gemm;
     auto cuda_stream = static_cast<cudaStream_t>(stream);

@@ -24,7 +24,7 @@ _NORM_SLICE_K = 1024  # kernels/ozaki_arith.cuh kNormSliceK
 
 
 class _ScaleArgs(ctypes.Structure):
-    _fields_ = [(f, ctypes.c_int64) for f in ("rows", "k", "batch", "k_pitch")] + [
+    _fields_ = [(f, ctypes.c_int64) for f in ("rows", "k", "batch", "k_pitch", "rows_pitch")] + [
         ("x", ctypes.c_void_p),
         ("x_batch_stride", ctypes.c_int64),
         ("x_row_stride", ctypes.c_int64),
@@ -36,7 +36,7 @@ class _ScaleArgs(ctypes.Structure):
 
 
 class _GemmArgs(ctypes.Structure):
-    _fields_ = [(f, ctypes.c_int64) for f in ("m", "n", "k_pitch", "problems", "n_pitch")] + [
+    _fields_ = [(f, ctypes.c_int64) for f in ("m", "n", "k_pitch", "problems")] + [
         ("a", ctypes.c_void_p),
         ("b", ctypes.c_void_p),
         ("d", ctypes.c_void_p),
@@ -93,13 +93,15 @@ def _check(library: ctypes.CDLL, status: int, what: str) -> None:
 
 
 def _scale(library, variant, x, rows_dim, planes, shifts, norms, stream) -> None:
-    """Shifts and residue planes of x's rows (rows_dim = 1) or columns (rows_dim = 2), x (batch, ·, ·)."""
+    """Shifts and residue planes (moduli, batch, rows_pitch, k_pitch) of x's rows (rows_dim = 1) or columns
+    (rows_dim = 2), x (batch, ·, ·)."""
     k_dim = 3 - rows_dim
     args = _ScaleArgs(
         x.shape[rows_dim],
         x.shape[k_dim],
         x.shape[0],
         planes.shape[-1],
+        planes.shape[-2],
         x.data_ptr(),
         x.stride(0),
         x.stride(rows_dim),
@@ -127,7 +129,7 @@ def _cuda_product(a: torch.Tensor, b: torch.Tensor, variant: str) -> torch.Tenso
         library = native.library(config, device)
         stream = native.stream_handle(device)
         planes_a = torch.empty((count, batch, m, k_pitch), dtype=torch.int8, device=device)
-        planes_b = torch.empty((count, batch, n, k_pitch), dtype=torch.int8, device=device)
+        planes_b = torch.empty((count, batch, n_pitch, k_pitch), dtype=torch.int8, device=device)
         shifts_a = torch.empty((batch, m), dtype=torch.int32, device=device)
         shifts_b = torch.empty((batch, n), dtype=torch.int32, device=device)
         norms = torch.empty(batch * max(m, n) * -(-k // _NORM_SLICE_K), dtype=torch.float64, device=device)
@@ -137,10 +139,9 @@ def _cuda_product(a: torch.Tensor, b: torch.Tensor, variant: str) -> torch.Tenso
         index = device.index if device.index is not None else torch.cuda.current_device()
         gemm_args = _GemmArgs(
             m,
-            n,
+            n_pitch,  # TMA needs whole 16-byte rows of the output: B's padding rows are zeros
             k_pitch,
             count * batch,
-            n_pitch,
             planes_a.data_ptr(),
             planes_b.data_ptr(),
             products.data_ptr(),
