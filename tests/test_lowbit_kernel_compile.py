@@ -77,11 +77,20 @@ void run(const char* dir, long long m, long long n, long long k, const cutlass_e
   cutlass_ext_lowbit_grads_args args{m, n, k, 1, a.data(), 0, k, 1, b.data(), 0, n, 1, g.data(), 0, n, 1,
                                      blocked.data(), 0, n, 1, da.data(), 0, k, 1, db.data(), 0, n, 1, nullptr,
                                      f, ste, eps1, eps2};
-  if (ste == 1) grads<1, kUf, kFast>(args);
-  if (ste == 2) grads<2, kUf, kFast>(args);
-  if (ste == 3) grads<3, kUf, kFast>(args);
+  // the transposed orientation (the kernel's rows = B's columns): X = Bᵀ, W = Aᵀ, Gᵀ, blockedᵀ, into dBᵀ and dAᵀ
+  std::vector<float> da_t(m * k), db_t(k * n);
+  cutlass_ext_lowbit_grads_args args_t{n, m, k, 1, b.data(), 0, 1, n, a.data(), 0, 1, k, g.data(), 0, 1, n,
+                                       blocked.data(), 0, 1, n, db_t.data(), 0, 1, n, da_t.data(), 0, 1, k,
+                                       nullptr, f, ste, eps1, eps2};
+  for (const auto* each : {&args, &args_t}) {
+    if (ste == 1) grads<1, kUf, kFast>(*each);
+    if (ste == 2) grads<2, kUf, kFast>(*each);
+    if (ste == 3) grads<3, kUf, kFast>(*each);
+  }
   write(dir, "da.bin", da);
   write(dir, "db.bin", db);
+  write(dir, "da_t.bin", da_t);
+  write(dir, "db_t.bin", db_t);
 }
 
 int main(int argc, char** argv) {
@@ -159,7 +168,11 @@ def _run_host(program, directory, a, b, g, fmt, ste, eps1, eps2):
     def load(name, shape):
         return torch.from_numpy(np.fromfile(directory / name, dtype=np.float32).reshape(shape))
 
-    return form, load("d.bin", (m, n)), load("da.bin", (m, k)), load("db.bin", (k, n))
+    grads = [
+        load(f"{name}.bin", shape)
+        for name, shape in (("da", (m, k)), ("db", (k, n)), ("da_t", (m, k)), ("db_t", (k, n)))
+    ]
+    return form, load("d.bin", (m, n)), grads
 
 
 def _same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
@@ -192,14 +205,14 @@ def test_host_arithmetic_equals_references(host_program, tmp_path, ste, shape, f
     a = torch.randn(m, k, generator=generator) * 2.0 ** torch.randint(-6, 6, (m, k), generator=generator)
     b = torch.randn(k, n, generator=generator) * 2.0 ** torch.randint(-6, 6, (k, n), generator=generator)
     g = torch.randn(m, n, generator=generator)
-    form, d, da, db = _run_host(host_program, tmp_path, a, b, g, fmt, ste, 1e-12, 1e-3)
+    form, d, (da, db, da_t, db_t) = _run_host(host_program, tmp_path, a, b, g, fmt, ste, 1e-12, 1e-3)
     # the kernels' two forms of Q: the fast one (0 <= b <= 126, M <= 22 in both formats) and the general one
     fast = all(0 <= bias <= 126 and man <= 22 for bias, man in ((fmt.acc_bias, fmt.man), (fmt.prod_bias, fmt.prod_man)))
     assert form == ("fast" if fast else "general")
     assert _same_bits(d, lowbit_matmul_fmt(a, b, fmt))
     grad_a, grad_b = grad_reference(a, b, g, fmt, ste, 1e-12, 1e-3)
-    assert _same_bits(da, grad_a)
-    assert _same_bits(db, grad_b)
+    assert _same_bits(da, grad_a) and _same_bits(da_t, grad_a)
+    assert _same_bits(db, grad_b) and _same_bits(db_t, grad_b)
 
 
 @pytest.mark.skipif(not have_nvcc, reason="nvcc not installed")

@@ -250,6 +250,10 @@ def _(a, b, man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow,
     return a.new_empty((batch, m, n)), blocked
 
 
+def _transposed(x: torch.Tensor) -> torch.Tensor:
+    return x.transpose(-1, -2)
+
+
 @torch.library.custom_op("cutlass_ext::lowbit_grads", mutates_args=())
 def lowbit_grads(
     a: torch.Tensor,
@@ -281,17 +285,23 @@ def lowbit_grads(
     if m == 0 or k == 0 or batch == 0:  # dB of an empty sum (dA is then empty)
         return da, db.zero_()
     recursive = ste == "recursive-of"
+    # The kernel's rows run in parallel and its columns in sequence: the longer side goes to the rows. The chain of
+    # Bᵀ·Aᵀ has the same products in the same order, and its row-order sum is dA's sum over the columns.
+    x, w, gx, blocked_x, dx, dw, want_x, want_w = a, b, g, blocked, da, db, want_a, want_b
+    if n > m:
+        x, w, gx, blocked_x, dx, dw = (_transposed(t) if t.dim() == 3 else t for t in (b, a, g, blocked, db, da))
+        want_x, want_w = want_b, want_a
     args = _GradsArgs(
-        m,
-        n,
+        x.shape[1],
+        w.shape[2],
         k,
         batch,
-        *_strides(a),
-        *_strides(b),
-        *_strides(g),
-        *(_strides(blocked) if recursive else [None, 0, 0, 0]),
-        *(_strides(da) if want_a else [None, 0, 0, 0]),
-        *(_strides(db) if want_b else [None, 0, 0, 0]),
+        *_strides(x),
+        *_strides(w),
+        *_strides(gx),
+        *(_strides(blocked_x) if recursive else [None, 0, 0, 0]),
+        *(_strides(dx) if want_x else [None, 0, 0, 0]),
+        *(_strides(dw) if want_w else [None, 0, 0, 0]),
         None,
         _c_format((man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow)),
         _STE_CODES[ste],

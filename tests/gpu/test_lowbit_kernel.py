@@ -138,24 +138,27 @@ def test_gradients_of_transposed_and_batched_operands(ste):
 
 @pytest.mark.parametrize("ste", ["recursive-of", "immediate-of", "immediate-diff"])
 @pytest.mark.parametrize("fmt_name", ["M7E4_c16", "M5E4_c5", "M4E3_c32", "M3E3_c24_nouf"])
-def test_gradients_across_row_blocks(ste, fmt_name):
-    # 6 blocks of 64 rows, each continuing the dB sums of the one before; 5 column steps, the last one short
+@pytest.mark.parametrize("m, n", [(323, 37), (37, 323)])
+def test_gradients_across_row_blocks(ste, fmt_name, m, n):
+    # 6 blocks of 64 rows (of A, or of Bᵀ when N > M), each continuing the row sums of the one before; 5 column
+    # steps, the last one short
     fmt = GRAD_FORMATS[fmt_name]
-    a = _draw("wide", (323, 40), 90).requires_grad_()
-    b = _draw("wide", (40, 37), 91).requires_grad_()
-    g = _draw("normal", (323, 37), 92)
+    a = _draw("wide", (m, 40), 90).requires_grad_()
+    b = _draw("wide", (40, n), 91).requires_grad_()
+    g = _draw("normal", (m, n), 92)
     kernel.matmul(a, b, fmt, ste).backward(g)
     grad_a, grad_b = grad_reference(a.detach(), b.detach(), g, fmt, ste)
     assert _same_bits(a.grad, grad_a) and _same_bits(b.grad, grad_b)
 
 
 @pytest.mark.parametrize("ste", ["recursive-of", "immediate-diff"])
-def test_many_row_blocks_are_deterministic(ste):
+@pytest.mark.parametrize("m, n", [(4096, 48), (48, 4096)])
+def test_many_row_blocks_are_deterministic(ste, m, n):
     # 64 row blocks per window and 16 windows in flight at once: the same bits as the reference, run after run
     fmt = GRAD_FORMATS["M7E4_c16"]
-    a = _draw("normal", (4096, 256), 93).requires_grad_()
-    b = _draw("normal", (256, 48), 94).requires_grad_()
-    g = _draw("normal", (4096, 48), 95)
+    a = _draw("normal", (m, 256), 93).requires_grad_()
+    b = _draw("normal", (256, n), 94).requires_grad_()
+    g = _draw("normal", (m, n), 95)
     grads = [torch.autograd.grad(kernel.matmul(a, b, fmt, ste), (a, b), g) for _ in range(3)]
     grad_a, grad_b = grad_reference(a.detach(), b.detach(), g, fmt, ste)
     for got_a, got_b in grads:
