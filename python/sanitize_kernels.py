@@ -322,6 +322,7 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=300, help="seconds per process")
     parser.add_argument("--variants", help="comma-separated names: only these (default: every one)")
     parser.add_argument("--families", help=f"comma-separated, of {', '.join(_CALLS.values())}: only these")
+    parser.add_argument("--shard", help="K/N: only every N-th variant from the K-th (a run split over machines)")
     parser.add_argument("--prebuild", action="store_true", help="build the variants the cache lacks, and exit")
     parser.add_argument("--list", action="store_true", help="print the (tool, group, variant, shape) runs and exit")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -349,6 +350,12 @@ def main(argv=None) -> int:
         if unknown:
             parser.error(f"--families: {unknown} not among {list(_CALLS.values())}")
         names = [name for name in names if family_of(name) in families]
+    if args.shard:
+        match = re.fullmatch(r"(\d+)/(\d+)", args.shard)
+        if match is None or not 1 <= int(match[1]) <= int(match[2]):
+            parser.error(f"--shard={args.shard!r} must be K/N with 1 <= K <= N")
+        index, count = int(match[1]), int(match[2])
+        names = names[index - 1 :: count]
     if args.prebuild:
         return build_all(names)
     runs = [(tool, index, group) for tool in tools for index, group in enumerate(groups(names))]

@@ -2,8 +2,6 @@
 
 import importlib
 import importlib.util
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,11 +17,17 @@ def sanitize():
     return module
 
 
-@pytest.fixture(scope="module")
-def listed():
-    output = subprocess.run([sys.executable, str(SCRIPT), "--list"], capture_output=True, text=True, check=True)
-    lines = output.stdout.splitlines()
+def _listed(sanitize, capsys, *options):
+    """(rows of `--list`, its last line), run in this process."""
+    capsys.readouterr()
+    assert sanitize.main(["--list", *options]) == 0
+    lines = capsys.readouterr().out.splitlines()
     return [line.split() for line in lines[:-1]], lines[-1]
+
+
+@pytest.fixture
+def listed(sanitize, capsys):
+    return _listed(sanitize, capsys)
 
 
 def test_every_dispatchable_variant_is_listed_once_per_tool(listed):
@@ -141,11 +145,13 @@ def test_a_missing_compute_sanitizer_is_named(sanitize, monkeypatch):
         sanitize.find_sanitizer()
 
 
-def test_unknown_tools_and_variants_are_refused():
-    for argument in ("--tools=memcheck,leakcheck", "--variants=tf32_sm80_nonexistent", "--families=sm80,fp9"):
-        result = subprocess.run([sys.executable, str(SCRIPT), argument, "--list"], capture_output=True, text=True)
-        assert result.returncode == 2
-        assert argument.split("=")[1].split(",")[-1] in result.stderr
+def test_unknown_tools_variants_families_and_shards_are_refused(sanitize, capsys):
+    arguments = ["--tools=memcheck,leakcheck", "--variants=tf32_sm80_nonexistent", "--families=sm80,fp9", "--shard=0/2"]
+    for argument in arguments:
+        with pytest.raises(SystemExit) as exit_info:
+            sanitize.main([argument, "--list"])
+        assert exit_info.value.code == 2
+        assert argument.split("=")[1].split(",")[-1] in capsys.readouterr().err
 
 
 def test_run_one_logs_the_command_and_reads_its_output(sanitize, monkeypatch, tmp_path):
@@ -186,3 +192,12 @@ def test_a_variant_that_fails_is_named_and_the_rest_run(sanitize, monkeypatch):
     assert rows["first"]["status"].startswith("failed RuntimeError: none of the kernel variants")
     assert rows["second"]["status"] == "ok"
     assert set(rows) == {"first", "second"}
+
+
+def test_shards_split_the_variants_without_overlap(sanitize, capsys):
+    def names(*options):
+        return [row[3] for row in _listed(sanitize, capsys, "--tools=memcheck", *options)[0]]
+
+    shards = [names(f"--shard={k}/3") for k in (1, 2, 3)]
+    assert sorted(sum(shards, [])) == sorted(names())
+    assert all(shards)
