@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, settings
 # ones (a failure prints its reproduction blob; keep it as an @example).
 settings.register_profile("ci", derandomize=True, max_examples=20, deadline=None, print_blob=True)
 settings.register_profile(
-    "gpu", max_examples=300, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+    "gpu", max_examples=200, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("ci")
 

@@ -90,14 +90,13 @@ def error_bound(a, b, scale_a, scale_b, bias, reference, out_dtype, accum):
 def _check(a, b, scale_a, scale_b, bias, out_dtype, accum, scale_a64, scale_b64):
     out = ext.gemm_fp8(a, b, scale_a, scale_b, out_dtype=out_dtype, bias=bias, accum=accum)
     assert out.shape == (a.shape[0], b.shape[0]) and out.dtype == out_dtype
-    a_cpu, b_cpu = a.cpu(), b.cpu()
-    bias_cpu = None if bias is None else bias.cpu()
-    reference = numerics.dequantized_product(a_cpu, b_cpu, scale_a64, scale_b64, bias_cpu)
-    bound = error_bound(a_cpu, b_cpu, scale_a64, scale_b64, bias_cpu, reference, out_dtype, accum)
-    excess = (out.cpu().double() - reference).abs() - bound
+    scale_a64, scale_b64 = scale_a64.to(a.device), scale_b64.to(a.device)
+    reference = numerics.dequantized_product(a, b, scale_a64, scale_b64, bias)  # FP64 on the GPU
+    bound = error_bound(a, b, scale_a64, scale_b64, bias, reference, out_dtype, accum)
+    excess = (out.double() - reference).abs() - bound
     assert not excess.numel() or excess.max() <= 0, (
         f"|D - ref| exceeds the bound by {excess.max().item():.3g}; relres "
-        f"{numerics.relative_residual(out.cpu(), reference):.3g}"
+        f"{numerics.relative_residual(out, reference):.3g}"
     )
 
 
