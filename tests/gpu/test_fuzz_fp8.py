@@ -149,26 +149,40 @@ def test_one_dimension_past_65535(m, n, k, accum):
     _check(a, b, 2.0**-8, 1.0, None, torch.bfloat16, accum, scale, torch.tensor(1.0, dtype=torch.float64))
 
 
-@given(
-    m=st.integers(1, 100),
-    n=st.integers(1, 20).map(lambda v: 8 * v),
-    k=st.integers(1, 20).map(lambda v: 16 * v),
-    dtype=st.sampled_from(["e4m3", "e5m2"]),
-    accum=st.sampled_from(["promoted", "fast"]),
-    specials=st.lists(st.tuples(st.sampled_from("ab"), st.integers(0, 10**6)), min_size=1, max_size=3),
-    seed=st.integers(0, 2**31 - 1),
-)
-def test_nan_and_inf_propagate_as_in_fp64(m, n, k, dtype, accum, specials, seed):
-    generator = torch.Generator().manual_seed(seed)
-    a, b = torch.randn(m, k, generator=generator), torch.randn(n, k, generator=generator)
-    non_finite = [math.nan] if dtype == "e4m3" else [math.nan, math.inf, -math.inf]  # e4m3fn has no Inf
-    for index, (operand, position) in enumerate(specials):
-        target = a if operand == "a" else b
-        target.view(-1)[position % target.numel()] = non_finite[index % len(non_finite)]
-    a, b = a.to(FP8[dtype]), b.to(FP8[dtype])
+def _check_non_finite(a, b, accum):
     out = ext.gemm_fp8(a.cuda(), b.cuda(), 0.5, 0.25, accum=accum).cpu()
     reference = numerics.dequantized_product(a, b, 0.5, 0.25)
     assert torch.equal(torch.isfinite(out), torch.isfinite(reference))
     assert out[reference.isnan()].isnan().all()
     infinite = reference.isinf()
     assert (out[infinite].isnan() | (out[infinite].double() == reference[infinite])).all()
+
+
+def _with_specials(m, n, k, dtype, specials, seed):
+    generator = torch.Generator().manual_seed(seed)
+    a, b = torch.randn(m, k, generator=generator), torch.randn(n, k, generator=generator)
+    non_finite = [math.nan] if dtype == "e4m3" else [math.nan, math.inf, -math.inf]  # e4m3fn has no Inf
+    for index, (operand, position) in enumerate(specials):
+        target = a if operand == "a" else b
+        target.view(-1)[position % target.numel()] = non_finite[index % len(non_finite)]
+    return a.to(FP8[dtype]), b.to(FP8[dtype])
+
+
+@given(
+    m=st.integers(1, 100),
+    n=st.integers(1, 20).map(lambda v: 8 * v),
+    k=st.integers(1, 20).map(lambda v: 16 * v),
+    accum=st.sampled_from(["promoted", "fast"]),
+    specials=st.lists(st.tuples(st.sampled_from("ab"), st.integers(0, 10**6)), min_size=1, max_size=3),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_nan_propagates_as_in_fp64(m, n, k, accum, specials, seed):
+    _check_non_finite(*_with_specials(m, n, k, "e4m3", specials, seed), accum)
+
+
+@pytest.mark.parametrize("accum", ["promoted", "fast"])
+@pytest.mark.parametrize("m", [3, 130])
+def test_other_dtypes_propagate_nan_and_inf(m, accum):
+    """e5m2 holds ±Inf: inf·0 is NaN, inf + (−inf) is NaN, inf·x is inf, as in FP64."""
+    specials = [("a", 5), ("a", 77), ("b", 300), ("b", 1000), ("a", 2000), ("b", 4001)]
+    _check_non_finite(*_with_specials(m, 64, 96, "e5m2", specials, m), accum)
