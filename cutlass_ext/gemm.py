@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import corrected_sm90, ops, registry, tuned
+from . import corrected_sm90, ops, ozaki, registry, tuned
 from . import device as device_info
 from .families.sm80.config import KERNEL_MODES, LAYOUTS, KernelConfig, default_configs
 from .families.sm90.config import DEFAULTS as DEFAULT_SPLIT
@@ -95,22 +95,32 @@ def gemm(
       tf32      operands rounded to TF32 (RNA), no correction: ~3e-4 relative error, like cuBLAS TF32.
       fp32      IEEE SGEMM (cuBLAS on the FP32 units) in eager, compiled and graph-captured code alike, whatever
                 torch's TF32 setting says, without changing it.
+      int8x<N>  Ozaki scheme II on INT8 Tensor Cores with N moduli (`cutlass_ext.ozaki`; int8x8 is within SGEMM's
+                error over FP32's range, sm_90a; finite inputs, K < 2^17; the epilogue runs after the product).
     Any sizes >= 0 and any strides; the first use builds and caches the kernels. Differentiable in a, b, bias and
     c: dA and dB are computed in the same mode. NaN propagates; Inf makes the outputs SGEMM makes Inf non-finite
     (NaN where the finite factor's lo part is zero). Arguments are checked once per signature (dtypes, devices,
     shapes).
     """
+    if mode not in MODES and ozaki.is_mode(mode):
+        return ozaki.gemm_mode(a, b, mode, bias=bias, alpha=alpha, beta=beta, c=c, out=out)
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         _check_operands(a=a, b=b)
     signature = (mode, a.dtype, b.dtype, a.device, b.device, a.shape, b.shape)
-    if torch.compiler.is_compiling():
+    compiling = torch.compiler.is_compiling()
+    if compiling:
         _check(*signature)  # symbolic shapes are not cached
     else:
         _cached_check(*signature)
-    if bias is None and c is None and out is None and alpha == 1.0 and beta == 0.0 and _kernel_shapes(a, b):
-        if (a.requires_grad or b.requires_grad) and torch.is_grad_enabled():
-            return _Gemm.apply(a, b, None, None, 1.0, 0.0, mode)
-        return _product(a, b, mode)
+    if c is None and out is None and _kernel_shapes(a, b):  # what the kernels take as it is (nn.Linear's call)
+        if bias is not None or alpha != 1.0 or beta != 0.0:
+            _check_epilogue(a, b, bias, alpha, beta, None, None)
+            alpha = float(alpha)
+        requires_grad = a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
+        if requires_grad and torch.is_grad_enabled():
+            return _Gemm.apply(a, b, None, bias, alpha, 0.0, mode)
+        bias_scale = 0.0 if bias is None else 1.0
+        return _product(a, b, mode, bias, alpha, bias_scale) if compiling else _run(a, b, bias, alpha, bias_scale, mode)
     return _general(a, b, mode, bias, alpha, beta, c, out)
 
 
@@ -287,7 +297,8 @@ def _run(a, b, source, alpha: float, beta: float, mode: str) -> torch.Tensor:
         return ops.gemm(a, b, list(_DEFAULT_VARIANTS[mode, _layout(a), _layout(b)]), source, alpha, beta)
     hopper_ok = corrected_sm90.supports_shapes(a.dim(), b.dim(), n)
     index = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    path, variants = _split_plan(_runtime_plan(index, mode, _layout(a), _layout(b), m, n, k, hopper_ok))
+    layout_a, layout_b = ("row", "row") if mode in _PACKS_ROW_MAJOR else (_layout(a), _layout(b))
+    path, variants = _runtime_plan(index, mode, layout_a, layout_b, m, n, k, hopper_ok)
     if path == "sm90":
         if source is None and alpha == 1.0:
             return corrected_sm90.product(a, b, mode, variants)
@@ -359,20 +370,14 @@ def plan(
     return Plan("sm80", defaults, f"sm{gpu.arch or '80'} default ({source})")
 
 
-def _runtime_plan(index: int, mode: str, layout_a: str, layout_b: str, m: int, n: int, k: int, hopper_ok: bool) -> str:
-    """`path:variant,variant` for this problem on device `index`, its first variant built and loaded."""
+def _runtime_plan(index: int, mode: str, layout_a: str, layout_b: str, m: int, n: int, k: int, hopper_ok: bool):
+    """(path, [variant, ...]) for this problem on device `index`, its first variant built and loaded (the list is
+    shared by every call: read only)."""
     return _cached_runtime_plan(index, mode, layout_a, layout_b, m, n, k, hopper_ok, tuned.generation())
 
 
 @functools.lru_cache(maxsize=4096)
-def _split_plan(plan: str) -> tuple[str, list[str]]:
-    """`path:variant,variant` -> (path, [variant, ...]), parsed once per plan."""
-    path, variants = plan.split(":")
-    return path, variants.split(",")
-
-
-@functools.lru_cache(maxsize=4096)
-def _cached_runtime_plan(index, mode, layout_a, layout_b, m, n, k, hopper_ok, _generation) -> str:
+def _cached_runtime_plan(index, mode, layout_a, layout_b, m, n, k, hopper_ok, _generation) -> tuple[str, list[str]]:
     chosen = plan(device_info.info(index), mode, m, n, k, layout_a, layout_b, hopper_ok)
     device = torch.device("cuda", index)
     try:
@@ -383,7 +388,7 @@ def _cached_runtime_plan(index, mode, layout_a, layout_b, m, n, k, hopper_ok, _g
         warnings.warn(f"cutlass_ext: {error}\nfalling back to the sm80 kernels", RuntimeWarning, stacklevel=2)
         chosen = Plan("sm80", _DEFAULT_VARIANTS[mode, layout_a, layout_b], "sm80 default")
         variants = registry.first_usable(list(chosen.variants), device)
-    return f"{chosen.path}:{','.join(variants)}"
+    return chosen.path, list(variants)
 
 
 class _Gemm(torch.autograd.Function):
