@@ -9,8 +9,12 @@ default tiling (forward and every STE's gradient kernel) and the fused optimizer
 arithmetic) at the default launch shape. Each (tool, group of variants) runs in its own small process under
 compute-sanitizer, several at once; each variant runs at odd shapes (partial tiles in m, n and k, a batch) on
 operands that fill their allocations exactly, with the caching allocator off so that memcheck sees every
-allocation's end. Writes DIR/summary.csv (variant, tool, shape, errors, warnings, status) and one log per process;
-exits 1 on any error, any variant that did not run, or a missing compute-sanitizer.
+allocation's end. First each tool must find the error planted in a small kernel of its own (DIR/self_check.csv),
+or nothing else runs; then the variants are built where the cache lacks them and run once without a sanitizer.
+Writes DIR/summary.csv (variant, tool, shape, errors, warnings, status; tool `none` for the run without one) and one
+log per process; exits 1 on any error, any variant that did not run, or a missing compute-sanitizer.
+
+    python python/sanitize_kernels.py --prebuild [--families ...] [--variants ...] [--shard K/N]   # build only
 """
 
 from __future__ import annotations
@@ -307,6 +311,72 @@ def run_one(sanitizer: str | None, tool: str, group: list[str], log: Path, timeo
     return rows
 
 
+# One kernel per tool with the error that tool exists to find: a run in which a tool reports none of them means the
+# tool (or this script's reading of its output) sees nothing, and its "0 errors" elsewhere would mean nothing.
+SELF_CHECK_SOURCE = r"""
+#include <cuda_runtime.h>
+__global__ void write_past_the_end(float* x) { x[threadIdx.x] = 1.0f; }  // 65 threads, 64 floats
+__global__ void race_in_shared(float* out) {
+  __shared__ float s[64];
+  s[threadIdx.x] = float(threadIdx.x);
+  out[threadIdx.x] = s[(threadIdx.x + 32) % 64];  // no __syncthreads: the other warp's write races this read
+}
+__global__ void divergent_barrier(float* out) {
+  if (threadIdx.x < 16) __syncthreads();  // half a warp at a block barrier
+  out[threadIdx.x] = 0.0f;
+}
+__global__ void read_uninitialised(const float* x, float* out) { out[threadIdx.x] = x[threadIdx.x]; }
+extern "C" int sanitize_self_check(int tool) {
+  float *x = nullptr, *out = nullptr;
+  cudaMalloc(&x, 64 * sizeof(float));
+  cudaMalloc(&out, 64 * sizeof(float));
+  cudaMemset(out, 0, 64 * sizeof(float));
+  if (tool == 0) write_past_the_end<<<1, 65>>>(x);
+  if (tool == 1) race_in_shared<<<1, 64>>>(out);
+  if (tool == 2) divergent_barrier<<<1, 32>>>(out);
+  if (tool == 3) read_uninitialised<<<1, 64>>>(x, out);
+  int status = int(cudaDeviceSynchronize());
+  cudaFree(x);
+  cudaFree(out);
+  return status;
+}
+"""
+
+
+def build_self_check(folder: Path) -> Path:
+    """The self-check kernels as a library for this GPU (nvcc and flags of the build)."""
+    from cutlass_ext import toolchain
+
+    source, library = folder / "self_check.cu", folder / "self_check.so"
+    source.write_text(SELF_CHECK_SOURCE)
+    command = [toolchain.nvcc(), "-shared", "-Xcompiler=-fPIC", toolchain.gencode(toolchain.device_arch())]
+    subprocess.run([*command, "-o", str(library), str(source)], check=True, capture_output=True, text=True)
+    return library
+
+
+def self_check_worker(library: str, tool: str) -> int:
+    import ctypes
+
+    return ctypes.CDLL(library).sanitize_self_check(TOOLS.index(tool))
+
+
+def self_check(sanitizer: str, tools: list[str], folder: Path, timeout: float) -> list[dict]:
+    """Per tool: the errors it found in the kernel made to have one (the row's status says whether it found any)."""
+    library = build_self_check(folder)
+    rows = []
+    for tool in tools:
+        command = [sanitizer, "--tool", tool, "--print-limit", "0", sys.executable, str(Path(__file__).resolve())]
+        command += ["--self-check-worker", f"{library},{tool}"]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        text = result.stdout + result.stderr
+        (folder / f"self_check_{tool}.log").write_text(f"$ {' '.join(command)}\n{text}")
+        summary = _ERROR_SUMMARY.search(text) or _RACE_SUMMARY.search(text)
+        found = int(summary[1]) if summary else 0
+        status = "ok" if found else "missed: the tool reported no error in a kernel made to have one"
+        rows.append({"tool": tool, "errors": found, "status": status, "log": f"self_check_{tool}.log"})
+    return rows
+
+
 def find_sanitizer() -> str:
     found = shutil.which("compute-sanitizer") or (SANITIZER if Path(SANITIZER).is_file() else None)
     if found is None:
@@ -326,12 +396,12 @@ def main(argv=None) -> int:
     parser.add_argument("--prebuild", action="store_true", help="build the variants the cache lacks, and exit")
     parser.add_argument("--list", action="store_true", help="print the (tool, group, variant, shape) runs and exit")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--build", help=argparse.SUPPRESS)
+    parser.add_argument("--self-check-worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         return worker(args.worker.split(","))
-    if args.build:
-        return build_all(args.build.split(","))
+    if args.self_check_worker:
+        return self_check_worker(*args.self_check_worker.split(","))
 
     tools = args.tools.split(",")
     unknown = [tool for tool in tools if tool not in TOOLS]
@@ -370,6 +440,15 @@ def main(argv=None) -> int:
     sanitizer = find_sanitizer()
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    checks = self_check(sanitizer, tools, args.out, args.timeout)
+    with open(args.out / "self_check.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, ["tool", "errors", "status", "log"])
+        writer.writeheader()
+        writer.writerows(checks)
+    missed = [check["tool"] for check in checks if check["status"] != "ok"]
+    print(f"self-check: each tool finds its planted error: {'yes' if not missed else f'no, not {missed}'}")
+    if missed:
+        return 1
     # the build of what the cache lacks, then one run without a sanitizer: does every variant run at these shapes
     print(f"building what the cache lacks of {len(names)} variants", flush=True)
     if build_all(names):

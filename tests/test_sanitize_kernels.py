@@ -201,3 +201,18 @@ def test_shards_split_the_variants_without_overlap(sanitize, capsys):
     shards = [names(f"--shard={k}/3") for k in (1, 2, 3)]
     assert sorted(sum(shards, [])) == sorted(names())
     assert all(shards)
+
+
+def test_a_tool_that_misses_its_planted_error_is_reported(sanitize, monkeypatch, tmp_path):
+    monkeypatch.setattr(sanitize, "build_self_check", lambda folder: folder / "self_check.so")
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'if [ "$2" = memcheck ]; then echo "========= ERROR SUMMARY: 1 error"; '
+        'else echo "========= ERROR SUMMARY: 0 errors"; fi\n'
+    )
+    fake.chmod(0o755)
+    rows = {row["tool"]: row for row in sanitize.self_check(str(fake), ["memcheck", "synccheck"], tmp_path, 30)}
+    assert rows["memcheck"]["errors"] == 1 and rows["memcheck"]["status"] == "ok"
+    assert rows["synccheck"]["errors"] == 0 and rows["synccheck"]["status"].startswith("missed")
+    assert "--self-check-worker" in (tmp_path / "self_check_memcheck.log").read_text()
