@@ -63,35 +63,55 @@ template <int ScaleN, bool ScaleAMajorM = false>
 using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<
     1, ScaleN, kScaleBlockK, ScaleAMajorM ? cute::GMMA::Major::MN : cute::GMMA::Major::K, cute::GMMA::Major::K>;
 
+// The kernel's scales when it computes Dᵀ = B·Aᵀ (SwapAB): the weights are its A, scaled per ScaleN rows, the
+// activations its B, scaled per row; both K-major.
+template <int ScaleN>
+using SwappedScaleConfig =
+    cutlass::detail::Sm90BlockwiseScaleConfig<ScaleN, 1, kScaleBlockK, cute::GMMA::Major::K, cute::GMMA::Major::K>;
+
+// SwapAB: the kernel computes Dᵀ (N, M) = B · Aᵀ into D viewed column-major, so the weights fill the 128-row side
+// of a cooperative tile and decode's few tokens a 32- or 64-wide n (instead of 64- or 128-row A tiles that are
+// mostly zeros): a quarter of the Tensor Core work and of the shared-memory traffic per k-block at M <= 32.
 template <class ElementA, class ElementB, class ElementD, int TileM, int TileN, int TileK, int ClusterM,
-          int ClusterN, class Schedule, int ScaleN, class Decomposition, int Splits, bool ScaleAMajorM = false>
+          int ClusterN, class Schedule, int ScaleN, class Decomposition, int Splits, bool ScaleAMajorM = false,
+          bool SwapAB = false>
 struct Sm90Fp8BlockGemm {
   static_assert(TileK == kScaleBlockK, "one k-tile per scale block");
-  static_assert(TileN % ScaleN == 0, "a tile spans whole weight-scale blocks");
+  static_assert((SwapAB ? TileM : TileN) % ScaleN == 0, "a tile spans whole weight-scale blocks");
+  static_assert(!(SwapAB && ScaleAMajorM), "swapped kernels read K-major activation scales");
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   static constexpr int kAlignmentAB = 16;  // elements: TMA moves 16-byte rows of FP8
   static constexpr int kAlignmentD = 16 / int(sizeof(ElementD));
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
-  using Scales = ScaleConfig<ScaleN, ScaleAMajorM>;
+  using Scales = cute::conditional_t<SwapAB, SwappedScaleConfig<ScaleN>, ScaleConfig<ScaleN, ScaleAMajorM>>;
   using LayoutSFA = decltype(Scales::deduce_layoutSFA());
   using LayoutSFB = decltype(Scales::deduce_layoutSFB());
+  // The kernel's own operands and output layout: (A, B, row-major D), or (B, A, column-major D) swapped.
+  using KernelElementA = cute::conditional_t<SwapAB, ElementB, ElementA>;
+  using KernelElementB = cute::conditional_t<SwapAB, ElementA, ElementB>;
+  using LayoutD = cute::conditional_t<SwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
 
-  // D = acc + bias[n]: the block scales are already in acc; a null bias reads as 0.
-  using Bias = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float,
-                                                           cute::Stride<cute::_0, cute::_1, int64_t>, kAlignmentD>;
+  // D = acc + bias[n]: the block scales are already in acc; a null bias reads as 0. Bias runs along N: the
+  // kernel's columns, or its rows swapped.
+  using Bias = cute::conditional_t<
+      SwapAB,
+      cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, ElementD, float,
+                                                  cute::Stride<cute::_1, cute::_0, int64_t>, kAlignmentD>,
+      cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float,
+                                                  cute::Stride<cute::_0, cute::_1, int64_t>, kAlignmentD>>;
   using Output = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, ElementD, float, kRound>,
       cutlass::epilogue::fusion::Sm90AccFetch, Bias>;
 
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, kAlignmentD,
-      ElementD, cutlass::layout::RowMajor, kAlignmentD, typename Schedule::Epilogue, Output>::CollectiveOp;
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignmentD, ElementD, LayoutD,
+      kAlignmentD, typename Schedule::Epilogue, Output>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA,
-      cute::tuple<cutlass::layout::RowMajor, LayoutSFA>, kAlignmentAB, ElementB,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, KernelElementA,
+      cute::tuple<cutlass::layout::RowMajor, LayoutSFA>, kAlignmentAB, KernelElementB,
       cute::tuple<cutlass::layout::ColumnMajor, LayoutSFB>, kAlignmentAB, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<int(sizeof(typename Epilogue::SharedStorage))>,
       typename Schedule::Kernel>::CollectiveOp;
@@ -107,37 +127,52 @@ struct Sm90Fp8BlockGemm {
     int k_blocks = (k + kScaleBlockK - 1) / kScaleBlockK;
     typename Gemm::Arguments arguments{};
     arguments.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-    arguments.problem_shape = {m, n, k, 1};
-    arguments.mainloop.ptr_A = static_cast<const ElementA*>(args.a);
-    arguments.mainloop.dA = cute::make_stride(args.lda, _1{}, int64_t(0));
-    arguments.mainloop.ptr_B = static_cast<const ElementB*>(args.b);
-    arguments.mainloop.dB = cute::make_stride(args.ldb, _1{}, int64_t(0));
-    // (rows, k-blocks) of scales: ((1, m), (128, k_blocks)) in CUTLASS's blockwise layout, strides (row, 1), or
-    // (1, k-block) M-major.
-    arguments.mainloop.ptr_SFA = args.scale_a;
-    auto sfa_shape =
+    // A (m, k) and B (n, k) row-major are CUTLASS's K-major operands, in either order.
+    arguments.problem_shape = {SwapAB ? n : m, SwapAB ? m : n, k, 1};
+    arguments.mainloop.ptr_A = static_cast<const KernelElementA*>(SwapAB ? args.b : args.a);
+    arguments.mainloop.dA = cute::make_stride(SwapAB ? args.ldb : args.lda, _1{}, int64_t(0));
+    arguments.mainloop.ptr_B = static_cast<const KernelElementB*>(SwapAB ? args.a : args.b);
+    arguments.mainloop.dB = cute::make_stride(SwapAB ? args.lda : args.ldb, _1{}, int64_t(0));
+    // Scales as (rows, k-blocks): ((1, m), (128, k_blocks)) in CUTLASS's blockwise layout for A, strides (row, 1)
+    // K-major or (1, k-block) M-major; ((ScaleN, ceil(n / ScaleN)), (128, k_blocks)) for B, strides (row, 1).
+    auto activation_shape =
         cute::make_shape(cute::make_shape(_1{}, m), cute::make_shape(cute::Int<kScaleBlockK>{}, k_blocks), 1);
-    if constexpr (ScaleAMajorM) {
-      arguments.mainloop.layout_SFA = cute::make_layout(
-          sfa_shape, cute::make_stride(cute::make_stride(_0{}, _1{}),
-                                       cute::make_stride(_0{}, int32_t(args.scale_a_block_stride)), int32_t(0)));
+    auto weight_shape = cute::make_shape(cute::make_shape(cute::Int<ScaleN>{}, (n + ScaleN - 1) / ScaleN),
+                                         cute::make_shape(cute::Int<kScaleBlockK>{}, k_blocks), 1);
+    auto k_major = [](int64_t row_stride) {
+      return cute::make_stride(cute::make_stride(_0{}, int32_t(row_stride)), cute::make_stride(_0{}, _1{}),
+                               int32_t(0));
+    };
+    if constexpr (SwapAB) {
+      arguments.mainloop.ptr_SFA = args.scale_b;
+      arguments.mainloop.layout_SFA = cute::make_layout(weight_shape, k_major(args.scale_b_row_stride));
+      arguments.mainloop.ptr_SFB = args.scale_a;
+      arguments.mainloop.layout_SFB = cute::make_layout(activation_shape, k_major(args.scale_a_row_stride));
     } else {
-      arguments.mainloop.layout_SFA = cute::make_layout(
-          sfa_shape, cute::make_stride(cute::make_stride(_0{}, int32_t(args.scale_a_row_stride)),
-                                       cute::make_stride(_0{}, _1{}), int32_t(0)));
+      arguments.mainloop.ptr_SFA = args.scale_a;
+      if constexpr (ScaleAMajorM) {
+        arguments.mainloop.layout_SFA = cute::make_layout(
+            activation_shape,
+            cute::make_stride(cute::make_stride(_0{}, _1{}),
+                              cute::make_stride(_0{}, int32_t(args.scale_a_block_stride)), int32_t(0)));
+      } else {
+        arguments.mainloop.layout_SFA = cute::make_layout(activation_shape, k_major(args.scale_a_row_stride));
+      }
+      arguments.mainloop.ptr_SFB = args.scale_b;
+      arguments.mainloop.layout_SFB = cute::make_layout(weight_shape, k_major(args.scale_b_row_stride));
     }
-    arguments.mainloop.ptr_SFB = args.scale_b;
-    arguments.mainloop.layout_SFB = cute::make_layout(
-        cute::make_shape(cute::make_shape(cute::Int<ScaleN>{}, (n + ScaleN - 1) / ScaleN),
-                         cute::make_shape(cute::Int<kScaleBlockK>{}, k_blocks), 1),
-        cute::make_stride(cute::make_stride(_0{}, int32_t(args.scale_b_row_stride)), cute::make_stride(_0{}, _1{}),
-                          int32_t(0)));
     typename Bias::Arguments bias{static_cast<const ElementD*>(args.bias), ElementD(0), {}};
     arguments.epilogue.thread = {{}, bias, {}};
+    // D (m, n) row-major is Dᵀ (n, m) column-major: the same bytes, ldd apart.
     arguments.epilogue.ptr_C = nullptr;
-    arguments.epilogue.dC = cute::make_stride(args.ldd, _1{}, int64_t(0));
     arguments.epilogue.ptr_D = static_cast<ElementD*>(args.d);
-    arguments.epilogue.dD = cute::make_stride(args.ldd, _1{}, int64_t(0));
+    if constexpr (SwapAB) {
+      arguments.epilogue.dC = cute::make_stride(_1{}, args.ldd, int64_t(0));
+      arguments.epilogue.dD = cute::make_stride(_1{}, args.ldd, int64_t(0));
+    } else {
+      arguments.epilogue.dC = cute::make_stride(args.ldd, _1{}, int64_t(0));
+      arguments.epilogue.dD = cute::make_stride(args.ldd, _1{}, int64_t(0));
+    }
     arguments.hw_info.device_id = args.device;
     arguments.hw_info.sm_count = args.sm_count;
     if constexpr (!cute::is_same_v<Decomposition, DecomposePersistent>) {

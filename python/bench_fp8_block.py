@@ -29,13 +29,14 @@ from cutlass_ext import benchmark, fp8_block
 from cutlass_ext.build import build_libraries
 
 DENSE_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
-DENSE_M = [64, 128, 256, 512, 1024, 2048, 4096]
+DENSE_M = [1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 MOE_GROUPS = [8, 16, 32]
 MOE_M = [64, 128, 256, 512]
 MOE_NK = [(4096, 7168), (7168, 2048)]
 REFERENCE_ROWS = 64
 # Named variants timed beside the dispatch's choice (e4m3, bf16 output, 128x128 weight blocks): whole tiles without
-# stream-K, TMA multicast along either side, 64-row ping-pong tiles, M-major activation scales.
+# stream-K, TMA multicast along either side, 64-row ping-pong tiles, M-major activation scales, swapped operands
+# for decode.
 DENSE_VARIANTS = [
     "fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128",
     "fp8block_e4m3e4m3_bf16_128x128x128_c1x2_coop_sb128",
@@ -43,6 +44,8 @@ DENSE_VARIANTS = [
     "fp8block_e4m3e4m3_bf16_64x128x128_c1x1_pp_sb128",
     "fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128_am",
     "fp8block_e4m3e4m3_bf16_128x128x128_c1x2_coop_sb128_am",
+    "fp8block_e4m3e4m3_bf16_128x32x128_c1x1_coop_sb128_streamk_swap",
+    "fp8block_e4m3e4m3_bf16_128x64x128_c1x1_coop_sb128_streamk_swap",
 ]
 GROUPED_VARIANTS = [
     "fp8block_e4m3e4m3_bf16_64x128x128_c1x1_pp_sb128_grouped",

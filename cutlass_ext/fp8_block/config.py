@@ -39,6 +39,8 @@ class Fp8BlockConfig(VariantFields):
     of B per scale (128 or 1; name `_sbN`). scheduler / splits: see SCHEDULERS (name `_streamk`, `_splitkN`).
     grouped: the mixture-of-experts kernel (name suffix `_grouped`): one launch over the experts' products,
     their row counts read on the device. scale_a_major: see SCALE_A_MAJORS (dense only; name suffix `_am`).
+    swap_ab: the kernel computes Dᵀ = B · Aᵀ (name suffix `_swap`), so `tile` is (n, m, k): the weights fill its
+    first side, decode's few tokens its second (a multiple of 32).
     """
 
     a_dtype: str = "e4m3"
@@ -52,6 +54,7 @@ class Fp8BlockConfig(VariantFields):
     splits: int = 1
     grouped: bool = False
     scale_a_major: str = "k"
+    swap_ab: bool = False
     family: str = FAMILY
 
     # `fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128[_streamk|_splitk4][_grouped]`
@@ -73,6 +76,7 @@ class Fp8BlockConfig(VariantFields):
         Optional(Number("splits"), default={"splits": 1}),
         Optional(Word("grouped", {True: "_grouped"}), default={"grouped": False}),
         Optional(Word("scale_a_major", {"m": "_am"}), default={"scale_a_major": "k"}),
+        Optional(Word("swap_ab", {True: "_swap"}), default={"swap_ab": False}),
     )
     EXAMPLE_NAME: ClassVar[str] = "fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128_streamk"
 
@@ -90,14 +94,22 @@ class Fp8BlockConfig(VariantFields):
                 raise ValueError(f"{field}={getattr(self, field)!r} is not one of {list(choices)}")
         if self.family != FAMILY:
             raise ValueError(f"family={self.family!r} must be {FAMILY!r}")
-        if self.grouped is not True and self.grouped is not False:
-            raise ValueError(f"grouped={self.grouped!r} must be True or False")
+        for field in ("grouped", "swap_ab"):
+            if getattr(self, field) is not True and getattr(self, field) is not False:
+                raise ValueError(f"{field}={getattr(self, field)!r} must be True or False")
         self._check_extents(tile="mnk", cluster="mn")
         tile_m, tile_n, tile_k = self.tile
         if tile_k != SCALE_BLOCK_K:
             raise ValueError(f"tile={self.tile!r}: its k must be {SCALE_BLOCK_K}, one scale block")
-        if tile_n % self.scale_n:
-            raise ValueError(f"tile={self.tile!r}: its n must be a multiple of scale_n={self.scale_n}")
+        weights_side = tile_m if self.swap_ab else tile_n
+        if weights_side % self.scale_n:
+            side = "m (swapped: the weights' side)" if self.swap_ab else "n"
+            raise ValueError(f"tile={self.tile!r}: its {side} must be a multiple of scale_n={self.scale_n}")
+        if self.swap_ab and (tile_n % 32 or self.grouped or self.scale_a_major != "k"):
+            raise ValueError(
+                f"swap_ab=True takes dense kernels with K-major activation scales and a token side (tile n) that "
+                f"is a multiple of 32; got {self.tile!r}, grouped={self.grouped}, scale_a_major={self.scale_a_major!r}"
+            )
         if tile_m != {"cooperative": 128, "pingpong": 64}[self.schedule]:
             raise ValueError(
                 f"tile={self.tile!r}: schedule={self.schedule!r} takes m = 128 (cooperative) or 64 (pingpong)"
@@ -139,7 +151,7 @@ def render_instance(config: Fp8BlockConfig) -> str:
         launcher, suffix, args = "Sm90Fp8BlockGemm", "_fp8_block", "cutlass_ext_fp8_block_args"
         decomposition = (
             f", cutlass_ext::fp8_block::{_DECOMPOSITIONS[config.scheduler]}, {config.splits}, "
-            f"{'true' if config.scale_a_major == 'm' else 'false'}"
+            f"{'true' if config.scale_a_major == 'm' else 'false'}, {'true' if config.swap_ab else 'false'}"
         )
     return Template((kernels_dir() / "sm90_fp8_block_instance.in").read_text()).substitute(
         name=config.name,

@@ -29,6 +29,7 @@ DENSE_VARIANTS = [
     Fp8BlockConfig(),
     Fp8BlockConfig(tile=(64, 128, 128), schedule="pingpong"),
     Fp8BlockConfig(scheduler="splitk", splits=4),
+    Fp8BlockConfig(tile=(128, 32, 128), swap_ab=True, scheduler="streamk"),
     Fp8BlockConfig(scale_a_major="m"),
 ]
 
@@ -133,11 +134,13 @@ def test_output_types_and_bias(out_dtype, m, n, k):
 
 
 @pytest.mark.parametrize("config", DENSE_VARIANTS[4:], ids=lambda c: c.name)
+@pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("m, n, k", [(3, 512, 2048), (129, 384, 528), (512, 1024, 4096)])
-def test_variants(config, m, n, k):
+def test_variants(config, m, n, k, with_bias):
     a8, b8, scale_a, scale_b = quantized(m, n, k, "wide", (128, 128), seed=m * k)
-    out = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, variant=config.name)
-    check_close(out, a8, b8, scale_a, scale_b, 128)
+    bias = torch.randn(n, device="cuda").bfloat16() * 100 if with_bias else None
+    out = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, variant=config.name)
+    check_close(out, a8, b8, scale_a, scale_b, 128, bias)
 
 
 def test_gemm_fp8_dispatches_block_scales_to_the_block_kernel():
