@@ -168,6 +168,50 @@ bool run_if_implementable(const VariantT& variant, Args& args, const std::string
   return true;
 }
 
+// CUTLASS 2.x runs a batch on the grid's z dimension, at most 65535 problems a launch.
+constexpr int64_t kMaxLaunchBatch = 65535;
+
+// Problems [start, start + count) of a batched launch: every operand's pointer moved by start batch strides (all
+// elements are 4 bytes: FP32, or halfhalf's packed words).
+cutlass_ext_gemm_args batch_slice(const cutlass_ext_gemm_args& args, int64_t start, int64_t count) {
+  auto moved = [start](const void* p, int64_t stride) {
+    return p == nullptr ? nullptr : static_cast<const char*>(p) + start * stride * 4;
+  };
+  cutlass_ext_gemm_args slice = args;
+  slice.batch = count;
+  slice.a = moved(args.a, args.batch_stride_a);
+  slice.b = moved(args.b, args.batch_stride_b);
+  slice.c = moved(args.c, args.batch_stride_c);
+  slice.d = const_cast<void*>(static_cast<const void*>(moved(args.d, args.batch_stride_d)));
+  return slice;
+}
+
+cutlass_ext_unscaled_gemm_args batch_slice(const cutlass_ext_unscaled_gemm_args& args, int64_t start, int64_t count) {
+  cutlass_ext_unscaled_gemm_args slice = args;
+  slice.gemm = batch_slice(args.gemm, start, count);
+  slice.row_shift = args.row_shift + start * args.row_shift_batch_stride;
+  slice.column_shift = args.column_shift + start * args.column_shift_batch_stride;
+  return slice;
+}
+
+int64_t batch_of(const cutlass_ext_gemm_args& args) { return args.batch; }
+int64_t batch_of(const cutlass_ext_unscaled_gemm_args& args) { return args.gemm.batch; }
+
+// run_if_implementable in launches of at most kMaxLaunchBatch problems; false (nothing launched) if the variant
+// cannot implement the first.
+template <typename VariantT, typename Args>
+bool run_batches(const VariantT& variant, Args& args, const std::string& name, const at::TensorOptions& options) {
+  const int64_t batch = batch_of(args);
+  if (batch <= kMaxLaunchBatch) return run_if_implementable(variant, args, name, options);
+  for (int64_t start = 0; start < batch; start += kMaxLaunchBatch) {
+    Args slice = batch_slice(args, start, std::min(kMaxLaunchBatch, batch - start));
+    bool ran = run_if_implementable(variant, slice, name, options);
+    TORCH_CHECK(ran || start == 0, "kernel ", name, " declined a later part of a batch it had begun");
+    if (!ran) return false;
+  }
+  return true;
+}
+
 // "[16, 64]" for error messages, built here. Error messages in this file pass integers as strings: on the lent
 // H100 (torch 2.11, the binding built by g++ 13) an error message with an integer streamed into it crashes the
 // process when it is thrown (tested there: int64 and IntArrayRef crash; strings, dtypes and devices do not).
@@ -215,7 +259,7 @@ bool run_first_fitting(const std::vector<std::string>& variants, const at::Tenso
     args.b = b.data_ptr();
     args.ldb = leading_dimension(b, b_columns);
     args.batch_stride_b = batch_stride(b);
-    if (run_if_implementable(variant, args, name, a.options())) return true;
+    if (run_batches(variant, args, name, a.options())) return true;
   }
   return false;
 }
@@ -594,8 +638,8 @@ at::Tensor halfhalf_gemm_cuda(const at::Tensor& a, const at::Tensor& b, const c1
       continue;
     }
     if (variant->layouts != 0) continue;
-    if (run_if_implementable(variant->unscaled, fused, name, a.options())) return d;
-    if (run_if_implementable(*variant, args, name, a.options())) {
+    if (run_batches(variant->unscaled, fused, name, a.options())) return d;
+    if (run_batches(*variant, args, name, a.options())) {
       ran = true;
       break;
     }
