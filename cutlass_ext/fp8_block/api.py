@@ -11,6 +11,7 @@ k-block's Tensor Core sums as they are promoted into FP32 registers.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
@@ -134,12 +135,22 @@ def _capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
+# The dense kernel per M (up to the bound, first match): 128x128 cooperative tiles under CUTLASS's stream-K
+# scheduler, which shares the last wave of tiles (all of decode's few) out along K.
+DENSE_BY_M = ((None, Fp8BlockConfig(scheduler="streamk")),)
+
+
+def dense_variant(a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m: int = 1 << 30) -> str:
+    """The dense kernel `gemm_fp8_block` runs for these types and M (DENSE_BY_M)."""
+    bucket = next(i for i, (bound, _) in enumerate(DENSE_BY_M) if bound is None or m <= bound)
+    return _dense_variant(a_dtype, b_dtype, out_dtype, scale_n, bucket)
+
+
 @constant_result
 @functools.cache
-def dense_variant(a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int) -> str:
-    """The dense kernel: 128x128 cooperative tiles under CUTLASS's stream-K scheduler, which shares the last wave
-    of tiles (all of decode's few) out along K."""
-    return Fp8BlockConfig(a_dtype, b_dtype, out_dtype, scale_n=scale_n, scheduler="streamk").name
+def _dense_variant(a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, bucket: int) -> str:
+    config = DENSE_BY_M[bucket][1]
+    return dataclasses.replace(config, a_dtype=a_dtype, b_dtype=b_dtype, out_dtype=out_dtype, scale_n=scale_n).name
 
 
 @constant_result
@@ -180,7 +191,7 @@ def gemm_fp8_block(
     if not torch.compiler.is_compiling():
         _check_capability(a.device)
     if variant is None:
-        variant = dense_variant(a_name, b_name, out_name, scale_n)
+        variant = dense_variant(a_name, b_name, out_name, scale_n, m)
     else:
         _check_variant(variant, a_name, b_name, out_name, scale_n, grouped=False)
     if _scale_a_major(variant) == "m":
