@@ -16,6 +16,7 @@ validation), lm_precision_modes_curves.csv (validation curves) and lm_precision_
 from __future__ import annotations
 
 import shlex
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -24,22 +25,20 @@ import pandas as pd
 import torch
 import train_lm
 
-from cutlass_ext import registry
-from cutlass_ext.gemm import dispatch_configs
-
 PRECISIONS = ("fp32", "tf32", "tf32tf32", "halfhalf")
-DEFAULT_STEPS = 1000  # the four runs and the builds of a cold cache in under 3 minutes on an H100
+DEFAULT_STEPS = 1000  # the four runs and the builds of a cold cache within 3 minutes on an H100
 
 
 def build_kernels(precisions, device: torch.device) -> None:
-    """Build the variants `ext.gemm` may dispatch to in these modes, in one parallel run (each would otherwise be
-    built at its first call, one at a time: 15-20 s each on a cold cache)."""
+    """Build the variants `ext.gemm` may dispatch to in these modes in one parallel run, `python -m
+    cutlass_ext.build --prebuild` (each would otherwise be built at its first call, one at a time: 15-20 s each on
+    a cold cache). What does not build here is built, or fallen back from, at first use as usual."""
     modes = [p for p in precisions if p in train_lm.SWITCHED]
     if device.type != "cuda" or not modes:
         return
-    hopper = torch.cuda.get_device_capability(device) == (9, 0)
-    configs = [c for c in dispatch_configs(modes) if hopper or c.family == "sm80"]
-    registry.ensure_registered(configs, device)
+    command = [sys.executable, "-m", "cutlass_ext.build", "--prebuild", "--modes", *modes]
+    if subprocess.run(command, stdout=subprocess.DEVNULL).returncode:
+        print(f"{shlex.join(command)} failed: kernels are built at their first use", file=sys.stderr)
 
 
 def summary(runs: pd.DataFrame) -> pd.DataFrame:
