@@ -79,9 +79,22 @@ def dense_contenders(variants):
     for variant in variants:
         yield f"ours {variant}", lambda a8, b8, sa, sb, v=variant: fp8_block.gemm_fp8_block(a8, b8, sa, sb, variant=v)
 
+    layouts = []  # the scale layouts this torch's cuBLAS blockwise path accepted, once found
+
     def scaled_mm_block(a8, b8, sa, sb):
-        # cuBLAS's blockwise forms: activation scales outer-dim-major, weight scales as for bᵀ (K, N)
-        return torch._scaled_mm(a8, b8.T, sa.T.contiguous().T, sb.T, out_dtype=torch.bfloat16)
+        # cuBLAS's blockwise forms: activation scales outer-dim-major; weight scales as for bᵀ (K, N), in the first
+        # of two layouts that this torch takes
+        forms = layouts or [lambda s: s.T, lambda s: s.T.contiguous()]
+        for index, form in enumerate(forms):
+            try:
+                out = torch._scaled_mm(a8, b8.T, sa.T.contiguous().T, form(sb), out_dtype=torch.bfloat16)
+            except RuntimeError:
+                if index == len(forms) - 1:
+                    raise
+                continue
+            if not layouts:
+                layouts.append(form)
+            return out
 
     yield "torch._scaled_mm block", scaled_mm_block
     deep_gemm = _deep_gemm()
