@@ -5,10 +5,11 @@
     ext.set_precision("halfhalf")       # the products this thread makes from now on, until set_precision(None)
 
 Routed, when every tensor operand is a float32 CUDA `torch.Tensor` (or Parameter) and the shapes are ones the op
-accepts: `torch.matmul` / `Tensor.matmul` / `@`, `mm`, `bmm`, `addmm`, `baddbmm` (beta·input + alpha·product in
-gemm's epilogue), `F.linear` (so `nn.Linear`; its bias fused), and two-operand `torch.einsum` without repeated
-labels in one operand (lowered here to one batched product; other einsums run as torch's). Everything else runs as
-it would without the switch: other dtypes, CPU tensors, tensor subclasses, other ops, in-place forms (`addmm_`).
+accepts: `torch.matmul` / `torch.linalg.matmul` / `Tensor.matmul` / `@`, `mm`, `bmm`, `addmm`, `baddbmm`
+(beta·input + alpha·product in gemm's epilogue), `F.linear` (so `nn.Linear`; its bias fused), and two-operand
+`torch.einsum` without repeated labels in one operand (lowered here to one batched product; other einsums run as
+torch's). Everything else runs as it would without the switch: other dtypes, CPU tensors, tensor subclasses, other
+ops (`linalg.multi_dot`, attention kernels), in-place forms (`addmm_`).
 
 Autocast: a corrected mode is FP32 by definition, so inside `torch.autocast("cuda")` the routed ops also take
 bfloat16 and float16 operands, upcast them, compute in FP32 and return FP32 (the ops outside the list keep
@@ -259,6 +260,7 @@ def _joint_size(a_size: int, b_size: int) -> int:
 # The ops the switch routes, as the mode sees them (`a @ b` arrives as Tensor.matmul).
 _ROUTERS = {
     torch.matmul: _matmul,
+    torch.linalg.matmul: _matmul,
     torch.Tensor.matmul: _matmul,
     torch.Tensor.__matmul__: _matmul,
     torch.mm: _mm,

@@ -81,10 +81,15 @@ MATMUL_SHAPES = [
 
 
 @pytest.mark.parametrize("a_shape, b_shape", MATMUL_SHAPES)
-@pytest.mark.parametrize("spelling", ["operator", "torch.matmul", "Tensor.matmul"])
+@pytest.mark.parametrize("spelling", ["operator", "torch.matmul", "torch.linalg.matmul", "Tensor.matmul"])
 def test_matmul_is_routed_with_its_broadcasting(fake_gemm, a_shape, b_shape, spelling):
     a, b = fresh(*a_shape), fresh(*b_shape)
-    call = {"operator": lambda: a @ b, "torch.matmul": lambda: torch.matmul(a, b), "Tensor.matmul": lambda: a.matmul(b)}
+    call = {
+        "operator": lambda: a @ b,
+        "torch.matmul": lambda: torch.matmul(a, b),
+        "torch.linalg.matmul": lambda: torch.linalg.matmul(a, b),
+        "Tensor.matmul": lambda: a.matmul(b),
+    }
     with ext.precision("halfhalf"):
         result = call[spelling]()
     assert_close_to_fp64(result, torch.matmul(a.double(), b.double()))
