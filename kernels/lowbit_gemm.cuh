@@ -58,7 +58,8 @@ struct LowbitGemm {
   // A gradient thread owns one row of a CTA's kGradThreads rows and runs one or two chains at a time
   // (GradRowWindow::kPairs): six 64-thread blocks per SM hide their latency with at most 168 registers, which
   // the two-chain kernels fit unspilled. The CTA takes kGradColumns columns per step: about 128 dB terms per row,
-  // whose sums over the rows its threads then run, two or so each.
+  // whose sums over the rows its threads then run, two or so each. G and B of a step are staged in shared memory
+  // by coalesced loads (little L1 is left beside ~37 KB of shared memory per CTA).
   static constexpr int kGradThreads = 64;
   static constexpr int kGradBlocksPerSm = 6;
   static constexpr int kGradColumns = 128 / kWindow < 2 ? 2 : 128 / kWindow;
@@ -248,7 +249,8 @@ struct LowbitGemm {
   template <int kSte, bool kUnderflow, bool kFast, bool kInChunk>
   __device__ static void grads(const cutlass_ext_lowbit_grads_args& args) {
     __shared__ __align__(16) float w_tile[kGradColumns][kWindow];
-    __shared__ float terms[kGradThreads][kGradPitch];
+    __shared__ float g_tile[kGradColumns][kGradThreads + 1];
+    __shared__ float terms[kGradThreads][kGradPitch];  // a row's dB terms at i * kGradColumns + c
     __shared__ int64_t logical_id;
     if (threadIdx.x == 0) logical_id = atomicAdd(reinterpret_cast<unsigned int*>(args.workspace), 1u);
     __syncthreads();
@@ -264,7 +266,10 @@ struct LowbitGemm {
     GradRowWindow<kWindow, kSte, kUnderflow, kFast, kInChunk> thread(args, batch, active ? row : row0, window);
     const float* w = args.b + batch * args.b_batch_stride;
     float* db = args.db == nullptr ? nullptr : args.db + batch * args.db_batch_stride;
+    const float* g = args.g + batch * args.g_batch_stride;
     const bool along_k = args.b_row_stride == 1 && args.b_column_stride != 1;  // B's unit stride runs along k
+    const bool g_along_rows = args.g_row_stride == 1 && args.g_column_stride != 1;
+    const bool db_along_columns = args.db_column_stride == 1 && args.db_row_stride != 1;
 
     constexpr int kLoads = (kGradTerms + kGradThreads - 1) / kGradThreads;
     float w_next[kLoads];
@@ -283,17 +288,21 @@ struct LowbitGemm {
     auto columns_of_step = [&](auto full, int64_t c0, int count) {
       int c = 0;
       for (; c + kPairs <= count; c += kPairs) {
-        float w_window[kPairs][kWindow];
+        float w_window[kPairs][kWindow], g_value[kPairs];
 #pragma unroll
-        for (int j = 0; j < kPairs; ++j) load_fragment(w_window[j], &w_tile[c + j][0]);
+        for (int j = 0; j < kPairs; ++j) {
+          load_fragment(w_window[j], &w_tile[c + j][0]);
+          g_value[j] = g_tile[c + j][threadIdx.x];
+        }
         thread.template columns<decltype(full)::value, kPairs>(
-            c0 + c, w_window, [&](int j, int i, float term) { terms[threadIdx.x][(c + j) * kWindow + i] = term; });
+            c0 + c, w_window, g_value,
+            [&](int j, int i, float term) { terms[threadIdx.x][i * kGradColumns + c + j] = term; });
       }
       for (; c < count; ++c) {
-        float w_window[1][kWindow];
+        float w_window[1][kWindow], g_value[1] = {g_tile[c][threadIdx.x]};
         load_fragment(w_window[0], &w_tile[c][0]);
         thread.template columns<decltype(full)::value, 1>(
-            c0 + c, w_window, [&](int, int i, float term) { terms[threadIdx.x][c * kWindow + i] = term; });
+            c0 + c, w_window, g_value, [&](int, int i, float term) { terms[threadIdx.x][i * kGradColumns + c] = term; });
       }
     };
 
@@ -310,9 +319,14 @@ struct LowbitGemm {
           w_tile[c][i] = w_next[l];
         }
       }
+      const int count = int(args.n - c0 < kGradColumns ? args.n - c0 : kGradColumns);
+      for (int e = threadIdx.x; e < kGradColumns * kGradThreads; e += kGradThreads) {
+        const int r = g_along_rows ? e % kGradThreads : e / kGradColumns;
+        const int c = g_along_rows ? e / kGradThreads : e % kGradColumns;
+        g_tile[c][r] = r < rows && c < count ? g[(row0 + r) * args.g_row_stride + (c0 + c) * args.g_column_stride] : 0.0f;
+      }
       __syncthreads();
       if (c0 + kGradColumns < args.n) load_w(c0 + kGradColumns);
-      const int count = int(args.n - c0 < kGradColumns ? args.n - c0 : kGradColumns);
       if (active) {
         if (thread.width == kWindow)
           columns_of_step(std::true_type{}, c0, count);
@@ -324,12 +338,14 @@ struct LowbitGemm {
         while (load_acquire(steps_done - 1) <= step) __nanosleep(100);
       }
       __syncthreads();  // the terms are in place and the rows before ours have added theirs
-      for (int t = threadIdx.x; t < count * kWindow; t += kGradThreads) {
-        const int c = t / kWindow, i = t % kWindow;
-        if (i >= thread.width) continue;
+      // consecutive threads take consecutive addresses of dB: along its columns or along k
+      for (int t = threadIdx.x; t < kGradTerms; t += kGradThreads) {
+        const int c = db_along_columns ? t % kGradColumns : t / kWindow;
+        const int i = db_along_columns ? t / kGradColumns : t % kWindow;
+        if (c >= count || i >= thread.width) continue;
         float* out = db + (thread.k0 + i) * args.db_row_stride + (c0 + c) * args.db_column_stride;
         float sum = row_block > 0 ? __ldcg(out) : 0.0f;
-        const float* column = &terms[0][t];
+        const float* column = &terms[0][i * kGradColumns + c];
         if (rows == kGradThreads) {  // every row block but a short last one: constant offsets, no bound test
 #pragma unroll 16
           for (int r = 0; r < kGradThreads; ++r) sum = add_rn(sum, column[r * kGradPitch]);

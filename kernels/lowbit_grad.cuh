@@ -30,7 +30,6 @@ struct GradRowWindow {
   int width;
   const float* x;  // A[r, ·]
   const float* w;  // B of this batch
-  const float* g;  // G[r, ·]
   const int32_t* blocked;  // the forward's last overflowing chunk of (r, ·), recursive STE only
   float x_window[kWindow];
   bool starts_chunk[kWindow];
@@ -41,7 +40,6 @@ struct GradRowWindow {
     width = int(args.k - k0 < kWindow ? args.k - k0 : kWindow);
     x = args.a + batch * args.a_batch_stride + row * args.a_row_stride;
     w = args.b + batch * args.b_batch_stride;
-    g = args.g + batch * args.g_batch_stride + row * args.g_row_stride;
     blocked = kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF
                   ? args.blocked + batch * args.blocked_batch_stride + row * args.blocked_row_stride
                   : nullptr;
@@ -60,15 +58,16 @@ struct GradRowWindow {
   }
 
   // kFull: the window holds kWindow steps (every window but a short last one), so no step needs a bound check.
-  // db_sink(j, i, term): the dB term of column c + j at k0 + i (+0.0 where masked or past the window's width).
+  // g_value: G[r, c + j]. db_sink(j, i, term): the dB term of column c + j at k0 + i (+0.0 where masked or past
+  // the window's width).
   template <bool kFull, int kColumns, class DbSink>
-  LOWBIT_HD void columns(int64_t c, const float (&w_window)[kColumns][kWindow], DbSink&& db_sink) {
+  LOWBIT_HD void columns(int64_t c, const float (&w_window)[kColumns][kWindow], const float (&g_value)[kColumns],
+                         DbSink&& db_sink) {
     const float* w_column[kColumns];
-    float g_value[kColumns], s[kColumns];
+    float s[kColumns];
 #pragma unroll
     for (int j = 0; j < kColumns; ++j) {
       w_column[j] = w + (c + j) * args.b_column_stride;
-      g_value[j] = g[(c + j) * args.g_column_stride];
       s[j] = 0.0f;
     }
     for (int64_t k = first; k < k0; ++k)
@@ -165,6 +164,9 @@ void grads_window_of(const cutlass_ext_lowbit_grads_args& args, int64_t batch, i
         for (int i = 0; i < kWindow; ++i)
           w_window[j][i] =
               i < thread.width ? w[(thread.k0 + i) * args.b_row_stride + (c + j) * args.b_column_stride] : 0.0f;
+      const float* g = args.g + batch * args.g_batch_stride + row * args.g_row_stride;
+      float g_value[kColumns];
+      for (int j = 0; j < kColumns; ++j) g_value[j] = g[(c + j) * args.g_column_stride];
       auto sink = [&](int j, int i, float term) {
         if (db != nullptr && i < thread.width) {
           float& sum = db[(thread.k0 + i) * args.db_row_stride + (c + j) * args.db_column_stride];
@@ -172,9 +174,9 @@ void grads_window_of(const cutlass_ext_lowbit_grads_args& args, int64_t batch, i
         }
       };
       if (thread.width == kWindow)
-        thread.template columns<true, kColumns>(c, w_window, sink);
+        thread.template columns<true, kColumns>(c, w_window, g_value, sink);
       else
-        thread.template columns<false, kColumns>(c, w_window, sink);
+        thread.template columns<false, kColumns>(c, w_window, g_value, sink);
     };
     int64_t c = 0;
     constexpr int kPairs = decltype(thread)::kPairs;
