@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import corrected_sm90, ops, ozaki, registry, tuned
+from . import corrected_sm90, cublas, ops, ozaki, registry, tuned
 from . import device as device_info
 from .families.sm80.config import KERNEL_MODES, LAYOUTS, KernelConfig, default_configs
 from .families.sm90.config import DEFAULTS as DEFAULT_SPLIT
@@ -106,22 +106,31 @@ def gemm(
         return ozaki.gemm_mode(a, b, mode, bias=bias, alpha=alpha, beta=beta, c=c, out=out)
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         _check_operands(a=a, b=b)
-    signature = (mode, a.dtype, b.dtype, a.device, b.device, a.shape, b.shape)
-    compiling = torch.compiler.is_compiling()
-    if compiling:
-        _check(*signature)  # symbolic shapes are not cached
-    else:
-        _cached_check(*signature)
-    if c is None and out is None and _kernel_shapes(a, b):  # what the kernels take as it is (nn.Linear's call)
-        if bias is not None or alpha != 1.0 or beta != 0.0:
-            _check_epilogue(a, b, bias, alpha, beta, None, None)
-            alpha = float(alpha)
-        requires_grad = a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
-        if requires_grad and torch.is_grad_enabled():
-            return _Gemm.apply(a, b, None, bias, alpha, 0.0, mode)
-        bias_scale = 0.0 if bias is None else 1.0
-        return _product(a, b, mode, bias, alpha, bias_scale) if compiling else _run(a, b, bias, alpha, bias_scale, mode)
+    if torch.compiler.is_compiling():  # symbolic shapes: checked, not cached; the kernels are picked when it runs
+        _check(mode, a.dtype, b.dtype, a.device, b.device, a.shape, b.shape)
+        if c is None and out is None and _kernel_shapes(a, b):
+            return _kernel_call(a, b, mode, bias, alpha, beta, None)
+        return _general(a, b, mode, bias, alpha, beta, c, out)
+    # One cached look-up per call checks the arguments and finds the kernels (None: not the kernels' shapes).
+    plan = _eager_plan(
+        mode, a.dtype, b.dtype, a.device, b.device, a.shape, b.shape, a.stride(), b.stride(), tuned.generation()
+    )
+    if c is None and out is None and plan is not None:  # what the kernels take as it is (nn.Linear's call)
+        return _kernel_call(a, b, mode, bias, alpha, beta, plan)
     return _general(a, b, mode, bias, alpha, beta, c, out)
+
+
+def _kernel_call(a, b, mode, bias, alpha, beta, plan) -> torch.Tensor:
+    """gemm of operands the kernels take as they are, with a bias and alpha at most; `plan` (eager) or None (traced)."""
+    if bias is not None or alpha != 1.0 or beta != 0.0:
+        _check_epilogue(a, b, bias, alpha, beta, None, None)
+        alpha = float(alpha)
+    if (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)) and torch.is_grad_enabled():
+        return _Gemm.apply(a, b, None, bias, alpha, 0.0, mode)
+    bias_scale = 0.0 if bias is None else 1.0
+    if plan is None:
+        return _product(a, b, mode, bias, alpha, bias_scale)
+    return _launch(plan, a, b, bias, alpha, bias_scale, mode)
 
 
 def _kernel_shapes(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -260,15 +269,16 @@ def _check(mode, a_dtype, b_dtype, a_device, b_device, a_shape, b_shape) -> None
     _broadcast_batch(a_shape[:-2], b_shape[:-2])
 
 
-_cached_check = functools.lru_cache(maxsize=4096)(_check)
+def _layout_of(shape, stride) -> str:
+    """`col` for matrices stored down their columns (a transposed view), else `row` (copied if not row-major)."""
+    rows, columns = shape[-2], shape[-1]
+    row_major = (columns <= 1 or stride[-1] == 1) and (rows <= 1 or stride[-2] >= columns)
+    column_major = (rows <= 1 or stride[-2] == 1) and (columns <= 1 or stride[-1] >= rows)
+    return "col" if column_major and not row_major else "row"
 
 
 def _layout(t: torch.Tensor) -> str:
-    """`col` for matrices stored down their columns (a transposed view), else `row` (copied if not row-major)."""
-    rows, columns = t.shape[-2], t.shape[-1]
-    row_major = (columns <= 1 or t.stride(-1) == 1) and (rows <= 1 or t.stride(-2) >= columns)
-    column_major = (rows <= 1 or t.stride(-2) == 1) and (columns <= 1 or t.stride(-1) >= rows)
-    return "col" if column_major and not row_major else "row"
+    return _layout_of(t.shape, t.stride())
 
 
 def _product(
@@ -288,26 +298,52 @@ def _product(
 
 
 def _run(a, b, source, alpha: float, beta: float, mode: str) -> torch.Tensor:
-    """cutlass_ext::product: the plan for these sizes on this device (cached per problem), then its kernels."""
-    if mode == "fp32":
-        return ops.sgemm(a, b, source, alpha, beta)
-    m, n, k = a.shape[-2], b.shape[-1], a.shape[-1]
-    if not (a.numel() and b.numel()):  # empty, or K = 0: the binding writes beta·source, no kernel runs
+    """cutlass_ext::product: the plan for these operands on their device (cached per signature), then its kernels."""
+    plan = _eager_plan(
+        mode, a.dtype, b.dtype, a.device, b.device, a.shape, b.shape, a.stride(), b.stride(), tuned.generation()
+    )
+    if plan is None:  # empty, or K = 0: the binding writes beta·source, no kernel runs
         registry.binding()
-        return ops.gemm(a, b, list(_DEFAULT_VARIANTS[mode, _layout(a), _layout(b)]), source, alpha, beta)
-    hopper_ok = corrected_sm90.supports_shapes(a.dim(), b.dim(), n)
-    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    layout_a, layout_b = ("row", "row") if mode in _PACKS_ROW_MAJOR else (_layout(a), _layout(b))
-    path, variants = _runtime_plan(index, mode, layout_a, layout_b, m, n, k, hopper_ok)
+        variants = list(_DEFAULT_VARIANTS[mode, _layout(a), _layout(b)]) if mode != "fp32" else []
+        return ops.sgemm(a, b, source, alpha, beta) if mode == "fp32" else ops.gemm(a, b, variants, source, alpha, beta)
+    return _launch(plan, a, b, source, alpha, beta, mode)
+
+
+@functools.lru_cache(maxsize=4096)
+def _eager_plan(mode, a_dtype, b_dtype, a_device, b_device, a_shape, b_shape, a_stride, b_stride, _generation):
+    """gemm's argument checks (raised, never cached), then (path, [variant, ...]) for non-empty operands of the
+    kernels' shapes, their first variant built and loaded; None for other shapes. path `fp32` is cuBLAS."""
+    _check(mode, a_dtype, b_dtype, a_device, b_device, a_shape, b_shape)
+    a_dim, b_dim = len(a_shape), len(b_shape)
+    if not (a_dim in (2, 3) and b_dim in (2, 3) and (a_dim == 2 or b_dim == 2 or a_shape[0] == b_shape[0])):
+        return None
+    if 0 in a_shape or 0 in b_shape:
+        return None
+    if mode == "fp32":
+        return "fp32", []
+    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+    hopper_ok = corrected_sm90.supports_shapes(a_dim, b_dim, n)
+    packs = mode in _PACKS_ROW_MAJOR
+    layout_a = "row" if packs else _layout_of(a_shape, a_stride)
+    layout_b = "row" if packs else _layout_of(b_shape, b_stride)
+    return _cached_runtime_plan(a_device.index, mode, layout_a, layout_b, m, n, k, hopper_ok, _generation)
+
+
+def _launch(plan, a, b, source, alpha: float, beta: float, mode: str) -> torch.Tensor:
+    """The kernels of `plan` for kernel operands a and b, with alpha and beta·source (c, or a bias (n,))."""
+    path, variants = plan
+    if path == "fp32":
+        return cublas.sgemm(a, b, source, alpha, beta)
     if path == "sm90":
+        n = b.shape[-1]
         if source is None and alpha == 1.0:
             return corrected_sm90.product(a, b, mode, variants)
         if source is None or (source.shape == (n,) and beta == 1.0):  # a bias: the epilogue adds it
             return corrected_sm90.product(a, b, mode, _with_bias_epilogue(tuple(variants)), source, alpha)
         return _epilogue(corrected_sm90.product(a, b, mode, variants), source, alpha, beta)
-    if mode == "halfhalf":  # operand pass, product and unscaling (with the epilogue) in one call
-        return ops.halfhalf_gemm(a, b, variants, source, alpha, beta)
-    return ops.gemm(a, b, variants, source, alpha, beta)
+    # halfhalf: operand pass, product and unscaling (with the epilogue) in one call
+    op = torch.ops.cutlass_ext.halfhalf_gemm.default if mode == "halfhalf" else torch.ops.cutlass_ext.gemm.default
+    return registry.call_loading_fallbacks(op, variants, a.device, a, b, source, alpha, beta)
 
 
 torch.library.impl("cutlass_ext::product", "CUDA", _run)
@@ -368,12 +404,6 @@ def plan(
     if gpu.hopper and mode in DEFAULT_SPLIT and hopper_ok and tiles >= HOPPER_MIN_TILES:
         return Plan("sm90", (DEFAULT_SPLIT[mode].name,), f"sm90 default ({source})")
     return Plan("sm80", defaults, f"sm{gpu.arch or '80'} default ({source})")
-
-
-def _runtime_plan(index: int, mode: str, layout_a: str, layout_b: str, m: int, n: int, k: int, hopper_ok: bool):
-    """(path, [variant, ...]) for this problem on device `index`, its first variant built and loaded (the list is
-    shared by every call: read only)."""
-    return _cached_runtime_plan(index, mode, layout_a, layout_b, m, n, k, hopper_ok, tuned.generation())
 
 
 @functools.lru_cache(maxsize=4096)

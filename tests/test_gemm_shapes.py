@@ -27,16 +27,21 @@ def kernels_on_cpu(monkeypatch):
             d = d + beta * source.double()
         return d.float()
 
-    def check(mode, a_dtype, b_dtype, a_device, b_device, a_shape, b_shape):
-        gemm_module._check(mode, a_dtype, b_dtype, CUDA, CUDA, a_shape, b_shape)
-
-    monkeypatch.setattr(gemm_module, "_product", product)
+    check = gemm_module._check
     monkeypatch.setattr(
-        gemm_module, "_run", lambda a, b, source, alpha, beta, mode: product(a, b, mode, source, alpha, beta)
+        gemm_module, "_check", lambda mode, a_t, b_t, a_d, b_d, *shapes: check(mode, a_t, b_t, CUDA, CUDA, *shapes)
     )
-    monkeypatch.setattr(gemm_module, "_cached_check", check)
+    monkeypatch.setattr(gemm_module, "_cached_runtime_plan", lambda *args: ("sm80", ["kernel"]))
+    monkeypatch.setattr(
+        gemm_module, "_launch", lambda plan, a, b, *epilogue: product(a, b, epilogue[-1], *epilogue[:-1])
+    )
+    monkeypatch.setattr(gemm_module, "_product", product)
+    monkeypatch.setattr(gemm_module.registry, "binding", lambda: None)
+    monkeypatch.setattr(gemm_module.ops, "gemm", lambda a, b, variants, *epilogue: product(a, b, "", *epilogue))
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: False)
-    return calls
+    gemm_module._eager_plan.cache_clear()
+    yield calls
+    gemm_module._eager_plan.cache_clear()
 
 
 def randn(*shape, generator, requires_grad=False):
