@@ -38,6 +38,12 @@ def _gemm_strided_batched():
     return function
 
 
+@functools.lru_cache(maxsize=64)
+def _scalar(value: float):
+    """A pointer to `value` as a C float (host memory: cuBLAS's default pointer mode), made once per value."""
+    return ctypes.byref(ctypes.c_float(value))
+
+
 def _operand(t: torch.Tensor) -> tuple[torch.Tensor, int, int]:
     """(t, op, ld) for cuBLAS's column-major view of the row-major product's transpose: a row-major matrix is read
     as stored (op N, rows ld apart), a column-major one transposed (op T); anything else is copied row-major."""
@@ -52,7 +58,7 @@ def _operand(t: torch.Tensor) -> tuple[torch.Tensor, int, int]:
 def sgemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alpha: float, beta: float) -> torch.Tensor:
     """alpha·A·B + beta·c for float32 CUDA a (…, m, k) and b (…, k, n), 2-D or 3-D with one batch size (a 2-D
     operand shared by every batch), c broadcast to the product (None: beta is ignored)."""
-    if a.device.index not in (None, torch.cuda.current_device()):
+    if a.get_device() != torch.cuda.current_device():
         with torch.cuda.device(a.device):  # the handle and stream of a's device
             return sgemm(a, b, c, alpha, beta)
     batch = a.shape[0] if a.dim() == 3 else (b.shape[0] if b.dim() == 3 else 1)
@@ -80,7 +86,7 @@ def sgemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alpha: float
         n,
         m,
         k,
-        ctypes.byref(ctypes.c_float(alpha)),
+        _scalar(alpha),
         b.data_ptr(),
         _R_32F,
         ldb,
@@ -89,7 +95,7 @@ def sgemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alpha: float
         _R_32F,
         lda,
         batch_stride_a,
-        ctypes.byref(ctypes.c_float(beta)),
+        _scalar(beta),
         d.data_ptr(),
         _R_32F,
         n,
