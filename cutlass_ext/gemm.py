@@ -302,10 +302,11 @@ def _run(a, b, source, alpha: float, beta: float, mode: str) -> torch.Tensor:
     plan = _eager_plan(
         mode, a.dtype, b.dtype, a.device, b.device, a.shape, b.shape, a.stride(), b.stride(), tuned.generation()
     )
-    if plan is None:  # empty, or K = 0: the binding writes beta·source, no kernel runs
+    if plan is None:  # empty, or K = 0: no kernel runs, beta·source is written
+        if mode == "fp32":
+            return cublas.sgemm(a, b, source, alpha, beta)
         registry.binding()
-        variants = list(_DEFAULT_VARIANTS[mode, _layout(a), _layout(b)]) if mode != "fp32" else []
-        return ops.sgemm(a, b, source, alpha, beta) if mode == "fp32" else ops.gemm(a, b, variants, source, alpha, beta)
+        return ops.gemm(a, b, list(_DEFAULT_VARIANTS[mode, _layout(a), _layout(b)]), source, alpha, beta)
     return _launch(plan, a, b, source, alpha, beta, mode)
 
 
