@@ -173,10 +173,9 @@ struct LowbitGemm {
   };
 
   template <bool kUnderflow, bool kFast, bool kBlocked>
-  __device__ static void forward(const cutlass_ext_lowbit_forward_args& args) {
+  __device__ static void forward(const cutlass_ext_lowbit_forward_args& args, int64_t batch) {
     __shared__ __align__(16) float a_tile[kBlockK][kPitchM];
     __shared__ __align__(16) float b_tile[kBlockK][kPitchN];
-    const int64_t batch = blockIdx.z;
     Forward tiles{args, Format::from(args.format), a_tile, b_tile,
                   args.a + batch * args.a_batch_stride, args.b + batch * args.b_batch_stride,
                   int64_t(blockIdx.y) * kBlockM, int64_t(blockIdx.x) * kBlockN,
@@ -368,7 +367,9 @@ struct LowbitGemm {
 
 template <class Gemm, bool kUnderflow, bool kFast, bool kBlocked>
 __global__ void __launch_bounds__(Gemm::kThreads) lowbit_forward_kernel(const cutlass_ext_lowbit_forward_args args) {
-  Gemm::template forward<kUnderflow, kFast, kBlocked>(args);
+  // grid z is at most 65535: larger batches take several problems per CTA
+  for (int64_t batch = blockIdx.z; batch < args.batch; batch += gridDim.z)
+    Gemm::template forward<kUnderflow, kFast, kBlocked>(args, batch);
 }
 
 template <class Gemm, int kSte, bool kUnderflow, bool kFast, bool kInChunk>
@@ -405,8 +406,8 @@ int LowbitGemm<kBlockM, kBlockN, kBlockK, kThreadM, kThreadN, kWindow>::run_forw
     return int(cudaErrorInvalidValue);
   if (args->m == 0 || args->n == 0 || args->batch == 0) return 0;
   const int64_t grid_m = (args->m + kBlockM - 1) / kBlockM, grid_n = (args->n + kBlockN - 1) / kBlockN;
-  if (grid_m > kMaxGridYZ || args->batch > kMaxGridYZ || grid_n > INT32_MAX) return int(cudaErrorInvalidValue);
-  const dim3 grid(unsigned(grid_n), unsigned(grid_m), unsigned(args->batch));
+  if (grid_m > kMaxGridYZ || grid_n > INT32_MAX) return int(cudaErrorInvalidValue);
+  const dim3 grid(unsigned(grid_n), unsigned(grid_m), unsigned(args->batch < kMaxGridYZ ? args->batch : kMaxGridYZ));
   cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream);
   const bool blocked = args->blocked != nullptr;
   dispatch_format(args->format, [&](auto underflow, auto fast) {

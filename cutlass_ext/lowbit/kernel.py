@@ -193,6 +193,15 @@ def _config(variant: str) -> LowbitKernelConfig:
     return LowbitKernelConfig.from_name(variant)
 
 
+def _planned(variant: str, a: torch.Tensor, n: int) -> str:
+    """`variant`, or for "" the one `plan` picks for A (B, M, K) times (K, n) on A's device. The ops plan when they
+    run, so torch.compile never traces the device and tuned-table look-ups."""
+    if variant:
+        return variant
+    batch, m, k = a.shape
+    return plan(registry.device_info(registry.device_index(a.device)), batch * m, n, k)[0].name
+
+
 def _function(variant: str, function_name: str, device: torch.device):
     return getattr(native.library(_config(variant), device), f"{variant}_{function_name}")
 
@@ -218,7 +227,8 @@ def lowbit_forward(
     variant: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, M, K) @ (B, K, N) by the chunked FMAq chain -> (B, M, N) float32, and, with_blocked, the (B, M, N) int32
-    last chunk whose second-level add overflowed (−1: none; the recursive STE's backward reads it)."""
+    last chunk whose second-level add overflowed (−1: none; the recursive STE's backward reads it). variant: a
+    variant name, or "" for `plan`'s."""
     batch, m, k = a.shape
     n = b.shape[-1]
     out = a.new_empty((batch, m, n))
@@ -238,7 +248,7 @@ def lowbit_forward(
         _c_format(fields),
     )
     with torch.cuda.device(a.device):
-        _launch(variant, "lowbit_forward", args, a.device)
+        _launch(_planned(variant, a, n), "lowbit_forward", args, a.device)
     return out, blocked
 
 
@@ -277,7 +287,7 @@ def lowbit_grads(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(dA (B, M, K), dB (B, K, N)) of the chain A (B, M, K) @ B (B, K, N) under `ste`, given dD = g (B, M, N),
     from one recomputation of the chain; a gradient not wanted comes back empty. blocked: the forward's (B, M, N)
-    int32 output for the recursive STE, any tensor for the others."""
+    int32 output for the recursive STE, any tensor for the others. variant: a variant name, or "" for `plan`'s."""
     batch, m, k = a.shape
     n = b.shape[-1]
     da = a.new_empty((batch, m, k) if want_a else (0,))
@@ -309,6 +319,7 @@ def lowbit_grads(
         eps2,
     )
     with torch.cuda.device(a.device):
+        variant = _planned(variant, a, n)
         workspace_bytes = _function(variant, "lowbit_grads_workspace", a.device)
         workspace_bytes.restype = ctypes.c_int64
         size = workspace_bytes(ctypes.byref(args))
@@ -392,7 +403,8 @@ def matmul(
 ) -> torch.Tensor:
     """(…, M, K) @ (…, K, N) float32 CUDA tensors (any strides, batch broadcast) by the chunked FMAq chain of `fmt`,
     equal to `reference.lowbit_matmul_fmt` bit for bit; autograd through `ste` (one of STES, `ste.py`). `config`
-    picks the kernel variant (tiles, window); None: `plan`'s (the tuned tables' entry, else the default).
+    picks the kernel variant (tiles, window); None: `plan`'s (the tuned tables' entry, else the default), looked up
+    when the kernels run.
     Every variant computes the same bits."""
     _check_operand("a", a)
     _check_operand("b", b)
@@ -411,11 +423,10 @@ def matmul(
         raise ValueError(f"batch dimensions of a {tuple(a.shape)} and b {tuple(b.shape)} do not broadcast") from None
     (m, k), n = a.shape[-2:], b.shape[-1]
     count = math.prod(batch)
-    if config is None:
-        config, _ = plan(registry.device_info(registry.device_index(a.device)), count * m, n, k)
     a3 = a.expand(*batch, m, k).reshape(count, m, k)
     b3 = b.expand(*batch, k, n).reshape(count, k, n)
-    out = LowbitMatmul.apply(a3, b3, _format_fields(fmt), ste, float(eps1), float(eps2), config.name)
+    variant = "" if config is None else config.name
+    out = LowbitMatmul.apply(a3, b3, _format_fields(fmt), ste, float(eps1), float(eps2), variant)
     return out.reshape(*batch, m, n)
 
 
