@@ -151,6 +151,18 @@ def test_no_import_cycle_even_inside_functions():
     assert cycles == []
 
 
+def test_the_package_never_imports_the_sweep_or_the_benchmarks():
+    """sweeps/ and python/ use the package; it never reaches up into them (not even inside a function)."""
+    reaching = []
+    for module, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            reaching += [f"{module} imports {n}" for n in names if n.split(".")[0] in ("sweeps", "python")]
+    assert reaching == []
+
+
 def test_the_walk_sees_imports_inside_functions(tmp_path):
     """The walk is not blind: a function-level import of a higher layer is an edge it reports."""
     known = {"cutlass_ext.build": None, "cutlass_ext.gemm": None}
