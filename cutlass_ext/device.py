@@ -7,8 +7,6 @@ import functools
 import re
 from dataclasses import dataclass
 
-from . import requirements, toolchain
-
 # Opt-in shared memory per block (bytes) by arch: sm86/sm89 have 99 KB where sm80 has 163 KB.
 SHARED_MEMORY_BYTES = {"80": 166912, "86": 101376, "87": 166912, "89": 101376, "90": 232448, "90a": 232448}
 
@@ -61,7 +59,6 @@ def info(index: int) -> DeviceInfo:
     """The CUDA device `index`, read once."""
     import torch
 
-    requirements.check_driver(toolchain.nvcc_version)  # the first GPU use: a driver too old fails here, named
     properties = torch.cuda.get_device_properties(index)
     major, minor = properties.major, properties.minor
     arch = f"{major}{minor}a" if major >= 9 else f"{major}{minor}"

@@ -14,7 +14,7 @@ import warnings
 import torch
 
 from . import device as device_facts
-from . import families
+from . import families, requirements, toolchain
 from .once import OnceMap
 
 _binding = OnceMap()
@@ -110,6 +110,7 @@ def loaded_library(config, device: torch.device, load):
 def build_one(config, arch: str):
     """The library file of `config` built for `arch` (from the cache if there); a RuntimeError with the
     compiler's log if it does not build."""
+    requirements.check_driver(toolchain.nvcc_version)  # the first kernel for a device: an old driver fails here
     from .build import build_libraries
 
     (result,) = build_libraries([(config,)], arch)

@@ -1,12 +1,13 @@
 """The versions cutlass_ext needs, each checked where it is first needed, with a message naming what was found.
 
-- torch >= 2.9: `torch.backends.cuda.matmul.fp32_precision` (cuBLAS SGEMM beside our kernels in `gemm` and the
-  peers) appeared in 2.9; checked at import (a string comparison).
+- torch >= 2.9: `torch.backends.cuda.matmul.fp32_precision`, which the peers (`cutlass_ext.peers`: cuBLAS at TF32
+  or IEEE precision beside our kernels) set, appeared in 2.9; checked at import (a string comparison).
 - nvcc >= 12.0: the kernels target sm_90a (wgmma, TMA) for Hopper, which the CUTLASS 4.2 headers enable from CUDA
   12.0 on (cutlass/arch/config.h); checked when the build first asks nvcc its version. Tested with 13.0.
 - CUDA driver: the kernel libraries link the CUDA runtime of the nvcc that built them, and a runtime of major
   version X needs a driver of CUDA X or later (minor-version compatibility); never older than CUDA 12.0.
-  Checked once, at the first GPU use (`device.info`, read once per device before anything runs), not at import.
+  Checked once, when the first kernel is built or loaded for a device (`registry.build_one`: at run time, never
+  while torch.compile traces), not at import.
 """
 
 from __future__ import annotations

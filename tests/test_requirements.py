@@ -136,20 +136,15 @@ def test_import_does_not_ask_the_driver_or_nvcc():
     assert result.stdout.split() == ["0", "0"]
 
 
-def test_the_first_gpu_use_checks_the_driver(monkeypatch):
-    """device.info, which dispatch asks once per device before anything runs there, raises the driver's error."""
-    import torch
-
-    from cutlass_ext import device
+def test_the_first_kernel_for_a_device_checks_the_driver(monkeypatch):
+    """registry.build_one, which every first use of a variant on a device goes through before anything is built or
+    loaded (outside torch.compile's tracing), raises the driver's error."""
+    from cutlass_ext import build, registry
 
     def old_driver(nvcc_version):
         raise RuntimeError("cutlass_ext: the CUDA driver supports CUDA 12.2, but ...")
 
     monkeypatch.setattr(requirements, "check_driver", old_driver)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: pytest.fail("the device was read first"))
-    device.info.cache_clear()
-    try:
-        with pytest.raises(RuntimeError, match=r"driver supports CUDA 12\.2"):
-            device.info(0)
-    finally:
-        device.info.cache_clear()
+    monkeypatch.setattr(build, "build_libraries", lambda *args, **kwargs: pytest.fail("built before the check"))
+    with pytest.raises(RuntimeError, match=r"driver supports CUDA 12\.2"):
+        registry.build_one(object(), "90a")
