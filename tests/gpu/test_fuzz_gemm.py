@@ -285,3 +285,62 @@ def test_gradients_are_within_their_products_bounds(mode, m, n, k, batch, seed):
         folded_b = (a0.mT, g)
     _check_within_bound(mode, *folded_a, a.grad)
     _check_within_bound(mode, *folded_b, b.grad)
+
+
+# batch shapes of A and B that broadcast as torch.matmul's, and the 1-D cases (a row A, a column B)
+MATMUL_BATCHES = [((), ()), ((3,), ()), ((), (2,)), ((2, 1), (3,)), ((1, 3), (2, 1)), ("row", ()), ((), "column")]
+
+
+@given(
+    mode=st.sampled_from(ext.MODES),
+    batches=st.sampled_from(MATMUL_BATCHES),
+    m=st.integers(1, 50),
+    n=st.integers(1, 50),
+    k=st.integers(0, 80),
+    alpha=st.sampled_from([1.0, 0.0, -0.5, 3.0]),
+    beta=st.sampled_from([0.0, 1.0, -2.0]),
+    bias=st.booleans(),
+    c_shape=st.sampled_from(["none", "full", "row", "column", "scalar"]),
+    out=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_epilogue_and_matmul_shapes_within_bound(mode, batches, m, n, k, alpha, beta, bias, c_shape, out, seed):
+    """D = alpha·A·B + beta·C + bias with torch.matmul's shapes (the docstring): the product's bound times |alpha|
+    plus FP32 rounding of the epilogue's terms; beta = 0 ignores C even where it is NaN, as BLAS does."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    batch_a, batch_b = batches
+    a = _draw(None, (k,) if batch_a == "row" else (*batch_a, m, k), generator)
+    b = _draw(None, (k,) if batch_b == "column" else (*batch_b, k, n), generator)
+    expected_shape = torch.matmul(a.double(), b.double()).shape
+    bias_tensor = _draw(None, (n,), generator) if bias and b.dim() > 1 else None
+    c = None
+    if c_shape in ("row", "column") and not expected_shape:
+        c_shape = "scalar"  # a scalar result: C is one value
+    if c_shape != "none":
+        shape = {
+            "full": expected_shape,
+            "row": expected_shape[-1:],
+            "column": (*expected_shape[:-1], 1)[-2:],
+            "scalar": (),
+        }[c_shape]
+        c = _draw(None, shape, generator) if beta != 0 else torch.full(shape, math.nan, device="cuda")
+    out_tensor = torch.full(expected_shape, math.nan, device="cuda") if out else None
+    result = ext.gemm(a, b, mode, bias=bias_tensor, alpha=alpha, beta=beta, c=c, out=out_tensor)
+    assert result.shape == expected_shape and result.dtype == torch.float32
+    if out:
+        assert result.data_ptr() == out_tensor.data_ptr()
+    product = torch.matmul(a.double(), b.double())
+    reference = alpha * product
+    terms = abs(alpha) * torch.matmul(a.double().abs(), b.double().abs())
+    if beta != 0 and c is not None:
+        reference = reference + beta * c.double()
+        terms = terms + abs(beta) * c.double().abs()
+    if bias_tensor is not None:
+        reference = reference + bias_tensor.double()
+        terms = terms + bias_tensor.double().abs()
+    a_matrix = a.unsqueeze(0) if a.dim() == 1 else a
+    b_matrix = b.unsqueeze(-1) if b.dim() == 1 else b
+    bound = abs(alpha) * error_bound(mode, a_matrix, b_matrix).reshape(expected_shape) + 4 * 2.0**-24 * terms
+    assert torch.isfinite(result).all(), "beta = 0 must ignore c's NaN, and out's NaN must be overwritten"
+    excess = (result.double() - reference).abs() - bound
+    assert not excess.numel() or excess.max() <= 0, f"exceeds the bound by {excess.max().item():.3g}"
