@@ -122,7 +122,8 @@ def run(config: TrainConfig, gpus: int, modes, steps: int, warmup: int, log=prin
                 "memory_gib": round(result["memory_gib"], 2),
             }
         )
-        log(f"{mode} on {world} GPU(s): {result['step_ms']:.1f} ms a step, speedup {rows[-1]['speedup']:.2f}x")
+        where = "the plain model on 1 GPU" if mode == "none" else f"{mode} on {world} GPUs"
+        log(f"{where}: {result['step_ms']:.1f} ms a step, speedup {rows[-1]['speedup']:.2f}x")
     device_name = torch.cuda.get_device_name(0) if config.device == "cuda" else "cpu"
     return pd.DataFrame(rows).assign(
         gpu=device_name,
