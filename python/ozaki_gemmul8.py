@@ -69,6 +69,10 @@ class Gemmul8:
         if not library.is_file():
             raise FileNotFoundError(f"{library} is missing: build it with python/ozaki_gemmul8.py")
         torch.ones(8, 8, device="cuda") @ torch.ones(8, 8, device="cuda")  # cuBLAS loaded before the library needs it
+        cublas = _default_cublas()  # torch's own copy, found by its soname when the library loads
+        for name in ("libcublasLt.so.13", "libcublas.so.13"):
+            if cublas is not None and (cublas / "lib" / name).is_file():
+                ctypes.CDLL(str(cublas / "lib" / name), mode=ctypes.RTLD_GLOBAL)
         self._library = ctypes.CDLL(str(library))
         self._library.gemmul8_sgemm_workspace_size.restype = ctypes.c_size_t
         self._library.gemmul8_sgemm_workspace_size.argtypes = [ctypes.c_size_t] * 3 + [ctypes.c_uint]
