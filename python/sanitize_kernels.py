@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import csv
+import dataclasses
 import importlib
 import os
 import re
@@ -60,6 +61,12 @@ def variant_names() -> list[str]:
     names = [c.name for c in _module("gemm").dispatch_configs()]
     names += [c.name for c in _module("fp8").dispatch_configs()]
     names += [c.name for c in _module("tuned").shipped_configs()]
+    # gemm runs each Hopper variant's bias-epilogue twin for a bias (gemm._with_bias_epilogue), built on first use
+    names += [
+        dataclasses.replace(config, epilogue="bias").name
+        for config in map(config_of, list(names))
+        if config.family == "sm90" and getattr(config, "epilogue", None) == "plain"
+    ]
     names.append(_module("lowbit.kernel").DEFAULT_CONFIG.name)
     optim = _module("optim.config")
     names += [
@@ -129,25 +136,35 @@ def _operand(rows: int, columns: int, column_major: bool, batch: int | None, gen
 
 
 def _run_sm80(name: str, shape: tuple, generator) -> None:
+    import torch
+
     from cutlass_ext import ops
 
     config = config_of(name)
     batch, (m, n, k) = (shape[0], shape[1:]) if len(shape) == 4 else (None, shape)
     a = _operand(m, k, config.layout_a == "col", batch, generator)
     b = _operand(k, n, config.layout_b == "col", batch, generator)
-    if config.operands == "packed":
-        ops.halfhalf_gemm(a, b, [name])
-    else:
-        ops.gemm(a, b, [name])
+    run = ops.halfhalf_gemm if config.operands == "packed" else ops.gemm
+    run(a, b, [name])
+    # the epilogue's source operand C, read by the kernel: alpha·A·B + beta·C
+    c = torch.randn((*a.shape[:-1], n), device="cuda", generator=generator)
+    run(a, b, [name], c=c, alpha=2.0, beta=0.5)
 
 
 def _run_sm90(name: str, shape: tuple, generator) -> None:
+    import torch
+
     from cutlass_ext import corrected_sm90
 
+    config = config_of(name)
     batch, (m, n, k) = (shape[0], shape[1:]) if len(shape) == 4 else (None, shape)
     a = _operand(m, k, False, batch, generator)
     b = _operand(k, n, False, batch, generator)
-    corrected_sm90.product(a, b, config_of(name).mode, [name])
+    if getattr(config, "epilogue", "plain") == "bias":
+        bias = torch.randn(n, device="cuda", generator=generator)
+        corrected_sm90.product(a, b, config.mode, [name], bias, 0.75)
+    else:
+        corrected_sm90.product(a, b, config.mode, [name])
 
 
 def _run_fp8(name: str, shape: tuple, generator) -> None:
