@@ -286,22 +286,21 @@ struct LowbitGemm {
     constexpr int kPairs = decltype(thread)::kPairs;
     auto columns_of_step = [&](auto full, int64_t c0, int count) {
       int c = 0;
+      // B's values come from shared memory as the steps use them (broadcasts), which leaves the registers to the
+      // chains: four side by side where the window lies in one chunk
       for (; c + kPairs <= count; c += kPairs) {
-        float w_window[kPairs][kWindow], g_value[kPairs];
+        float g_value[kPairs];
 #pragma unroll
-        for (int j = 0; j < kPairs; ++j) {
-          load_fragment(w_window[j], &w_tile[c + j][0]);
-          g_value[j] = g_tile[c + j][threadIdx.x];
-        }
+        for (int j = 0; j < kPairs; ++j) g_value[j] = g_tile[c + j][threadIdx.x];
         thread.template columns<decltype(full)::value, kPairs>(
-            c0 + c, w_window, g_value,
+            c0 + c, [&](int j, int i) { return w_tile[c + j][i]; }, g_value,
             [&](int j, int i, float term) { terms[threadIdx.x][i * kGradColumns + c + j] = term; });
       }
       for (; c < count; ++c) {
-        float w_window[1][kWindow], g_value[1] = {g_tile[c][threadIdx.x]};
-        load_fragment(w_window[0], &w_tile[c][0]);
+        float g_value[1] = {g_tile[c][threadIdx.x]};
         thread.template columns<decltype(full)::value, 1>(
-            c0 + c, w_window, g_value, [&](int, int i, float term) { terms[threadIdx.x][i * kGradColumns + c] = term; });
+            c0 + c, [&](int, int i) { return w_tile[c][i]; }, g_value,
+            [&](int, int i, float term) { terms[threadIdx.x][i * kGradColumns + c] = term; });
       }
     };
 

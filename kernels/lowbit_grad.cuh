@@ -16,13 +16,13 @@ namespace lowbit {
 // of the window's last chunk), giving each step's STE bit; the unmasked terms G[r, c]·B[k, c] are added, and the
 // dB terms G[r, c]·A[r, k] (+0.0 where masked) go to a sink, which sums them over the rows in increasing r.
 // `columns` runs kColumns chains side by side (independent work to hide each chain's latency) and adds their
-// terms in increasing c: kPairs of them in the window-in-one-chunk case, one in the general case (whose
-// recursive STE would spill with two). kInChunk: the chunk is a multiple of kWindow, so the window lies in one
+// terms in increasing c: kPairs of them, four (two for the recursive STE, which spills with four) in the
+// window-in-one-chunk case, one in the general case (whose recursive STE would spill with two). kInChunk: the chunk is a multiple of kWindow, so the window lies in one
 // chunk and no step of it resets the partial sum (its first step starts a chunk only where the recomputation
 // starts).
 template <int kWindow, int kSte, bool kUnderflow, bool kFast, bool kInChunk>
 struct GradRowWindow {
-  static constexpr int kPairs = kInChunk ? 2 : 1;
+  static constexpr int kPairs = !kInChunk ? 1 : kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF ? 2 : 4;
   const cutlass_ext_lowbit_grads_args& args;
   Format format;
   int64_t chunk, k0, first, chain_end;
@@ -58,11 +58,10 @@ struct GradRowWindow {
   }
 
   // kFull: the window holds kWindow steps (every window but a short last one), so no step needs a bound check.
-  // g_value: G[r, c + j]. db_sink(j, i, term): the dB term of column c + j at k0 + i (+0.0 where masked or past
-  // the window's width).
-  template <bool kFull, int kColumns, class DbSink>
-  LOWBIT_HD void columns(int64_t c, const float (&w_window)[kColumns][kWindow], const float (&g_value)[kColumns],
-                         DbSink&& db_sink) {
+  // w_at(j, i): B[k0 + i, c + j] (0 past the window's width). g_value: G[r, c + j]. db_sink(j, i, term): the dB
+  // term of column c + j at k0 + i (+0.0 where masked or past the window's width).
+  template <bool kFull, int kColumns, class WAt, class DbSink>
+  LOWBIT_HD void columns(int64_t c, WAt&& w_at, const float (&g_value)[kColumns], DbSink&& db_sink) {
     const float* w_column[kColumns];
     float s[kColumns];
 #pragma unroll
@@ -77,7 +76,7 @@ struct GradRowWindow {
     // A step's terms: G·B[k, c] into dA (skipped where masked) and G·A[r, k] to the dB sink (+0.0 where masked: a
     // running sum that starts at +0.0 is never −0.0, so adding +0.0 changes nothing). For fixed i, increasing j.
     auto emit = [&](int j, int i, bool pass) {
-      if (pass) dx_window[i] = add_rn(dx_window[i], mul_rn(g_value[j], w_window[j][i]));
+      if (pass) dx_window[i] = add_rn(dx_window[i], mul_rn(g_value[j], w_at(j, i)));
       db_sink(j, i, pass ? mul_rn(g_value[j], x_window[i]) : 0.0f);
     };
     constexpr bool kRecursive = kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF;
@@ -95,7 +94,7 @@ struct GradRowWindow {
         passes[j][i] = false;
         if (kFull || i < width) {
           if (!kInChunk && starts_chunk[i]) s[j] = 0.0f;
-          const Step step = fmaq_step<kUnderflow, kFast>(format, x_window[i], w_window[j][i], s[j]);
+          const Step step = fmaq_step<kUnderflow, kFast>(format, x_window[i], w_at(j, i), s[j]);
           const bool pass = kSte == CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF ? passes_diff(step, s[j], args.eps1, args.eps2)
                                                                         : format.passes_overflow(step.sum);
           if (!kRecursive) emit(j, i, pass);
@@ -173,10 +172,11 @@ void grads_window_of(const cutlass_ext_lowbit_grads_args& args, int64_t batch, i
           sum = row == 0 ? add_rn(0.0f, term) : add_rn(sum, term);
         }
       };
+      auto w_at = [&](int j, int i) { return w_window[j][i]; };
       if (thread.width == kWindow)
-        thread.template columns<true, kColumns>(c, w_window, g_value, sink);
+        thread.template columns<true, kColumns>(c, w_at, g_value, sink);
       else
-        thread.template columns<false, kColumns>(c, w_window, g_value, sink);
+        thread.template columns<false, kColumns>(c, w_at, g_value, sink);
     };
     int64_t c = 0;
     constexpr int kPairs = decltype(thread)::kPairs;
