@@ -64,6 +64,13 @@ def test_empty_k_gives_zeros_and_empty_shapes_pass():
     assert kernel.matmul(torch.zeros(0, 5, device="cuda"), torch.zeros(5, 3, device="cuda"), M7E4).shape == (0, 3)
 
 
+def test_batches_past_the_grid_limit():
+    # grid z holds at most 65535 problems: the CTAs loop over the rest
+    a = _draw("normal", (65537, 3, 5), 106)
+    b = _draw("normal", (65537, 5, 2), 107)
+    assert _same_bits(kernel.matmul(a, b, M7E4), lowbit_matmul_fmt(a, b, M7E4))
+
+
 def test_nan_and_inf_follow_the_reference():
     a, b = _draw("normal", (8, 40), 3), _draw("normal", (40, 8), 4)
     a[1, 3], a[2, 5], b[7, 6] = float("nan"), float("inf"), float("-inf")
