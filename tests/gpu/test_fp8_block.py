@@ -165,8 +165,12 @@ def test_scales_with_strides_are_read_as_given():
 def test_op_schema_and_fake_kernel():
     a8, b8, scale_a, scale_b = quantized(48, 256, 384, "normal", (128, 128), seed=9)
     variant = fp8_block.api.dense_variant("e4m3", "e4m3", "bf16", 128)
+    # test_faketensor: the fake kernel's output matches the kernel's (opcheck's schema test multiplies the FP8
+    # inputs, which torch has no kernel for)
     torch.library.opcheck(
-        torch.ops.cutlass_ext.gemm_fp8_block, (a8, b8, scale_a, scale_b, None, torch.bfloat16, variant)
+        torch.ops.cutlass_ext.gemm_fp8_block,
+        (a8, b8, scale_a, scale_b, None, torch.bfloat16, variant),
+        test_utils=("test_faketensor",),
     )
 
 
@@ -208,7 +212,8 @@ def test_bad_input_is_refused_with_the_argument_named():
     with pytest.raises(ValueError, match="must agree on K"):
         fp8_block.gemm_fp8_block(a8, b8[:, :256].contiguous(), scale_a, scale_b)
     with pytest.raises(ValueError, match="K=520 must be a multiple of 16"):
-        fp8_block.gemm_fp8_block(a8[:, :520].contiguous(), b8[:, :520].contiguous(), 1.0, 1.0)
+        wide_k = torch.zeros(32, 520, device="cuda").to(torch.float8_e4m3fn)
+        fp8_block.gemm_fp8_block(wide_k, wide_k, 1.0, 1.0)
     with pytest.raises(ValueError, match=r"scale_a has shape \(32, 3\)"):
         fp8_block.gemm_fp8_block(a8, b8, scale_a[:, :3], scale_b)
     with pytest.raises(ValueError, match="bias must be a \\(256,\\) tensor of torch.bfloat16"):
