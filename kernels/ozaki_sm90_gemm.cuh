@@ -41,7 +41,7 @@ struct BalancedResidue<cutlass::Array<T, N>> {
   }
 };
 
-template <int TileM, int TileN, int TileK, int ClusterM, int ClusterN, bool ResidueOutput>
+template <int TileM, int TileN, int TileK, int ClusterM, int ClusterN, int Swizzle, bool ResidueOutput>
 struct Sm90ResidueGemm {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
@@ -98,6 +98,7 @@ struct Sm90ResidueGemm {
     arguments.epilogue.dD = cute::make_stride(args.n, _1{}, args.m * args.n);
     arguments.hw_info.device_id = args.device;
     arguments.hw_info.sm_count = args.sm_count;
+    arguments.scheduler.max_swizzle_size = Swizzle;
     return arguments;
   }
 

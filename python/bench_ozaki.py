@@ -147,7 +147,10 @@ def main(argv=None):
     parser.add_argument("--sizes", type=int, nargs="+", default=DEFAULT_SIZES, help="m = n = k")
     parser.add_argument("--moduli", type=int, nargs="+", default=[6, 7, 8, 9], help="our moduli counts")
     parser.add_argument(
-        "--variants", nargs="*", default=["ozaki_int8x8_128x256x128_c2x1_p32"], help="more of our variants, by name"
+        "--variants",
+        nargs="*",
+        default=["ozaki_int8x8_128x256x128_c1x1_w8_p32", "ozaki_int8x8_128x256x128_c2x1_w8"],
+        help="more of our variants, by name",
     )
     parser.add_argument("--profile", type=int, default=0, help="print each Ozaki contender's kernel times at this size")
     parser.add_argument("--gemmul8-moduli", type=int, nargs="*", default=[7, 8, 9])

@@ -52,15 +52,18 @@ def test_argument_errors():
     with pytest.raises(ValueError, match="moduli=2 must be an integer"):
         ozaki.gemm(a, b, moduli=2)
     with pytest.raises(TypeError, match="config must be an OzakiConfig"):
-        ozaki.gemm(a, b, config="ozaki_int8x8_128x256x128_c2x1")
+        ozaki.gemm(a, b, config="ozaki_int8x8_128x256x128_c1x1_w8")
     with pytest.raises(ValueError, match="config.moduli=8 differs from moduli=6"):
         ozaki.gemm(a, b, moduli=6, config=ozaki.OzakiConfig())
 
 
 def test_config_names_round_trip():
-    config = ozaki.OzakiConfig(moduli=7, tile=(128, 128, 128), cluster=(1, 2))
+    config = ozaki.OzakiConfig(moduli=7, tile=(128, 128, 128), cluster=(1, 2), swizzle=1)
     assert config.name == "ozaki_int8x7_128x128x128_c1x2"
     assert ozaki.OzakiConfig.from_name(config.name) == config
+    assert ozaki.OzakiConfig().name == "ozaki_int8x8_128x256x128_c1x1_w8"
+    products = ozaki.OzakiConfig(output="products")
+    assert ozaki.OzakiConfig.from_name(products.name) == products and products.name.endswith("_w8_p32")
     with pytest.raises(ValueError, match="not an Ozaki-II variant name"):
         ozaki.OzakiConfig.from_name("int8x8")
     with pytest.raises(ValueError, match="tile=.*multiple"):

@@ -21,6 +21,7 @@ def render_instance(config: OzakiConfig) -> str:
         tile_k=tile_k,
         cluster_m=cluster_m,
         cluster_n=cluster_n,
+        swizzle=config.swizzle,
         product="int8_t" if config.output == "residues" else "int32_t",
         residue_output="true" if config.output == "residues" else "false",
     )
