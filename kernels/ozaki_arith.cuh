@@ -166,20 +166,21 @@ constexpr int crt_inverse(int l) {
 }
 
 // reference.recombine for kCount ≤ 8: C' = Σ y_l·(P/m_l) − k·P exactly, in 64-bit arithmetic that wraps (|C'| <
-// 2^63), with y_l ≡ r_l·(P/m_l)^-1 (mod m_l), |y_l| < m_l, and k = round(Σ y_l/m_l) from 2^-24 fixed point
-// (error < 2^-14; |C'|/P stays 2^-13 below 1/2 by the shift budget). O(kCount) small-integer operations, where
+// 2^63), with y_l ≡ r_l·(P/m_l)^-1 (mod m_l) in [0, m_l), and k = round(Σ y_l/m_l) from 2^-24 fixed point (error
+// < 2^-14; |C'|/P stays 2^-13 below 1/2 by the shift budget). O(kCount) unsigned small-integer operations, where
 // Garner's digits take O(kCount²). kBalanced: products are residues already in [-128, 127].
 template <int kCount, bool kBalanced, int kIndex = 0>
-OZAKI_HD void crt_terms(const int32_t (&products)[kCount], uint64_t& sum, int32_t& fraction) {
+OZAKI_HD void crt_terms(const int32_t (&products)[kCount], uint64_t& sum, uint32_t& fraction) {
   if constexpr (kIndex < kCount) {
     constexpr int kModulus = kAllModuli[kIndex];
-    constexpr int kInverse = crt_inverse<kCount>(kIndex);
+    constexpr uint32_t kInverse = uint32_t(crt_inverse<kCount>(kIndex));
     constexpr uint64_t kWeight = moduli_product<kCount>() / uint64_t(kModulus);
-    constexpr int32_t kFraction = int32_t(((1 << 24) + kModulus / 2) / kModulus);  // round(2^24 / m)
+    constexpr uint32_t kFraction = uint32_t(((1 << 24) + kModulus / 2) / kModulus);  // round(2^24 / m)
+    // x + m > 0 for x in (-m, m): one unsigned remainder by a constant (a mask for 256).
     const int32_t x = kBalanced ? products[kIndex] : products[kIndex] % kModulus;
-    const int32_t y = (x * kInverse) % kModulus;
+    const uint32_t y = (uint32_t(x + kModulus) * kInverse) % uint32_t(kModulus);
     fraction += y * kFraction;
-    sum += uint64_t(int64_t(y)) * kWeight;
+    sum += uint64_t(y) * kWeight;
     crt_terms<kCount, kBalanced, kIndex + 1>(products, sum, fraction);
   }
 }
@@ -188,10 +189,10 @@ template <int kCount, bool kBalanced>
 OZAKI_HD int64_t crt_wrapped(const int32_t (&products)[kCount]) {
   static_assert(kCount <= kMaxWrappedModuli, "P must stay below 2^64");
   uint64_t sum = 0;
-  int32_t fraction = 0;
+  uint32_t fraction = 0;  // < kCount · 2^24
   crt_terms<kCount, kBalanced>(products, sum, fraction);
-  const int32_t k = (fraction + (1 << 23)) >> 24;  // arithmetic shift: round to nearest
-  return int64_t(sum - uint64_t(int64_t(k)) * moduli_product<kCount>());
+  const uint32_t k = (fraction + (1u << 23)) >> 24;
+  return int64_t(sum - uint64_t(k) * moduli_product<kCount>());
 }
 
 // reference.recombine for one element: float32(C'·2^-(shift_a + shift_b)), C' in FP64 (rounded once for

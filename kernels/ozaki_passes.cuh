@@ -12,6 +12,7 @@ namespace ozaki {
 constexpr int kTileRows = 32;
 constexpr int kTileK = 128;
 constexpr int kPassThreads = 256;
+constexpr int kNormBlocksPerSm = 4;  // loads in flight: 64 registers a thread, not the 66 that left 3 blocks
 constexpr int kRowsPerWarp = kTileRows / (kPassThreads / 32);
 
 // A kTileRows x kTileK tile of x into shared memory, zero outside the matrix; the threads of a warp read along
@@ -30,7 +31,7 @@ __device__ __forceinline__ void load_tile(float (&tile)[kTileRows][kTileK + 1], 
 
 // Partial sums of squares over k-slices of kNormSliceK: norms[(b · slices + slice) · rows + row], each summed in
 // a fixed order (thread-strided k, then a shuffle tree), independent of the layout.
-__global__ void __launch_bounds__(kPassThreads) norm_kernel(const cutlass_ext_ozaki_scale_args args) {
+__global__ void __launch_bounds__(kPassThreads, kNormBlocksPerSm) norm_kernel(const cutlass_ext_ozaki_scale_args args) {
   __shared__ float tile[kTileRows][kTileK + 1];
   const int64_t row0 = int64_t(blockIdx.x) * kTileRows, b = blockIdx.z;
   const int64_t slice = blockIdx.y, slices = gridDim.y;
@@ -42,7 +43,7 @@ __global__ void __launch_bounds__(kPassThreads) norm_kernel(const cutlass_ext_oz
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < kRowsPerWarp; ++j) {
-#pragma unroll
+#pragma unroll 1
       for (int c = 0; c < kTileK / 32; ++c) {
         const double v = tile[warp + 8 * j][lane + 32 * c];
         sums[j] = fma(v, v, sums[j]);  // exact square (48 bits), one rounding per add
