@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Opt-in shared memory per block (bytes) by arch: sm86/sm89 have 99 KB where sm80 has 163 KB.
 SHARED_MEMORY_BYTES = {"80": 166912, "86": 101376, "87": 166912, "89": 101376, "90": 232448, "90a": 232448}
@@ -23,20 +23,20 @@ _KNOWN_ARCHS = (
 @dataclass(frozen=True)
 class DeviceInfo:
     """name: as the driver reports it (`NVIDIA H200`); arch: the build target (`80`, `86`, `89`, `90a`), or None
-    for a named GPU this table does not know; shared_memory_bytes: opt-in shared memory per block."""
+    for a named GPU this table does not know; shared_memory_bytes: opt-in shared memory per block.
+    major: compute capability major (8 for Ampere and Ada, 9 for Hopper: tables are shared within one); hopper:
+    whether it runs the sm_90a kernels. Both derived from arch, stored as fields: torch.compile reads fields of a
+    constant, not properties."""
 
     name: str
     arch: str | None
     shared_memory_bytes: int | None
+    major: int | None = field(init=False)
+    hopper: bool = field(init=False)
 
-    @property
-    def major(self) -> int | None:
-        """Compute capability major (8 for Ampere and Ada, 9 for Hopper): tables are shared within one."""
-        return None if self.arch is None else int(self.arch[0])
-
-    @property
-    def hopper(self) -> bool:
-        return self.arch == "90a"
+    def __post_init__(self):
+        object.__setattr__(self, "major", None if self.arch is None else int(self.arch[0]))
+        object.__setattr__(self, "hopper", self.arch == "90a")
 
 
 def arch_of_name(gpu_name: str) -> str | None:

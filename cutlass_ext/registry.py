@@ -15,6 +15,7 @@ import torch
 
 from . import device as device_facts
 from . import families, requirements, toolchain
+from .compiling import constant_result
 from .once import OnceMap
 
 _binding = OnceMap()
@@ -42,14 +43,16 @@ def device_index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
+@constant_result
 def device_info(index: int) -> device_facts.DeviceInfo:
     """What dispatch knows about CUDA device `index` (name, arch, shared memory), read once (device.info's
-    cache, the one per device)."""
+    cache, the one per device); a constant to torch.compile, which reads it while tracing, never traces it."""
     return device_facts.info(index)
 
 
+@constant_result
 def device_arch(device: torch.device) -> str:
-    """The arch string (`80`, `90a`) kernels are built for on `device`."""
+    """The arch string (`80`, `90a`) kernels are built for on `device` (a constant to torch.compile)."""
     return device_info(device_index(device)).arch
 
 

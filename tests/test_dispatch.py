@@ -209,3 +209,30 @@ def test_constant_result_marks_functions_as_torch_compile_does():
     constant_result(ours)
     torch._dynamo.assume_constant_result(torchs)
     assert {k: v for k, v in vars(ours).items()} == {k: v for k, v in vars(torchs).items()} != {}
+
+
+def test_device_facts_are_constants_to_torch_compile(monkeypatch):
+    """Per-device facts are read outside traced code: torch.compile(fullgraph=True) calls them while tracing and
+    bakes the answer in, never tracing their reads (a subprocess here, a driver query on a GPU)."""
+    import subprocess
+
+    import torch._dynamo
+
+    reads = []
+
+    def info(index):
+        reads.append(index)
+        subprocess.run(["true"], check=True)  # untraceable: a graph break if dynamo stepped inside
+        return device.DeviceInfo("NVIDIA H200", "90a", device.SHARED_MEMORY_BYTES["90a"])
+
+    monkeypatch.setattr(registry.device_facts, "info", info)
+    torch._dynamo.reset()
+
+    @torch.compile(fullgraph=True, backend="eager")
+    def scaled(x):
+        hopper = registry.device_arch(torch.device("cuda", 0)) == "90a" and registry.device_info(0).hopper
+        return x * 2 if hopper else x
+
+    assert torch.equal(scaled(torch.ones(3)), torch.full((3,), 2.0))
+    assert reads and set(reads) == {0}
+    torch._dynamo.reset()
