@@ -2,6 +2,8 @@
 
     python python/bench_eager.py --out sweeps/results/h200/eager_gemm.csv [--profile DIR]
 
+Writes the CSV and its plot (the same name, .png: µs per call against size, log-log).
+
 Each row is the wall time per call of `calls` calls in a row (host and GPU together, synchronised once at the end),
 so below the size where the GPU's time dominates it is the host's cost per call. The summary names, per mode, the
 smallest size at which it is faster than cuBLAS SGEMM in eager mode (the crossover). `--profile DIR` writes a
@@ -47,6 +49,24 @@ def contenders():
         yield f"ext.gemm {mode} +bias", lambda a, b, mode=mode: ext.gemm(a, b, mode=mode, bias=a[0]), "ieee"
 
 
+def plot(frame: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for name, rows in frame.groupby("contender", sort=False):
+        style = "--" if name.startswith("torch") else "-"
+        axis.plot(rows["size"], rows["us_per_call"], style, marker="o", markersize=3, label=name)
+    axis.set(xscale="log", yscale="log", xlabel="M = N = K", ylabel="µs per call (eager, back to back)")
+    axis.set_title(f"ext.gemm eager cost per call, {frame['gpu'].iloc[0]}", fontsize=9)
+    axis.grid(True, which="both", alpha=0.3)
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
@@ -71,6 +91,10 @@ def main(argv=None) -> int:
     frame = pd.DataFrame(rows).assign(**benchmark.environment())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out, index=False)
+    try:
+        plot(frame, args.out.with_suffix(".png"))
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install -e '.[report]')")
     sgemm = frame[frame["contender"] == "torch.mm fp32 (ieee)"].set_index("size")["us_per_call"]
     for name in frame["contender"].unique():
         mine = frame[frame["contender"] == name].set_index("size")["us_per_call"]
