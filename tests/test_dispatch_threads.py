@@ -45,6 +45,7 @@ def stub_dispatch(monkeypatch, tmp_path):
             loaded[name, library.split("-")[-1].removesuffix(".so")] += 1
 
     monkeypatch.setattr(build, "build_libraries", build_libraries)
+    monkeypatch.setattr(registry.requirements, "check_driver", lambda nvcc_version: None)  # no driver here
     monkeypatch.setattr(registry, "binding", lambda: None)
     monkeypatch.setattr(registry, "_load_into_binding", lambda name, library: load(name, str(library)))
     monkeypatch.setattr(registry, "device_arch", lambda device: ARCHS[device.index])
