@@ -2,6 +2,7 @@
 # Block-scaled FP8 on a Hopper GPU without network: builds the family's tested variants in parallel (and DeepGEMM's
 # extension, where peers/deepgemm was carried), runs the GPU tests and the benchmark; logs to LOG_DIR.
 #   bash python/gpu_fp8_block.sh [LOG_DIR (default $OUT/fp8block)] [bench_fp8_block.py arguments...]
+# FP8BLOCK_BENCH_ONLY=1 skips the build and the tests (the variants built elsewhere, e.g. by the test suite's run).
 # Needs the nvidia-cutlass wheel importable or carried in .whl/.
 set -uo pipefail
 logs=${1:-${OUT:-gpu_logs}/fp8block}
@@ -22,8 +23,9 @@ if [ ! -f peers/deepgemm/build_offline.py ]; then
 elif [ ! -f peers/deepgemm/deep_gemm/_C.so ]; then
   { timeout 240 python3 peers/deepgemm/build_offline.py; echo "exit status $?"; } > "$logs/deepgemm_build.log" 2>&1 &
 fi
-start=$(date +%s)
-python3 - > "$logs/build.log" 2>&1 <<'PY'
+if [ "${FP8BLOCK_BENCH_ONLY:-0}" != 1 ]; then
+  start=$(date +%s)
+  python3 - > "$logs/build.log" 2>&1 <<'PY'
 from cutlass_ext.build import build_libraries
 from cutlass_ext.fp8_block import Fp8BlockConfig
 from python.bench_fp8_block import DENSE_VARIANTS as BENCH_DENSE, GROUPED_VARIANTS as BENCH_GROUPED
@@ -37,16 +39,19 @@ for result in build_libraries([(c,) for c in configs], "90a"):
     if result.error:
         print(result.error)
 PY
-echo "build: $(( $(date +%s) - start )) s, $(grep -c built "$logs/build.log") built, $(grep -c FAILED "$logs/build.log") failed"
-timeout 240 python3 -m pytest -q -rf tests/gpu/test_fp8_block.py tests/gpu/test_grouped_fp8.py > "$logs/tests.log" 2>&1
-echo "tests: $(tail -1 "$logs/tests.log")"
-wait
-echo "DeepGEMM build: $(tail -1 "$logs/deepgemm_build.log" 2>/dev/null)"
-PYTHONPATH="$PWD/peers/deepgemm:$PYTHONPATH" timeout 300 python3 python/bench_fp8_block.py \
+  echo "build: $(( $(date +%s) - start )) s, $(grep -c built "$logs/build.log") built," \
+    "$(grep -c FAILED "$logs/build.log") failed"
+  timeout 240 python3 -m pytest -q -rf tests/gpu/test_fp8_block.py tests/gpu/test_grouped_fp8.py > "$logs/tests.log" 2>&1
+  echo "tests: $(tail -1 "$logs/tests.log")"
+fi
+timeout "${FP8BLOCK_BENCH_SECONDS:-300}" python3 python/bench_fp8_block.py \
   --out "$logs/fp8_block.csv" "${@:2}" > "$logs/bench.log" 2>&1
 echo "bench: $(tail -1 "$logs/bench.log")"
+wait
+echo "DeepGEMM build: $(tail -1 "$logs/deepgemm_build.log" 2>/dev/null)"
 if [ -f peers/deepgemm/deep_gemm/_C.so ]; then  # DeepGEMM beside ours at a few shapes (its JIT compiles each)
-  PYTHONPATH="$PWD/peers/deepgemm:$PYTHONPATH" timeout 200 python3 python/bench_fp8_block.py --deepgemm \
+  PYTHONPATH="$PWD/peers/deepgemm:$PYTHONPATH" timeout "${FP8BLOCK_DEEPGEMM_SECONDS:-200}" \
+    python3 python/bench_fp8_block.py --deepgemm \
     --out "$logs/fp8_block_deepgemm.csv" --dense-m 128,4096 --dense-nk 7168x2048 --moe-groups 8 --moe-m 128 \
     --moe-nk 4096x7168 --variants --grouped-variants > "$logs/bench_deepgemm.log" 2>&1
   echo "bench with DeepGEMM: $(tail -1 "$logs/bench_deepgemm.log")"
