@@ -30,7 +30,7 @@ from cutlass_ext.build import build_libraries
 
 DENSE_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
 DENSE_M = [1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
-MOE_GROUPS = [8, 16, 32]
+MOE_GROUPS = [8, 32]
 MOE_M = [64, 128, 256, 512]
 MOE_NK = [(4096, 7168), (7168, 2048)]
 REFERENCE_ROWS = 64
@@ -291,10 +291,14 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", nargs="*", default=DENSE_VARIANTS, help="dense variant names timed beside ours")
     parser.add_argument("--grouped-variants", nargs="*", default=GROUPED_VARIANTS, help="grouped ones (contiguous)")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--plot-only", action="store_true", help="draw the PNG from an existing --out CSV")
     parser.add_argument(
         "--deepgemm", action="store_true", help="time DeepGEMM too (JIT-compiles a kernel per shape on first use)"
     )
     args = parser.parse_args(argv)
+    if args.plot_only:
+        plot(pd.read_csv(args.out), args.out.with_suffix(".png"))
+        return 0
     environment = {**benchmark.environment(), "command": shlex.join(["python", *sys.argv])}
     build(args.variants + args.grouped_variants)
     if not args.deepgemm:

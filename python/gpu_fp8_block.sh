@@ -47,6 +47,9 @@ fi
 timeout "${FP8BLOCK_BENCH_SECONDS:-300}" python3 python/bench_fp8_block.py \
   --out "$logs/fp8_block.csv" "${@:2}" > "$logs/bench.log" 2>&1
 echo "bench: $(tail -1 "$logs/bench.log")"
+if [ -f "$logs/fp8_block.csv" ] && [ ! -f "$logs/fp8_block.png" ]; then  # a run cut short: its rows so far
+  python3 python/bench_fp8_block.py --plot-only --out "$logs/fp8_block.csv"
+fi
 wait
 echo "DeepGEMM build: $(tail -1 "$logs/deepgemm_build.log" 2>/dev/null)"
 if [ -f peers/deepgemm/deep_gemm/_C.so ]; then  # DeepGEMM beside ours at a few shapes (its JIT compiles each)
