@@ -132,13 +132,22 @@ def ensure_registered(configs: list, device: torch.device) -> None:
     missing = [c for c in configs if (c.name, arch) not in _registered]
     if not missing:
         return
-    binding()
+    if "binding" not in _binding:  # a first call: the binding builds while nvcc builds the kernels
+        threading.Thread(target=_load_binding_ahead, daemon=True).start()
     for config in missing:
         _registered.get((config.name, arch), lambda config=config: _build_and_load(config, arch))
 
 
+def _load_binding_ahead() -> None:
+    try:
+        binding()
+    except Exception:  # not remembered: the caller's own binding() call raises it again
+        pass
+
+
 def _build_and_load(config, arch: str):
     library = build_one(config, arch)
+    binding()  # waits for the build started ahead
     _load_into_binding(config.name, library)
     return library
 

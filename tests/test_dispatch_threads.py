@@ -21,6 +21,7 @@ THREADS = 8
 ARCHS = {0: "90a", 1: "80"}  # two GPUs of two architectures in one process
 BINDING_CONFIGS = [c for mode in KERNEL_MODES for c in default_configs(mode)] + list(SM90_DEFAULTS.values())
 BINDING_CONFIGS.append(DEFAULT_FP8)
+REAL_BINDING = registry.binding
 
 
 @pytest.fixture
@@ -138,3 +139,27 @@ def test_tuned_lookups_survive_table_resets_from_another_thread(tmp_path):
         stop.set()
         resetter.join()
         tuned.set_tuned_table(None)
+
+
+def test_a_first_call_builds_the_binding_while_nvcc_builds_the_kernel(stub_dispatch, monkeypatch):
+    """The binding (16 s) and the first kernel (11-17 s) build side by side; the kernel is loaded once both are."""
+    events = []
+
+    def slow(what, result):
+        def run(*args):
+            events.append(f"{what} started")
+            time.sleep(0.3)
+            events.append(f"{what} done")
+            return result
+
+        return run
+
+    monkeypatch.setattr(registry, "binding", REAL_BINDING)
+    monkeypatch.setattr(registry, "_binding", OnceMap())
+    monkeypatch.setattr(build, "load_binding", slow("binding", "binding"))
+    monkeypatch.setattr(registry, "build_one", slow("kernel", "kernel-90a.so"))
+    start = time.perf_counter()
+    registry.ensure_registered([default_configs("tf32")[0]], torch.device("cuda", 0))
+    assert time.perf_counter() - start < 0.5  # one after the other: 0.6 s
+    assert set(events[:2]) == {"binding started", "kernel started"}
+    assert stub_dispatch[1] == Counter({(default_configs("tf32")[0].name, "90a"): 1})  # loaded after both
