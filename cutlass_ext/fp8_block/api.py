@@ -186,7 +186,6 @@ def gemm_fp8_block(
             raise ValueError(f"bias must be a ({n},) tensor of {out_dtype}; got {_describe(bias)}")
         if bias.device != a.device or bias.stride(0) != 1:
             raise ValueError(f"bias must be a dense tensor on {a.device}")
-    scale_a = activation_scales("scale_a", scale_a, m, k, a.device)
     scale_b, scale_n = weight_scales("scale_b", scale_b, n, k, a.device)
     if not torch.compiler.is_compiling():
         _check_capability(a.device)
@@ -194,8 +193,12 @@ def gemm_fp8_block(
         variant = dense_variant(a_name, b_name, out_name, scale_n, m)
     else:
         _check_variant(variant, a_name, b_name, out_name, scale_n, grouped=False)
-    if _scale_a_major(variant) == "m":
-        scale_a = m_major(scale_a)
+    if _scale_a_major(variant) == "m":  # block scales taken as they are if already M-major
+        given = _check_scale_tensor("scale_a", scale_a, a.device)
+        block_shaped = given.shape == (m, k_blocks(k))
+        scale_a = m_major(given if block_shaped else activation_scales("scale_a", given, m, k, a.device))
+    else:
+        scale_a = activation_scales("scale_a", scale_a, m, k, a.device)
     return _gemm_op(a, b, scale_a, scale_b, bias, out_dtype, variant)
 
 
