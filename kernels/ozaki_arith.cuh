@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include <cmath>
+#include <cstring>
 
 #ifdef __CUDACC__
 #define OZAKI_HD __host__ __device__ __forceinline__
@@ -75,6 +76,70 @@ OZAKI_HD int balanced_residue(int64_t v) {
     }
     const int b = r > kModulus / 2 ? int(r) - kModulus : int(r);
     return v < 0 ? -b : b;
+  }
+}
+
+// For shift budgets ≤ 31 (8 moduli): v = round-half-even(x·2^s) is itself an FP32 value (at most 24 significant
+// bits, |v| < 2^32), so the operand pass stays on the FP32 pipe. The scale goes in two exact power-of-two factors
+// (2^s alone may exceed FP32's range for rows of tiny values; x·2^min(s,127) is normal for every FP32 x). Shifts
+// are ≥ budget − 138 > −126 (row norms stay below 2^137), where both factors are normal.
+OZAKI_HD float float_bits_as_float(uint32_t bits) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(bits);
+#else
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+#endif
+}
+
+OZAKI_HD uint32_t float_as_bits(float value) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(value);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+#endif
+}
+
+OZAKI_HD float pow2f(int e) { return float_bits_as_float(uint32_t(e + 127) << 23); }  // e in [-126, 127]
+
+struct FloatScale {
+  float first, second;  // 2^min(s, 127) and 2^(s − min(s, 127))
+  OZAKI_HD explicit FloatScale(int shift) : first(pow2f(shift < 127 ? shift : 127)), second(pow2f(shift < 127 ? 0 : shift - 127)) {}
+};
+
+OZAKI_HD float scaled_float(float x, FloatScale scale) {
+#ifdef __CUDA_ARCH__
+  return rintf(__fmul_rn(__fmul_rn(x, scale.first), scale.second));  // exact products; rintf: half to even
+#else
+  return std::nearbyint(x * scale.first * scale.second);
+#endif
+}
+
+// The balanced residue of an integer-valued float |v| < 2^32: r ← r − m·rint(r/m) (fma: exact), twice for odd m
+// (the first quotient from FP32's 1/m is off by at most 3; the second is exact: r/m is never near a half-integer);
+// once for 256 (exact; a tie leaves ±128, the same byte). Returns the residue's two's-complement byte.
+template <int kModulus>
+OZAKI_HD uint32_t residue_byte(float v) {
+  constexpr float kModulusF = float(kModulus), kInverse = 1.0f / float(kModulus);
+#ifdef __CUDA_ARCH__
+  float r = __fmaf_rn(-rintf(__fmul_rn(v, kInverse)), kModulusF, v);
+  if constexpr (kModulus != 256) r = __fmaf_rn(-rintf(__fmul_rn(r, kInverse)), kModulusF, r);
+  return __float_as_uint(__fadd_rn(r, 12582912.0f)) & 255u;  // 1.5·2^23 + r holds r in its low bits
+#else
+  float r = std::fma(-std::nearbyint(v * kInverse), kModulusF, v);
+  if constexpr (kModulus != 256) r = std::fma(-std::nearbyint(r * kInverse), kModulusF, r);
+  return float_as_bits(r + 12582912.0f) & 255u;
+#endif
+}
+
+template <int kCount, int kIndex = 0>
+OZAKI_HD void residue_bytes(float v, uint32_t (&out)[kCount]) {
+  if constexpr (kIndex < kCount) {
+    out[kIndex] = residue_byte<kAllModuli[kIndex]>(v);
+    residue_bytes<kCount, kIndex + 1>(v, out);
   }
 }
 

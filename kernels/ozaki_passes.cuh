@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kPassThreads, kNormBlocksPerSm) norm_kernel(co
 template <int kCount, int kBudget>
 __global__ void __launch_bounds__(kPassThreads) residue_kernel(const cutlass_ext_ozaki_scale_args args, int slices) {
   __shared__ float tile[kTileRows][kTileK + 1];
-  __shared__ double row_scale[kTileRows];
+  __shared__ int row_shift[kTileRows];
   const int64_t row0 = int64_t(blockIdx.x) * kTileRows, k0 = int64_t(blockIdx.y) * kTileK, b = blockIdx.z;
   if (threadIdx.x < kTileRows) {
     const int64_t row = row0 + threadIdx.x;
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kPassThreads) residue_kernel(const cutlass_ext
       shift = shift_from_squares(squares, kBudget);
       if (blockIdx.y == 0) args.shifts[b * args.rows + row] = shift;
     }
-    row_scale[threadIdx.x] = pow2(shift);
+    row_shift[threadIdx.x] = shift;
   }
   load_tile(tile, args, args.x + b * args.x_batch_stride, row0, k0);
   __syncthreads();
@@ -88,17 +88,26 @@ __global__ void __launch_bounds__(kPassThreads) residue_kernel(const cutlass_ext
   for (int j = 0; j < kRowsPerWarp; ++j) {
     const int row = warp + 8 * j;
     if (row0 + row >= args.rows_pitch) break;  // rows past `rows` were loaded as zeros: their residues are 0
-    int r[4][kCount];
+    uint32_t bytes[4][kCount];
+    if constexpr (kBudget <= 31) {
+      // |round(x·2^s)| ≤ 2^kBudget·(1 + 2^-30) + 1/2 < 2^32: an FP32 integer, reduced on the FP32 pipe.
+      const FloatScale scale(row_shift[row]);
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      // |round(x·2^s)| ≤ 2^kBudget·(1 + 2^-30) + 1/2 < 2^32 for budgets up to 31 (8 moduli).
-      residues<kCount, (kBudget <= 31)>(scaled_integer(tile[row][4 * lane + c], row_scale[row]), r[c]);
+      for (int c = 0; c < 4; ++c) residue_bytes<kCount>(scaled_float(tile[row][4 * lane + c], scale), bytes[c]);
+    } else {
+      const double scale = pow2(row_shift[row]);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        int r[kCount];
+        residues<kCount, false>(scaled_integer(tile[row][4 * lane + c], scale), r);
+#pragma unroll
+        for (int l = 0; l < kCount; ++l) bytes[c][l] = uint32_t(r[l]) & 255u;
+      }
     }
     int8_t* out = args.planes + (b * args.rows_pitch + row0 + row) * args.k_pitch + k;
 #pragma unroll
     for (int l = 0; l < kCount; ++l) {
-      const uint32_t packed = (uint32_t(r[0][l]) & 255u) | ((uint32_t(r[1][l]) & 255u) << 8) |
-                              ((uint32_t(r[2][l]) & 255u) << 16) | ((uint32_t(r[3][l]) & 255u) << 24);
+      const uint32_t packed = bytes[0][l] | (bytes[1][l] << 8) | (bytes[2][l] << 16) | (bytes[3][l] << 24);
       *reinterpret_cast<uint32_t*>(out + l * plane_elements) = packed;
     }
   }
