@@ -56,24 +56,19 @@ OZAKI_HD int64_t scaled_integer(float x, double scale) {
 #endif
 }
 
-// reference.balanced: v mod m in [-⌊m/2⌋, ⌈m/2⌉ − 1], for |v| < 2^56 (kNarrow: |v| < 2^32, one 32-bit
-// remainder instead of three).
-template <int kModulus, bool kNarrow = false>
+// reference.balanced: v mod m in [-⌊m/2⌋, ⌈m/2⌉ − 1], for |v| < 2^56 (budgets above 31; residue_byte below
+// serves the rest).
+template <int kModulus>
 OZAKI_HD int balanced_residue(int64_t v) {
   if constexpr (kModulus == 256) {
     return int(static_cast<int8_t>(static_cast<uint8_t>(v & 255)));  // two's complement wraps to [-128, 127]
   } else {
     static_assert(kModulus % 2 == 1, "moduli other than 256 are odd: balanced residues are symmetric");
+    constexpr uint32_t kLowBits = 28;
+    constexpr uint32_t kHighFactor = (1u << kLowBits) % kModulus;
     const uint64_t magnitude = v < 0 ? uint64_t(-v) : uint64_t(v);
-    uint32_t r;
-    if constexpr (kNarrow) {
-      r = uint32_t(magnitude) % kModulus;
-    } else {
-      constexpr uint32_t kLowBits = 28;
-      constexpr uint32_t kHighFactor = (1u << kLowBits) % kModulus;
-      const uint32_t high = uint32_t(magnitude >> kLowBits), low = uint32_t(magnitude & ((1u << kLowBits) - 1));
-      r = ((high % kModulus) * kHighFactor + low % kModulus) % kModulus;
-    }
+    const uint32_t high = uint32_t(magnitude >> kLowBits), low = uint32_t(magnitude & ((1u << kLowBits) - 1));
+    const uint32_t r = ((high % kModulus) * kHighFactor + low % kModulus) % kModulus;
     const int b = r > kModulus / 2 ? int(r) - kModulus : int(r);
     return v < 0 ? -b : b;
   }
@@ -280,12 +275,12 @@ OZAKI_HD float recombine(const int32_t (&products)[kCount], int shift_a, int shi
 #endif
 }
 
-// The balanced residues of v modulo the first kCount moduli; kNarrow: |v| < 2^32 (shift budgets ≤ 31).
-template <int kCount, bool kNarrow, int kIndex = 0>
+// The balanced residues of v modulo the first kCount moduli.
+template <int kCount, int kIndex = 0>
 OZAKI_HD void residues(int64_t v, int (&out)[kCount]) {
   if constexpr (kIndex < kCount) {
-    out[kIndex] = balanced_residue<kAllModuli[kIndex], kNarrow>(v);
-    residues<kCount, kNarrow, kIndex + 1>(v, out);
+    out[kIndex] = balanced_residue<kAllModuli[kIndex]>(v);
+    residues<kCount, kIndex + 1>(v, out);
   }
 }
 

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kPassThreads) residue_kernel(const cutlass_ext
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         int r[kCount];
-        residues<kCount, false>(scaled_integer(tile[row][4 * lane + c], scale), r);
+        residues<kCount>(scaled_integer(tile[row][4 * lane + c], scale), r);
 #pragma unroll
         for (int l = 0; l < kCount; ++l) bytes[c][l] = uint32_t(r[l]) & 255u;
       }
