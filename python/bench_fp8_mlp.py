@@ -61,6 +61,7 @@ def fp8_block(block: MlpBlock, scaling: str, accum: str) -> MlpBlock:
     )
 
 
+@torch.no_grad()
 def reference(block: MlpBlock, x: torch.Tensor) -> torch.Tensor:
     """The block in FP64 over the first tokens, layer by layer (one FP64 weight at a time)."""
     x = x[:REFERENCE_TOKENS].double()
