@@ -12,7 +12,6 @@ namespace ozaki {
 constexpr int kTileRows = 32;
 constexpr int kTileK = 128;
 constexpr int kPassThreads = 256;
-constexpr int kNormBlocksPerSm = 4;  // loads in flight: 64 registers a thread, not the 66 that left 3 blocks
 constexpr int kRowsPerWarp = kTileRows / (kPassThreads / 32);
 
 // A kTileRows x kTileK tile of x into shared memory, zero outside the matrix; the threads of a warp read along
@@ -29,36 +28,24 @@ __device__ __forceinline__ void load_tile(float (&tile)[kTileRows][kTileK + 1], 
   }
 }
 
-// Partial sums of squares over k-slices of kNormSliceK: norms[(b · slices + slice) · rows + row], each summed in
-// a fixed order (thread-strided k, then a shuffle tree), independent of the layout.
-__global__ void __launch_bounds__(kPassThreads, kNormBlocksPerSm) norm_kernel(const cutlass_ext_ozaki_scale_args args) {
-  __shared__ float tile[kTileRows][kTileK + 1];
-  const int64_t row0 = int64_t(blockIdx.x) * kTileRows, b = blockIdx.z;
+// Partial sums of squares over k-slices of kNormSliceK: norms[(b · slices + slice) · rows + row], one thread per
+// row summing its slice in k order (the same order for every layout). Threads of a warp read 32 rows at one k:
+// coalesced for a transposed operand, and for a row-major one each 32-byte sector serves the next 7 k from L1.
+constexpr int kNormThreads = 128;
+
+__global__ void __launch_bounds__(kNormThreads) norm_kernel(const cutlass_ext_ozaki_scale_args args) {
+  const int64_t row = int64_t(blockIdx.x) * kNormThreads + threadIdx.x, b = blockIdx.z;
+  if (row >= args.rows) return;
   const int64_t slice = blockIdx.y, slices = gridDim.y;
-  const float* x = args.x + b * args.x_batch_stride;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  double sums[kRowsPerWarp] = {};
-  for (int64_t k0 = slice * kNormSliceK; k0 < min(args.k, (slice + 1) * kNormSliceK); k0 += kTileK) {
-    load_tile(tile, args, x, row0, k0);
-    __syncthreads();
-#pragma unroll
-    for (int j = 0; j < kRowsPerWarp; ++j) {
-#pragma unroll 1
-      for (int c = 0; c < kTileK / 32; ++c) {
-        const double v = tile[warp + 8 * j][lane + 32 * c];
-        sums[j] = fma(v, v, sums[j]);  // exact square (48 bits), one rounding per add
-      }
-    }
-    __syncthreads();
+  const int64_t k_begin = slice * kNormSliceK, k_end = min(args.k, k_begin + kNormSliceK);
+  const float* x = args.x + b * args.x_batch_stride + row * args.x_row_stride;
+  double sum = 0.0;
+#pragma unroll 8
+  for (int64_t k = k_begin; k < k_end; ++k) {
+    const double v = x[k * args.x_k_stride];
+    sum = fma(v, v, sum);  // exact square (48 bits), one rounding per add
   }
-#pragma unroll
-  for (int j = 0; j < kRowsPerWarp; ++j) {
-    double s = sums[j];
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
-    const int64_t row = row0 + warp + 8 * j;
-    if (lane == 0 && row < args.rows) args.norms[(b * slices + slice) * args.rows + row] = s;
-  }
+  args.norms[(b * slices + slice) * args.rows + row] = sum;
 }
 
 // Residue planes of a kTileRows x kTileK tile; the row's shift from the slices' sums (in slice order).
@@ -118,8 +105,8 @@ int run_scale(const cutlass_ext_ozaki_scale_args* args, void* stream) {
   if (args->rows == 0 || args->batch == 0 || args->k_pitch == 0) return 0;
   auto cuda_stream = static_cast<cudaStream_t>(stream);
   const int slices = int((args->k + kNormSliceK - 1) / kNormSliceK);
-  const dim3 norm_grid(unsigned((args->rows + kTileRows - 1) / kTileRows), unsigned(slices), unsigned(args->batch));
-  if (slices > 0) norm_kernel<<<norm_grid, kPassThreads, 0, cuda_stream>>>(*args);
+  const dim3 norm_grid(unsigned((args->rows + kNormThreads - 1) / kNormThreads), unsigned(slices), unsigned(args->batch));
+  if (slices > 0) norm_kernel<<<norm_grid, kNormThreads, 0, cuda_stream>>>(*args);
   const dim3 residue_grid(unsigned((args->rows_pitch + kTileRows - 1) / kTileRows),
                           unsigned((args->k_pitch + kTileK - 1) / kTileK), unsigned(args->batch));
   residue_kernel<kCount, kBudget><<<residue_grid, kPassThreads, 0, cuda_stream>>>(*args, slices);
