@@ -407,6 +407,9 @@ def main(argv=None) -> int:
     parser.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, of {', '.join(TOOLS)}")
     parser.add_argument("--jobs", type=int, default=8, help="sanitizer processes at once")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per process")
+    parser.add_argument(
+        "--deadline", type=float, help="seconds for the whole run: processes not started by then are rows 'not run'"
+    )
     parser.add_argument("--variants", help="comma-separated names: only these (default: every one)")
     parser.add_argument("--families", help=f"comma-separated, of {', '.join(_CALLS.values())}: only these")
     parser.add_argument("--shard", help="K/N: only every N-th variant from the K-th (a run split over machines)")
@@ -473,14 +476,19 @@ def main(argv=None) -> int:
     rows = run_one(None, "none", names, args.out / "none.log", args.timeout)
     failed = [row for row in rows if row["status"] != "ok"]
     print(f"plain run: {len(failed)} of {len(rows)} runs failed", flush=True)
+    deadline = start + args.deadline if args.deadline else None
+
+    def run_before_deadline(tool, index, group):
+        """run_one, or rows saying it did not start, with its timeout cut to what is left before the deadline."""
+        timeout = args.timeout if deadline is None else min(args.timeout, deadline - time.perf_counter())
+        log = args.out / f"{tool}_group{index:02d}.log"
+        if timeout <= 5:
+            rows = [row for row in parse_log("", tool, group) if row["variant"] != "(unattributed)"]
+            return [dict(row, status="not run: past --deadline", log=log.name) for row in rows]
+        return run_one(sanitizer, tool, group, log, timeout)
+
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        futures = {
-            pool.submit(run_one, sanitizer, tool, group, args.out / f"{tool}_group{index:02d}.log", args.timeout): (
-                tool,
-                index,
-            )
-            for tool, index, group in runs
-        }
+        futures = {pool.submit(run_before_deadline, tool, index, group): (tool, index) for tool, index, group in runs}
         for future in concurrent.futures.as_completed(futures):
             tool, index = futures[future]
             found = future.result()
