@@ -51,6 +51,19 @@ def test_row_shifts_bound_the_scaled_norm(count, generator):
     assert torch.all(norms[norms > 0] > 2 ** (t - 1) - allowance)  # at most one bit of headroom is left unused
 
 
+def test_sum_of_squares_runs_in_the_kernels_order(generator):
+    """Each k-slice of 1024 summed in k order, then the slices in order (not torch.sum's pairwise tree)."""
+    x = torch.randn(3, 2500, generator=generator) * torch.exp2(torch.randint(-20, 20, (3, 2500), generator=generator))
+    for row, got in zip(x.double().tolist(), ref._sum_of_squares(x).tolist()):
+        total = 0.0
+        for start in range(0, len(row), ref.NORM_SLICE_K):
+            part = 0.0
+            for value in row[start : start + ref.NORM_SLICE_K]:
+                part += value * value
+            total += part
+        assert got == total
+
+
 @pytest.mark.parametrize("count", [3, 7, 8, 11])
 def test_residues_are_balanced_and_congruent(count, generator):
     x = exp_rand((9, 70), -30, 30, generator)

@@ -15,9 +15,8 @@ arXiv 2504.08009; GEMMul8, arXiv 2508.03984):
    Horner's rule in FP64 (each multiply and add rounded) its value within ~n·2^-53: digits of a balanced
    representation vanish above |C'|'s size, so no cancellation amplifies the error. C = float32(C'·2^-(s_i + s_j)).
 
-Every step but the norm is exact or fixed-order, so the kernels equal this reference bit for bit. The norm is an
-FP64 sum of exact squares whose rounding depends on the summation order: a kernel's shift can differ only when a
-row's sum of squares lies within ~K·2^-53 (relative) of a power of four.
+Every step is exact or in a fixed order (the norm: FP64 sums of exact squares, k-slices of 1024 in k order, then
+the slices in order), so the kernels equal this reference bit for bit.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ MIN_MODULI = 3  # fewer leave too few bits for the rounding allowance √K/2 at 
 MAX_MODULI = 14  # P < 2^111: scaled integers stay below 2^56, FP64-exact residue inputs with room to spare
 MAX_K = 2**17 - 1  # INT32 products of residues in [-128, 127] stay exact: K·2^14 < 2^31
 SHIFT_GUARD_BITS = 30  # the norm's FP64 rounding error (≤ K·2^-53 relative) is covered by 2^-30
+NORM_SLICE_K = 1024  # k per partial sum of squares (kernels/ozaki_arith.cuh kNormSliceK)
 MAX_WRAPPED_MODULI = 8  # P < 2^64: the kernels rebuild C' exactly in 64-bit integers
 CRT_MARGIN_BITS = 12  # |C'| ≤ (1 − 2^-12)·P/2: the kernels' fixed-point estimate of C'/P rounds to the right k
 
@@ -82,12 +82,22 @@ def _check_float32(name: str, x) -> None:
         raise TypeError(f"{name} must be float32; got {x.dtype}")
 
 
+def _sum_of_squares(x: torch.Tensor) -> torch.Tensor:
+    """float64 (…, R): Σ_k x² in the kernels' order: each k-slice of NORM_SLICE_K summed in k order, then the
+    slices in order (every square is exact in FP64; each add rounds once)."""
+    k = x.shape[-1]
+    padded = torch.nn.functional.pad(x.double(), (0, -k % NORM_SLICE_K))  # adding +0.0 changes no sum
+    slices = padded.square().unflatten(-1, (-1, NORM_SLICE_K))
+    in_order = slices.cumsum(dim=-1)[..., -1]  # a sequential running sum, unlike sum()'s pairwise tree
+    return in_order.cumsum(dim=-1)[..., -1] if in_order.shape[-1] else in_order.sum(dim=-1)
+
+
 def row_shifts(x: torch.Tensor, count: int) -> torch.Tensor:
-    """int32 (…, R): s = t − ⌈e/2⌉ per row of x (…, R, K), where S = Σ_k x² in FP64 = f·2^e, f ∈ [½, 1);
-    then 2^s·‖x_row‖₂ < 2^t (1 + 2^-30). An all-zero row gets s = t."""
+    """int32 (…, R): s = t − ⌈e/2⌉ per row of x (…, R, K), where S = Σ_k x² in FP64 (`_sum_of_squares`) is
+    f·2^e, f ∈ [½, 1); then 2^s·‖x_row‖₂ < 2^t (1 + 2^-30). An all-zero row gets s = t."""
     _check_float32("x", x)
     t = shift_budget(count)
-    squares = x.double().square().sum(dim=-1)
+    squares = _sum_of_squares(x)
     _, exponent = torch.frexp(squares)
     half_exponent = torch.where(squares > 0, -torch.div(-exponent, 2, rounding_mode="floor"), 0)
     return (t - half_exponent).to(torch.int32)
