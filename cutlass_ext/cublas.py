@@ -64,7 +64,7 @@ def sgemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alpha: float
     batch = a.shape[0] if a.dim() == 3 else (b.shape[0] if b.dim() == 3 else 1)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     shape = (batch, m, n) if a.dim() == 3 or b.dim() == 3 else (m, n)
-    d = torch.empty(shape, dtype=torch.float32, device=a.device)
+    d = a.new_empty(shape)
     if c is not None and beta != 0:
         d.copy_(c.expand(shape))  # cuBLAS adds beta·C in place
     else:

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import cutlass_ext as ext
-from cutlass_ext import numerics
+from cutlass_ext import corrected_sm90, numerics
 
 from .helpers import draw
 
@@ -120,3 +120,24 @@ def test_batches_past_the_grid_limit(mode):
     bias = draw("normal", (4,), generator)
     ours = ext.gemm(a, b, mode=mode, bias=bias)
     assert numerics.relative_residual(ours, reference(a, b, 1.0, 0.0, None, bias)) < BOUND[mode]
+
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.mark.skipif(not HOPPER, reason="the sm90a kernels need Hopper")
+@pytest.mark.parametrize("mode", ["tf32tf32", "halfhalf"])
+@pytest.mark.parametrize("folded", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_hopper_bias_variants_add_alpha_and_bias_in_their_epilogue(mode, folded, with_bias):
+    generator = torch.Generator(device="cuda").manual_seed(37)
+    a = draw((-15, 14), (2, 300, 384) if folded else (300, 384), generator)
+    b = draw((-15, 14), (384, 260), generator)
+    bias = draw("normal", (260,), generator) if with_bias else None
+    plain = [corrected_sm90.default_variants(mode)[0]]
+    twins = [name + "_bias" for name in plain]
+    ours = corrected_sm90.product(a, b, mode, twins, bias, -0.75)
+    expected = reference(a, b, -0.75, 0.0, None, bias)
+    assert numerics.relative_residual(ours, expected) < BOUND[mode]
+    separate = -0.75 * corrected_sm90.product(a, b, mode, plain) + (0 if bias is None else bias)
+    assert numerics.relative_residual(ours, separate.double()) < BOUND[mode]
