@@ -1,7 +1,9 @@
 """python/sanitize_kernels.py without a GPU: what it enumerates, the commands it builds and how it reads logs."""
 
+import csv
 import importlib
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -216,3 +218,60 @@ def test_a_tool_that_misses_its_planted_error_is_reported(sanitize, monkeypatch,
     assert rows["memcheck"]["errors"] == 1 and rows["memcheck"]["status"] == "ok"
     assert rows["synccheck"]["errors"] == 0 and rows["synccheck"]["status"].startswith("missed")
     assert "--self-check-worker" in (tmp_path / "self_check_memcheck.log").read_text()
+
+
+def _fake_run(sanitize, monkeypatch, errors_in=None):
+    """main's GPU steps replaced: each process prints the worker's markers and a summary (errors in `errors_in`)."""
+    monkeypatch.setattr(sanitize, "shapes_of", lambda name: [(3, 5, 7)])
+    monkeypatch.setattr(sanitize, "find_sanitizer", lambda: "/fake/compute-sanitizer")
+    monkeypatch.setattr(sanitize, "build_all", lambda names: 0)
+    monkeypatch.setattr(
+        sanitize,
+        "self_check",
+        lambda sanitizer, tools, folder, timeout: [
+            {"tool": tool, "errors": 1, "status": "ok", "log": ""} for tool in tools
+        ],
+    )
+    code = (
+        "import sys\n"
+        "tool, names, bad = sys.argv[1], sys.argv[2].split(','), sys.argv[3]\n"
+        "for name in names:\n"
+        f"    print('{sanitize.MARKER} run', name, '3x5x7')\n"
+        "    if name == bad and tool != 'none':\n"
+        "        print('========= Invalid __global__ read of size 4 bytes')\n"
+        f"    print('{sanitize.MARKER} done')\n"
+        "if tool != 'none':\n"
+        "    print('========= ERROR SUMMARY: %d errors' % (bad in names))\n"
+    )
+    monkeypatch.setattr(
+        sanitize,
+        "sanitizer_command",
+        lambda sanitizer, tool, group: [sys.executable, "-c", code, tool, ",".join(group), str(errors_in)],
+    )
+
+
+def test_main_writes_every_variant_and_tool_and_exits_zero_when_clean(sanitize, monkeypatch, tmp_path):
+    _fake_run(sanitize, monkeypatch)
+    options = ["--out", str(tmp_path), "--families", "lowbit,optim", "--tools", "memcheck,synccheck"]
+    assert sanitize.main(options) == 0
+    rows = list(csv.DictReader(open(tmp_path / "summary.csv")))
+    names = {row["variant"] for row in rows}
+    assert len(names) == 13 and {row["tool"] for row in rows} == {"none", "memcheck", "synccheck"}
+    assert all(row["status"] == "ok" and row["errors"] == "0" for row in rows)
+    assert (tmp_path / "self_check.csv").is_file()
+
+
+def test_main_exits_one_naming_the_variant_with_an_error(sanitize, monkeypatch, tmp_path):
+    bad = importlib.import_module("cutlass_ext.optim.config").OptimConfig("sgd", "kahan", "bf16").name
+    _fake_run(sanitize, monkeypatch, errors_in=bad)
+    assert sanitize.main(["--out", str(tmp_path), "--families", "optim", "--tools", "memcheck"]) == 1
+    rows = list(csv.DictReader(open(tmp_path / "summary.csv")))
+    assert [(row["variant"], row["errors"]) for row in rows if row["errors"] != "0"] == [(bad, "1")]
+
+
+def test_past_the_deadline_processes_are_rows_not_run(sanitize, monkeypatch, tmp_path):
+    _fake_run(sanitize, monkeypatch)
+    options = ["--out", str(tmp_path), "--families", "lowbit", "--tools", "memcheck", "--deadline", "1"]
+    assert sanitize.main(options) == 1
+    rows = [row for row in csv.DictReader(open(tmp_path / "summary.csv")) if row["tool"] == "memcheck"]
+    assert rows and all(row["status"] == "not run: past --deadline" for row in rows)
