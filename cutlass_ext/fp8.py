@@ -98,6 +98,8 @@ def gemm_fp8(
     if accum not in ACCUMULATIONS:
         raise ValueError(f"accum={accum!r} is not one of {list(ACCUMULATIONS)}")
     if a.dim() == b.dim() == 2 and fp8_block.is_block_scaled(len(a), len(b), a.shape[1], scale_a, scale_b):
+        scale_a = _scale(scale_a, "scale_a", a.device, check_scales)
+        scale_b = _scale(scale_b, "scale_b", a.device, check_scales)
         return fp8_block.gemm_fp8_block(a, b, scale_a, scale_b, out_dtype, bias)
     # Checked once per signature here; strides, alignment, scales and bias are checked per call by the op.
     signature = (a.dtype, b.dtype, a.shape, b.shape, a.device, b.device, out_dtype, accum, tuned.generation())

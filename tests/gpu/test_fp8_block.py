@@ -220,6 +220,10 @@ def test_bad_input_is_refused_with_the_argument_named():
         fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=torch.zeros(256, device="cuda"))
     with pytest.raises(ValueError, match="variant=.*does not fit"):
         fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, variant=DENSE_VARIANTS[1].name)
+    infinite = scale_a.clone()
+    infinite[3, 1] = float("inf")
+    with pytest.raises(ValueError, match="scale_a holds non-finite values"):
+        ext.gemm_fp8(a8, b8, infinite, scale_b, check_scales=True)
     misaligned = torch.zeros(32, 512 + 16, device="cuda").to(a8.dtype)[:, 8 : 512 + 8]
     with pytest.raises(ValueError, match="cannot run this problem"):
         fp8_block.gemm_fp8_block(misaligned, b8, scale_a, scale_b)
