@@ -123,7 +123,10 @@ def gemm(
 def _kernel_call(a, b, mode, bias, alpha, beta, plan) -> torch.Tensor:
     """gemm of operands the kernels take as they are, with a bias and alpha at most; `plan` (eager) or None (traced)."""
     if bias is not None or alpha != 1.0 or beta != 0.0:
-        _check_epilogue(a, b, bias, alpha, beta, None, None)
+        if plan is not None and type(alpha) is float and beta == 0.0 and isinstance(bias, torch.Tensor):
+            _cached_check_bias(bias.dtype, bias.device, bias.shape, a.device, b.shape)
+        else:
+            _check_epilogue(a, b, bias, alpha, beta, None, None)
         alpha = float(alpha)
     if (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)) and torch.is_grad_enabled():
         return _Gemm.apply(a, b, None, bias, alpha, 0.0, mode)
@@ -170,6 +173,21 @@ def _broadcasts_to(shape, target) -> bool:
     return all(s == 1 or s == t for s, t in zip(reversed(tuple(shape)), reversed(tuple(target))))
 
 
+def _check_bias(dtype, device, shape, a_device, b_shape) -> None:
+    """A bias tensor's checks: they depend only on its signature and b's shape."""
+    if dtype != torch.float32:
+        raise TypeError(f"bias must be float32; got {dtype}")
+    if device != a_device:
+        raise ValueError(f"bias must be on a's device {a_device}; got {device}")
+    if len(b_shape) < 2:
+        raise ValueError("bias is one value per column of the product: it needs a b of at least 2 dimensions")
+    if tuple(shape) != (b_shape[-1],):
+        raise ValueError(f"bias must have shape ({b_shape[-1]},), one value per column; got {tuple(shape)}")
+
+
+_cached_check_bias = functools.lru_cache(maxsize=1024)(_check_bias)  # nn.Linear passes a bias on every call
+
+
 def _check_epilogue(a, b, bias, alpha, beta, c, out) -> tuple:
     """The epilogue's arguments, checked on each call that has one; returns the result's shape."""
     for name, value in (("alpha", alpha), ("beta", beta)):
@@ -179,19 +197,17 @@ def _check_epilogue(a, b, bias, alpha, beta, c, out) -> tuple:
         raise ValueError(f"beta={beta} scales c, but no c was given")
     shape = _output_shape(a.shape, b.shape)
     for name, tensor in (("bias", bias), ("c", c), ("out", out)):
+        if tensor is not None and not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {type(tensor).__name__}")
+    if bias is not None:
+        _check_bias(bias.dtype, bias.device, bias.shape, a.device, b.shape)
+    for name, tensor in (("c", c), ("out", out)):
         if tensor is None:
             continue
-        if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor; got {type(tensor).__name__}")
         if tensor.dtype != torch.float32:
             raise TypeError(f"{name} must be float32; got {tensor.dtype}")
         if tensor.device != a.device:
             raise ValueError(f"{name} must be on a's device {a.device}; got {tensor.device}")
-    if bias is not None:
-        if b.dim() < 2:
-            raise ValueError("bias is one value per column of the product: it needs a b of at least 2 dimensions")
-        if tuple(bias.shape) != (b.shape[-1],):
-            raise ValueError(f"bias must have shape ({b.shape[-1]},), one value per column; got {tuple(bias.shape)}")
     if c is not None and not _broadcasts_to(c.shape, shape):
         raise ValueError(f"c of shape {tuple(c.shape)} does not broadcast to the result's shape {shape}")
     if out is not None and tuple(out.shape) != shape:
