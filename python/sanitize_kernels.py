@@ -4,11 +4,12 @@
     python python/sanitize_kernels.py --list          # what it would run (no GPU needed)
 
 The variants: `gemm`'s defaults and the shipped tuned tables' winners (`gemm.dispatch_configs`), `gemm_fp8`'s
-defaults and decode defaults (`fp8.dispatch_configs`), every other variant a shipped table names, the low-bit GEMM's
-default tiling (forward and every STE's gradient kernel) and the fused optimizer step of every (optimizer, update,
-arithmetic) at the default launch shape. Each (tool, group of variants) runs in its own small process under
-compute-sanitizer, several at once; each variant runs at odd shapes (partial tiles in m, n and k, a batch) on
-operands that fill their allocations exactly, with the caching allocator off so that memcheck sees every
+defaults and decode defaults (`fp8.dispatch_configs`), every other variant a shipped table names, the Hopper
+variants' bias-epilogue twins, the block-scaled FP8 GEMM's dense defaults, the Ozaki-II default (int8x8), the
+low-bit GEMM's default tiling (forward and every STE's gradient kernel) and the fused optimizer step of every
+(optimizer, update, arithmetic) at the default launch shape. Each (tool, group of variants) runs in its own small
+process under compute-sanitizer, several at once; each variant runs at odd shapes (partial tiles in m, n and k, a
+batch) on operands that fill their allocations exactly, with the caching allocator off so that memcheck sees every
 allocation's end. First each tool must find the error planted in a small kernel of its own (DIR/self_check.csv),
 or nothing else runs; then the variants are built where the cache lacks them and run once without a sanitizer.
 Writes DIR/summary.csv (variant, tool, shape, errors, warnings, status; tool `none` for the run without one) and one
@@ -48,6 +49,7 @@ SM80_SHAPES = {1: [(129, 67, 35), (3, 33, 131, 17)], 4: [(132, 68, 36), (2, 36, 
 SM90_SHAPES = [(133, 132, 37), (2, 65, 68, 19)]  # N a multiple of 4 (16-byte output rows)
 FP8_SHAPES = [(7, 40, 272), (133, 264, 400)]  # K a multiple of 16, N of 8; the second with row scales and bias
 LOWBIT_SHAPES = [(67, 45, 37), (2, 19, 70, 33)]
+OZAKI_SHAPES = [(67, 45, 37), (2, 133, 259, 130)]  # 128x256x128 tiles: partial in m, n and k
 OPTIM_SIZES = (1, 7, 1031, 4099, 40000)  # elements per tensor: partial vectors, chunks and a grid of several blocks
 
 
@@ -67,6 +69,10 @@ def variant_names() -> list[str]:
         for config in map(config_of, list(names))
         if config.family == "sm90" and getattr(config, "epilogue", None) == "plain"
     ]
+    # block-scaled FP8 (`gemm_fp8` with 1x128 / 128x128 block scales): the dense default per weight-scale block
+    block = _module("fp8_block.api")
+    names += [block.dense_variant("e4m3", "e4m3", "bf16", scale_n) for scale_n in (1, 128)]
+    names.append(_module("ozaki.config").default_config().name)  # gemm's int8x8 mode
     names.append(_module("lowbit.kernel").DEFAULT_CONFIG.name)
     optim = _module("optim.config")
     names += [
@@ -84,7 +90,15 @@ def config_of(name: str):
 
 
 # config.family -> how the worker calls the variant
-_CALLS = {"sm80": "sm80", "sm90": "sm90", "sm90_fp8": "fp8", "lowbit": "lowbit", "optim": "optim"}
+_CALLS = {
+    "sm80": "sm80",
+    "sm90": "sm90",
+    "sm90_fp8": "fp8",
+    "sm90_fp8_block": "fp8_block",
+    "ozaki": "ozaki",
+    "lowbit": "lowbit",
+    "optim": "optim",
+}
 
 
 def family_of(name: str) -> str:
@@ -101,7 +115,8 @@ def shapes_of(name: str) -> list[tuple]:
         return SM80_SHAPES[1 if config_of(name).alignment == 1 else 4]
     if family == "optim":
         return [OPTIM_SIZES]
-    return {"sm90": SM90_SHAPES, "fp8": FP8_SHAPES, "lowbit": LOWBIT_SHAPES}[family]
+    shapes = {"sm90": SM90_SHAPES, "fp8": FP8_SHAPES, "fp8_block": FP8_SHAPES, "ozaki": OZAKI_SHAPES}
+    return shapes.get(family, LOWBIT_SHAPES)
 
 
 def groups(names: list[str]) -> list[list[str]]:
@@ -189,6 +204,33 @@ def _run_fp8(name: str, shape: tuple, generator) -> None:
     ops.gemm_fp8(a, b, scale_a, scale_b, bias, out_dtype, [name])
 
 
+def _run_fp8_block(name: str, shape: tuple, generator) -> None:
+    import torch
+
+    from cutlass_ext.fp8_block import api
+
+    config = config_of(name)
+    m, n, k = shape
+    blocks = -(-k // 128)
+    a = torch.randn(m, k, device="cuda", generator=generator).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda", generator=generator).to(torch.float8_e4m3fn)
+    scale_a = torch.rand(m, blocks, device="cuda", generator=generator) + 0.5  # 1x128 blocks
+    rows = n if config.scale_n == 1 else -(-n // 128)  # 1x128 or 128x128 blocks of the weights
+    scale_b = torch.rand(rows, blocks, device="cuda", generator=generator) + 0.5
+    bias = torch.randn(n, device="cuda", generator=generator).to(torch.bfloat16) if m > 64 else None
+    api.gemm_fp8_block(a, b, scale_a, scale_b, torch.bfloat16, bias, variant=name)
+
+
+def _run_ozaki(name: str, shape: tuple, generator) -> None:
+    from cutlass_ext import ozaki
+
+    config = config_of(name)
+    batch, (m, n, k) = (shape[0], shape[1:]) if len(shape) == 4 else (None, shape)
+    a = _operand(m, k, False, batch, generator)
+    b = _operand(k, n, True, batch, generator)
+    ozaki.gemm(a, b, config.moduli, config)
+
+
 def _run_lowbit(name: str, shape: tuple, generator) -> None:
     import torch
 
@@ -223,7 +265,15 @@ def _run_optim(name: str, shape: tuple, generator) -> None:
         optimizer.step()
 
 
-_RUNNERS = {"sm80": _run_sm80, "sm90": _run_sm90, "fp8": _run_fp8, "lowbit": _run_lowbit, "optim": _run_optim}
+_RUNNERS = {
+    "sm80": _run_sm80,
+    "sm90": _run_sm90,
+    "fp8": _run_fp8,
+    "fp8_block": _run_fp8_block,
+    "ozaki": _run_ozaki,
+    "lowbit": _run_lowbit,
+    "optim": _run_optim,
+}
 
 
 def build_all(names: list[str]) -> int:
