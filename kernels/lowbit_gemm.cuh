@@ -65,6 +65,7 @@ struct LowbitGemm {
   static constexpr int kGradColumns = 128 / kWindow < 2 ? 2 : 128 / kWindow;
   static constexpr int kGradTerms = kGradColumns * kWindow;
   static constexpr int kGradPitch = kGradTerms + 1;  // odd: a warp's rows and a warp's terms hit distinct banks
+  static constexpr int kSums = (kGradTerms + kGradThreads - 1) / kGradThreads;  // dB sums per thread and step
   static constexpr int kWindowSize = kWindow;
   static_assert(kBlockM % kThreadM == 0 && kBlockN % kThreadN == 0, "thread tile must divide the block tile");
   static_assert(kBlockM * kBlockK % kThreads == 0 && kBlockK * kBlockN % kThreads == 0, "tile loads must divide");
@@ -336,22 +337,35 @@ struct LowbitGemm {
         while (load_acquire(steps_done - 1) <= step) __nanosleep(100);
       }
       __syncthreads();  // the terms are in place and the rows before ours have added theirs
-      // consecutive threads take consecutive addresses of dB: along its columns or along k
-      for (int t = threadIdx.x; t < kGradTerms; t += kGradThreads) {
+      // consecutive threads take consecutive addresses of dB (along its columns or along k); a thread's kSums sums
+      // run side by side
+      float sum[kSums];
+      float* out[kSums];
+      const float* column[kSums];
+      bool valid[kSums];
+#pragma unroll
+      for (int u = 0; u < kSums; ++u) {
+        const int t = threadIdx.x + u * kGradThreads;
         const int c = db_along_columns ? t % kGradColumns : t / kWindow;
         const int i = db_along_columns ? t / kGradColumns : t % kWindow;
-        if (c >= count || i >= thread.width) continue;
-        float* out = db + (thread.k0 + i) * args.db_row_stride + (c0 + c) * args.db_column_stride;
-        float sum = row_block > 0 ? __ldcg(out) : 0.0f;
-        const float* column = &terms[0][i * kGradColumns + c];
-        if (rows == kGradThreads) {  // every row block but a short last one: constant offsets, no bound test
-#pragma unroll 16
-          for (int r = 0; r < kGradThreads; ++r) sum = add_rn(sum, column[r * kGradPitch]);
-        } else {
-          for (int r = 0; r < rows; ++r) sum = add_rn(sum, column[r * kGradPitch]);
-        }
-        *out = sum;
+        valid[u] = t < kGradTerms && c < count && i < thread.width;
+        out[u] = db + (thread.k0 + i) * args.db_row_stride + (c0 + c) * args.db_column_stride;
+        sum[u] = valid[u] && row_block > 0 ? __ldcg(out[u]) : 0.0f;
+        column[u] = &terms[0][valid[u] ? i * kGradColumns + c : 0];
       }
+      if (rows == kGradThreads) {  // every row block but a short last one: constant offsets, no bound test
+#pragma unroll 8
+        for (int r = 0; r < kGradThreads; ++r)
+#pragma unroll
+          for (int u = 0; u < kSums; ++u) sum[u] = add_rn(sum[u], column[u][r * kGradPitch]);
+      } else {
+        for (int r = 0; r < rows; ++r)
+#pragma unroll
+          for (int u = 0; u < kSums; ++u) sum[u] = add_rn(sum[u], column[u][r * kGradPitch]);
+      }
+#pragma unroll
+      for (int u = 0; u < kSums; ++u)
+        if (valid[u]) *out[u] = sum[u];
       __threadfence();
       __syncthreads();
       if (threadIdx.x == 0) store_release(steps_done, step + 1);
