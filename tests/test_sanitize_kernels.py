@@ -220,7 +220,7 @@ def test_a_tool_that_misses_its_planted_error_is_reported(sanitize, monkeypatch,
     assert "--self-check-worker" in (tmp_path / "self_check_memcheck.log").read_text()
 
 
-def _fake_run(sanitize, monkeypatch, errors_in=None):
+def _fake_run(sanitize, monkeypatch, errors_in=None, missed=()):
     """main's GPU steps replaced: each process prints the worker's markers and a summary (errors in `errors_in`)."""
     monkeypatch.setattr(sanitize, "shapes_of", lambda name: [(3, 5, 7)])
     monkeypatch.setattr(sanitize, "find_sanitizer", lambda: "/fake/compute-sanitizer")
@@ -229,7 +229,13 @@ def _fake_run(sanitize, monkeypatch, errors_in=None):
         sanitize,
         "self_check",
         lambda sanitizer, tools, folder, timeout: [
-            {"tool": tool, "errors": 1, "status": "ok", "log": ""} for tool in tools
+            {
+                "tool": tool,
+                "errors": 0 if tool in missed else 1,
+                "status": "missed" if tool in missed else "ok",
+                "log": "",
+            }
+            for tool in tools
         ],
     )
     code = (
@@ -275,3 +281,12 @@ def test_past_the_deadline_processes_are_rows_not_run(sanitize, monkeypatch, tmp
     assert sanitize.main(options) == 1
     rows = [row for row in csv.DictReader(open(tmp_path / "summary.csv")) if row["tool"] == "memcheck"]
     assert rows and all(row["status"] == "not run: past --deadline" for row in rows)
+
+
+def test_a_tool_that_missed_its_planted_error_fails_the_run_but_the_rest_runs(sanitize, monkeypatch, tmp_path):
+    _fake_run(sanitize, monkeypatch, missed=("synccheck",))
+    options = ["--out", str(tmp_path), "--families", "lowbit", "--tools", "memcheck,synccheck"]
+    assert sanitize.main(options) == 1
+    rows = list(csv.DictReader(open(tmp_path / "summary.csv")))
+    assert {row["tool"] for row in rows} == {"none", "memcheck", "synccheck"}
+    assert all(row["status"] == "ok" for row in rows)
