@@ -71,8 +71,8 @@ def _sm_count(index: int) -> int:
 @functools.cache
 def _problem_moduli(device: torch.device, count: int, batch: int) -> torch.Tensor:
     """int32 (count · batch,): the modulus of each problem of the GEMM's launch (planes are modulus-major).
-    Made once per shape outside any CUDA graph capture (the first, eager call) and kept."""
-    return torch.tensor(moduli(count), dtype=torch.int32).repeat_interleave(batch).to(device)
+    Filled on the device (no host copy, so a first call inside a CUDA graph capture works too) and kept."""
+    return torch.cat([torch.full((batch,), m, dtype=torch.int32, device=device) for m in moduli(count)])
 
 
 def _round_up(value: int, multiple: int) -> int:
