@@ -6,10 +6,11 @@ the largest finite, zeros).
 
 The bound, componentwise: |D − ref| ≤ (r + 3·2^-24)·|ref| + c·S + r·|bias| + 2^-24·(the smallest normal of
 out_dtype), where S = |scale_a·scale_b|·(|a|·|b|ᵀ), r is the output format's rounding (bf16 2^-8, fp16 2^-11, fp32
-2^-24), and c covers the Tensor Core's FP8 accumulation: products are exact, each k = 32 instruction's sum is
-aligned to its largest exponent and truncated to about 13 fractional bits (2^-12 of S per instruction and per
-accumulator update, with slack); `promoted` adds the partial sums into FP32 every 128 k (5 such errors), `fast`
-keeps all of K inside (K/32 + 1 of them).
+2^-24), and c covers the Tensor Core's FP8 accumulation in the worst case: products are exact, and each k = 32
+instruction aligns its 32 products and the accumulator to their largest exponent and keeps about 13 bits below
+it, so each of the 33 terms may lose 2^-12 of the largest: at most 33·2^-12 of S per instruction;
+`promoted` adds the partial sums into FP32 every 128 k (4 instructions + 1), `fast` keeps all of K inside
+(ceil(K/32) + 1).
 
 NaN and Inf (gemm_fp8's docstring says nothing of them; this test is the statement): a NaN or Inf in a or b
 makes exactly the outputs non-finite that the FP64 product makes non-finite, and NaN where it is NaN.
@@ -80,9 +81,9 @@ def error_bound(a, b, scale_a, scale_b, bias, reference, out_dtype, accum):
     magnitude = a.double().abs() @ b.double().abs().T
     scaled = magnitude * (scale_a.abs().reshape(-1, 1) if scale_a.numel() > 1 else scale_a.abs())
     scaled = scaled * (scale_b.abs().reshape(1, -1) if scale_b.numel() > 1 else scale_b.abs())
-    instructions = (min(k, 128) if accum == "promoted" else k) / 32 + 1
+    instructions = -(-(min(k, 128) if accum == "promoted" else k) // 32) + 1
     rounding = ROUNDING[out_dtype]
-    bound = (rounding + 3 * 2.0**-24) * reference.abs() + instructions * 2.0**-12 * scaled
+    bound = (rounding + 3 * 2.0**-24) * reference.abs() + instructions * 33 * 2.0**-12 * scaled
     bound = bound + 2.0**-24 * SMALLEST_NORMAL[out_dtype]
     return bound if bias is None else bound + rounding * bias.double().abs()
 
