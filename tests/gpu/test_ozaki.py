@@ -160,3 +160,13 @@ def test_ext_gemm_mode():
 
     a, b = _draw("urand", (2, 30, 70), 19), _draw("urand", (70, 20), 20)
     assert _same_bits(ext.gemm(a, b, mode="int8x7"), ozaki.gemm(a, b, moduli=7))
+
+
+def test_first_call_of_a_batch_size_inside_a_graph_capture():
+    ozaki.gemm(_draw("urand", (8, 16), 21), _draw("urand", (16, 8), 22))  # the library, loaded outside the capture
+    a, b = _draw("urand", (5, 24, 40), 23), _draw("urand", (5, 40, 12), 24)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = ozaki.gemm(a, b)
+    graph.replay()
+    assert _same_bits(out, ozaki_matmul(a.cpu(), b.cpu(), 8))
