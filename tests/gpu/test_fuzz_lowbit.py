@@ -121,13 +121,7 @@ def test_forward_equals_the_reference_bit_for_bit(data, fmt, m, n, k, seed):
         (70001, 2, 3),
         (1, 65537, 5),
         (2, 3, 70001),
-        # H100, 2026-11-26: "lowbit_64x64x32_t4x4_w16_lowbit_forward failed with status 1" (an invalid launch)
-        pytest.param(
-            (65537, 1, 1, 2),
-            marks=pytest.mark.xfail(
-                strict=True, raises=RuntimeError, reason="lowbit forward: a batch > 65535 exceeds grid z"
-            ),
-        ),
+        (65537, 1, 1, 2),
     ],
 )
 def test_one_dimension_past_65535(shape):
