@@ -8,8 +8,8 @@ import torch
 
 import cutlass_ext as ext
 from cutlass_ext import codegen, numerics
-from cutlass_ext.families.sm90_fp8.config import DEFAULT_FP8, Fp8Config
 from cutlass_ext.families import from_name
+from cutlass_ext.families.sm90_fp8.config import DEFAULT_FP8, Fp8Config
 from cutlass_ext.families.sm90_fp8.render import render_instance
 
 
