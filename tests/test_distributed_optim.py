@@ -234,6 +234,38 @@ def test_ddp_replicas_stay_identical_and_follow_one_process(two_ranks, kind, upd
     assert losses == pytest.approx(reference.losses, rel=2e-2)
 
 
+def column_shard_worker(rank: int, world: int, port: int, folder: str, device_type: str) -> None:
+    """FSDP2 with weights sharded along dim 1: what a nearest and a stochastic step do (rank 0 saves it)."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Shard
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        outcomes = {}
+        for update in ("nearest", "stochastic"):
+            torch.manual_seed(0)
+            model = nn.Linear(8, 6).to(torch.bfloat16)  # FSDP2 shards a dim after the first only evenly
+            fully_shard(model, shard_placement_fn=lambda param: Shard(param.dim() - 1))
+            optimizer = make_optimizer("sgd", update, model.parameters())
+            model(torch.ones(4, 8, dtype=torch.bfloat16)).float().square().mean().backward()
+            try:
+                optimizer.step()
+                outcomes[update] = "stepped"
+            except ValueError as error:
+                outcomes[update] = str(error)
+        if rank == 0:
+            torch.save(outcomes, os.path.join(folder, "results.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_stochastic_rounding_refuses_shards_along_a_later_dim(tmp_path):
+    outcomes = spawn(column_shard_worker, 2, tmp_path)
+    assert outcomes["nearest"] == "stepped"  # one offset matters to stochastic rounding alone
+    assert "params" in outcomes["stochastic"] and "not one contiguous range" in outcomes["stochastic"]
+
+
 class _Mesh:
     """A device mesh of `sizes` seen from `coordinate` (what sharding._block reads of a DeviceMesh)."""
 
