@@ -8,6 +8,9 @@ set -uo pipefail
 logs=${1:-${OUT:-gpu_logs}/fp8block}
 mkdir -p "$logs"
 export PYTHONUNBUFFERED=1
+if [ -z "${CUTLASS_EXT_CACHE:-}" ] && [ -d .build_cache ]; then  # the cache python/gpu_routine.sh builds into
+  export CUTLASS_EXT_CACHE=$PWD/.build_cache
+fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if ! python3 -c "import cutlass_library" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/fp8block_site .whl/nvidia_cutlass-*.whl || exit 1
