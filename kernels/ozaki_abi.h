@@ -22,9 +22,10 @@ typedef struct {
   double* norms;
 } cutlass_ext_ozaki_scale_args;
 
-// The INT8 GEMM over moduli · batch problems: d[l] (m, n, row pitch n) = a[l] (m, k_pitch) · b[l] (n,
-// k_pitch)ᵀ (n: the padded width, a multiple of 16 bytes of d), both K-major INT8 planes as the operand pass writes them. d holds the exact INT32 products, or (for
-// variants with residue output) their balanced residues modulo problem_moduli[l] as INT8.
+// The INT8 GEMM over moduli · batch problems: d[l] (m, n, row pitch n) = a[l] (m, k_pitch) · b[l] (n, k_pitch)ᵀ,
+// both K-major INT8 planes as the operand pass writes them (n: the padded width, whole 16-byte rows of d). d holds
+// the exact INT32 products, or (variants with residue output) their balanced residues modulo problem_moduli[l]
+// as INT8.
 typedef struct {
   int64_t m, n, k_pitch, problems;
   const int8_t* a;

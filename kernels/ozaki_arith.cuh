@@ -102,7 +102,8 @@ OZAKI_HD float pow2f(int e) { return float_bits_as_float(uint32_t(e + 127) << 23
 
 struct FloatScale {
   float first, second;  // 2^min(s, 127) and 2^(s − min(s, 127))
-  OZAKI_HD explicit FloatScale(int shift) : first(pow2f(shift < 127 ? shift : 127)), second(pow2f(shift < 127 ? 0 : shift - 127)) {}
+  OZAKI_HD explicit FloatScale(int shift)
+      : first(pow2f(shift < 127 ? shift : 127)), second(pow2f(shift < 127 ? 0 : shift - 127)) {}
 };
 
 OZAKI_HD float scaled_float(float x, FloatScale scale) {
@@ -168,7 +169,8 @@ OZAKI_HD uint32_t nonnegative_residue(int32_t v) {
 
 template <int kCount, int kIndex = 0>
 struct Garner {
-  // Digit kIndex of C' from its residue r_j and the lower digits: t ← (t − d_i)·m_i^-1 mod m_j (reference.garner_digits).
+  // Digit kIndex of C' from its residue and the lower digits: t ← (t − d_i)·m_i^-1 mod m_j
+  // (reference.garner_digits).
   template <int kI = 0>
   OZAKI_HD static uint32_t reduce(uint32_t t, const int (&digits)[kCount]) {
     if constexpr (kI == kIndex) {

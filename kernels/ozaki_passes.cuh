@@ -16,8 +16,9 @@ constexpr int kRowsPerWarp = kTileRows / (kPassThreads / 32);
 
 // A kTileRows x kTileK tile of x into shared memory, zero outside the matrix; the threads of a warp read along
 // whichever of row and k is contiguous, so the loads coalesce for x and for its transpose alike.
-__device__ __forceinline__ void load_tile(float (&tile)[kTileRows][kTileK + 1], const cutlass_ext_ozaki_scale_args& args,
-                                          const float* x, int64_t row0, int64_t k0) {
+__device__ __forceinline__ void load_tile(float (&tile)[kTileRows][kTileK + 1],
+                                          const cutlass_ext_ozaki_scale_args& args, const float* x, int64_t row0,
+                                          int64_t k0) {
   const bool k_contiguous = args.x_k_stride == 1 || args.x_row_stride != 1;
 #pragma unroll 4
   for (int i = threadIdx.x; i < kTileRows * kTileK; i += kPassThreads) {
@@ -105,7 +106,8 @@ int run_scale(const cutlass_ext_ozaki_scale_args* args, void* stream) {
   if (args->rows == 0 || args->batch == 0 || args->k_pitch == 0) return 0;
   auto cuda_stream = static_cast<cudaStream_t>(stream);
   const int slices = int((args->k + kNormSliceK - 1) / kNormSliceK);
-  const dim3 norm_grid(unsigned((args->rows + kNormThreads - 1) / kNormThreads), unsigned(slices), unsigned(args->batch));
+  const dim3 norm_grid(unsigned((args->rows + kNormThreads - 1) / kNormThreads), unsigned(slices),
+                       unsigned(args->batch));
   if (slices > 0) norm_kernel<<<norm_grid, kNormThreads, 0, cuda_stream>>>(*args);
   const dim3 residue_grid(unsigned((args->rows_pitch + kTileRows - 1) / kTileRows),
                           unsigned((args->k_pitch + kTileK - 1) / kTileK), unsigned(args->batch));
@@ -137,7 +139,9 @@ __global__ void __launch_bounds__(kRecombineThreads) recombine_kernel(const cutl
   const int64_t plane_elements = args.batch * args.m * args.n_pitch;
   int shift_b[kRecombineColumns];
 #pragma unroll
-  for (int c = 0; c < kRecombineColumns; ++c) shift_b[c] = column0 + c < args.n ? args.shift_b[b * args.n + column0 + c] : 0;
+  for (int c = 0; c < kRecombineColumns; ++c) {
+    shift_b[c] = column0 + c < args.n ? args.shift_b[b * args.n + column0 + c] : 0;
+  }
   for (int64_t row = blockIdx.y; row < args.m; row += gridDim.y) {
     const Product* source = static_cast<const Product*>(args.products) + (b * args.m + row) * args.n_pitch + column0;
     int32_t products[kRecombineColumns][kCount];

@@ -87,7 +87,8 @@ struct Sm90ResidueGemm {
     arguments.mainloop.ptr_B = args.b;
     arguments.mainloop.dB = cute::make_stride(args.k_pitch, _1{}, args.n * args.k_pitch);
     if constexpr (ResidueOutput) {
-      arguments.epilogue.thread = {{}, {{}, {args.problem_moduli}, {cute::make_stride(cute::_0{}, cute::_0{}, int64_t(1))}}, {}};
+      const auto per_problem = cute::make_stride(cute::_0{}, cute::_0{}, int64_t(1));
+      arguments.epilogue.thread = {{}, {{}, {args.problem_moduli}, {per_problem}}, {}};
     } else {
       arguments.epilogue.thread.alpha = 1;
       arguments.epilogue.thread.beta = 0;
