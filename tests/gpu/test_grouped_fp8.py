@@ -90,6 +90,22 @@ def test_masked_layout(counts):
             check_close(out[g, :rows], a8[g, :rows], b8[g], scale_a[g, :rows], scale_b[g], 128)
 
 
+def test_masked_layout_with_row_and_tensor_scales():
+    groups, capacity, n, k = 3, 64, 256, 384
+    a8 = draw("normal", (groups, capacity, k), 19).to(torch.float8_e4m3fn)
+    b8 = draw("normal", (groups, n, k), 20).to(torch.float8_e4m3fn)
+    a_rows = torch.rand(groups, capacity, device="cuda") + 0.5  # one scale per token
+    b_tensor = torch.rand(groups, device="cuda") + 0.5  # one per expert
+    counts = [64, 0, 17]
+    masked_counts = torch.tensor(counts, dtype=torch.int32, device="cuda")
+    out = ext.grouped_gemm_fp8(a8, b8, a_rows, b_tensor, masked_counts=masked_counts)
+    for g, count in enumerate(counts):
+        if count:
+            expanded_a = a_rows[g, :count, None].expand(count, 3)
+            expanded_b = b_tensor[g].reshape(1, 1).expand(2, 3)
+            check_close(out[g, :count], a8[g, :count], b8[g], expanded_a, expanded_b, 128)
+
+
 @pytest.mark.parametrize("form", ["row-tensor", "tensor-row", "block-row"])
 def test_per_row_and_per_tensor_scales(form):
     sizes, n, k = [3, 0, 70, 140], 256, 384
