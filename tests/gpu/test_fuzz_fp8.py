@@ -62,7 +62,8 @@ SCALE_FORMS = {
 def scales(draw, rows: int, label: str):
     """A scale in one of the documented forms for an operand of `rows` rows, and its values as FP64 (the FP32
     values the kernel multiplies by)."""
-    form = draw(st.sampled_from(SCALE_FORMS[label]), label=f"form of {label}")
+    forms = SCALE_FORMS[label] if rows else SCALE_FORMS[label][:4]  # no rows: one value (the reference's forms)
+    form = draw(st.sampled_from(forms), label=f"form of {label}")
     if form in ("float", "0-d", "one", "cpu"):
         value = draw(st.floats(2.0**-10, 2.0**4), label=label) * draw(st.sampled_from([1, -1]), label="sign")
         value32 = torch.tensor(value, dtype=torch.float32)
@@ -79,8 +80,8 @@ def scales(draw, rows: int, label: str):
 def error_bound(a, b, scale_a, scale_b, bias, reference, out_dtype, accum):
     k = a.shape[1]
     magnitude = a.double().abs() @ b.double().abs().T
-    scaled = magnitude * (scale_a.abs().reshape(-1, 1) if scale_a.numel() > 1 else scale_a.abs())
-    scaled = scaled * (scale_b.abs().reshape(1, -1) if scale_b.numel() > 1 else scale_b.abs())
+    scaled = magnitude * (scale_a.abs().reshape(-1, 1) if scale_a.numel() != 1 else scale_a.abs())
+    scaled = scaled * (scale_b.abs().reshape(1, -1) if scale_b.numel() != 1 else scale_b.abs())
     instructions = -(-(min(k, 128) if accum == "promoted" else k) // 32) + 1
     rounding = ROUNDING[out_dtype]
     bound = (rounding + 3 * 2.0**-24) * reference.abs() + instructions * 33 * 2.0**-12 * scaled

@@ -14,8 +14,9 @@ from cutlass_ext import numerics
 from cutlass_ext.ozaki import reference
 
 DISTRIBUTIONS = {"normal": None, "wide": (-60, 60), "huge": (90, 120), "tiny": (-126, -100), "subnormal": "subnormal"}
-BATCHES = [((), ()), ((2,), ()), ((), (3,)), ((2, 1), (3,)), ((2,), (2,))]
-SIZES = st.one_of(st.sampled_from([0, 1, 2, 7, 13, 127, 128, 129]), st.integers(1, 96))
+BATCHES = [((), ()), ((2,), ()), ((), (2,)), ((2, 1), (1, 2)), ((2,), (2,))]
+# the reference's INT8 products run on the CPU: sizes that keep an example under a second
+SIZES = st.one_of(st.sampled_from([0, 1, 2, 7, 13, 127, 128, 129]), st.integers(1, 64))
 LAYOUTS = ("contiguous", "transposed", "sliced")
 
 
@@ -40,7 +41,7 @@ def _stored(x: torch.Tensor, layout: str) -> torch.Tensor:
     data=st.data(),
     m=SIZES,
     n=SIZES,
-    k=st.one_of(SIZES, st.integers(96, 1500)),
+    k=st.one_of(SIZES, st.integers(64, 700)),
     seed=st.integers(0, 2**31 - 1),
 )
 def test_int8x8_equals_the_reference_bit_for_bit(data, m, n, k, seed):
