@@ -29,6 +29,7 @@ import importlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -363,12 +364,16 @@ def run_one(sanitizer: str | None, tool: str, group: list[str], log: Path, timeo
     env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1", PYTHONUNBUFFERED="1")
     command = sanitizer_command(sanitizer, tool, group)
     start = time.perf_counter()
-    try:
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
-        text, note = result.stdout + result.stderr, f"exit {result.returncode}"
-    except subprocess.TimeoutExpired as expired:
-        text = (expired.stdout or b"").decode(errors="replace") + (expired.stderr or b"").decode(errors="replace")
-        note = f"timed out after {timeout:.0f} s"
+    # its own session: a timeout ends compute-sanitizer and the process it runs, not only the former
+    options = {"env": env, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    with subprocess.Popen(command, start_new_session=True, **options) as process:
+        try:
+            text, _ = process.communicate(timeout=timeout)
+            note = f"exit {process.returncode}"
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            text, _ = process.communicate()
+            note = f"timed out after {timeout:.0f} s"
     seconds = time.perf_counter() - start
     log.write_text(f"$ {' '.join(command)}\n# {note}, {seconds:.1f} s\n{text}")
     rows = parse_log(text, tool, group)

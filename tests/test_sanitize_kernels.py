@@ -4,6 +4,7 @@ import csv
 import importlib
 import importlib.util
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -290,3 +291,24 @@ def test_a_tool_that_missed_its_planted_error_fails_the_run_but_the_rest_runs(sa
     rows = list(csv.DictReader(open(tmp_path / "summary.csv")))
     assert {row["tool"] for row in rows} == {"none", "memcheck", "synccheck"}
     assert all(row["status"] == "ok" for row in rows)
+
+
+def test_a_process_past_its_timeout_is_ended_with_what_it_started(sanitize, monkeypatch, tmp_path):
+    monkeypatch.setattr(sanitize, "shapes_of", lambda name: [(3, 5, 7)])
+    child = tmp_path / "child.pid"
+    code = (
+        "import subprocess, time\n"
+        "child = subprocess.Popen(['sleep', '60'])\n"
+        f"open('{child}', 'w').write(str(child.pid))\n"
+        "time.sleep(60)\n"
+    )
+    monkeypatch.setattr(sanitize, "sanitizer_command", lambda sanitizer, tool, group: [sys.executable, "-c", code])
+    row = sanitize.run_one("/fake", "memcheck", ["only"], tmp_path / "log", timeout=3)[0]
+    assert "timed out after 3 s" in row["status"]
+    status = Path(f"/proc/{int(child.read_text())}/status")
+    for _ in range(50):  # killed: gone, or a zombie until something reaps it
+        if not status.exists() or "\nState:\tZ" in status.read_text():
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the process the timed-out one started is still running")
