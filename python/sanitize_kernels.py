@@ -462,7 +462,12 @@ def find_sanitizer() -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "sanitize_logs")) / "sanitize")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(os.environ.get("OUT", "sanitize_logs")) / "sanitize",
+        help="folder of summary.csv, self_check.csv and the logs (default: $OUT/sanitize)",
+    )
     parser.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, of {', '.join(TOOLS)}")
     parser.add_argument("--jobs", type=int, default=8, help="sanitizer processes at once")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per process")
