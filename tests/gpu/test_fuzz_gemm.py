@@ -23,6 +23,11 @@ accumulation order: tf32tf32 chains its three products per MMA step, halfhalf fo
 
 NaN and Inf (the docstring): an output is non-finite exactly where SGEMM's is, NaN wherever SGEMM's is NaN; where
 SGEMM gives ±Inf, tf32 and fp32 give the same Inf, the split modes the same Inf or NaN.
+
+The gradients (dA = dC·Bᵀ, dB = Aᵀ·dC in the same mode) are held to the bounds of those products, and the
+epilogue (alpha·A·B + beta·C + bias, out=, torch.matmul's 1-D and broadcast shapes) to |alpha| times the product's
+bound plus the FP32 rounding of its terms. The CPU tests (tests/test_fuzz_numerics.py) check that every mode's
+emulated arithmetic stays inside `error_bound` and that an uncorrected product does not.
 """
 
 import math
