@@ -3,7 +3,9 @@
 // chain window by window once for both gradients and applies the STE mask on the fly (no M·N·K tensor).
 #pragma once
 
+#if defined(__CUDACC__)
 #include <cuda_runtime.h>
+#endif
 
 #include <type_traits>
 
@@ -34,13 +36,21 @@ __device__ __forceinline__ void load_fragment(float (&out)[kCount], const float*
 
 // The turnstile between the gradient kernel's CTAs: a counter read with acquire, written with release (GPU scope).
 __device__ __forceinline__ int32_t load_acquire(const int32_t* flag) {
+#if defined(__CUDA_ARCH__)
   int32_t value;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(flag) : "memory");
   return value;
+#else
+  return __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+#endif
 }
 
 __device__ __forceinline__ void store_release(int32_t* flag, int32_t value) {
+#if defined(__CUDA_ARCH__)
   asm volatile("st.release.gpu.global.b32 [%0], %1;" : : "l"(flag), "r"(value) : "memory");
+#else
+  __atomic_store_n(flag, value, __ATOMIC_RELEASE);
+#endif
 }
 
 // A CTA computes a kBlockM x kBlockN tile of D; each thread a kThreadM x kThreadN register tile, running the exact
@@ -378,6 +388,8 @@ struct LowbitGemm {
   static int run_grads(const cutlass_ext_lowbit_grads_args* args, void* stream);
 };
 
+// The launchers (nvcc only: a host program can include the structs above to run a CTA's threads itself).
+#if defined(__CUDACC__)
 template <class Gemm, bool kUnderflow, bool kFast, bool kBlocked>
 __global__ void __launch_bounds__(Gemm::kThreads) lowbit_forward_kernel(const cutlass_ext_lowbit_forward_args args) {
   // grid z is at most 65535: larger batches take several problems per CTA
@@ -489,6 +501,8 @@ int LowbitGemm<kBlockM, kBlockN, kBlockK, kThreadM, kThreadN, kWindow>::run_grad
   }
   return int(cudaGetLastError());
 }
+
+#endif  // defined(__CUDACC__)
 
 }  // namespace lowbit
 }  // namespace cutlass_ext

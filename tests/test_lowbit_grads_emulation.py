@@ -1,0 +1,185 @@
+"""The low-bit gradient kernel's CTA logic without a GPU: kernels/lowbit_gemm.cuh's `LowbitGemm::grads`, compiled
+into a host program that runs each CTA's 64 threads as std::threads (shared memory as statics, __syncthreads as a
+barrier, CTAs one after another in their counter order), equals the STE reference bit for bit: G and B staged per
+step, four chains per thread, the dB terms summed over row blocks through the turnstile, both orientations."""
+
+import itertools
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from cutlass_ext import toolchain
+from cutlass_ext.lowbit.format import LowbitFormat
+from cutlass_ext.lowbit.reference import _chunk_sums, _q_acc
+from cutlass_ext.lowbit.ste import grad_reference
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+
+# What the kernel takes from CUDA, for a host program whose threads are a CTA's.
+_SHIM = r"""
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+struct Dim { unsigned x = 0, y = 0, z = 0; };
+inline thread_local Dim threadIdx;
+inline Dim blockIdx, gridDim;
+inline std::barrier<>* cta_barrier = nullptr;
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+#define __align__(x)
+#define __syncthreads() cta_barrier->arrive_and_wait()
+#define __threadfence() std::atomic_thread_fence(std::memory_order_seq_cst)
+#define __nanosleep(x) ((void)0)
+template <class T> T __ldg(const T* p) { return *p; }
+template <class T> T __ldcg(const T* p) { return *p; }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+struct float4 { float x, y, z, w; };
+"""
+
+_PROGRAM = r"""
+#include "shim.h"
+#include "lowbit_gemm.cuh"
+using namespace cutlass_ext::lowbit;
+using Gemm = LowbitGemm<64, 64, 32, 4, 4, WINDOW>;
+
+template <class T> std::vector<T> read(const std::string& path, size_t count) {
+  std::vector<T> v(count);
+  FILE* f = fopen(path.c_str(), "rb");
+  if (fread(v.data(), sizeof(T), count, f) != count) fprintf(stderr, "short %s\n", path.c_str());
+  fclose(f);
+  return v;
+}
+
+template <int kSte, bool kUf, bool kFast, bool kInChunk>
+void run(const cutlass_ext_lowbit_grads_args& args) {
+  const int64_t rows = Gemm::kGradThreads;
+  const int64_t ctas = args.batch * ((args.k + WINDOW - 1) / WINDOW) * ((args.m + rows - 1) / rows);
+  for (int64_t cta = 0; cta < ctas; ++cta) {
+    std::barrier<> barrier(Gemm::kGradThreads);
+    cta_barrier = &barrier;
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < unsigned(Gemm::kGradThreads); ++t)
+      threads.emplace_back([&, t] { threadIdx.x = t; Gemm::template grads<kSte, kUf, kFast, kInChunk>(args); });
+    for (auto& thread : threads) thread.join();
+  }
+}
+
+template <int kSte>
+void dispatch(const cutlass_ext_lowbit_grads_args& args, bool fast, bool in_chunk) {
+  const bool uf = args.format.underflow;
+  if (uf && fast && in_chunk) run<kSte, true, true, true>(args);
+  if (uf && fast && !in_chunk) run<kSte, true, true, false>(args);
+  if (uf && !fast && in_chunk) run<kSte, true, false, true>(args);
+  if (uf && !fast && !in_chunk) run<kSte, true, false, false>(args);
+  if (!uf && fast && in_chunk) run<kSte, false, true, true>(args);
+  if (!uf && fast && !in_chunk) run<kSte, false, true, false>(args);
+  if (!uf && !fast && in_chunk) run<kSte, false, false, true>(args);
+  if (!uf && !fast && !in_chunk) run<kSte, false, false, false>(args);
+}
+
+int main(int argc, char** argv) {
+  const std::string dir = argv[1];
+  long long m, n, k, chunk, transposed;
+  unsigned acc_mask, prod_mask, bits[6];
+  int uf, ste;
+  FILE* meta = fopen((dir + "/meta.txt").c_str(), "r");
+  if (fscanf(meta, "%lld %lld %lld %lld %u %u %u %u %u %u %u %u %d %d %lld", &m, &n, &k, &chunk, &acc_mask,
+             &prod_mask, &bits[0], &bits[1], &bits[2], &bits[3], &bits[4], &bits[5], &uf, &ste, &transposed) != 15)
+    return 2;
+  fclose(meta);
+  const cutlass_ext_lowbit_format f{acc_mask, prod_mask, float_of(bits[0]), float_of(bits[1]), float_of(bits[2]),
+                                    float_of(bits[3]), chunk, uf};
+  auto a = read<float>(dir + "/a.bin", m * k), b = read<float>(dir + "/b.bin", k * n);
+  auto g = read<float>(dir + "/g.bin", m * n);
+  auto blocked = read<int32_t>(dir + "/blocked.bin", m * n);
+  std::vector<float> da(m * k, NAN), db(k * n, NAN);
+  std::vector<int32_t> workspace(1 << 16, 0);
+  const float eps1 = float_of(bits[4]), eps2 = float_of(bits[5]);
+  // the kernel's rows: A's (dB summed over them), or Bᵀ's when transposed (dA summed over them)
+  const cutlass_ext_lowbit_grads_args args =
+      transposed ? cutlass_ext_lowbit_grads_args{n, m, k, 1, b.data(), 0, 1, n, a.data(), 0, 1, k, g.data(), 0, 1, n,
+                                                 blocked.data(), 0, 1, n, db.data(), 0, 1, n, da.data(), 0, 1, k,
+                                                 workspace.data(), f, ste, eps1, eps2}
+                 : cutlass_ext_lowbit_grads_args{m, n, k, 1, a.data(), 0, k, 1, b.data(), 0, n, 1, g.data(), 0, n, 1,
+                                                 blocked.data(), 0, n, 1, da.data(), 0, k, 1, db.data(), 0, n, 1,
+                                                 workspace.data(), f, ste, eps1, eps2};
+  const bool fast = Format::from(f).has_fast_form(), in_chunk = chunk % WINDOW == 0;
+  if (ste == 1) dispatch<1>(args, fast, in_chunk);
+  if (ste == 2) dispatch<2>(args, fast, in_chunk);
+  if (ste == 3) dispatch<3>(args, fast, in_chunk);
+  FILE* out = fopen((dir + "/da.bin").c_str(), "wb");
+  fwrite(da.data(), sizeof(float), da.size(), out);
+  fclose(out);
+  out = fopen((dir + "/db.bin").c_str(), "wb");
+  fwrite(db.data(), sizeof(float), db.size(), out);
+  fclose(out);
+  return 0;
+}
+"""
+_STE_CODES = {"recursive-of": 1, "immediate-of": 2, "immediate-diff": 3}
+FORMATS = [
+    LowbitFormat.make(7, 4, chunk=16),  # windows of 16 in one chunk
+    LowbitFormat.make(5, 4, acc_bias=5, prod_bias=6, chunk=5),  # chunks across windows
+    LowbitFormat.make(4, 3, acc_bias=3, prod_bias=4, chunk=32),  # windows starting mid-chunk
+    LowbitFormat.make(3, 3, acc_bias=1, prod_bias=2, chunk=24, underflow=False),
+]
+
+
+@pytest.fixture(scope="module", params=[16, 8], ids=lambda w: f"window{w}")
+def program(request, tmp_path_factory):
+    directory = tmp_path_factory.mktemp(f"lowbit_grads_w{request.param}")
+    (directory / "shim.h").write_text(_SHIM)
+    (directory / "emulation.cpp").write_text(_PROGRAM)
+    binary = directory / "emulation"
+    command = ["g++", "-O1", "-std=c++20", "-ffp-contract=off", f"-DWINDOW={request.param}", "-pthread"]
+    command += [f"-I{toolchain.kernels_dir()}", f"-I{directory}", str(directory / "emulation.cpp"), "-o", str(binary)]
+    subprocess.run(command, check=True)
+    return binary
+
+
+def _bits(value: float) -> int:
+    return int(np.array(value, dtype=np.float32).view(np.uint32))
+
+
+def _blocked(a: torch.Tensor, b: torch.Tensor, fmt: LowbitFormat) -> torch.Tensor:
+    """The forward's last chunk whose second-level add overflowed, per output (−1: none)."""
+    total = torch.zeros(a.shape[0], b.shape[1])
+    blocked = torch.full(total.shape, -1, dtype=torch.int32)
+    for c, chunk_sum in enumerate(_chunk_sums(a, b.T.contiguous(), fmt, None)):
+        v = total + chunk_sum
+        blocked[~(v.abs() < fmt.acc_overflow)] = c
+        total = _q_acc(v.clone(), fmt)
+    return blocked
+
+
+@pytest.mark.parametrize("shape", [(150, 37, 40), (37, 150, 40), (130, 17, 33)])
+def test_cta_logic_equals_the_ste_reference(program, tmp_path, shape):
+    m, n, k = shape
+    for fmt, ste, transposed in itertools.product(FORMATS, _STE_CODES, (False, True)):
+        generator = torch.Generator().manual_seed(m + n + k + fmt.chunk)
+        a = torch.randn(m, k, generator=generator) * 2.0 ** torch.randint(-6, 6, (m, k), generator=generator)
+        b = torch.randn(k, n, generator=generator) * 2.0 ** torch.randint(-6, 6, (k, n), generator=generator)
+        g = torch.randn(m, n, generator=generator)
+        for name, t in (("a", a), ("b", b), ("g", g), ("blocked", _blocked(a, b, fmt))):
+            t.numpy().tofile(tmp_path / f"{name}.bin")
+        thresholds = (fmt.acc_overflow, fmt.acc_underflow, fmt.prod_overflow, fmt.prod_underflow, 1e-12, 1e-3)
+        fields = (m, n, k, fmt.chunk, fmt.acc_mask, fmt.prod_mask, *map(_bits, thresholds), int(fmt.underflow))
+        (tmp_path / "meta.txt").write_text(" ".join(map(str, (*fields, _STE_CODES[ste], int(transposed)))))
+        subprocess.run([str(program), str(tmp_path)], check=True)
+        da = torch.from_numpy(np.fromfile(tmp_path / "da.bin", dtype=np.float32).reshape(m, k))
+        db = torch.from_numpy(np.fromfile(tmp_path / "db.bin", dtype=np.float32).reshape(k, n))
+        grad_a, grad_b = grad_reference(a, b, g, fmt, ste)
+        case = f"{fmt.name} {ste} transposed={transposed}"
+        assert torch.equal(da.view(torch.int32), grad_a.view(torch.int32)), case
+        assert torch.equal(db.view(torch.int32), grad_b.view(torch.int32)), case
