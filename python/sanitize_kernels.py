@@ -155,7 +155,9 @@ def _operand(rows: int, columns: int, column_major: bool, batch: int | None, gen
 def _run_sm80(name: str, shape: tuple, generator) -> None:
     import torch
 
-    from cutlass_ext import ops
+    from cutlass_ext import ops, registry
+
+    registry.ensure_names_registered([name], torch.device("cuda"))  # the binding's ops run registered variants only
 
     config = config_of(name)
     batch, (m, n, k) = (shape[0], shape[1:]) if len(shape) == 4 else (None, shape)
@@ -171,7 +173,9 @@ def _run_sm80(name: str, shape: tuple, generator) -> None:
 def _run_sm90(name: str, shape: tuple, generator) -> None:
     import torch
 
-    from cutlass_ext import corrected_sm90
+    from cutlass_ext import corrected_sm90, registry
+
+    registry.ensure_names_registered([name], torch.device("cuda"))  # the binding's ops run registered variants only
 
     config = config_of(name)
     batch, (m, n, k) = (shape[0], shape[1:]) if len(shape) == 4 else (None, shape)
