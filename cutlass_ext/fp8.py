@@ -58,7 +58,9 @@ def quantize_fp8(
     largest = torch.finfo(dtype).max
     magnitude = x.abs().float()
     amax = magnitude.amax() if granularity == "tensor" else magnitude.amax(dim=1, keepdim=True)
-    scale = (amax / largest).clamp_min(torch.finfo(torch.float32).tiny)
+    # a tensor divisor: CUDA divides by a Python scalar as a product with its rounded reciprocal, one ulp off
+    # the IEEE quotient the one-pass kernels compute
+    scale = (amax / torch.full((), largest, device=amax.device)).clamp_min(torch.finfo(torch.float32).tiny)
     x_fp8 = (x.float() / scale).clamp(-largest, largest).to(dtype)
     return x_fp8, scale
 

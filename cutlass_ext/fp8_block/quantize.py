@@ -45,7 +45,9 @@ def quantize_block_torch(x: torch.Tensor, dtype: torch.dtype, block: tuple[int, 
     tiles = padded.reshape(*batch, row_blocks, rows_per_block, column_blocks, columns_per_block)
     largest = torch.finfo(dtype).max
     amax = tiles.abs().amax(dim=(-3, -1), keepdim=True)
-    scale = (amax / largest).clamp_min(torch.finfo(torch.float32).tiny)
+    # a tensor divisor: CUDA divides by a Python scalar as a product with its rounded reciprocal, one ulp off
+    # the IEEE quotient the one-pass kernels compute
+    scale = (amax / torch.full((), largest, device=amax.device)).clamp_min(torch.finfo(torch.float32).tiny)
     quantized = (tiles / scale).clamp(-largest, largest).to(dtype)
     quantized = quantized.reshape(*batch, row_blocks * rows_per_block, column_blocks * columns_per_block)
     x_fp8 = quantized[..., :rows, :columns]

@@ -74,7 +74,9 @@ def test_broadcasting_matches_torch_matmul(mode, a_shape, b_shape):
     ours = ext.gemm(a, b, mode=mode)
     expected = torch.matmul(a.double(), b.double())
     assert ours.shape == expected.shape
-    assert numerics.relative_residual(ours, expected) < BOUND[mode]
+    # componentwise, against sum |a||b|: a single dot product (1-D x 1-D) may cancel far below its terms
+    scale = torch.matmul(a.abs().double(), b.abs().double())
+    assert bool(((ours.double() - expected).abs() <= BOUND[mode] * scale).all())
 
 
 @pytest.mark.parametrize("mode", ["tf32tf32", "halfhalf", "tf32"])
