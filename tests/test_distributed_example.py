@@ -10,6 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+pytestmark = pytest.mark.slow  # processes and training runs: minutes on two cores, kept out of CI
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = str(ROOT / "python" / "train_lm.py")
 # the example imports cutlass_ext from this tree, installed or not

@@ -8,6 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+pytestmark = pytest.mark.slow  # processes and training runs: minutes on two cores, kept out of CI
+
 SCRIPTS = Path(__file__).resolve().parent.parent / "python"
 
 pytest.importorskip("matplotlib")

@@ -16,7 +16,7 @@ from cutlass_ext.lowbit.format import LowbitFormat
 from cutlass_ext.lowbit.reference import _chunk_sums, _q_acc
 from cutlass_ext.lowbit.ste import grad_reference
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+pytestmark = [pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed"), pytest.mark.slow]
 
 # What the kernel takes from CUDA, for a host program whose threads are a CTA's.
 _SHIM = r"""
