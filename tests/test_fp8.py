@@ -288,6 +288,4 @@ def test_weights_first_is_the_last_name_suffix_and_a_template_argument():
     assert config.fingerprint() != dataclasses.replace(config, weights_first=False).fingerprint()
     instance = render_instance(config)
     assert instance.rstrip().endswith("true, true>)")  # StageEpilogueD, WeightsFirst
-    assert (
-        render_instance(dataclasses.replace(config, weights_first=False)).rstrip().endswith("true, false>)")
-    )
+    assert render_instance(dataclasses.replace(config, weights_first=False)).rstrip().endswith("true, false>)")

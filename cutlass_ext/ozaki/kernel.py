@@ -123,8 +123,9 @@ def _cuda_product(a: torch.Tensor, b: torch.Tensor, variant: str) -> torch.Tenso
         return out.zero_()
     config = _config(variant)
     count, device = config.moduli, a.device
-    if registry.device_arch(device) != "90a":
-        raise RuntimeError(f"the Ozaki-II kernels run on sm_90a (Hopper); {device} is sm_{registry.device_arch(device)}")
+    arch = registry.device_arch(device)
+    if arch != "90a":
+        raise RuntimeError(f"the Ozaki-II kernels run on sm_90a (Hopper); {device} is sm_{arch}")
     product_type = _PRODUCT_TYPES[config.output]
     k_pitch, n_pitch = _round_up(k, _K_ALIGNMENT), _round_up(n, 16 // product_type.itemsize)
     with torch.cuda.device(device):
