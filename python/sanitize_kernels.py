@@ -368,7 +368,7 @@ def run_one(sanitizer: str | None, tool: str, group: list[str], log: Path, timeo
     env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1", PYTHONUNBUFFERED="1")
     command = sanitizer_command(sanitizer, tool, group)
     start = time.perf_counter()
-    # its own session: a timeout ends compute-sanitizer and the process it runs, not only the former
+    # a new process group (setsid): a timeout ends compute-sanitizer and the process it runs, not only the former
     options = {"env": env, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
     with subprocess.Popen(command, start_new_session=True, **options) as process:
         try:
