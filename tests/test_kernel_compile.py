@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -31,20 +32,35 @@ def cache_dir(tmp_path_factory):
         os.environ[cache.CACHE_ENV] = previous
 
 
+SM80_DEFAULT_GROUPS = [
+    (default_configs("tf32tf32")[0], default_configs("tf32")[0]),
+    (default_configs("halfhalf")[0], default_configs("markidis")[0]),
+]
+
+
+@pytest.fixture(scope="module")
+def family_defaults(cache_dir):
+    """CI's compile check, one wave for the three families (CUTLASS 3.x builds take minutes each): the mma.sync
+    family's defaults for sm80 and the FP8 and corrected Hopper defaults for sm_90a, both builds started at once."""
+    with ThreadPoolExecutor(2) as pool:
+        sm80 = pool.submit(build.build_libraries, SM80_DEFAULT_GROUPS, "80", verbose=False)
+        hopper = pool.submit(
+            build.build_libraries, [(DEFAULT_FP8,), tuple(DEFAULT_SPLIT.values())], "90a", verbose=False
+        )
+        fp8, split = hopper.result()
+        return {"sm80": sm80.result(), "fp8": fp8, "sm90": split}
+
+
 def _exported(result) -> str:
     return subprocess.run(
         ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
     ).stdout
 
 
-def test_each_modes_default_kernel_compiles_for_sm80(cache_dir):
+def test_each_modes_default_kernel_compiles_for_sm80(family_defaults):
     """CI's check of the mma.sync family: each mode's vectorized default (halfhalf's packed one) in two libraries,
     one per core, with the operand passes every library exports; no spills."""
-    groups = [
-        (default_configs("tf32tf32")[0], default_configs("tf32")[0]),
-        (default_configs("halfhalf")[0], default_configs("markidis")[0]),
-    ]
-    for result in build.build_libraries(groups, "80", verbose=False):
+    for result in family_defaults["sm80"]:
         assert result.error is None, result.error
         exported = _exported(result)
         for symbol in ["cutlass_ext_abi_version", "cutlass_ext_range_shift", "cutlass_ext_halfhalf_pack"] + [
@@ -93,6 +109,7 @@ def test_compile_errors_are_reported_not_raised(cache_dir, monkeypatch):
     assert "deliberately broken" in result.error
 
 
+@pytest.mark.slow
 def test_the_smallest_table_3_survivors_compile(cache_dir):
     # the filter rules' boundary: tiles one step from each CUTLASS rule (families/sm80/filters.py), in one library
     names = [
@@ -118,9 +135,9 @@ def resource_usage(result) -> str:
     return json.loads((result.library.parent / cache.MANIFEST).read_text())["resource_usage"]
 
 
-def test_fp8_default_kernel_compiles_without_spills(cache_dir):
+def test_fp8_default_kernel_compiles_without_spills(family_defaults):
     """CI's check of the FP8 family: the default variant (stream-K, promoted accumulation, EVT epilogue)."""
-    (result,) = build.build_libraries([(DEFAULT_FP8,)], "90a", verbose=False)
+    result = family_defaults["fp8"]
     assert result.error is None, result.error
     for fn in ("fp8_can_implement", "fp8_workspace_size", "fp8_run"):
         assert f" T {DEFAULT_FP8.name}_{fn}\n" in _exported(result)
@@ -172,9 +189,9 @@ def test_fp8_default_and_widest_promoted_kernels_compile_without_spills(cache_di
     assert at_limit and max(at_limit) < 128, at_limit
 
 
-def test_hopper_corrected_defaults_compile_without_spills(cache_dir):
+def test_hopper_corrected_defaults_compile_without_spills(family_defaults):
     # Our CUTLASS 3.x mainloop (three accumulator fragments per consumer thread) for both modes, one library
-    (result,) = build.build_libraries([tuple(DEFAULT_SPLIT.values())], "90a", verbose=False)
+    result = family_defaults["sm90"]
     assert result.error is None, result.error
     exported = subprocess.run(
         ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
