@@ -1,0 +1,188 @@
+"""Time of the first call on a fresh process, per mode and cache state: what a user waits for before the first result.
+
+    python python/first_call_times.py --out sweeps/results/h100/first_call_times.csv
+    python python/first_call_times.py --states warm prebuilt --modes tf32tf32 fp8_decode --out first_call_times.csv
+
+Every measurement is a new Python process (this file with `--child MODE`) that imports torch, then cutlass_ext
+(import_s), makes its inputs on the GPU with the CUDA context already up, and times its first call and its second
+(wall time to a synchronised result). Modes: `ext.gemm`'s tf32tf32, halfhalf, markidis, tf32 and fp32 at 4096³;
+`ext.gemm_fp8` with row-wise scales and promoted accumulation (the default) at a Llama-3-70B decode shape
+(16 × 8192 × 8192) and a prefill shape (4096 × 8192 × 8192); `ext.lowbit.matmul` with an M7E4 accumulator at 4096³.
+
+Cache states (the CUTLASS_EXT_CACHE folder the process sees):
+  cold      an empty folder: the first call builds the torch binding and the kernels dispatch picks
+  warm      the cold run's folder afterwards (without `cold`: the current cache, after one untimed call): it loads
+  prebuilt  a new folder after `python -m cutlass_ext.build --prebuild` (FP8 modes: `--modes fp8_promoted`), the
+            package's ahead-of-time build; setup_s is that command's time, one build shared by the modes using it
+
+Rows are appended to --out as they are measured, so a run cut short keeps what it measured and a second run with
+other modes or states adds to the same file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GEMM_MODES = ("tf32tf32", "halfhalf", "markidis", "tf32", "fp32")
+FP8_SHAPES = {"fp8_decode": (16, 8192, 8192), "fp8_prefill": (4096, 8192, 8192)}
+MODES = GEMM_MODES + tuple(FP8_SHAPES) + ("lowbit",)
+STATES = ("cold", "warm", "prebuilt")
+SIZE = 4096
+# What a user runs to build ahead: the plain command covers ext.gemm's modes; FP8 is named (it is not a default).
+PREBUILD_ARGS = {"fp8_decode": ("--modes", "fp8_promoted"), "fp8_prefill": ("--modes", "fp8_promoted")}
+COLUMNS = ("mode", "state", "first_call_s", "second_call_ms", "import_s", "setup_s", "gpu")
+
+
+def child(mode: str) -> None:
+    """Runs in the fresh process: one JSON line with the import time and the first and second calls' times."""
+    import torch
+
+    start = time.perf_counter()
+    import cutlass_ext as ext
+
+    import_s = time.perf_counter() - start
+    call = _call(mode, ext, torch)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        call()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    gpu = torch.cuda.get_device_name()
+    print(json.dumps({"import_s": import_s, "first_call_s": times[0], "second_call_s": times[1], "gpu": gpu}))
+
+
+def _call(mode: str, ext, torch):
+    """The mode's call on fresh random inputs, made (and the CUDA context started) before any clock runs."""
+    if mode in GEMM_MODES:
+        a, b = (torch.randn(SIZE, SIZE, device="cuda") for _ in range(2))
+        return lambda: ext.gemm(a, b, mode=mode)
+    if mode in FP8_SHAPES:
+        m, n, k = FP8_SHAPES[mode]
+        a8 = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+        w8 = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+        scale_a, scale_w = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+        return lambda: ext.gemm_fp8(a8, w8, scale_a, scale_w, out_dtype=torch.bfloat16, accum="promoted")
+    a, b = (torch.randn(SIZE, SIZE, device="cuda") for _ in range(2))
+    config = ext.lowbit.LowbitConfig(ext.lowbit.LowbitFormat.make(7, 4, chunk=16))
+    return lambda: ext.lowbit.matmul(a, b, config)
+
+
+def _environment(cache: Path | None) -> dict:
+    return dict(os.environ) if cache is None else {**os.environ, "CUTLASS_EXT_CACHE": str(cache)}
+
+
+def run_child(mode: str, cache: Path | None, timeout: float) -> dict:
+    """A fresh process's measurement of `mode` with `cache` as its cache folder (None: the environment's)."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", mode]
+    done = subprocess.run(command, env=_environment(cache), capture_output=True, text=True, timeout=timeout)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        raise RuntimeError(f"{mode}: the measuring process exited {done.returncode}:\n{done.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def prebuild(args: tuple[str, ...], cache: Path, timeout: float) -> float:
+    """Runs the package's ahead-of-time build into `cache`; its wall time in seconds."""
+    start = time.perf_counter()
+    command = [sys.executable, "-m", "cutlass_ext.build", "--prebuild", *args]
+    done = subprocess.run(command, env=_environment(cache), capture_output=True, text=True, timeout=timeout)
+    seconds = time.perf_counter() - start
+    if done.returncode:  # a variant that failed to build is reported; the first call shows what it costs
+        print(f"prebuild {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}", file=sys.stderr)
+    return seconds
+
+
+class Caches:
+    """The cache folder of each (mode, state), inside one temporary folder."""
+
+    def __init__(self, root: Path, timeout: float, run):
+        self.root, self.timeout, self.run = root, timeout, run
+        self.cold: dict[str, Path] = {}
+        self.prebuilt: dict[tuple[str, ...], tuple[Path, float]] = {}
+
+    def folder(self, mode: str, state: str) -> tuple[Path | None, float | None]:
+        """(cache folder, setup seconds) for a measurement; prepares the folder first (warm: one untimed call)."""
+        if state == "cold":
+            self.cold[mode] = Path(tempfile.mkdtemp(prefix=f"cold_{mode}_", dir=self.root))
+            return self.cold[mode], None
+        if state == "warm":
+            cache = self.cold.get(mode)
+            if cache is None:
+                self.run(mode, None, self.timeout)
+            return cache, None
+        args = PREBUILD_ARGS.get(mode, ())
+        if args not in self.prebuilt:
+            built = Path(tempfile.mkdtemp(prefix="prebuilt_", dir=self.root))
+            self.prebuilt[args] = built, prebuild(args, built, self.timeout)
+        built, seconds = self.prebuilt[args]
+        # A copy per mode: one mode's first call must not find what another's built.
+        cache = Path(tempfile.mkdtemp(prefix=f"prebuilt_{mode}_", dir=self.root)) / "cache"
+        shutil.copytree(built, cache, ignore=shutil.ignore_patterns("locks", "*.lock", "staging"))
+        return cache, seconds
+
+
+def measure(modes, states, out: Path, timeout: float, run=run_child) -> int:
+    """Appends one row per (mode, state) to `out`; the number of measurements that failed."""
+    new_file = not out.exists() or out.stat().st_size == 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="cutlass_ext_first_call_") as root, out.open("a", newline="") as file:
+        writer = csv.writer(file)
+        if new_file:
+            writer.writerow(COLUMNS)
+        caches = Caches(Path(root), timeout, run)
+        for mode in modes:
+            for state in states:
+                try:
+                    cache, setup_s = caches.folder(mode, state)
+                    result = run(mode, cache, timeout)
+                except (RuntimeError, subprocess.TimeoutExpired) as error:
+                    failed += 1
+                    print(f"{mode} {state}: {error}", file=sys.stderr)
+                    continue
+                row = (
+                    mode,
+                    state,
+                    f"{result['first_call_s']:.2f}",
+                    f"{result['second_call_s'] * 1e3:.3f}",
+                    f"{result['import_s']:.2f}",
+                    "" if setup_s is None else f"{setup_s:.1f}",
+                    result["gpu"],
+                )
+                writer.writerow(row)
+                file.flush()
+                print(", ".join(f"{name}={value}" for name, value in zip(COLUMNS, row)), flush=True)
+    return failed
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, help="CSV to append rows to")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--states", nargs="+", choices=STATES, default=list(STATES))
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed to each process")
+    parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child)
+        return 0
+    if args.out is None:
+        parser.error("--out is required")
+    # Cold before warm: warm reuses the folder cold filled.
+    states = [state for state in STATES if state in args.states]
+    return 1 if measure(args.modes, states, args.out, args.timeout) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
