@@ -12,11 +12,11 @@ theorem (`reference.py` defines every step). Autograd runs two more such product
 
 from __future__ import annotations
 
-import math
 import re
 
 import torch
 
+from ..batched import flatten_batch
 from .config import DEFAULT_MODULI, OzakiConfig
 from .kernel import ozaki_gemm
 from .reference import MAX_K, check_moduli_count, ozaki_matmul
@@ -47,21 +47,10 @@ def gemm(
         raise TypeError(f"config must be an OzakiConfig; got {type(config).__name__}")
     elif config.moduli != moduli:
         raise ValueError(f"config.moduli={config.moduli} differs from moduli={moduli}")
-    if a.device != b.device:
-        raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
-    if a.shape[-1] != b.shape[-2]:
-        raise ValueError(f"a (…, M, K) and b (…, K, N) must agree on K; got a {tuple(a.shape)}, b {tuple(b.shape)}")
-    if a.shape[-1] > MAX_K:
-        raise ValueError(f"K={a.shape[-1]} exceeds {MAX_K}: INT32 products of INT8 residues would overflow")
-    try:
-        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    except RuntimeError:
-        raise ValueError(f"batch dimensions of a {tuple(a.shape)} and b {tuple(b.shape)} do not broadcast") from None
-    (m, k), n = a.shape[-2:], b.shape[-1]
-    count = math.prod(batch)
-    a3 = a.expand(*batch, m, k).reshape(count, m, k)
-    b3 = b.expand(*batch, k, n).reshape(count, k, n)
-    return ozaki_gemm(a3, b3, config.name).reshape(*batch, m, n)
+    batch, a3, b3 = flatten_batch(a, b)
+    if a3.shape[-1] > MAX_K:
+        raise ValueError(f"K={a3.shape[-1]} exceeds {MAX_K}: INT32 products of INT8 residues would overflow")
+    return ozaki_gemm(a3, b3, config.name).reshape(*batch, a3.shape[-2], b3.shape[-1])
 
 
 _MODE = re.compile(r"int8x(?P<moduli>\d+)")

@@ -1,0 +1,34 @@
+"""Operands of a batched matmul, (…, M, K) and (…, K, N): checked once and broadcast to one batch."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def broadcast_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(…, M, K) and (…, K, N) checked (dimensions, K, device) and expanded to their common batch shape as stride-0
+    views (autograd sums the expanded gradients back)."""
+    if a.dim() < 2 or b.dim() < 2:
+        raise ValueError(
+            f"a and b must have at least 2 dimensions (…, M, K) and (…, K, N); got {a.dim()} and {b.dim()}"
+        )
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"a (…, M, K) and b (…, K, N) must agree on K; got a {tuple(a.shape)}, b {tuple(b.shape)}")
+    if a.device != b.device:
+        raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
+    try:
+        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"batch dimensions of a {tuple(a.shape)} and b {tuple(b.shape)} do not broadcast") from None
+    return a.expand(*batch, *a.shape[-2:]), b.expand(*batch, *b.shape[-2:])
+
+
+def flatten_batch(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Size, torch.Tensor, torch.Tensor]:
+    """(batch shape, A as (count, M, K), B as (count, K, N)) for kernels that take one batch dimension; the result
+    (count, M, N) reshapes to (*batch, M, N). Views where the strides allow, copies otherwise."""
+    a, b = broadcast_operands(a, b)
+    batch = a.shape[:-2]
+    count = math.prod(batch)
+    return batch, a.reshape(count, *a.shape[-2:]), b.reshape(count, *b.shape[-2:])

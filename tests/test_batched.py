@@ -1,0 +1,45 @@
+"""Batched matmul operands: checked, broadcast and flattened to one batch so that the product reshapes back."""
+
+import pytest
+import torch
+
+from cutlass_ext.batched import broadcast_operands, flatten_batch
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape, batch",
+    [
+        ((3, 5), (5, 2), ()),
+        ((4, 3, 5), (5, 2), (4,)),
+        ((3, 5), (2, 1, 5, 7), (2, 1)),
+        ((2, 1, 3, 5), (6, 5, 1), (2, 6)),
+    ],
+)
+def test_the_flattened_product_is_torch_matmul(a_shape, b_shape, batch):
+    # Small integers: every product and sum is exact, so any summation order gives the same bits.
+    a, b = (torch.randint(-8, 9, shape).to(torch.float64) for shape in (a_shape, b_shape))
+    shape, a3, b3 = flatten_batch(a, b)
+    assert shape == batch
+    assert a3.dim() == b3.dim() == 3 and a3.shape[0] == b3.shape[0]
+    product = torch.bmm(a3, b3).reshape(*shape, a3.shape[-2], b3.shape[-1])
+    torch.testing.assert_close(product, torch.matmul(a, b), rtol=0, atol=0)
+
+
+def test_broadcast_operands_are_views():
+    a, b = torch.randn(3, 5), torch.randn(4, 5, 2)
+    a4, b4 = broadcast_operands(a, b)
+    assert a4.shape == (4, 3, 5) and a4.stride(0) == 0 and a4.data_ptr() == a.data_ptr() and b4 is not b
+
+
+@pytest.mark.parametrize(
+    "a, b, message",
+    [
+        (torch.randn(5), torch.randn(5, 2), "at least 2 dimensions"),
+        (torch.randn(3, 4), torch.randn(5, 2), "must agree on K"),
+        (torch.randn(2, 3, 5), torch.randn(3, 5, 2), "do not broadcast"),
+        (torch.randn(3, 5), torch.randn(5, 2, device="meta"), "one device"),
+    ],
+)
+def test_bad_operands_are_named(a, b, message):
+    with pytest.raises(ValueError, match=message):
+        flatten_batch(a, b)
