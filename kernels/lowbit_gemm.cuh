@@ -293,29 +293,49 @@ struct LowbitGemm {
         w_next[l] = inside ? __ldg(w + (thread.k0 + i) * args.b_row_stride + (c0 + c) * args.b_column_stride) : 0.0f;
       }
     };
+    // G of the step's columns for the CTA's rows, read one step ahead as B's window is (zeros outside).
+    constexpr int kGLoads = kGradColumns;
+    float g_next[kGLoads];
+    auto g_index = [&](int l, int& r, int& c) {
+      const int e = threadIdx.x + l * kGradThreads;
+      r = g_along_rows ? e % kGradThreads : e / kGradColumns;
+      c = g_along_rows ? e / kGradThreads : e % kGradColumns;
+    };
+    auto load_g = [&](int64_t c0) {
+#pragma unroll
+      for (int l = 0; l < kGLoads; ++l) {
+        int r, c;
+        g_index(l, r, c);
+        const bool inside = r < rows && c0 + c < args.n;
+        g_next[l] = inside ? __ldg(g + (row0 + r) * args.g_row_stride + (c0 + c) * args.g_column_stride) : 0.0f;
+      }
+    };
     // kPairs columns' chains at a time (the last ones alone); the dB terms to this thread's row of `terms`.
     constexpr int kPairs = decltype(thread)::kPairs;
+    // The columns' B values (broadcasts) are read into registers before their chains run, 16 bytes at a time:
+    // read as the steps use them, each load waited behind the previous step's store to `terms` (the compiler
+    // keeps shared-memory accesses in order), which put a load latency on every step's critical path.
+    auto run_columns = [&](auto full, auto columns, int c, int64_t c_global) {
+      constexpr int kColumns = decltype(columns)::value;
+      float w_value[kColumns][kWindow];
+      float g_value[kColumns];
+#pragma unroll
+      for (int j = 0; j < kColumns; ++j) {
+        load_fragment(w_value[j], &w_tile[c + j][0]);
+        g_value[j] = g_tile[c + j][threadIdx.x];
+      }
+      thread.template columns<decltype(full)::value, kColumns>(
+          c_global, [&](int j, int i) { return w_value[j][i]; }, g_value,
+          [&](int j, int i, float term) { terms[threadIdx.x][i * kGradColumns + c + j] = term; });
+    };
     auto columns_of_step = [&](auto full, int64_t c0, int count) {
       int c = 0;
-      // B's values come from shared memory as the steps use them (broadcasts), which leaves the registers to the
-      // chains: four side by side where the window lies in one chunk
-      for (; c + kPairs <= count; c += kPairs) {
-        float g_value[kPairs];
-#pragma unroll
-        for (int j = 0; j < kPairs; ++j) g_value[j] = g_tile[c + j][threadIdx.x];
-        thread.template columns<decltype(full)::value, kPairs>(
-            c0 + c, [&](int j, int i) { return w_tile[c + j][i]; }, g_value,
-            [&](int j, int i, float term) { terms[threadIdx.x][i * kGradColumns + c + j] = term; });
-      }
-      for (; c < count; ++c) {
-        float g_value[1] = {g_tile[c][threadIdx.x]};
-        thread.template columns<decltype(full)::value, 1>(
-            c0 + c, [&](int, int i) { return w_tile[c][i]; }, g_value,
-            [&](int, int i, float term) { terms[threadIdx.x][i * kGradColumns + c] = term; });
-      }
+      for (; c + kPairs <= count; c += kPairs) run_columns(full, std::integral_constant<int, kPairs>{}, c, c0 + c);
+      for (; c < count; ++c) run_columns(full, std::integral_constant<int, 1>{}, c, c0 + c);
     };
 
     load_w(0);
+    load_g(0);
     int32_t step = 0;
     for (int64_t c0 = 0; c0 < args.n; c0 += kGradColumns, ++step) {
       __syncthreads();  // the previous step's sums have read `terms` and `w_tile`
@@ -329,13 +349,17 @@ struct LowbitGemm {
         }
       }
       const int count = int(args.n - c0 < kGradColumns ? args.n - c0 : kGradColumns);
-      for (int e = threadIdx.x; e < kGradColumns * kGradThreads; e += kGradThreads) {
-        const int r = g_along_rows ? e % kGradThreads : e / kGradColumns;
-        const int c = g_along_rows ? e / kGradThreads : e % kGradColumns;
-        g_tile[c][r] = r < rows && c < count ? g[(row0 + r) * args.g_row_stride + (c0 + c) * args.g_column_stride] : 0.0f;
+#pragma unroll
+      for (int l = 0; l < kGLoads; ++l) {
+        int r, c;
+        g_index(l, r, c);
+        g_tile[c][r] = g_next[l];
       }
       __syncthreads();
-      if (c0 + kGradColumns < args.n) load_w(c0 + kGradColumns);
+      if (c0 + kGradColumns < args.n) {
+        load_w(c0 + kGradColumns);
+        load_g(c0 + kGradColumns);
+      }
       if (active) {
         if (thread.width == kWindow)
           columns_of_step(std::true_type{}, c0, count);
