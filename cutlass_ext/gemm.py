@@ -68,8 +68,10 @@ def gemm(
     mode: str = "tf32tf32",
     *,
     bias: torch.Tensor | None = None,
-    alpha: float = 1.0,
-    beta: float = 0.0,
+    # int defaults: torch.compile(dynamic=True) traces a float default as a symbolic float, and the branch on it
+    # below restarts the whole compilation to specialize it; an int default it specializes up front.
+    alpha: float = 1,
+    beta: float = 0,
     c: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
@@ -298,16 +300,12 @@ def _layout(t: torch.Tensor) -> str:
 
 
 def _product(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    mode: str,
-    source: torch.Tensor | None = None,
-    alpha: float = 1.0,
-    beta: float = 0.0,
+    a: torch.Tensor, b: torch.Tensor, mode: str, source: torch.Tensor | None, alpha: float, beta: float
 ) -> torch.Tensor:
     """alpha·A·B + beta·source for validated kernel operands (2-D, or 3-D with one batch size) and a source that
     broadcasts to the product (c, or bias (n,)). torch.compile traces one op, which plans when it runs: sizes may
-    be symbolic there (dynamo reads a symbolic size as an int, so no test of the sizes could tell)."""
+    be symbolic there (dynamo reads a symbolic size as an int, so no test of the sizes could tell). No float
+    defaults: torch.compile would trace them as symbolic floats (see gemm's alpha)."""
     if torch.compiler.is_compiling():
         return torch.ops.cutlass_ext.product(a, b, source, alpha, beta, mode)
     return _run(a, b, source, alpha, beta, mode)
@@ -458,14 +456,15 @@ class _Gemm(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             if a.dim() == 2 and grad.dim() == 3:  # a shared by every batch: sum its gradient over the batch
                 rows = grad.transpose(0, 1).reshape(grad.shape[1], -1)
-                grad_a = _product(rows, b.mT.reshape(-1, a.shape[1]), mode, alpha=alpha)
+                grad_a = _product(rows, b.mT.reshape(-1, a.shape[1]), mode, None, alpha, 0.0)
             else:
-                grad_a = _product(grad, b.mT, mode, alpha=alpha)
+                grad_a = _product(grad, b.mT, mode, None, alpha, 0.0)
         if ctx.needs_input_grad[1]:
             if b.dim() == 2 and grad.dim() == 3:
-                grad_b = _product(a.reshape(-1, a.shape[-1]).mT, grad.reshape(-1, grad.shape[-1]), mode, alpha=alpha)
+                rows_a, rows_grad = a.reshape(-1, a.shape[-1]), grad.reshape(-1, grad.shape[-1])
+                grad_b = _product(rows_a.mT, rows_grad, mode, None, alpha, 0.0)
             else:
-                grad_b = _product(a.mT, grad, mode, alpha=alpha)
+                grad_b = _product(a.mT, grad, mode, None, alpha, 0.0)
         if ctx.needs_input_grad[2]:
             grad_c = grad * ctx.beta
         if ctx.needs_input_grad[3]:

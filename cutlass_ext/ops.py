@@ -1,6 +1,8 @@
 """Op schemas and fake kernels, registered at import so torch.compile can trace before anything is built.
 
-The CUDA implementations come from the torch binding (kernels/torch_binding.cpp), loaded at first use.
+The CUDA implementations come from the torch binding (kernels/torch_binding.cpp), loaded at first use. The Python
+wrappers' alpha and beta default to ints: torch.compile(dynamic=True) traces a float default as a symbolic float,
+which an op's float argument makes it restart the compilation to specialize.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def _gemm_fake(a: torch.Tensor, b: torch.Tensor, c, alpha: float, beta: float, v
     return a.new_empty((*batch, a.shape[-2], b.shape[-1]))
 
 
-def gemm(a: torch.Tensor, b: torch.Tensor, variants: list[str], c=None, alpha=1.0, beta=0.0) -> torch.Tensor:
+def gemm(a: torch.Tensor, b: torch.Tensor, variants: list[str], c=None, alpha=1, beta=0) -> torch.Tensor:
     op = torch.ops.cutlass_ext.gemm.default
     if torch.compiler.is_compiling():
         return op(a, b, c, alpha, beta, variants)
@@ -118,7 +120,7 @@ def split_planes(x: torch.Tensor, shift: torch.Tensor | None, format: int) -> tu
 
 
 def gemm_split(
-    a_hi, a_lo, b_hi, b_lo, row_shift, column_shift, variants: list[str], bias=None, alpha=1.0
+    a_hi, a_lo, b_hi, b_lo, row_shift, column_shift, variants: list[str], bias=None, alpha=1
 ) -> torch.Tensor:
     op = torch.ops.cutlass_ext.gemm_split.default
     if torch.compiler.is_compiling():
@@ -145,7 +147,7 @@ def range_shift(x: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.ops.cutlass_ext.range_shift(x, dim)
 
 
-def halfhalf_gemm(a: torch.Tensor, b: torch.Tensor, variants: list[str], c=None, alpha=1.0, beta=0.0) -> torch.Tensor:
+def halfhalf_gemm(a: torch.Tensor, b: torch.Tensor, variants: list[str], c=None, alpha=1, beta=0) -> torch.Tensor:
     op = torch.ops.cutlass_ext.halfhalf_gemm.default
     if torch.compiler.is_compiling():
         return op(a, b, c, alpha, beta, variants)
@@ -157,7 +159,7 @@ def _sgemm_fake(a: torch.Tensor, b: torch.Tensor, c, alpha: float, beta: float) 
     return _gemm_fake(a, b, c, alpha, beta, [])
 
 
-def sgemm(a: torch.Tensor, b: torch.Tensor, c=None, alpha=1.0, beta=0.0) -> torch.Tensor:
+def sgemm(a: torch.Tensor, b: torch.Tensor, c=None, alpha=1, beta=0) -> torch.Tensor:
     if torch.compiler.is_compiling():
         return torch.ops.cutlass_ext.sgemm(a, b, c, alpha, beta)
     return cublas.sgemm(a, b, c, alpha, beta)  # eager: the op's implementation without the dispatcher's cost

@@ -1,6 +1,7 @@
 """gemm traced by torch.compile with dynamic shapes, on the CPU: the ops get FP64 CPU implementations for the test,
 so what is checked is that the Python path is trace-safe (symbolic sizes reach the fake kernels, no graph break,
-one graph for every size)."""
+one graph for every size). Frames are counted through AOT autograd (`aot_eager`): its pass that turns symbolic
+floats into tensors is what restarts a compilation when traced code branches on a float (a second backend call)."""
 
 import importlib
 
@@ -36,7 +37,7 @@ def ops_on_cpu(monkeypatch):
 
 @pytest.mark.parametrize("mode", ["tf32", "tf32tf32", "halfhalf", "markidis", "fp32"])
 def test_dynamic_shapes_trace_once_for_every_size(ops_on_cpu, mode):
-    counter = torch._dynamo.testing.CompileCounter()
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
 
     def run(a, b, bias):
         return gemm_module.gemm(a, b, mode=mode) + gemm_module.gemm(a, b, mode=mode, bias=bias, alpha=2.0)
@@ -61,11 +62,13 @@ def test_backward_traces_with_dynamic_shapes(ops_on_cpu, mode):
     def loss(a, b, bias):
         return (gemm_module.gemm(a, b, mode=mode, bias=bias) ** 2).sum()
 
-    compiled = torch.compile(loss, dynamic=True, fullgraph=True)
-    for m, n, k in [(33, 17, 65), (70, 41, 129)]:
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(loss, backend=counter, dynamic=True, fullgraph=True)
+    for m, n, k in [(33, 17, 65), (70, 41, 129), (9, 5, 3)]:
         leaves = [torch.randn(shape, dtype=torch.float32).requires_grad_() for shape in ((m, k), (k, n), (n,))]
         compiled(*leaves).backward()
         copies = [t.detach().double().requires_grad_() for t in leaves]
         ((copies[0] @ copies[1] + copies[2]) ** 2).sum().backward()
         for ours, theirs in zip(leaves, copies):
             torch.testing.assert_close(ours.grad.double(), theirs.grad, rtol=1e-5, atol=1e-3)
+    assert counter.frame_count == 1
