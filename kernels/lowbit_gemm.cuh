@@ -74,8 +74,10 @@ struct LowbitGemm {
   static constexpr int kGradBlocksPerSm = 6;
   static constexpr int kGradColumns = 128 / kWindow < 2 ? 2 : 128 / kWindow;
   static constexpr int kGradTerms = kGradColumns * kWindow;
-  static constexpr int kGradPitch = kGradTerms + 1;  // odd: a warp's rows and a warp's terms hit distinct banks
   static constexpr int kSums = (kGradTerms + kGradThreads - 1) / kGradThreads;  // dB sums per thread and step
+  // A row of `terms` is 4 words past a multiple of 32: 16-byte stores of consecutive rows fall in distinct bank
+  // quads, and a warp's sums read one row's consecutive words.
+  static constexpr int kGradPitch = kSums * kGradThreads + 4;
   static constexpr int kWindowSize = kWindow;
   static_assert(kBlockM % kThreadM == 0 && kBlockN % kThreadN == 0, "thread tile must divide the block tile");
   static_assert(kBlockM * kBlockK % kThreads == 0 && kBlockK * kBlockN % kThreads == 0, "tile loads must divide");
@@ -260,7 +262,9 @@ struct LowbitGemm {
   __device__ static void grads(const cutlass_ext_lowbit_grads_args& args) {
     __shared__ __align__(16) float w_tile[kGradColumns][kWindow];
     __shared__ float g_tile[kGradColumns][kGradThreads + 1];
-    __shared__ float terms[kGradThreads][kGradPitch];  // a row's dB terms at i * kGradColumns + c
+    __shared__ __align__(16) float terms[kGradThreads][kGradPitch];  // a row's dB terms at i * kGradColumns + c
+    constexpr bool kRecursive = kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF;
+    __shared__ uint8_t open_tile[kRecursive ? kGradColumns : 1][kGradThreads];  // GradRowWindow::open_at
     __shared__ int64_t logical_id;
     if (threadIdx.x == 0) logical_id = atomicAdd(reinterpret_cast<unsigned int*>(args.workspace), 1u);
     __syncthreads();
@@ -279,7 +283,7 @@ struct LowbitGemm {
     const float* g = args.g + batch * args.g_batch_stride;
     const bool along_k = args.b_row_stride == 1 && args.b_column_stride != 1;  // B's unit stride runs along k
     const bool g_along_rows = args.g_row_stride == 1 && args.g_column_stride != 1;
-    const bool db_along_columns = args.db_column_stride == 1 && args.db_row_stride != 1;
+    const int32_t* blocked = kRecursive ? args.blocked + batch * args.blocked_batch_stride : nullptr;
 
     constexpr int kLoads = (kGradTerms + kGradThreads - 1) / kGradThreads;
     float w_next[kLoads];
@@ -293,9 +297,12 @@ struct LowbitGemm {
         w_next[l] = inside ? __ldg(w + (thread.k0 + i) * args.b_row_stride + (c0 + c) * args.b_column_stride) : 0.0f;
       }
     };
-    // G of the step's columns for the CTA's rows, read one step ahead as B's window is (zeros outside).
+    // G of the step's columns for the CTA's rows, read one step ahead as B's window is (zeros outside), and for
+    // the recursive STE where the second level lets the gradient through (read from the forward's `blocked`
+    // once per output and window, not once per thread and column as the chains need it).
     constexpr int kGLoads = kGradColumns;
     float g_next[kGLoads];
+    uint8_t open_next[kRecursive ? kGLoads : 1];
     auto g_index = [&](int l, int& r, int& c) {
       const int e = threadIdx.x + l * kGradThreads;
       r = g_along_rows ? e % kGradThreads : e / kGradColumns;
@@ -308,6 +315,10 @@ struct LowbitGemm {
         g_index(l, r, c);
         const bool inside = r < rows && c0 + c < args.n;
         g_next[l] = inside ? __ldg(g + (row0 + r) * args.g_row_stride + (c0 + c) * args.g_column_stride) : 0.0f;
+        if constexpr (kRecursive)
+          open_next[l] = uint8_t(thread.open_at(
+              inside ? __ldg(blocked + (row0 + r) * args.blocked_row_stride + (c0 + c) * args.blocked_column_stride)
+                     : -1));
       }
     };
     // kPairs columns' chains at a time (the last ones alone); the dB terms to this thread's row of `terms`.
@@ -319,14 +330,27 @@ struct LowbitGemm {
       constexpr int kColumns = decltype(columns)::value;
       float w_value[kColumns][kWindow];
       float g_value[kColumns];
+      int open[kColumns];
 #pragma unroll
       for (int j = 0; j < kColumns; ++j) {
         load_fragment(w_value[j], &w_tile[c + j][0]);
         g_value[j] = g_tile[c + j][threadIdx.x];
+        open[j] = kRecursive ? open_tile[c + j][threadIdx.x] : 0;
       }
+      // a step's terms of the kColumns columns in one 8- or 16-byte store where aligned (c is a multiple of them)
+      auto db_sink = [&](int i, const float (&db_terms)[kColumns]) {
+        float* out = &terms[threadIdx.x][i * kGradColumns + c];
+        if constexpr (kColumns == 4 && kGradColumns % 4 == 0) {
+          *reinterpret_cast<float4*>(out) = float4{db_terms[0], db_terms[1], db_terms[2], db_terms[3]};
+        } else if constexpr (kColumns == 2 && kGradColumns % 2 == 0) {
+          *reinterpret_cast<float2*>(out) = float2{db_terms[0], db_terms[1]};
+        } else {
+#pragma unroll
+          for (int j = 0; j < kColumns; ++j) out[j] = db_terms[j];
+        }
+      };
       thread.template columns<decltype(full)::value, kColumns>(
-          c_global, [&](int j, int i) { return w_value[j][i]; }, g_value,
-          [&](int j, int i, float term) { terms[threadIdx.x][i * kGradColumns + c + j] = term; });
+          c_global, [&](int j, int i) { return w_value[j][i]; }, g_value, open, db_sink);
     };
     auto columns_of_step = [&](auto full, int64_t c0, int count) {
       int c = 0;
@@ -354,6 +378,7 @@ struct LowbitGemm {
         int r, c;
         g_index(l, r, c);
         g_tile[c][r] = g_next[l];
+        if constexpr (kRecursive) open_tile[c][r] = open_next[l];
       }
       __syncthreads();
       if (c0 + kGradColumns < args.n) {
@@ -371,31 +396,29 @@ struct LowbitGemm {
         while (load_acquire(steps_done - 1) <= step) __nanosleep(100);
       }
       __syncthreads();  // the terms are in place and the rows before ours have added theirs
-      // consecutive threads take consecutive addresses of dB (along its columns or along k); a thread's kSums sums
-      // run side by side
+      // a thread's kSums sums are consecutive terms (one 8-byte load per row; along dB's columns they are
+      // consecutive addresses of dB) and run side by side
       float sum[kSums];
       float* out[kSums];
-      const float* column[kSums];
       bool valid[kSums];
+      const float* column = &terms[0][threadIdx.x * kSums];
 #pragma unroll
       for (int u = 0; u < kSums; ++u) {
-        const int t = threadIdx.x + u * kGradThreads;
-        const int c = db_along_columns ? t % kGradColumns : t / kWindow;
-        const int i = db_along_columns ? t / kGradColumns : t % kWindow;
+        const int t = threadIdx.x * kSums + u;
+        const int c = t % kGradColumns, i = t / kGradColumns;
         valid[u] = t < kGradTerms && c < count && i < thread.width;
         out[u] = db + (thread.k0 + i) * args.db_row_stride + (c0 + c) * args.db_column_stride;
         sum[u] = valid[u] && row_block > 0 ? __ldcg(out[u]) : 0.0f;
-        column[u] = &terms[0][valid[u] ? i * kGradColumns + c : 0];
       }
       if (rows == kGradThreads) {  // every row block but a short last one: constant offsets, no bound test
 #pragma unroll 8
         for (int r = 0; r < kGradThreads; ++r)
 #pragma unroll
-          for (int u = 0; u < kSums; ++u) sum[u] = add_rn(sum[u], column[u][r * kGradPitch]);
+          for (int u = 0; u < kSums; ++u) sum[u] = add_rn(sum[u], column[r * kGradPitch + u]);
       } else {
         for (int r = 0; r < rows; ++r)
 #pragma unroll
-          for (int u = 0; u < kSums; ++u) sum[u] = add_rn(sum[u], column[u][r * kGradPitch]);
+          for (int u = 0; u < kSums; ++u) sum[u] = add_rn(sum[u], column[r * kGradPitch + u]);
       }
 #pragma unroll
       for (int u = 0; u < kSums; ++u)

@@ -26,11 +26,9 @@ struct GradRowWindow {
   const cutlass_ext_lowbit_grads_args& args;
   Format format;
   int64_t chunk, k0, first, chain_end;
-  int32_t window_chunk;  // k0's chunk (k < 2^31)
   int width;
   const float* x;  // A[r, ·]
   const float* w;  // B of this batch
-  const int32_t* blocked;  // the forward's last overflowing chunk of (r, ·), recursive STE only
   float x_window[kWindow];
   bool starts_chunk[kWindow];
   float dx_window[kWindow];
@@ -40,10 +38,6 @@ struct GradRowWindow {
     width = int(args.k - k0 < kWindow ? args.k - k0 : kWindow);
     x = args.a + batch * args.a_batch_stride + row * args.a_row_stride;
     w = args.b + batch * args.b_batch_stride;
-    blocked = kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF
-                  ? args.blocked + batch * args.blocked_batch_stride + row * args.blocked_row_stride
-                  : nullptr;
-    window_chunk = int32_t(k0 / chunk);
     first = k0 / chunk * chunk;                                        // start of k0's chunk
     const int64_t tail_end = ((k0 + width - 1) / chunk + 1) * chunk;  // end of the last k's chunk
     chain_end = tail_end < args.k ? tail_end : args.k;
@@ -57,11 +51,20 @@ struct GradRowWindow {
     }
   }
 
+  // The recursive STE's second level for one output: the gradient reaches the window's steps from i on (0 ..
+  // kWindow), those after `last_blocked`, the forward's last chunk whose second-level add overflowed.
+  LOWBIT_HD int open_at(int32_t last_blocked) const {
+    const int64_t open_from = (int64_t(last_blocked) + 1) * chunk - k0;
+    return open_from < 0 ? 0 : open_from > kWindow ? kWindow : int(open_from);
+  }
+
   // kFull: the window holds kWindow steps (every window but a short last one), so no step needs a bound check.
-  // w_at(j, i): B[k0 + i, c + j] (0 past the window's width). g_value: G[r, c + j]. db_sink(j, i, term): the dB
-  // term of column c + j at k0 + i (+0.0 where masked or past the window's width).
+  // w_at(j, i): B[k0 + i, c + j] (0 past the window's width). g_value: G[r, c + j]. open: open_at of output
+  // (r, c + j) (recursive STE only). db_sink(i, terms): the dB terms of columns c .. c + kColumns − 1 at k0 + i
+  // (+0.0 where masked), for i < width.
   template <bool kFull, int kColumns, class WAt, class DbSink>
-  LOWBIT_HD void columns(int64_t c, WAt&& w_at, const float (&g_value)[kColumns], DbSink&& db_sink) {
+  LOWBIT_HD void columns(int64_t c, WAt&& w_at, const float (&g_value)[kColumns], const int (&open)[kColumns],
+                         DbSink&& db_sink) {
     const float* w_column[kColumns];
     float s[kColumns];
 #pragma unroll
@@ -75,34 +78,42 @@ struct GradRowWindow {
         s[j] = format.fmaq<kUnderflow, kFast>(x[k * args.a_column_stride], w_column[j][k * args.b_row_stride], s[j]);
     // A step's terms: G·B[k, c] into dA (skipped where masked) and G·A[r, k] to the dB sink (+0.0 where masked: a
     // running sum that starts at +0.0 is never −0.0, so adding +0.0 changes nothing). For fixed i, increasing j.
-    auto emit = [&](int j, int i, bool pass) {
-      if (pass) dx_window[i] = add_rn(dx_window[i], mul_rn(g_value[j], w_at(j, i)));
-      db_sink(j, i, pass ? mul_rn(g_value[j], x_window[i]) : 0.0f);
+    auto emit = [&](int i, const bool (&pass)[kColumns]) {
+      float db_terms[kColumns];
+#pragma unroll
+      for (int j = 0; j < kColumns; ++j) {
+        if (pass[j]) dx_window[i] = add_rn(dx_window[i], mul_rn(g_value[j], w_at(j, i)));
+        db_terms[j] = pass[j] ? mul_rn(g_value[j], x_window[i]) : 0.0f;
+      }
+      db_sink(i, db_terms);
     };
     constexpr bool kRecursive = kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF;
     // The immediate STEs emit each step's terms as it runs; the recursive one once the later steps are known.
     // Recursive STE in one chunk: a step passes iff every later step of the chunk and the chunk's later
     // second-level adds pass (seed 002 eq. 11), i.e. iff it comes after the last failing step.
-    bool passes[kColumns][kWindow];
+    bool passes[kWindow][kColumns];
     int last_fail[kColumns];
 #pragma unroll
     for (int j = 0; j < kColumns; ++j) last_fail[j] = -1;
 #pragma unroll
-    for (int i = 0; i < kWindow; ++i)
+    for (int i = 0; i < kWindow; ++i) {
+      bool step_passes[kColumns];
 #pragma unroll
       for (int j = 0; j < kColumns; ++j) {
-        passes[j][i] = false;
+        passes[i][j] = false;
         if (kFull || i < width) {
           if (!kInChunk && starts_chunk[i]) s[j] = 0.0f;
           const Step step = fmaq_step<kUnderflow, kFast>(format, x_window[i], w_at(j, i), s[j]);
           const bool pass = kSte == CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF ? passes_diff(step, s[j], args.eps1, args.eps2)
                                                                         : format.passes_overflow(step.sum);
-          if (!kRecursive) emit(j, i, pass);
+          step_passes[j] = pass;
           if (kRecursive && kInChunk && !pass) last_fail[j] = i;
-          if (kRecursive && !kInChunk) passes[j][i] = pass;
+          if (kRecursive && !kInChunk) passes[i][j] = pass;
           s[j] = step.result;
         }
       }
+      if (!kRecursive && (kFull || i < width)) emit(i, step_passes);
+    }
     if constexpr (kRecursive) {
 #pragma unroll
       for (int j = 0; j < kColumns; ++j) {
@@ -113,28 +124,25 @@ struct GradRowWindow {
           later_pass = later_pass && format.passes_overflow(step.sum);
           s[j] = step.result;
         }
-        // the last chunk whose second-level add overflowed: no gradient reaches its steps or earlier ones
-        const int32_t last_blocked = blocked[(c + j) * args.blocked_column_stride];
+        // no gradient reaches the steps of the last blocked chunk or earlier ones (in one chunk: all or none)
         if (kInChunk) {
-          if (!later_pass || window_chunk <= last_blocked) last_fail[j] = kWindow;
+          if (!later_pass) last_fail[j] = kWindow;
 #pragma unroll
-          for (int i = 0; i < kWindow; ++i) passes[j][i] = (kFull || i < width) && i > last_fail[j];
+          for (int i = 0; i < kWindow; ++i) passes[i][j] = (kFull || i < width) && i > last_fail[j] && i >= open[j];
         } else {
-          const int64_t open_from = (int64_t(last_blocked) + 1) * chunk;  // first k after the last blocked chunk
 #pragma unroll
           for (int i = kWindow - 1; i >= 0; --i) {
             if (kFull || i < width) {
-              const bool through = passes[j][i] && later_pass;
+              const bool through = passes[i][j] && later_pass;
               later_pass = starts_chunk[i] || through;
-              passes[j][i] = through && k0 + i >= open_from;
+              passes[i][j] = through && i >= open[j];
             }
           }
         }
       }
 #pragma unroll
       for (int i = 0; i < kWindow; ++i)
-#pragma unroll
-        for (int j = 0; j < kColumns; ++j) emit(j, i, passes[j][i]);
+        if (kFull || i < width) emit(i, passes[i]);
     }
   }
 
@@ -165,18 +173,25 @@ void grads_window_of(const cutlass_ext_lowbit_grads_args& args, int64_t batch, i
               i < thread.width ? w[(thread.k0 + i) * args.b_row_stride + (c + j) * args.b_column_stride] : 0.0f;
       const float* g = args.g + batch * args.g_batch_stride + row * args.g_row_stride;
       float g_value[kColumns];
-      for (int j = 0; j < kColumns; ++j) g_value[j] = g[(c + j) * args.g_column_stride];
-      auto sink = [&](int j, int i, float term) {
-        if (db != nullptr && i < thread.width) {
+      int open[kColumns];
+      for (int j = 0; j < kColumns; ++j) {
+        g_value[j] = g[(c + j) * args.g_column_stride];
+        open[j] = kSte != CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF
+                      ? 0
+                      : thread.open_at(args.blocked[batch * args.blocked_batch_stride + row * args.blocked_row_stride +
+                                                    (c + j) * args.blocked_column_stride]);
+      }
+      auto sink = [&](int i, const float (&terms)[kColumns]) {
+        for (int j = 0; j < kColumns && db != nullptr; ++j) {
           float& sum = db[(thread.k0 + i) * args.db_row_stride + (c + j) * args.db_column_stride];
-          sum = row == 0 ? add_rn(0.0f, term) : add_rn(sum, term);
+          sum = row == 0 ? add_rn(0.0f, terms[j]) : add_rn(sum, terms[j]);
         }
       };
       auto w_at = [&](int j, int i) { return w_window[j][i]; };
       if (thread.width == kWindow)
-        thread.template columns<true, kColumns>(c, w_at, g_value, sink);
+        thread.template columns<true, kColumns>(c, w_at, g_value, open, sink);
       else
-        thread.template columns<false, kColumns>(c, w_at, g_value, sink);
+        thread.template columns<false, kColumns>(c, w_at, g_value, open, sink);
     };
     int64_t c = 0;
     constexpr int kPairs = decltype(thread)::kPairs;

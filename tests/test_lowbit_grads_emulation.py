@@ -45,6 +45,7 @@ template <class T> T __ldg(const T* p) { return *p; }
 template <class T> T __ldcg(const T* p) { return *p; }
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 struct float4 { float x, y, z, w; };
+struct float2 { float x, y; };
 """
 
 _PROGRAM = r"""
