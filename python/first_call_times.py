@@ -89,6 +89,9 @@ def run_child(mode: str, cache: Path | None, timeout: float) -> dict:
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
         raise RuntimeError(f"{mode}: the measuring process exited {done.returncode}:\n{done.stderr[-3000:]}")
+    for line in done.stderr.splitlines():  # what the first call built, for the log
+        if line.startswith("cutlass_ext:"):
+            print(f"  {mode}: {line}", file=sys.stderr)
     return json.loads(lines[-1])
 
 
@@ -98,6 +101,8 @@ def prebuild(args: tuple[str, ...], cache: Path, timeout: float) -> float:
     command = [sys.executable, "-m", "cutlass_ext.build", "--prebuild", *args]
     done = subprocess.run(command, env=_environment(cache), capture_output=True, text=True, timeout=timeout)
     seconds = time.perf_counter() - start
+    built = sum(" built " in line for line in done.stdout.splitlines())
+    print(f"prebuild {' '.join(args) or '(defaults)'}: {seconds:.1f} s, {built} libraries built", file=sys.stderr)
     if done.returncode:  # a variant that failed to build is reported; the first call shows what it costs
         print(f"prebuild {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}", file=sys.stderr)
     return seconds
@@ -144,6 +149,7 @@ def measure(modes, states, out: Path, timeout: float, run=run_child) -> int:
         caches = Caches(Path(root), timeout, run)
         for mode in modes:
             for state in states:
+                print(f"{mode} {state} ...", file=sys.stderr, flush=True)
                 try:
                     cache, setup_s = caches.folder(mode, state)
                     result = run(mode, cache, timeout)
