@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from cutlass_ext import lowbit
 
-from .gpu.test_fuzz_lowbit import formats, same_bits
+from .gpu.fuzz_inputs import same_bits
+from .gpu.test_fuzz_lowbit import formats
 
 
 def _word(x: np.float32) -> int:

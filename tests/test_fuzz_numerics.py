@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from cutlass_ext import numerics
 
+from .gpu.fuzz_inputs import values
 from .gpu.test_fuzz_gemm import DISTRIBUTIONS, MODE_DISTRIBUTIONS, emulated, error_bound
 
 _SCHEMES = {"tf32": "tf32", "markidis": "markidis"}
@@ -15,16 +16,8 @@ _SCHEMES = {"tf32": "tf32", "markidis": "markidis"}
 
 def _operands(distribution, m, n, k, seed):
     generator = torch.Generator().manual_seed(seed)
-    kinds = DISTRIBUTIONS[distribution] or (None, None)
-    operands = []
-    for kind, shape in zip(kinds, ((m, k), (k, n))):
-        if kind is None:
-            operands.append(torch.rand(shape, generator=generator) * 2 - 1)
-        else:
-            operands.append(numerics.exp_rand(shape, *kind, generator=generator))
-    if distribution == "subnormal":
-        operands[0] = operands[0] * 2.0**-20
-    return operands
+    kind_a, kind_b = DISTRIBUTIONS[distribution]
+    return values(kind_a, (m, k), generator), values(kind_b, (k, n), generator)
 
 
 def _model(mode, a, b):
