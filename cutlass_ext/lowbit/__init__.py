@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from .format import LowbitFormat, bias_range
-from .operands import E4M3, E5M2, M4E3, OperandFormat, round_operand
+from .operands import E4M3, E5M2, M4E3, OperandFormat, check_operand, round_operand
 from .reference import broadcast_operands, lowbit_matmul, lowbit_matmul_events, lowbit_matmul_fmt, quantize
 
 # seed 002 section 4 and appendix D: identity (eq. 5 not applied), recursive OF (eq. 7), immediate OF and DIFF (eq. 17)
@@ -83,13 +83,6 @@ def dynamic_format(a: torch.Tensor, b: torch.Tensor, fmt: LowbitFormat) -> Lowbi
     return fmt.with_biases(acc_bias, prod_bias)
 
 
-def _check_operand(name: str, x) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor; got {x.dtype}")
-
-
 def _check_config(config) -> None:
     if not isinstance(config, LowbitConfig):
         raise TypeError(f"config must be a LowbitConfig; got {type(config).__name__}")
@@ -101,8 +94,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: LowbitConfig) -> torch.Tens
     Inputs of any floating dtype are cast to float32 (the seed's full-precision weights and activations), or,
     with `config.operands`, rounded to that format, each tensor with its own bias.
     """
-    _check_operand("a", a)
-    _check_operand("b", b)
+    check_operand("a", a)
+    check_operand("b", b)
     _check_config(config)
     a, b = a.float(), b.float()
     if config.operands is not None:
@@ -136,8 +129,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: LowbitConfig) -> torch.Tens
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, config: LowbitConfig) -> torch.Tensor:
     """F.linear(x, weight, bias) = x·weightᵀ + bias with a low-bit accumulator; the bias is added in FP32 after."""
-    _check_operand("x", x)
-    _check_operand("weight", weight)
+    check_operand("x", x)
+    check_operand("weight", weight)
     if weight.dim() != 2:
         raise ValueError(f"weight must be 2-D (out_features, in_features); got shape {tuple(weight.shape)}")
     if x.dim() < 1 or x.shape[-1] != weight.shape[1]:
@@ -145,7 +138,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
             f"x's last dimension must equal weight's in_features {weight.shape[1]}; got x {tuple(x.shape)}"
         )
     if bias is not None:
-        _check_operand("bias", bias)
+        check_operand("bias", bias)
         if bias.shape != (weight.shape[0],):
             raise ValueError(f"bias must have shape ({weight.shape[0]},); got {tuple(bias.shape)}")
     y = matmul(x.reshape(-1, weight.shape[1]), weight.t(), config)

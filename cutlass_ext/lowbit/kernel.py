@@ -24,6 +24,8 @@ from .. import native, registry, tuned
 from ..config import VariantFields
 from ..toolchain import kernels_dir
 from .format import LowbitFormat
+from .operands import check_operand
+from .reference import broadcast_operands
 from .ste import STES, check_ste
 
 FAMILY = "lowbit"
@@ -381,17 +383,6 @@ class LowbitMatmul(torch.autograd.Function):
         return grad_a if want_a else None, grad_b if want_b else None, None, None, None, None, None
 
 
-def _check_operand(name: str, x) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
-    if x.dtype != torch.float32:
-        raise TypeError(f"{name} must be float32; got {x.dtype}")
-    if x.device.type != "cuda":
-        raise ValueError(f"{name} must be a CUDA tensor; got device {x.device}")
-    if x.dim() < 2:
-        raise ValueError(f"{name} must have at least 2 dimensions; got shape {tuple(x.shape)}")
-
-
 def matmul(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -406,25 +397,18 @@ def matmul(
     picks the kernel variant (tiles, window); None: `plan`'s (the tuned tables' entry, else the default), looked up
     when the kernels run.
     Every variant computes the same bits."""
-    _check_operand("a", a)
-    _check_operand("b", b)
+    check_operand("a", a, torch.float32, "cuda", min_dim=2)
+    check_operand("b", b, torch.float32, "cuda", min_dim=2)
     if not isinstance(fmt, LowbitFormat):
         raise TypeError(f"fmt must be a LowbitFormat; got {type(fmt).__name__}")
     check_ste(ste)
     if config is not None and not isinstance(config, LowbitKernelConfig):
         raise TypeError(f"config must be None or a LowbitKernelConfig; got {type(config).__name__}")
-    if a.device != b.device:
-        raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
-    if a.shape[-1] != b.shape[-2]:
-        raise ValueError(f"a (…, M, K) and b (…, K, N) must agree on K; got a {tuple(a.shape)}, b {tuple(b.shape)}")
-    try:
-        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    except RuntimeError:
-        raise ValueError(f"batch dimensions of a {tuple(a.shape)} and b {tuple(b.shape)} do not broadcast") from None
-    (m, k), n = a.shape[-2:], b.shape[-1]
+    a, b = broadcast_operands(a, b)  # one device, one K, one batch shape (stride-0 views)
+    *batch, m, k = a.shape
+    n = b.shape[-1]
     count = math.prod(batch)
-    a3 = a.expand(*batch, m, k).reshape(count, m, k)
-    b3 = b.expand(*batch, k, n).reshape(count, k, n)
+    a3, b3 = a.reshape(count, m, k), b.reshape(count, k, n)
     variant = "" if config is None else config.name
     out = LowbitMatmul.apply(a3, b3, _format_fields(fmt), ste, float(eps1), float(eps2), variant)
     return out.reshape(*batch, m, n)

@@ -64,6 +64,21 @@ E5M2 = OperandFormat(2, 5)
 M4E3 = OperandFormat(4, 3)  # the seed's weights and activations (Table 3)
 
 
+def check_operand(name: str, x, dtype: torch.dtype | None = None, device_type: str | None = None, min_dim: int = 0):
+    """`x` is a tensor of `dtype` (None: any floating dtype) on a `device_type` device (None: any) with at least
+    `min_dim` dimensions; the error names the argument (the API's and the kernel's checks of their operands)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
+    if dtype is None and not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor; got {x.dtype}")
+    if dtype is not None and x.dtype != dtype:
+        raise TypeError(f"{name} must be {str(dtype).removeprefix('torch.')}; got {x.dtype}")
+    if device_type is not None and x.device.type != device_type:
+        raise ValueError(f"{name} must be a {device_type.upper()} tensor; got device {x.device}")
+    if x.dim() < min_dim:
+        raise ValueError(f"{name} must have at least {min_dim} dimensions; got shape {tuple(x.shape)}")
+
+
 def _round(x64: torch.Tensor, fmt: OperandFormat) -> torch.Tensor:
     """x (float64) rounded to nearest-even in `fmt`, subnormals kept, saturating (±inf too), NaN kept."""
     _, exponent = torch.frexp(x64)  # x = f·2^exponent, |f| in [0.5, 1)
