@@ -5,12 +5,18 @@ A pedantic compute type keeps this one call in FP32 whatever the handle's math m
 so another thread's matmul keeps its precision, and compiled and graph-captured programs run this call, not a
 plain `a @ b` that would follow their TF32 setting. cuBLAS is reached through ctypes in the library torch loaded
 (its headers need not be installed).
+
+Eager calls are host-bound at small sizes, so everything a call's shapes and strides decide (operations, leading
+dimensions, batch strides, the result's shape) is converted to ctypes values once per signature (`plan`); a call
+then passes its three pointers and two scalars. The handle is asked of torch on every call: torch sets its stream
+(and workspace) when it hands it out, and a cached handle would keep a stream another matmul may since have changed.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+from typing import NamedTuple
 
 import torch
 
@@ -44,66 +50,93 @@ def _scalar(value: float):
     return ctypes.byref(ctypes.c_float(value))
 
 
-def _operand(t: torch.Tensor) -> tuple[torch.Tensor, int, int]:
-    """(t, op, ld) for cuBLAS's column-major view of the row-major product's transpose: a row-major matrix is read
-    as stored (op N, rows ld apart), a column-major one transposed (op T); anything else is copied row-major."""
-    rows, columns = t.shape[-2], t.shape[-1]
-    if (columns <= 1 or t.stride(-1) == 1) and (rows <= 1 or t.stride(-2) >= columns):
-        return t, _OP_N, t.stride(-2) if rows > 1 else max(columns, 1)
-    if (rows <= 1 or t.stride(-2) == 1) and (columns <= 1 or t.stride(-1) >= rows):
-        return t, _OP_T, t.stride(-1) if columns > 1 else max(rows, 1)
-    return _operand(t.contiguous())
+def _operand_layout(shape, stride) -> tuple[int, int] | None:
+    """(op, ld) for cuBLAS's column-major view of the row-major product's transpose: a row-major matrix is read as
+    stored (op N, rows ld apart), a column-major one transposed (op T); None for strides cuBLAS cannot read."""
+    rows, columns = shape[-2], shape[-1]
+    if (columns <= 1 or stride[-1] == 1) and (rows <= 1 or stride[-2] >= columns):
+        return _OP_N, stride[-2] if rows > 1 else max(columns, 1)
+    if (rows <= 1 or stride[-2] == 1) and (columns <= 1 or stride[-1] >= rows):
+        return _OP_T, stride[-1] if columns > 1 else max(rows, 1)
+    return None
+
+
+class Call(NamedTuple):
+    """One signature's cuBLAS arguments as ctypes values, in the order of cublasGemmStridedBatchedEx_64 around the
+    pointers and scalars a call fills in: head (opB, opA, n, m, k), then B's, A's and D's."""
+
+    shape: tuple[int, ...]
+    head: tuple
+    b: tuple
+    a: tuple
+    d: tuple
+
+
+@functools.lru_cache(maxsize=4096)
+def plan(a_shape, a_stride, b_shape, b_stride) -> Call | None:
+    """The cuBLAS call of a non-empty product (K > 0) of a (…, m, k) and b (…, k, n), 2-D or 3-D with one batch size,
+    with these strides; None where cuBLAS cannot read an operand as stored (`sgemm` copies it)."""
+    layout_a, layout_b = _operand_layout(a_shape, a_stride), _operand_layout(b_shape, b_stride)
+    if layout_a is None or layout_b is None:
+        return None
+    batched = len(a_shape) == 3 or len(b_shape) == 3
+    batch = a_shape[0] if len(a_shape) == 3 else (b_shape[0] if len(b_shape) == 3 else 1)
+    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+    i32, i64 = ctypes.c_int, ctypes.c_int64
+    compute = (i32(_COMPUTE_32F_PEDANTIC), i32(_GEMM_DEFAULT))
+    # D row-major is Dᵀ column-major: Dᵀ = Bᵀ·Aᵀ, each operand read as cuBLAS sees its memory.
+    return Call(
+        shape=(batch, m, n) if batched else (m, n),
+        head=(i32(layout_b[0]), i32(layout_a[0]), i64(n), i64(m), i64(k)),
+        b=(i32(_R_32F), i64(layout_b[1]), i64(b_stride[0] if len(b_shape) == 3 else 0)),
+        a=(i32(_R_32F), i64(layout_a[1]), i64(a_stride[0] if len(a_shape) == 3 else 0)),
+        d=(i32(_R_32F), i64(n), i64(m * n if batched else 0), i64(batch), *compute),
+    )
+
+
+def run(
+    call: Call, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alpha: float, beta: float
+) -> torch.Tensor:
+    """alpha·A·B + beta·c through `call`, the plan of a's and b's shapes and strides (c broadcast to the product;
+    None: beta is ignored)."""
+    if a.get_device() != torch.cuda.current_device():
+        with torch.cuda.device(a.device):  # the handle and stream of a's device
+            return run(call, a, b, c, alpha, beta)
+    d = a.new_empty(call.shape)
+    if c is not None and beta != 0:
+        d.copy_(c.expand(call.shape))  # cuBLAS adds beta·C in place
+    else:
+        beta = 0.0
+    handle = torch.cuda.current_blas_handle()  # this thread's handle, set to the current stream
+    status = _gemm_strided_batched()(
+        handle,
+        *call.head,
+        _scalar(alpha),
+        b.data_ptr(),
+        *call.b,
+        a.data_ptr(),
+        *call.a,
+        _scalar(beta),
+        d.data_ptr(),
+        *call.d,
+    )
+    if status != 0:
+        raise RuntimeError(f"cublasGemmStridedBatchedEx_64 failed with cublasStatus_t {status}")
+    return d
 
 
 def sgemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alpha: float, beta: float) -> torch.Tensor:
     """alpha·A·B + beta·c for float32 CUDA a (…, m, k) and b (…, k, n), 2-D or 3-D with one batch size (a 2-D
     operand shared by every batch), c broadcast to the product (None: beta is ignored)."""
-    if a.get_device() != torch.cuda.current_device():
-        with torch.cuda.device(a.device):  # the handle and stream of a's device
-            return sgemm(a, b, c, alpha, beta)
-    batch = a.shape[0] if a.dim() == 3 else (b.shape[0] if b.dim() == 3 else 1)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    shape = (batch, m, n) if a.dim() == 3 or b.dim() == 3 else (m, n)
-    d = a.new_empty(shape)
-    if c is not None and beta != 0:
-        d.copy_(c.expand(shape))  # cuBLAS adds beta·C in place
-    else:
-        beta = 0.0
-    if d.numel() == 0:
+    if m == 0 or n == 0 or k == 0 or (a.dim() == 3 and a.shape[0] == 0) or (b.dim() == 3 and b.shape[0] == 0):
+        batch = a.shape[0] if a.dim() == 3 else (b.shape[0] if b.dim() == 3 else None)
+        d = a.new_zeros((m, n) if batch is None else (batch, m, n))
+        if c is not None and beta != 0:
+            d.copy_(c.expand(d.shape)).mul_(beta)
         return d
-    if k == 0:
-        return d.mul_(beta) if beta != 0 else d.zero_()
-    # D row-major is Dᵀ column-major: Dᵀ = Bᵀ·Aᵀ, each operand read as cuBLAS sees its memory.
-    a, op_a, lda = _operand(a)
-    b, op_b, ldb = _operand(b)
-    batch_stride_a = a.stride(0) if a.dim() == 3 else 0
-    batch_stride_b = b.stride(0) if b.dim() == 3 else 0
-    handle = torch.cuda.current_blas_handle()  # this thread's handle, on the current stream
-    status = _gemm_strided_batched()(
-        handle,
-        op_b,
-        op_a,
-        n,
-        m,
-        k,
-        _scalar(alpha),
-        b.data_ptr(),
-        _R_32F,
-        ldb,
-        batch_stride_b,
-        a.data_ptr(),
-        _R_32F,
-        lda,
-        batch_stride_a,
-        _scalar(beta),
-        d.data_ptr(),
-        _R_32F,
-        n,
-        m * n if d.dim() == 3 else 0,
-        batch,
-        _COMPUTE_32F_PEDANTIC,
-        _GEMM_DEFAULT,
-    )
-    if status != 0:
-        raise RuntimeError(f"cublasGemmStridedBatchedEx_64 failed with cublasStatus_t {status}")
-    return d
+    if _operand_layout(a.shape, a.stride()) is None:
+        a = a.contiguous()
+    if _operand_layout(b.shape, b.stride()) is None:
+        b = b.contiguous()
+    return run(plan(a.shape, a.stride(), b.shape, b.stride()), a, b, c, alpha, beta)

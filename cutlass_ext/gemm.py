@@ -327,7 +327,8 @@ def _run(a, b, source, alpha: float, beta: float, mode: str) -> torch.Tensor:
 @functools.lru_cache(maxsize=4096)
 def _eager_plan(mode, a_dtype, b_dtype, a_device, b_device, a_shape, b_shape, a_stride, b_stride, _generation):
     """gemm's argument checks (raised, never cached), then (path, [variant, ...]) for non-empty operands of the
-    kernels' shapes, their first variant built and loaded; None for other shapes. path `fp32` is cuBLAS."""
+    kernels' shapes, their first variant built and loaded; None for other shapes. path `fp32` is cuBLAS, with its
+    call for these shapes and strides (`cublas.plan`) in place of the variants."""
     _check(mode, a_dtype, b_dtype, a_device, b_device, a_shape, b_shape)
     a_dim, b_dim = len(a_shape), len(b_shape)
     if not (a_dim in (2, 3) and b_dim in (2, 3) and (a_dim == 2 or b_dim == 2 or a_shape[0] == b_shape[0])):
@@ -335,7 +336,7 @@ def _eager_plan(mode, a_dtype, b_dtype, a_device, b_device, a_shape, b_shape, a_
     if 0 in a_shape or 0 in b_shape:
         return None
     if mode == "fp32":
-        return "fp32", []
+        return "fp32", cublas.plan(a_shape, a_stride, b_shape, b_stride)
     m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
     hopper_ok = corrected_sm90.supports_shapes(a_dim, b_dim, n)
     packs = mode in _PACKS_ROW_MAJOR
@@ -347,8 +348,10 @@ def _eager_plan(mode, a_dtype, b_dtype, a_device, b_device, a_shape, b_shape, a_
 def _launch(plan, a, b, source, alpha: float, beta: float, mode: str) -> torch.Tensor:
     """The kernels of `plan` for kernel operands a and b, with alpha and beta·source (c, or a bias (n,))."""
     path, variants = plan
-    if path == "fp32":
-        return cublas.sgemm(a, b, source, alpha, beta)
+    if path == "fp32":  # variants: the cuBLAS call, None where an operand is copied first
+        if variants is None:
+            return cublas.sgemm(a, b, source, alpha, beta)
+        return cublas.run(variants, a, b, source, alpha, beta)
     if path == "sm90":
         n = b.shape[-1]
         if source is None and alpha == 1.0:

@@ -1,13 +1,14 @@
 """mode="fp32" is IEEE SGEMM everywhere (eager, compiled, graph-captured) whatever torch's TF32 setting says, and
 never changes that setting, which is process-wide: another thread's matmul keeps its precision."""
 
+import ctypes
 import threading
 
 import pytest
 import torch
 
 import cutlass_ext as ext
-from cutlass_ext import numerics
+from cutlass_ext import cublas, numerics
 
 from .helpers import cublas_precision, draw
 
@@ -101,3 +102,22 @@ def test_layouts_and_batches(make_a, make_b):
     a, b = problem(46, m=37, n=45, k=131)
     a, b = make_a(a), make_b(b)
     assert ieee(ext.gemm(a, b, mode="fp32"), a, b)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_planned_call_equals_a_call_built_from_plain_ints(batched):
+    # the eager path passes ctypes values made once per signature: the same cuBLAS call, so the same bits
+    a, b = problem(47, m=70, n=52, k=300)
+    if batched:
+        a = torch.stack([a, -0.5 * a, 2 * a])
+    ours = ext.gemm(a, b, mode="fp32", bias=b[0])
+    batch, m, n, k = (3 if batched else 1), 70, 52, 300
+    expected = b[0].expand(*a.shape[:-1], n).contiguous()
+    one = ctypes.byref(ctypes.c_float(1.0))
+    handle = torch.cuda.current_blas_handle()
+    status = cublas._gemm_strided_batched()(
+        handle, 0, 0, n, m, k, one, b.data_ptr(), 0, n, 0, a.data_ptr(), 0, k, m * k if batched else 0,
+        one, expected.data_ptr(), 0, n, m * n if batched else 0, batch, 69, -1,
+    )  # fmt: skip
+    assert status == 0
+    assert torch.equal(ours, expected)
