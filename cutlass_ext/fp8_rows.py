@@ -5,6 +5,9 @@ sizes they cost as much as the FP8 GEMM they feed. Here one Triton program per r
 magnitude, writes its scale and the FP8 values, reading the row twice (the second time from cache): the same bits
 as `quantize_fp8` (IEEE division, clamping, then round-to-nearest-even conversion; NaN propagated through the
 maxima). Without Triton, or for CPU tensors, the op runs `quantize_fp8` itself.
+
+Every division is `tl.math.div_rn`, PTX div.rn.f32: the correctly rounded quotient, subnormals kept, as PyTorch's
+CUDA division by a tensor. Triton's `/` is div.full.f32, up to 2 ulp off.
 """
 
 from __future__ import annotations

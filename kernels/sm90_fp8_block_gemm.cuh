@@ -151,8 +151,13 @@ struct Sm90Fp8BlockGemm {
     } else {
       arguments.mainloop.ptr_SFA = args.scale_a;
       if constexpr (ScaleAMajorM) {
+        // TMA loads M-major scales, and CUTLASS's can_implement wants their extent along M a whole number of
+        // 16-byte units: the layout spans m rounded up to 4 rows, the padding the API allocates (api.m_major).
+        // Those rows' scales multiply only A's rows past m, which TMA reads as zeros and the epilogue never stores.
+        auto padded_shape = cute::make_shape(cute::make_shape(_1{}, (m + 3) / 4 * 4),
+                                             cute::make_shape(cute::Int<kScaleBlockK>{}, k_blocks), 1);
         arguments.mainloop.layout_SFA = cute::make_layout(
-            activation_shape,
+            padded_shape,
             cute::make_stride(cute::make_stride(_0{}, _1{}),
                               cute::make_stride(_0{}, int32_t(args.scale_a_block_stride)), int32_t(0)));
       } else {
@@ -187,7 +192,8 @@ struct Sm90Fp8BlockGemm {
     auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     return aligned(args.a) && aligned(args.b) && aligned(args.d) && args.lda % kAlignmentAB == 0 &&
            args.ldb % kAlignmentAB == 0 && args.ldd % kAlignmentD == 0 &&
-           (args.bias == nullptr || aligned(args.bias));
+           (args.bias == nullptr || aligned(args.bias)) &&
+           (!ScaleAMajorM || (aligned(args.scale_a) && args.scale_a_block_stride >= (args.m + 3) / 4 * 4));
   }
 
   static int can_implement(const cutlass_ext_fp8_block_args* args) {

@@ -1,6 +1,7 @@
 """Block-scaled FP8 on the CPU: the block quantizer against its definition, the FP64 references, the scale forms
 the API accepts, argument errors, the variant name grammar and the grouped kernel's row bookkeeping."""
 
+import re
 import shutil
 import subprocess
 
@@ -8,9 +9,9 @@ import pytest
 import torch
 
 import cutlass_ext as ext
-from cutlass_ext import build, cache, fp8_block
+from cutlass_ext import build, cache, fp8_block, fp8_rows, toolchain
 from cutlass_ext.fp8_block import Fp8BlockConfig
-from cutlass_ext.fp8_block.api import activation_scales, is_block_scaled, weight_scales
+from cutlass_ext.fp8_block.api import activation_scales, is_block_scaled, m_major, weight_scales
 from cutlass_ext.toolchain import kernels_dir
 
 FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
@@ -266,3 +267,121 @@ def test_library_compiles_and_exports_launchers(tmp_path, monkeypatch):
     for name, suffix in ((dense.name, "_fp8_block"), (grouped.name, "_fp8_grouped")):
         for launcher in ("can_implement", "workspace_size", "run"):
             assert f" T {name}{suffix}_{launcher}\n" in exported
+
+
+def _padded_layout(scale, rows, blocks):
+    """The M-major kernels' reading of `scale`: each k-block's column of rows rounded up to 4, from its storage."""
+    padded_rows = -(-rows // 4) * 4
+    return scale.as_strided((padded_rows, blocks), (1, scale.stride(1)), scale.storage_offset())
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 129, 130, 131, 512])
+@pytest.mark.parametrize("blocks", [1, 2, 17])
+def test_m_major_scales_are_padded_to_whole_16_byte_units(rows, blocks):
+    scale = torch.rand(rows, blocks, generator=torch.Generator().manual_seed(rows * blocks)) + 0.5
+    made = m_major(scale)
+    padded_rows = -(-rows // 4) * 4
+    assert torch.equal(made, scale)
+    assert made.stride(0) == 1 and made.stride(1) % 4 == 0 and made.stride(1) >= padded_rows
+    assert made.data_ptr() % 16 == 0
+    assert (made.storage_offset() + (blocks - 1) * made.stride(1) + padded_rows) * 4 <= made.untyped_storage().nbytes()
+    # the rows past M that TMA reads along with a column are zeros, not stale memory
+    assert not _padded_layout(made, rows, blocks)[rows:].any()
+    assert m_major(made) is made  # DeepGEMM's layout is taken as it is
+
+
+def test_m_major_copies_layouts_the_kernel_cannot_read():
+    rows, blocks = 5, 3
+    scale = torch.rand(rows, blocks) + 0.5
+    storage = torch.full((blocks * 8,), float("nan"))
+    inside = storage.as_strided((rows, blocks), (1, 8))  # a column stride of 8 rows: padded, and inside storage
+    inside.copy_(scale)
+    assert m_major(inside) is inside
+    short = torch.empty(2 * 8 + rows).as_strided((rows, blocks), (1, 8))  # the last column's padding is not there
+    short.copy_(scale)
+    odd_stride = torch.empty(blocks * 6).as_strided((rows, blocks), (1, 6))  # columns 24 bytes apart
+    odd_stride.copy_(scale)
+    offset = torch.empty(1 + blocks * 8)[1:].as_strided((rows, blocks), (1, 8))  # starts 4 bytes past 16
+    offset.copy_(scale)
+    for given in (short, odd_stride, offset, scale):
+        made = m_major(given)
+        assert made is not given and torch.equal(made, scale) and made.stride(1) == 8
+
+
+_CAN_IMPLEMENT_PROGRAM = r"""
+#include <cstdio>
+#include "sm90_fp8_block_gemm.cuh"
+using namespace cutlass_ext::fp8_block;
+using MMajor = Sm90Fp8BlockGemm<cutlass::float_e4m3_t, cutlass::float_e4m3_t, cutlass::bfloat16_t, 128, 128, 128, 1,
+                                1, ScheduleCooperative, 128, DecomposePersistent, 1, true>;
+alignas(16) static char operands[1 << 14];
+alignas(16) static float scales[1 << 12];
+int main() {
+  for (int m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 127, 129, 130, 131, 512}) {
+    for (int k : {128, 528, 2048}) {
+      cutlass_ext_fp8_block_args args{};
+      args.m = m, args.n = 384, args.k = k;
+      args.a = args.b = args.d = operands;
+      args.lda = args.ldb = k, args.ldd = 384;
+      args.scale_a = args.scale_b = scales;
+      args.scale_a_row_stride = 1, args.scale_a_block_stride = (m + 3) / 4 * 4;
+      args.scale_b_row_stride = (k + 127) / 128;
+      int status = MMajor::can_implement(&args);
+      if (status != 0) { std::printf("m=%d k=%d: status %d\n", m, k, status); return 1; }
+      if (m % 4) {  // a column stride of M floats leaves no room for the padding TMA reads
+        args.scale_a_block_stride = m;
+        if (MMajor::can_implement(&args) == 0) { std::printf("m=%d k=%d: unpadded accepted\n", m, k); return 1; }
+      }
+    }
+  }
+  std::printf("ok\n");
+  return 0;
+}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_m_major_variant_implements_every_m_on_the_host(tmp_path):
+    """CUTLASS's can_implement (host code) for the M-major kernel at M not a multiple of 4 (about 40 s)."""
+    source = tmp_path / "can_implement.cu"
+    source.write_text(_CAN_IMPLEMENT_PROGRAM)
+    binary = tmp_path / "can_implement"
+    includes = [f"-I{path}" for path in toolchain.include_dirs()]
+    command = [toolchain.nvcc(), "-std=c++17", "-DNDEBUG", "-arch=sm_90a", "-w", *includes, str(source), "-o"]
+    subprocess.run([*command, str(binary)], check=True)
+    assert subprocess.run([str(binary)], capture_output=True, text=True).stdout == "ok\n"
+
+
+def _ptx_instructions(kernel, pointers: dict, constants: dict) -> set[str]:
+    """The instructions of `kernel` compiled by Triton for sm_90a (no GPU needed): opcode with modifiers."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    signature = {name: "i32" for name in kernel.arg_names} | pointers | dict.fromkeys(constants, "constexpr")
+    compiled = triton.compile(ASTSource(kernel, signature, constants), target=GPUTarget("cuda", 90, 32))
+    return set(re.findall(r"^\s*(?:@%p\d+\s+)?([a-z][\w.]*)", compiled.asm["ptx"], re.M))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quantizer", ["block_1x128", "block_128x128", "rows"])
+def test_one_pass_quantizers_divide_with_ieee_rounding(quantizer, tmp_path, monkeypatch):
+    """The Triton quantizers' PTX: division correctly rounded (div.rn.f32, subnormals kept), clamping that keeps
+    NaN, conversion rounded to nearest even (about 5 s a kernel)."""
+    tl = pytest.importorskip("triton.language")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    tiny = torch.finfo(torch.float32).tiny
+    if quantizer == "rows":
+        kernel, constants = fp8_rows._kernel(), {"LARGEST": 448.0, "TINY": tiny, "STEP": 2048}
+        pointers, conversion = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"}, "cvt.rn.satfinite.e4m3x2.f32"
+    else:
+        rows = 1 if quantizer == "block_1x128" else 128
+        kernel = fp8_block.quantize_kernel._kernel()
+        constants = {"LARGEST": 57344.0, "TINY": tiny, "ROWS": 32 if rows == 1 else 128, "BLOCK_ROWS": rows}
+        constants["OUT"] = tl.float8e5
+        pointers, conversion = {"x_ptr": "*fp32", "q_ptr": "*fp8e5", "s_ptr": "*fp32"}, "cvt.rn.satfinite.e5m2x2.f32"
+    instructions = _ptx_instructions(kernel, pointers, constants)
+    divisions = {i for i in instructions if i.startswith(("div", "rcp"))}
+    assert divisions == {"div.rn.f32"}
+    assert {"max.NaN.f32", "min.NaN.f32", conversion} <= instructions

@@ -209,14 +209,32 @@ def _scale_a_major(variant: str) -> str:
 
 
 def m_major(scale: torch.Tensor) -> torch.Tensor:
-    """(M, kb) scales with unit stride along M and k-blocks 16 bytes apart (TMA's rows): as given if they are
-    (DeepGEMM's layout), else copied into that layout."""
+    """(M, kb) scales as the M-major kernels read them (DeepGEMM's TMA-aligned layout): unit stride along M, each
+    k-block's column 16-byte aligned and padded to a multiple of 4 rows, the padding inside the allocation (TMA
+    reads a column's whole 16-byte units; CUTLASS's can_implement asks the M extent to be a multiple of 4). As
+    given if they are so laid out, else copied into that layout with zero padding."""
     rows, blocks = scale.shape
-    if (scale.stride(0) == 1 or rows == 1) and scale.stride(1) % 4 == 0 and scale.data_ptr() % 16 == 0:
+    padded_rows = -(-rows // 4) * 4
+    if _m_major_padded(scale, padded_rows):
         return scale
-    padded = torch.empty((blocks, -(-rows // 4) * 4), dtype=scale.dtype, device=scale.device)
+    padded = scale.new_zeros((blocks, padded_rows))
     padded[:, :rows].copy_(scale.T)
     return padded.T[:rows]
+
+
+def _m_major_padded(scale: torch.Tensor, padded_rows: int) -> bool:
+    rows, blocks = scale.shape
+    if rows == 0 or blocks == 0:
+        return False
+    column_stride = scale.stride(1)
+    last = scale.storage_offset() + (blocks - 1) * column_stride + padded_rows  # one past the last padded row
+    return (
+        (scale.stride(0) == 1 or rows == 1)
+        and column_stride % 4 == 0
+        and column_stride >= padded_rows
+        and scale.data_ptr() % 16 == 0
+        and last * scale.element_size() <= scale.untyped_storage().nbytes()
+    )
 
 
 def grouped_gemm_fp8(

@@ -143,6 +143,24 @@ def test_variants(config, m, n, k, with_bias):
     check_close(out, a8, b8, scale_a, scale_b, 128, bias)
 
 
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 6, 7, 127, 130, 131])
+@pytest.mark.parametrize("k", [128, 528])
+def test_m_major_scales_take_every_m(m, k):
+    """The M-major kernel at M off a multiple of 4: the same bits as the K-major kernel of that tile and scheduler,
+    whatever the scale layout's padding rows hold (TMA reads them beside A's zero rows past M)."""
+    n = 384
+    a8, b8, scale_a, scale_b = quantized(m, n, k, "wide", (128, 128), seed=m + k)
+    padded_rows = -(-m // 4) * 4
+    storage = torch.full((scale_a.shape[1], padded_rows), float("nan"), device="cuda")
+    deepgemm_layout = storage.T[:m]  # DeepGEMM's TMA-aligned layout, NaN in its padding
+    deepgemm_layout.copy_(scale_a)
+    k_major = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, variant=DENSE_VARIANTS[4].name)
+    for scales in (scale_a, deepgemm_layout):
+        out = fp8_block.gemm_fp8_block(a8, b8, scales, scale_b, variant=DENSE_VARIANTS[-1].name)
+        assert torch.equal(out, k_major)
+    check_close(k_major, a8, b8, scale_a, scale_b, 128)
+
+
 def test_gemm_fp8_dispatches_block_scales_to_the_block_kernel():
     a8, b8, scale_a, scale_b = quantized(96, 512, 1024, "normal", (128, 128), seed=3)
     assert torch.equal(ext.gemm_fp8(a8, b8, scale_a, scale_b), fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b))
