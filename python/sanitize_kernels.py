@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's
 
 SANITIZER = "/usr/local/cuda/bin/compute-sanitizer"
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+_START_ORDER = ("initcheck", "racecheck", "synccheck", "memcheck", "none")  # slowest first (H100 logs)
 GROUP_SIZE = 8  # variants per process: one process stays well under a minute under racecheck
 MARKER = "cutlass_ext-sanitize:"
 # ATen's own kernels (mangled `_ZN2at6native...`) are left unchecked, except by initcheck: it must see their
@@ -148,16 +149,14 @@ def _operand(rows: int, columns: int, column_major: bool, batch: int | None, gen
     shape = (columns, rows) if column_major else (rows, columns)
     if batch is not None:
         shape = (batch, *shape)
-    x = torch.randn(shape, device="cuda", generator=generator)
+    x = torch.randn(shape, device=generator.device, generator=generator)
     return x.mT if column_major else x
 
 
 def _run_sm80(name: str, shape: tuple, generator) -> None:
     import torch
 
-    from cutlass_ext import ops, registry
-
-    registry.ensure_names_registered([name], torch.device("cuda"))  # the binding's ops run registered variants only
+    from cutlass_ext import ops
 
     config = config_of(name)
     batch, (m, n, k) = (shape[0], shape[1:]) if len(shape) == 4 else (None, shape)
@@ -166,23 +165,21 @@ def _run_sm80(name: str, shape: tuple, generator) -> None:
     run = ops.halfhalf_gemm if config.operands == "packed" else ops.gemm
     run(a, b, [name])
     # the epilogue's source operand C, read by the kernel: alpha·A·B + beta·C
-    c = torch.randn((*a.shape[:-1], n), device="cuda", generator=generator)
+    c = torch.randn((*a.shape[:-1], n), device=generator.device, generator=generator)
     run(a, b, [name], c=c, alpha=2.0, beta=0.5)
 
 
 def _run_sm90(name: str, shape: tuple, generator) -> None:
     import torch
 
-    from cutlass_ext import corrected_sm90, registry
-
-    registry.ensure_names_registered([name], torch.device("cuda"))  # the binding's ops run registered variants only
+    from cutlass_ext import corrected_sm90
 
     config = config_of(name)
     batch, (m, n, k) = (shape[0], shape[1:]) if len(shape) == 4 else (None, shape)
     a = _operand(m, k, False, batch, generator)
     b = _operand(k, n, False, batch, generator)
     if getattr(config, "epilogue", "plain") == "bias":
-        bias = torch.randn(n, device="cuda", generator=generator)
+        bias = torch.randn(n, device=generator.device, generator=generator)
         corrected_sm90.product(a, b, config.mode, [name], bias, 0.75)
     else:
         corrected_sm90.product(a, b, config.mode, [name])
@@ -197,15 +194,15 @@ def _run_fp8(name: str, shape: tuple, generator) -> None:
     m, n, k = shape
     dtypes = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
     out_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[config.out_dtype]
-    a = torch.randn(m, k, device="cuda", generator=generator).to(dtypes[config.a_dtype])
-    b = torch.randn(n, k, device="cuda", generator=generator).to(dtypes[config.b_dtype])
+    a = torch.randn(m, k, device=generator.device, generator=generator).to(dtypes[config.a_dtype])
+    b = torch.randn(n, k, device=generator.device, generator=generator).to(dtypes[config.b_dtype])
     if m > 64:
-        scale_a = torch.rand(m, 1, device="cuda", generator=generator)
-        scale_b = torch.rand(n, device="cuda", generator=generator)
-        bias = torch.randn(n, device="cuda", generator=generator).to(out_dtype)
+        scale_a = torch.rand(m, 1, device=generator.device, generator=generator)
+        scale_b = torch.rand(n, device=generator.device, generator=generator)
+        bias = torch.randn(n, device=generator.device, generator=generator).to(out_dtype)
     else:
-        scale_a = torch.full((1,), 0.5, device="cuda")
-        scale_b = torch.full((1,), 2.0, device="cuda")
+        scale_a = torch.full((1,), 0.5, device=generator.device)
+        scale_b = torch.full((1,), 2.0, device=generator.device)
         bias = None
     ops.gemm_fp8(a, b, scale_a, scale_b, bias, out_dtype, [name])
 
@@ -218,12 +215,12 @@ def _run_fp8_block(name: str, shape: tuple, generator) -> None:
     config = config_of(name)
     m, n, k = shape
     blocks = -(-k // 128)
-    a = torch.randn(m, k, device="cuda", generator=generator).to(torch.float8_e4m3fn)
-    b = torch.randn(n, k, device="cuda", generator=generator).to(torch.float8_e4m3fn)
-    scale_a = torch.rand(m, blocks, device="cuda", generator=generator) + 0.5  # 1x128 blocks
+    a = torch.randn(m, k, device=generator.device, generator=generator).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device=generator.device, generator=generator).to(torch.float8_e4m3fn)
+    scale_a = torch.rand(m, blocks, device=generator.device, generator=generator) + 0.5  # 1x128 blocks
     rows = n if config.scale_n == 1 else -(-n // 128)  # 1x128 or 128x128 blocks of the weights
-    scale_b = torch.rand(rows, blocks, device="cuda", generator=generator) + 0.5
-    bias = torch.randn(n, device="cuda", generator=generator).to(torch.bfloat16) if m > 64 else None
+    scale_b = torch.rand(rows, blocks, device=generator.device, generator=generator) + 0.5
+    bias = torch.randn(n, device=generator.device, generator=generator).to(torch.bfloat16) if m > 64 else None
     api.gemm_fp8_block(a, b, scale_a, scale_b, torch.bfloat16, bias, variant=name)
 
 
@@ -249,7 +246,7 @@ def _run_lowbit(name: str, shape: tuple, generator) -> None:
         a = _operand(m, k, False, batch, generator).requires_grad_()
         b = _operand(k, n, True, None, generator).requires_grad_()  # column-major and broadcast over the batch
         out = kernel.matmul(a, b, fmt, ste, config=kernel.LowbitKernelConfig.from_name(name))
-        out.backward(torch.randn(out.shape, device="cuda", generator=generator))
+        out.backward(torch.randn(out.shape, device=generator.device, generator=generator))
 
 
 def _run_optim(name: str, shape: tuple, generator) -> None:
@@ -258,7 +255,7 @@ def _run_optim(name: str, shape: tuple, generator) -> None:
     from cutlass_ext import optim
 
     config = config_of(name)
-    params = [torch.randn(size, device="cuda", generator=generator).bfloat16() for size in shape]
+    params = [torch.randn(size, device=generator.device, generator=generator).bfloat16() for size in shape]
     params = [torch.nn.Parameter(p) for p in params]
     options = {"update": config.update, "arithmetic": config.arithmetic, "seed": 7}
     if config.kind == "sgd":
@@ -267,7 +264,7 @@ def _run_optim(name: str, shape: tuple, generator) -> None:
         optimizer = optim.AdamW(params, lr=0.01, **options)
     for _ in range(2):
         for p in params:
-            p.grad = torch.randn(p.shape, device="cuda", generator=generator).bfloat16()
+            p.grad = torch.randn(p.shape, device=generator.device, generator=generator).bfloat16()
         optimizer.step()
 
 
@@ -293,16 +290,25 @@ def build_all(names: list[str]) -> int:
     return 1 if failed else 0
 
 
-def worker(names: list[str]) -> int:
+# Families whose variants the torch binding's ops run: an op finds only the variants loaded into the binding.
+_BINDING_FAMILIES = ("sm80", "sm90", "fp8")
+
+
+def worker(names: list[str], device: str = "cuda") -> int:
     import torch
 
-    generator = torch.Generator(device="cuda").manual_seed(0)
+    from cutlass_ext import registry
+
+    generator = torch.Generator(device=device).manual_seed(0)
     failures = 0
     for name in names:
+        family = family_of(name)
         for shape in shapes_of(name):
             print(f"{MARKER} run {name} {'x'.join(map(str, shape))}", flush=True)
             try:
-                _RUNNERS[family_of(name)](name, shape, generator)
+                if family in _BINDING_FAMILIES:
+                    registry.ensure_names_registered([name], torch.device(device))
+                _RUNNERS[family](name, shape, generator)
                 torch.cuda.synchronize()
             except Exception as error:  # the next variants still run; the row says why this one did not
                 failures += 1
@@ -440,8 +446,8 @@ def self_check_worker(library: str, tool: str) -> int:
 def self_check(sanitizer: str, tools: list[str], folder: Path, timeout: float) -> list[dict]:
     """Per tool: the errors it found in the kernel made to have one (the row's status says whether it found any)."""
     library = build_self_check(folder)
-    rows = []
-    for tool in tools:
+
+    def check(tool):
         command = [sanitizer, "--tool", tool, "--print-limit", "0", sys.executable, str(Path(__file__).resolve())]
         command += ["--self-check-worker", f"{library},{tool}"]
         try:
@@ -453,8 +459,10 @@ def self_check(sanitizer: str, tools: list[str], folder: Path, timeout: float) -
         summary = _ERROR_SUMMARY.search(text) or _RACE_SUMMARY.search(text)
         found = int(summary[1]) if summary else 0
         status = "ok" if found else "missed: the tool reported no error in a kernel made to have one"
-        rows.append({"tool": tool, "errors": found, "status": status, "log": f"self_check_{tool}.log"})
-    return rows
+        return {"tool": tool, "errors": found, "status": status, "log": f"self_check_{tool}.log"}
+
+    with concurrent.futures.ThreadPoolExecutor(len(tools)) as pool:  # one small process per tool, side by side
+        return list(pool.map(check, tools))
 
 
 def find_sanitizer() -> str:
@@ -473,7 +481,7 @@ def main(argv=None) -> int:
         help="folder of summary.csv, self_check.csv and the logs (default: $OUT/sanitize)",
     )
     parser.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, of {', '.join(TOOLS)}")
-    parser.add_argument("--jobs", type=int, default=8, help="sanitizer processes at once")
+    parser.add_argument("--jobs", type=int, default=12, help="sanitizer processes at once")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per process")
     parser.add_argument(
         "--deadline", type=float, help="seconds for the whole run: processes not started by then are rows 'not run'"
@@ -539,8 +547,10 @@ def main(argv=None) -> int:
     print(f"building what the cache lacks of {len(names)} variants", flush=True)
     if build_all(names):
         return 1
-    # each group also runs once without a sanitizer (tool `none`), beside the others: does it run at all
+    # each group also runs once without a sanitizer (tool `none`), beside the others: does it run at all. The
+    # slowest tools' processes start first, the largest groups first within a tool, so the run ends with short ones.
     runs = [("none", index, group) for index, group in enumerate(groups(names))] + runs
+    runs.sort(key=lambda run: (_START_ORDER.index(run[0]), -len(run[2])))
     rows = []
     deadline = start + args.deadline if args.deadline else None
 

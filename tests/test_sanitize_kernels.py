@@ -315,3 +315,75 @@ def test_a_process_past_its_timeout_is_ended_with_what_it_started(sanitize, monk
         time.sleep(0.1)
     else:
         pytest.fail("the process the timed-out one started is still running")
+
+
+def _recording_runners(sanitize, monkeypatch, events):
+    for family in sanitize._RUNNERS:
+        monkeypatch.setitem(sanitize._RUNNERS, family, lambda name, shape, generator: events.append(("run", name)))
+
+
+def test_the_worker_loads_binding_variants_before_it_runs_them(sanitize, monkeypatch):
+    """The binding's ops (sm80, sm90, FP8) run only variants loaded into it; the ctypes families load their own."""
+    import torch
+
+    from cutlass_ext import registry
+
+    events = []
+    _recording_runners(sanitize, monkeypatch, events)
+    monkeypatch.setattr(registry, "ensure_names_registered", lambda names, device: events.append(("load", *names)))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    first_of = {}
+    for name in sanitize.variant_names():
+        first_of.setdefault(sanitize.family_of(name), name)
+    assert sanitize.worker(list(first_of.values()), device="cpu") == 0
+    for family, name in first_of.items():
+        runs = [index for index, event in enumerate(events) if event == ("run", name)]
+        loads = [index for index, event in enumerate(events) if event == ("load", name)]
+        assert len(runs) == len(sanitize.shapes_of(name))
+        if family in ("sm80", "sm90", "fp8"):
+            assert len(loads) == len(runs) and all(load + 1 == run for load, run in zip(loads, runs)), family
+        else:
+            assert not loads, family
+
+
+def _entry_points(sanitize):
+    """(module, attribute) of what each family's runner calls: the kernels' Python entry points."""
+    return {
+        "sm80": [("cutlass_ext.ops", "gemm"), ("cutlass_ext.ops", "halfhalf_gemm")],
+        "sm90": [("cutlass_ext.corrected_sm90", "product")],
+        "fp8": [("cutlass_ext.ops", "gemm_fp8")],
+        "fp8_block": [("cutlass_ext.fp8_block.api", "gemm_fp8_block")],
+        "ozaki": [("cutlass_ext.ozaki", "gemm")],
+        "lowbit": [("cutlass_ext.lowbit.kernel", "matmul")],
+        "optim": [],  # the optimizers' CPU path is their reference: it runs as it is
+    }
+
+
+def test_every_runner_calls_its_kernels_with_arguments_their_signatures_take(sanitize, monkeypatch):
+    """Each family's worker path on the CPU, its kernel entry points replaced by mocks that check each call
+    against the real signature (the worker's calls break here, not on the GPU, when an API changes)."""
+    from unittest import mock
+
+    import torch
+
+    def product(a, b, *args, **kwargs):  # the low-bit runner differentiates its result
+        return torch.matmul(a, b)
+
+    calls = {}
+    entry_points = _entry_points(sanitize)
+    assert set(entry_points) == set(sanitize._RUNNERS)
+    for family, targets in entry_points.items():
+        for module_name, attribute in targets:
+            module = importlib.import_module(module_name)
+            fake = mock.create_autospec(getattr(module, attribute), side_effect=product if family == "lowbit" else None)
+            monkeypatch.setattr(module, attribute, fake)
+            calls[module_name, attribute] = fake
+    names = sanitize.variant_names()
+    for family in sanitize._RUNNERS:
+        members = [name for name in names if sanitize.family_of(name) == family]
+        assert members, f"no variant of family {family}"
+        for name in dict.fromkeys([members[0], members[-1]]):
+            for shape in sanitize.shapes_of(name):
+                sanitize._RUNNERS[family](name, shape, torch.Generator().manual_seed(0))
+    for (module_name, attribute), fake in calls.items():
+        assert fake.call_count, f"no runner called {module_name}.{attribute}"
