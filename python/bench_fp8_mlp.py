@@ -10,7 +10,8 @@ per-tensor scales (`tensor`), each with promoted and fast accumulation: every ca
 CUDA events (`events_us`, host launch gaps included, as eager inference sees it) and replayed from a CUDA graph
 (`graph_us`, the GPU's time alone), `speedup` (bf16's graph_us over the row's), and `relres`, the relative residual
 against the block in FP64 on the same bf16 weights and inputs over the first tokens. The results folder defaults to
-sweeps/results/<gpu>/ by the device's name; the command is recorded in each row.
+sweeps/results/<gpu>/ by the device's name; the command is recorded in each row. A PNG beside the CSV plots each
+contender's speedup and relres per token count (`--plot-only` draws it from an existing CSV).
 """
 
 from __future__ import annotations
@@ -114,6 +115,29 @@ def measure(block, contenders, tokens: int, hidden: int, repeats: int) -> list[d
     return rows
 
 
+def plot(frame: pd.DataFrame, path: Path) -> None:
+    """Speedup over bf16 (from graph replay) and relres against FP64, per contender, over the token counts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (speed, error) = plt.subplots(1, 2, figsize=(11, 4))
+    labels = frame.contender + (" " + frame.scaling.fillna("") + " " + frame.accum.fillna("")).str.rstrip()
+    for label, line in frame.assign(label=labels).groupby("label"):
+        speed.plot(line.tokens, line.speedup, marker="o", label=label)
+        error.plot(line.tokens, line.relres, marker="o", label=label)
+    model = ", ".join(frame.model.unique())
+    for axis, title in ((speed, "speedup over bf16 (CUDA graph)"), (error, "relres against FP64")):
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("tokens")
+        axis.set_title(f"{model} MLP block: {title}")
+        axis.legend(fontsize=7)
+    error.set_yscale("log")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
 def main(argv=None) -> pd.DataFrame:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", choices=list(MODELS), default="llama3-70b", help="hidden and intermediate sizes")
@@ -121,7 +145,12 @@ def main(argv=None) -> pd.DataFrame:
     parser.add_argument("--accums", nargs="+", choices=ACCUMULATIONS, default=list(ACCUMULATIONS))
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--out", type=Path, help="CSV path (default sweeps/results/<gpu>/fp8_mlp.csv)")
+    parser.add_argument("--plot-only", action="store_true", help="draw the PNG from an existing --out CSV")
     args = parser.parse_args(argv)
+    if args.plot_only:
+        frame = pd.read_csv(args.out)
+        plot(frame, args.out.with_suffix(".png"))
+        return frame
     hidden, intermediate = MODELS[args.model]
     out = args.out or Path("sweeps/results") / tuned.gpu_key(torch.cuda.get_device_name()) / "fp8_mlp.csv"
     environment = {
@@ -148,6 +177,8 @@ def main(argv=None) -> pd.DataFrame:
     columns = ["tokens", "contender", "scaling", "accum", "events_us", "graph_us", "speedup", "relres"]
     with pd.option_context("display.width", 200):
         print(frame[columns].to_string(index=False))
+    plot(frame, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
     return frame
 
 

@@ -74,6 +74,14 @@ def test_quantize_block_takes_16_bit_inputs_and_zero_blocks(source):
     assert not x_fp8.float()[1].any() and torch.isfinite(fp8_block.dequantize(x_fp8, scales, 1)).all()
 
 
+@pytest.mark.parametrize("shape", [(0, 512), (3, 0, 256), (0, 4, 128)])
+@pytest.mark.parametrize("block", [(1, 128), (128, 128)])
+def test_quantize_block_takes_empty_inputs(shape, block):
+    x_fp8, scales = ext.quantize_fp8(torch.randn(shape), granularity="block", block=block)
+    *batch, rows, columns = shape
+    assert x_fp8.shape == shape and scales.shape == (*batch, -(-rows // block[0]), -(-columns // 128))
+
+
 def test_quantize_block_errors():
     with pytest.raises(ValueError, match="block="):
         ext.quantize_fp8(torch.randn(4, 128), granularity="block", block=(1, 64))
