@@ -47,7 +47,8 @@ __device__ __forceinline__ int32_t load_acquire(const int32_t* flag) {
 
 __device__ __forceinline__ void store_release(int32_t* flag, int32_t value) {
 #if defined(__CUDA_ARCH__)
-  asm volatile("st.release.gpu.global.b32 [%0], %1;" : : "l"(flag), "r"(value) : "memory");
+  // a fence then a relaxed store: the fence also releases what the CTA's other threads wrote before the barrier
+  asm volatile("fence.acq_rel.gpu;\n\tst.relaxed.gpu.global.b32 [%0], %1;" : : "l"(flag), "r"(value) : "memory");
 #else
   __atomic_store_n(flag, value, __ATOMIC_RELEASE);
 #endif
@@ -425,7 +426,8 @@ struct LowbitGemm {
 #pragma unroll
       for (int u = 0; u < kSums; ++u)
         if (valid[u]) *out[u] = sum[u];
-      __threadfence();
+      // the CTA's stores precede thread 0's release through the barrier, whose fence orders them all at GPU
+      // scope (CUTLASS's barrier.h arrives the same way): one fence per CTA, not one per thread
       __syncthreads();
       if (threadIdx.x == 0) store_release(steps_done, step + 1);
     }

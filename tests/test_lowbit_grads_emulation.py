@@ -39,7 +39,6 @@ inline std::barrier<>* cta_barrier = nullptr;
 #define __shared__ static
 #define __align__(x)
 #define __syncthreads() cta_barrier->arrive_and_wait()
-#define __threadfence() std::atomic_thread_fence(std::memory_order_seq_cst)
 #define __nanosleep(x) ((void)0)
 template <class T> T __ldg(const T* p) { return *p; }
 template <class T> T __ldcg(const T* p) { return *p; }
