@@ -122,8 +122,9 @@ def build_one(config, arch: str):
     return result.library
 
 
-def _load_into_binding(name: str, library) -> None:
-    torch.ops.cutlass_ext.register_variant(name, str(library))
+def _load_into_binding(name: str, arch: str, library) -> None:
+    """The binding keys its variants by (name, arch) too: a call runs the binary built for its device's arch."""
+    torch.ops.cutlass_ext.register_variant(name, arch, str(library))
 
 
 def ensure_registered(configs: list, device: torch.device) -> None:
@@ -148,7 +149,7 @@ def _load_binding_ahead() -> None:
 def _build_and_load(config, arch: str):
     library = build_one(config, arch)
     binding()  # waits for the build started ahead
-    _load_into_binding(config.name, library)
+    _load_into_binding(config.name, arch, library)
     return library
 
 
@@ -158,4 +159,6 @@ def register_library(configs: list, library, device: torch.device) -> None:
     binding()
     arch = device_arch(device)
     for config in configs:
-        _registered.get((config.name, arch), lambda config=config: _load_into_binding(config.name, library) or library)
+        _registered.get(
+            (config.name, arch), lambda config=config: _load_into_binding(config.name, arch, library) or library
+        )

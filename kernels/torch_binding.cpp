@@ -46,17 +46,40 @@ struct Variant {
   UnscaledVariant unscaled;
 };
 
+// Variants by arch (`80`, `90a`: what Python built the library for), then by name: a process with GPUs of two
+// architectures holds a binary of a variant for each, and a call runs the one built for its device's arch.
+template <typename VariantT>
+using ArchTable = std::unordered_map<std::string, std::unordered_map<std::string, VariantT>>;
+
+// The passes around the products, from the first library loaded for an arch that exports them: halfhalf's
+// operand passes (the sm80 libraries), the Hopper split pass (the corrected sm90 ones), the range shifts (both).
+struct PassLaunchers {
+  cutlass_ext_split_planes_fn split_planes = nullptr;
+  cutlass_ext_halfhalf_pack_fn halfhalf_pack = nullptr;
+  cutlass_ext_halfhalf_unscale_fn halfhalf_unscale = nullptr;
+  cutlass_ext_halfhalf_operands_fn halfhalf_operands = nullptr;
+  cutlass_ext_range_shift_fn range_shift = nullptr;
+};
+
 std::mutex registry_mutex;
-std::unordered_map<std::string, Variant> registry;
-std::unordered_map<std::string, Fp8Variant> fp8_registry;
-std::unordered_map<std::string, SplitVariant> split_registry;
-cutlass_ext_split_planes_fn split_planes_launcher = nullptr;
-// halfhalf's operand passes; every kernel library exports them, the first one loaded serves.
-cutlass_ext_halfhalf_pack_fn halfhalf_pack_launcher = nullptr;
-cutlass_ext_halfhalf_unscale_fn halfhalf_unscale_launcher = nullptr;
-cutlass_ext_halfhalf_operands_fn halfhalf_operands_launcher = nullptr;
-// halfhalf's range shifts; exported by the sm80 and the Hopper corrected libraries alike.
-cutlass_ext_range_shift_fn range_shift_launcher = nullptr;
+ArchTable<Variant> registry;
+ArchTable<Fp8Variant> fp8_registry;
+ArchTable<SplitVariant> split_registry;
+std::unordered_map<std::string, PassLaunchers> pass_launchers;  // by arch
+
+// The arch string kernels are built for on CUDA device `device` as cutlass_ext.device.info names it (`80`, `86`,
+// `90a`: the `a` features from sm_90 on); asked of the runtime once per device.
+std::string device_arch(int device) {
+  static std::mutex mutex;
+  static std::unordered_map<int, std::string> archs;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = archs.find(device);
+  if (found != archs.end()) return found->second;
+  int major = 0, minor = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return archs[device] = std::to_string(major) + std::to_string(minor) + (major >= 9 ? "a" : "");
+}
 
 template <typename Fn>
 Fn find_symbol(void* handle, const std::string& symbol, const std::string& library) {
@@ -77,14 +100,15 @@ TypedVariant<Args> load_typed(void* handle, const std::string& prefix, const std
   };
 }
 
-// Loads `library` (once per process) and records the launchers of variant `name` it exports: an FP8 variant
-// if the library exports `<name>_fp8_run`, a Hopper corrected one for `<name>_split_run`, an FP32 GEMM
-// (CUTLASS 2.x) variant otherwise.
-void register_variant(const std::string& name, const std::string& library) {
+// Loads `library`, built for `arch` (once per process), and records the launchers of variant `name` it exports
+// for that arch: an FP8 variant if the library exports `<name>_fp8_run`, a Hopper corrected one for
+// `<name>_split_run`, an FP32 GEMM (CUTLASS 2.x) variant otherwise.
+void register_variant(const std::string& name, const std::string& arch, const std::string& library) {
   std::lock_guard<std::mutex> lock(registry_mutex);
-  auto loaded_from = [&](const auto& table) {
-    auto found = table.find(name);
-    return found != table.end() && found->second.library == library;
+  auto loaded_from = [&](auto& table) {
+    const auto& variants = table[arch];
+    auto found = variants.find(name);
+    return found != variants.end() && found->second.library == library;
   };
   if (loaded_from(registry) || loaded_from(fp8_registry) || loaded_from(split_registry)) return;
   void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -93,31 +117,29 @@ void register_variant(const std::string& name, const std::string& library) {
   TORCH_CHECK(abi_version() == CUTLASS_EXT_ABI_VERSION, "kernel library ", library, " has launcher ABI ",
               std::to_string(abi_version()), "; this binding speaks ", std::to_string(CUTLASS_EXT_ABI_VERSION),
               ": rebuild it");
+  PassLaunchers& passes = pass_launchers[arch];
   if (dlsym(handle, (name + "_fp8_run").c_str()) != nullptr) {
-    fp8_registry[name] = load_typed<cutlass_ext_fp8_args>(handle, name + "_fp8", library);
+    fp8_registry[arch][name] = load_typed<cutlass_ext_fp8_args>(handle, name + "_fp8", library);
     return;
+  }
+  if (passes.range_shift == nullptr) {
+    passes.range_shift = find_symbol<cutlass_ext_range_shift_fn>(handle, "cutlass_ext_range_shift", library);
   }
   if (dlsym(handle, (name + "_split_run").c_str()) != nullptr) {
-    split_registry[name] = load_typed<cutlass_ext_split_gemm_args>(handle, name + "_split", library);
-    if (split_planes_launcher == nullptr) {
-      split_planes_launcher = find_symbol<cutlass_ext_split_planes_fn>(handle, "cutlass_ext_split_planes", library);
-    }
-    if (range_shift_launcher == nullptr) {
-      range_shift_launcher = find_symbol<cutlass_ext_range_shift_fn>(handle, "cutlass_ext_range_shift", library);
+    split_registry[arch][name] = load_typed<cutlass_ext_split_gemm_args>(handle, name + "_split", library);
+    if (passes.split_planes == nullptr) {
+      passes.split_planes = find_symbol<cutlass_ext_split_planes_fn>(handle, "cutlass_ext_split_planes", library);
     }
     return;
   }
-  if (range_shift_launcher == nullptr) {
-    range_shift_launcher = find_symbol<cutlass_ext_range_shift_fn>(handle, "cutlass_ext_range_shift", library);
-  }
-  if (halfhalf_pack_launcher == nullptr) {
-    halfhalf_pack_launcher = find_symbol<cutlass_ext_halfhalf_pack_fn>(handle, "cutlass_ext_halfhalf_pack", library);
-    halfhalf_unscale_launcher =
+  if (passes.halfhalf_pack == nullptr) {
+    passes.halfhalf_pack = find_symbol<cutlass_ext_halfhalf_pack_fn>(handle, "cutlass_ext_halfhalf_pack", library);
+    passes.halfhalf_unscale =
         find_symbol<cutlass_ext_halfhalf_unscale_fn>(handle, "cutlass_ext_halfhalf_unscale", library);
-    halfhalf_operands_launcher =
+    passes.halfhalf_operands =
         find_symbol<cutlass_ext_halfhalf_operands_fn>(handle, "cutlass_ext_halfhalf_operands", library);
   }
-  registry[name] = Variant{
+  registry[arch][name] = Variant{
       library,
       find_symbol<cutlass_ext_layouts_fn>(handle, name + "_layouts", library)(),
       find_symbol<cutlass_ext_can_implement_fn>(handle, name + "_can_implement", library),
@@ -128,12 +150,18 @@ void register_variant(const std::string& name, const std::string& library) {
   };
 }
 
+// `<name> sm_<arch>` for every variant loaded.
 std::vector<std::string> registered_variants() {
   std::lock_guard<std::mutex> lock(registry_mutex);
   std::vector<std::string> names;
-  for (const auto& entry : registry) names.push_back(entry.first);
-  for (const auto& entry : fp8_registry) names.push_back(entry.first);
-  for (const auto& entry : split_registry) names.push_back(entry.first);
+  auto add = [&](const auto& table) {
+    for (const auto& [arch, variants] : table) {
+      for (const auto& entry : variants) names.push_back(entry.first + " sm_" + arch);
+    }
+  };
+  add(registry);
+  add(fp8_registry);
+  add(split_registry);
   return names;
 }
 
@@ -142,11 +170,14 @@ std::vector<std::string> registered_variants() {
 // and calls again (a first call builds only the kernel that runs).
 constexpr const char* kUnloadedMarker = "[cutlass_ext:unloaded]";
 
+// Variant `name` loaded for `arch`, or nullptr.
 template <typename VariantT>
-const VariantT* find_in(const std::unordered_map<std::string, VariantT>& table, const std::string& name) {
+const VariantT* find_in(const ArchTable<VariantT>& table, const std::string& arch, const std::string& name) {
   std::lock_guard<std::mutex> lock(registry_mutex);
-  auto found = table.find(name);
-  return found == table.end() ? nullptr : &found->second;  // entries are never erased: the pointer stays valid
+  auto variants = table.find(arch);
+  if (variants == table.end()) return nullptr;
+  auto found = variants->second.find(name);
+  return found == variants->second.end() ? nullptr : &found->second;  // never erased: the pointer stays valid
 }
 
 void check_unloaded(const std::vector<std::string>& unloaded) {
@@ -240,10 +271,10 @@ int64_t batch_stride(const at::Tensor& t) { return t.dim() == 3 && t.size(0) > 1
 
 // Runs the first variant that reads a and b as stored and can implement the problem; false if none could.
 // `epilogue` carries D, C, alpha and beta; this fills in the operands.
-bool run_first_fitting(const std::vector<std::string>& variants, const at::Tensor& a, const at::Tensor& b,
-                       cutlass_ext_gemm_args epilogue, std::vector<std::string>& unloaded) {
+bool run_first_fitting(const std::vector<std::string>& variants, const std::string& arch, const at::Tensor& a,
+                       const at::Tensor& b, cutlass_ext_gemm_args epilogue, std::vector<std::string>& unloaded) {
   for (const auto& name : variants) {
-    const Variant* found = find_in(registry, name);
+    const Variant* found = find_in(registry, arch, name);
     if (found == nullptr) {
       if (std::find(unloaded.begin(), unloaded.end(), name) == unloaded.end()) unloaded.push_back(name);
       continue;
@@ -318,9 +349,10 @@ at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, const c10::option
   epilogue.alpha = float(alpha);
   epilogue.beta = source.defined() ? float(beta) : 0.0f;
   // Views the variants read as stored run without a copy; anything else is made contiguous (row-major).
+  const std::string arch = device_arch(a.get_device());
   std::vector<std::string> unloaded;
-  if (run_first_fitting(variants, a, b, epilogue, unloaded)) return d;
-  if (run_first_fitting(variants, a.contiguous(), b.contiguous(), epilogue, unloaded)) return d;
+  if (run_first_fitting(variants, arch, a, b, epilogue, unloaded)) return d;
+  if (run_first_fitting(variants, arch, a.contiguous(), b.contiguous(), epilogue, unloaded)) return d;
   check_unloaded(unloaded);
   TORCH_CHECK(false, "none of the kernel variants ", c10::Join(", ", variants), " can run a ", shape_string(a.sizes()),
               " x ", shape_string(b.sizes()), " product with strides ", shape_string(a.strides()), " and ",
@@ -433,9 +465,10 @@ at::Tensor gemm_fp8_cuda(const at::Tensor& a, const at::Tensor& b, const at::Ten
   args.bias = bias ? bias_vector.data_ptr() : nullptr;
   args.device = device_index;
   args.sm_count = sm_count(device_index);
+  const std::string arch = device_arch(device_index);
   std::vector<std::string> unloaded;
   for (const auto& name : variants) {
-    const Fp8Variant* variant = find_in(fp8_registry, name);
+    const Fp8Variant* variant = find_in(fp8_registry, arch, name);
     if (variant == nullptr) {
       unloaded.push_back(name);
     } else if (run_if_implementable(*variant, args, name, a.options())) {
@@ -449,10 +482,14 @@ at::Tensor gemm_fp8_cuda(const at::Tensor& a, const at::Tensor& b, const at::Ten
               " (TMA needs 16-byte aligned rows: k a multiple of 16, n of 16 / the output's element size)");
 }
 
+// The pass launcher `member` of the libraries loaded for `device`'s arch.
 template <typename Launcher>
-Launcher loaded(Launcher launcher) {
+Launcher loaded(Launcher PassLaunchers::*member, int device) {
+  const std::string arch = device_arch(device);
   std::lock_guard<std::mutex> lock(registry_mutex);
-  TORCH_CHECK(launcher != nullptr, "no kernel library is loaded yet; cutlass_ext.gemm loads them");
+  auto passes = pass_launchers.find(arch);
+  Launcher launcher = passes == pass_launchers.end() ? nullptr : passes->second.*member;
+  TORCH_CHECK(launcher != nullptr, "no kernel library is loaded for sm_", arch, " yet; cutlass_ext.gemm loads them");
   return launcher;
 }
 
@@ -485,13 +522,14 @@ at::Tensor halfhalf_pack_cuda(const at::Tensor& x, const at::Tensor& shift) {
                              shifts.stride(1),
                              shifts.stride(2),
                              out.data_ptr()};
-  check_launch(loaded(halfhalf_pack_launcher)(&args, c10::cuda::getCurrentCUDAStream().stream()), "halfhalf_pack");
+  check_launch(loaded(&PassLaunchers::halfhalf_pack, x.get_device())(&args, c10::cuda::getCurrentCUDAStream().stream()),
+               "halfhalf_pack");
   return out;
 }
 
 // Launches the unscaling pass of `args` (product, out, sizes and shifts filled in) with gemm's epilogue:
-// alpha · unscaled + beta · source, source (undefined: none) broadcast to (batch, m, n).
-void unscale(cutlass_ext_unscale_args& args, const at::Tensor& source, float alpha, float beta) {
+// alpha · unscaled + beta · source, source (undefined: none) broadcast to (batch, m, n), on `device`.
+void unscale(cutlass_ext_unscale_args& args, const at::Tensor& source, float alpha, float beta, int device) {
   if (source.defined()) {
     at::Tensor sources = source.expand({args.batch, args.m, args.n});
     args.source = sources.data_ptr<float>();
@@ -501,7 +539,7 @@ void unscale(cutlass_ext_unscale_args& args, const at::Tensor& source, float alp
   }
   args.alpha = alpha;
   args.beta = beta;
-  check_launch(loaded(halfhalf_unscale_launcher)(&args, c10::cuda::getCurrentCUDAStream().stream()),
+  check_launch(loaded(&PassLaunchers::halfhalf_unscale, device)(&args, c10::cuda::getCurrentCUDAStream().stream()),
                "halfhalf_unscale");
 }
 
@@ -533,7 +571,7 @@ at::Tensor halfhalf_unscale_cuda(const at::Tensor& c, const at::Tensor& row_shif
   args.column_shift = columns.data_ptr<int32_t>();
   args.column_shift_batch_stride = columns.stride(0);
   args.column_shift_stride = columns.stride(2);
-  unscale(args, at::Tensor(), 1.0f, 0.0f);
+  unscale(args, at::Tensor(), 1.0f, 0.0f, c.get_device());
   return out;
 }
 
@@ -558,7 +596,8 @@ at::Tensor range_shift_cuda(const at::Tensor& x, int64_t dim) {
                                     source.stride(2),
                                     dim == -2,
                                     out.data_ptr<int32_t>()};
-  check_launch(loaded(range_shift_launcher)(&args, c10::cuda::getCurrentCUDAStream().stream()), "range_shift");
+  check_launch(loaded(&PassLaunchers::range_shift, x.get_device())(&args, c10::cuda::getCurrentCUDAStream().stream()),
+               "range_shift");
   return out;
 }
 
@@ -599,7 +638,7 @@ at::Tensor halfhalf_gemm_cuda(const at::Tensor& a, const at::Tensor& b, const c1
   cutlass_ext_halfhalf_operands_args operands{operand_pass(a, false, row_shift, base),
                                               operand_pass(b, true, column_shift, base + packed_a)};
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  check_launch(loaded(halfhalf_operands_launcher)(&operands, stream), "halfhalf_operands");
+  check_launch(loaded(&PassLaunchers::halfhalf_operands, a.get_device())(&operands, stream), "halfhalf_operands");
 
   const bool batched = a.dim() == 3 || b.dim() == 3;
   at::Tensor d = batched ? at::empty({batch, m, n}, a.options()) : at::empty({m, n}, a.options());
@@ -629,10 +668,11 @@ at::Tensor halfhalf_gemm_cuda(const at::Tensor& a, const at::Tensor& b, const c1
     fused.gemm.batch_stride_c = batched && batch > 1 ? source.stride(0) : 0;
     fused.gemm.beta = float(beta);
   }
+  const std::string arch = device_arch(a.get_device());
   std::vector<std::string> unloaded;
   bool ran = false;
   for (const auto& name : variants) {  // the packed operands are row-major
-    const Variant* variant = find_in(registry, name);
+    const Variant* variant = find_in(registry, arch, name);
     if (variant == nullptr) {
       unloaded.push_back(name);
       continue;
@@ -662,7 +702,7 @@ at::Tensor halfhalf_gemm_cuda(const at::Tensor& a, const at::Tensor& b, const c1
   unscaling.column_shift = column_shift;
   unscaling.column_shift_batch_stride = batch_b > 1 ? n : 0;
   unscaling.column_shift_stride = 1;
-  unscale(unscaling, source, float(alpha), source.defined() ? float(beta) : 0.0f);
+  unscale(unscaling, source, float(alpha), source.defined() ? float(beta) : 0.0f, a.get_device());
   return d;
 }
 
@@ -706,7 +746,8 @@ std::tuple<at::Tensor, at::Tensor> split_planes_cuda(const at::Tensor& x, const 
   args.lo = lo.data_ptr();
   args.ld = ld;
   args.format = int32_t(format);
-  check_launch(loaded(split_planes_launcher)(&args, c10::cuda::getCurrentCUDAStream().stream()), "split_planes");
+  check_launch(loaded(&PassLaunchers::split_planes, x.get_device())(&args, c10::cuda::getCurrentCUDAStream().stream()),
+               "split_planes");
   if (x.dim() == 2) return {hi.squeeze(0), lo.squeeze(0)};
   return {hi, lo};
 }
@@ -778,9 +819,10 @@ at::Tensor gemm_split_cuda(const at::Tensor& a_hi, const at::Tensor& a_lo, const
   args.alpha = float(alpha);
   args.device = a_hi.get_device();
   args.sm_count = sm_count(args.device);
+  const std::string arch = device_arch(args.device);
   std::vector<std::string> unloaded;
   for (const auto& name : variants) {
-    const SplitVariant* variant = find_in(split_registry, name);
+    const SplitVariant* variant = find_in(split_registry, arch, name);
     if (variant == nullptr) {
       unloaded.push_back(name);
     } else if (run_if_implementable(*variant, args, name, a_hi.options())) {
@@ -808,6 +850,6 @@ TORCH_LIBRARY_IMPL(cutlass_ext, CUDA, m) {
 
 // Plain ops rather than a Python module: no pybind11 or torch/extension.h to compile on a user's first call.
 TORCH_LIBRARY_FRAGMENT(cutlass_ext, m) {
-  m.def("register_variant(str name, str library) -> ()", &register_variant);
+  m.def("register_variant(str name, str arch, str library) -> ()", &register_variant);
   m.def("registered_variants() -> str[]", &registered_variants);
 }

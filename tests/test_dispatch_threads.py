@@ -41,14 +41,15 @@ def stub_dispatch(monkeypatch, tmp_path):
         library.write_text("library")
         return [build.LibraryResult((config,), library)]
 
-    def load(name, library):
+    def load(name, arch, library):
+        assert library.endswith(f"-{arch}.so"), f"{name}: the binding was told arch {arch} for {library}"
         with lock:
-            loaded[name, library.split("-")[-1].removesuffix(".so")] += 1
+            loaded[name, arch] += 1
 
     monkeypatch.setattr(build, "build_libraries", build_libraries)
     monkeypatch.setattr(registry.requirements, "check_driver", lambda nvcc_version: None)  # no driver here
     monkeypatch.setattr(registry, "binding", lambda: None)
-    monkeypatch.setattr(registry, "_load_into_binding", lambda name, library: load(name, str(library)))
+    monkeypatch.setattr(registry, "_load_into_binding", lambda name, arch, library: load(name, arch, str(library)))
     monkeypatch.setattr(registry, "device_arch", lambda device: ARCHS[device.index])
     monkeypatch.setattr(registry, "_registered", OnceMap())
     monkeypatch.setattr(registry, "_libraries", OnceMap())

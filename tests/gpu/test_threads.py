@@ -1,5 +1,6 @@
 """First calls from 8 threads at once, in a fresh process: mixed modes of `ext.gemm` and `ext.gemm_fp8` over odd
-shapes, each result checked against the same product computed afterwards on one thread and against FP64."""
+shapes, each result checked against the same product computed afterwards on one thread and against FP64. And the
+binding's per-(variant, arch) keying that lets GPUs of two architectures share a process."""
 
 import json
 import subprocess
@@ -98,3 +99,48 @@ def test_first_calls_from_eight_threads_in_a_fresh_process():
     for row in report["rows"]:
         assert row["same_as_single_thread"], row
         assert row["relres"] <= BOUNDS[row["mode"]], row
+
+
+ARCH_KEYS = textwrap.dedent(
+    """
+    import json
+    import torch
+    from cutlass_ext import numerics, registry
+    from cutlass_ext.families.sm80.config import default_configs
+
+    device = torch.device("cuda")
+    arch = registry.device_arch(device)
+    other = "80" if arch != "80" else "90a"
+    config = default_configs("tf32")[-1]  # a fallback: not loaded in a fresh process
+    registry.binding()
+    torch.ops.cutlass_ext.register_variant(config.name, other, str(registry.build_one(config, arch)))
+    a, b = torch.randn(67, 131, device="cuda"), torch.randn(131, 45, device="cuda")
+    try:
+        torch.ops.cutlass_ext.gemm(a, b, None, 1.0, 0.0, [config.name])
+        error = ""
+    except RuntimeError as raised:
+        error = str(raised)
+    registry.ensure_registered([config], device)
+    d = torch.ops.cutlass_ext.gemm(a, b, None, 1.0, 0.0, [config.name])
+    print(json.dumps({
+        "error_while_loaded_for_another_arch": error,
+        "relres_once_loaded_for_this_arch": numerics.relative_residual(d, a.double() @ b.double()),
+        "loaded": sorted(v for v in torch.ops.cutlass_ext.registered_variants() if v.startswith(config.name + " ")),
+        "expected": sorted(f"{config.name} sm_{x}" for x in (arch, other)),
+    }))
+    """
+)
+
+
+@pytest.mark.gpu
+def test_binding_runs_only_the_variants_loaded_for_the_devices_arch():
+    # a library recorded for another arch must not serve this device (with two GPUs of two architectures it would
+    # hold the other one's binary): the call skips it as not loaded, and runs once it is loaded for this arch
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    done = subprocess.run([sys.executable, "-c", ARCH_KEYS], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "[cutlass_ext:unloaded]" in report["error_while_loaded_for_another_arch"], report
+    assert report["relres_once_loaded_for_this_arch"] < BOUNDS["tf32"], report
+    assert report["loaded"] == report["expected"], report
