@@ -99,7 +99,9 @@ def run(
 ) -> torch.Tensor:
     """alpha·A·B + beta·c through `call`, the plan of a's and b's shapes and strides (c broadcast to the product;
     None: beta is ignored)."""
-    if a.get_device() != torch.cuda.current_device():
+    # torch._C's calls behind torch.cuda.current_device and current_blas_handle, without their lazy-init check:
+    # CUDA is initialised, a is on it
+    if a.get_device() != torch._C._cuda_getDevice():
         with torch.cuda.device(a.device):  # the handle and stream of a's device
             return run(call, a, b, c, alpha, beta)
     d = a.new_empty(call.shape)
@@ -107,7 +109,7 @@ def run(
         d.copy_(c.expand(call.shape))  # cuBLAS adds beta·C in place
     else:
         beta = 0.0
-    handle = torch.cuda.current_blas_handle()  # this thread's handle, set to the current stream
+    handle = torch._C._cuda_getCurrentBlasHandle()  # this thread's handle, set to the current stream
     status = _gemm_strided_batched()(
         handle,
         *call.head,
