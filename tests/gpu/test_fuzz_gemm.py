@@ -282,7 +282,8 @@ MATMUL_BATCHES = [((), ()), ((3,), ()), ((), (2,)), ((2, 1), (3,)), ((1, 3), (2,
 )
 def test_epilogue_and_matmul_shapes_within_bound(mode, batches, m, n, k, alpha, beta, bias, c_shape, out, seed):
     """D = alpha·A·B + beta·C + bias with torch.matmul's shapes (the docstring): the product's bound times |alpha|
-    plus FP32 rounding of the epilogue's terms; beta = 0 ignores C even where it is NaN, as BLAS does."""
+    plus FP32 rounding of the epilogue's terms; beta = 0 ignores C even where it is NaN, as BLAS does; beta ≠ 0
+    without a C is a ValueError."""
     generator = torch.Generator(device="cuda").manual_seed(seed)
     batch_a, batch_b = batches
     a = values("urand", (k,) if batch_a == "row" else (*batch_a, m, k), generator)
@@ -301,6 +302,10 @@ def test_epilogue_and_matmul_shapes_within_bound(mode, batches, m, n, k, alpha, 
         }[c_shape]
         c = values("urand", shape, generator) if beta != 0 else torch.full(shape, math.nan, device="cuda")
     out_tensor = torch.full(expected_shape, math.nan, device="cuda") if out else None
+    if beta != 0 and c is None:  # the docstring's beta scales c: without one, the call is refused
+        with pytest.raises(ValueError, match="beta=.* scales c, but no c was given"):
+            ext.gemm(a, b, mode, bias=bias_tensor, alpha=alpha, beta=beta, out=out_tensor)
+        return
     result = ext.gemm(a, b, mode, bias=bias_tensor, alpha=alpha, beta=beta, c=c, out=out_tensor)
     assert result.shape == expected_shape and result.dtype == torch.float32
     if out:
