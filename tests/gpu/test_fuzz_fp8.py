@@ -26,6 +26,8 @@ from hypothesis import strategies as st
 import cutlass_ext as ext
 from cutlass_ext import numerics
 
+from .fuzz_inputs import with_specials
+
 FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 ROUNDING = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24}
 SMALLEST_NORMAL = {torch.bfloat16: 2.0**-126, torch.float16: 2.0**-14, torch.float32: 2.0**-126}
@@ -164,9 +166,9 @@ def _with_specials(m, n, k, dtype, specials, seed):
     generator = torch.Generator().manual_seed(seed)
     a, b = torch.randn(m, k, generator=generator), torch.randn(n, k, generator=generator)
     non_finite = [math.nan] if dtype == "e4m3" else [math.nan, math.inf, -math.inf]  # e4m3fn has no Inf
-    for index, (operand, position) in enumerate(specials):
-        target = a if operand == "a" else b
-        target.view(-1)[position % target.numel()] = non_finite[index % len(non_finite)]
+    planted = [(name, position, non_finite[i % len(non_finite)]) for i, (name, position) in enumerate(specials)]
+    a = with_specials(a, [(position, value) for name, position, value in planted if name == "a"])
+    b = with_specials(b, [(position, value) for name, position, value in planted if name == "b"])
     return a.to(FP8[dtype]), b.to(FP8[dtype])
 
 
