@@ -13,14 +13,14 @@ LAYOUTS = ("contiguous", "transposed", "sliced", "stepped")
 
 
 def values(kind, shape, generator: torch.Generator) -> torch.Tensor:
-    """FP32 values on the generator's device. kind: `urand` U(-1, 1), `normal`, `subnormal` (all of them below
-    2^-126), or an exponent range (lo, hi) drawn by numerics.exp_rand (seed 000 eq. 25)."""
+    """FP32 values on the generator's device. kind: `urand` U(-1, 1), `normal`, `subnormal` (FP32 subnormals,
+    2^-146 to 2^-126), or an exponent range (lo, hi) drawn by numerics.exp_rand (seed 000 eq. 25)."""
     if kind == "urand":
         return torch.rand(shape, generator=generator, device=generator.device) * 2 - 1
     if kind == "normal":
         return torch.randn(shape, generator=generator, device=generator.device)
     if kind == "subnormal":
-        return numerics.exp_rand(shape, -126, -100, generator=generator) * 2.0**-20
+        return numerics.exp_rand(shape, -126, -107, generator=generator) * 2.0**-20
     return numerics.exp_rand(shape, *kind, generator=generator)
 
 
