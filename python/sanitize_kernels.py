@@ -280,13 +280,15 @@ _RUNNERS = {
 
 
 def build_all(names: list[str]) -> int:
-    """Build every variant the cache lacks for this GPU, in parallel (first use would build them one at a time)."""
+    """Build every variant the cache lacks for this GPU, in parallel (first use would build them one at a time),
+    and the torch binding (else every worker that starts at once would wait on its one build)."""
     from cutlass_ext import build, toolchain
 
     results = build.build_libraries([(config_of(name),) for name in names], toolchain.device_arch())
     failed = [result for result in results if result.library is None]
     for result in failed:
         print(f"building {result.configs[0].name} failed:\n{result.error}", file=sys.stderr)
+    build.load_binding()
     return 1 if failed else 0
 
 
