@@ -74,3 +74,11 @@ def test_lowbit_matmul_names_the_bad_operand(a_dims, b_dims, k_a, k_b, dtype):
         return
     with pytest.raises(expected, match=match):
         ext.lowbit.matmul(a, b, config)
+
+
+@given(k=st.sampled_from([ext.ozaki.MAX_K + 1, 2**17 + 5]), mode=st.sampled_from(["int8x6", "int8x8"]))
+def test_ozaki_refuses_k_past_its_limit_before_any_work(k, mode):
+    """K < 2^17 (the docstring): INT32 sums of INT8 residue products would overflow past it."""
+    a, b = torch.ones(2, k), torch.ones(k, 3)
+    with pytest.raises(ValueError, match=f"K={k} exceeds {ext.ozaki.MAX_K}"):
+        ext.gemm(a, b, mode=mode)
