@@ -38,6 +38,8 @@ def rows_to_quantize(kind, dtype, columns):
         x[:, ::97] *= 1e4
     elif kind == "tiny":
         x *= 1e-30  # scales near float32's smallest normal
+    elif kind == "subnormal":
+        x *= 1e-39  # float32 subnormals: divided as they are (div.rn.f32), not flushed to zero
     elif kind == "special":
         x[3] = 0.0  # an all-zero row: the smallest normal scale
         x[5, 7] = float("nan")
@@ -45,12 +47,12 @@ def rows_to_quantize(kind, dtype, columns):
     return x.to(dtype)
 
 
-@pytest.mark.parametrize("kind", ["normal", "outliers", "tiny", "special"])
+@pytest.mark.parametrize("kind", ["normal", "outliers", "tiny", "subnormal", "special"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("columns", [16, 272, 2048, 4112, 28672])
 def test_one_pass_row_quantizer_is_quantize_fp8_bit_for_bit(kind, dtype, columns):
-    if kind == "tiny" and dtype != torch.float32:
-        pytest.skip("bf16 / fp16 hold no such values")
+    if (kind == "tiny" and dtype != torch.float32) or (kind == "subnormal" and dtype == torch.float16):
+        pytest.skip(f"{dtype} holds no such values")
     x = rows_to_quantize(kind, dtype, columns)
     strided = torch.cat([x, x], dim=1)[:, :columns]  # rows a stride apart that is not their length
     for rows in (x, strided):
