@@ -259,7 +259,7 @@ struct LowbitGemm {
   // registers, dB terms into shared memory), and then the threads sum the dB terms over the CTA's rows in order,
   // continuing the sums the CTA of the rows before it left in dB: it waits for that CTA's count of finished steps
   // (a turnstile, as CUTLASS's serial split-K), so dB[k, j] is the one sequential sum over all rows.
-  template <int kSte, bool kUnderflow, bool kFast, bool kInChunk>
+  template <int kSte, bool kUnderflow, bool kFast, int kSpan>
   __device__ static void grads(const cutlass_ext_lowbit_grads_args& args) {
     __shared__ __align__(16) float w_tile[kGradColumns][kWindow];
     __shared__ float g_tile[kGradColumns][kGradThreads + 1];
@@ -278,7 +278,7 @@ struct LowbitGemm {
     const int rows = int(args.m - row0 < kGradThreads ? args.m - row0 : kGradThreads);
     const int64_t row = row0 + threadIdx.x;
     const bool active = threadIdx.x < rows;
-    GradRowWindow<kWindow, kSte, kUnderflow, kFast, kInChunk> thread(args, batch, active ? row : row0, window);
+    GradRowWindow<kWindow, kSte, kUnderflow, kFast, kSpan> thread(args, batch, active ? row : row0, window);
     const float* w = args.b + batch * args.b_batch_stride;
     float* db = args.db == nullptr ? nullptr : args.db + batch * args.db_batch_stride;
     const float* g = args.g + batch * args.g_batch_stride;
@@ -448,10 +448,10 @@ __global__ void __launch_bounds__(Gemm::kThreads) lowbit_forward_kernel(const cu
     Gemm::template forward<kUnderflow, kFast, kBlocked>(args, batch);
 }
 
-template <class Gemm, int kSte, bool kUnderflow, bool kFast, bool kInChunk>
+template <class Gemm, int kSte, bool kUnderflow, bool kFast, int kSpan>
 __global__ void __launch_bounds__(Gemm::kGradThreads, Gemm::kGradBlocksPerSm)
     lowbit_grads_kernel(const cutlass_ext_lowbit_grads_args args) {
-  Gemm::template grads<kSte, kUnderflow, kFast, kInChunk>(args);
+  Gemm::template grads<kSte, kUnderflow, kFast, kSpan>(args);
 }
 
 // Launches KERNEL<..., kUnderflow, kFast, ...> for the format's flags (the fast form: Quantizer::has_fast_form).
@@ -497,7 +497,7 @@ int LowbitGemm<kBlockM, kBlockN, kBlockK, kThreadM, kThreadN, kWindow>::run_forw
 
 template <class Gemm, int kSte>
 void launch_grads(const cutlass_ext_lowbit_grads_args* args, dim3 grid, cudaStream_t stream) {
-  const bool in_chunk = args->format.chunk % Gemm::kWindowSize == 0;  // GradRowWindow's kInChunk
+  const int span = window_span(args->format.chunk, Gemm::kWindowSize);  // GradRowWindow's kSpan
   dispatch_format(args->format, [&](auto underflow, auto fast) {
     constexpr bool uf = decltype(underflow)::value, fa = decltype(fast)::value;
     // kGradBlocksPerSm CTAs of ~34 KB shared memory each: ask for the largest shared-memory carveout
@@ -505,10 +505,12 @@ void launch_grads(const cutlass_ext_lowbit_grads_args* args, dim3 grid, cudaStre
       cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
       kernel<<<grid, Gemm::kGradThreads, 0, stream>>>(*args);
     };
-    if (in_chunk)
-      launch(lowbit_grads_kernel<Gemm, kSte, uf, fa, true>);
+    if (span == kSpanChunk)
+      launch(lowbit_grads_kernel<Gemm, kSte, uf, fa, kSpanChunk>);
+    else if (span == kSpanInChunk)
+      launch(lowbit_grads_kernel<Gemm, kSte, uf, fa, kSpanInChunk>);
     else
-      launch(lowbit_grads_kernel<Gemm, kSte, uf, fa, false>);
+      launch(lowbit_grads_kernel<Gemm, kSte, uf, fa, kSpanAcross>);
   });
 }
 

@@ -11,17 +11,28 @@
 namespace cutlass_ext {
 namespace lowbit {
 
+// Where a gradient window of kWindow steps lies in the chunks: across chunk boundaries, inside one longer chunk
+// (the chunk a multiple of the window), or exactly one chunk.
+constexpr int kSpanAcross = 0, kSpanInChunk = 1, kSpanChunk = 2;
+
+LOWBIT_HD int window_span(int64_t chunk, int window) {
+  return chunk == window ? kSpanChunk : chunk % window == 0 ? kSpanInChunk : kSpanAcross;
+}
+
 // dA[r, k0 .. k0 + kWindow) of one row r of A: for each column c in increasing order, the chain of output (r, c)
 // is recomputed from the start of the chunk holding k0 through the window (and, for the recursive STE, to the end
 // of the window's last chunk), giving each step's STE bit; the unmasked terms G[r, c]·B[k, c] are added, and the
 // dB terms G[r, c]·A[r, k] (+0.0 where masked) go to a sink, which sums them over the rows in increasing r.
 // `columns` runs kColumns chains side by side (independent work to hide each chain's latency) and adds their
-// terms in increasing c: kPairs of them, four (two for the recursive STE, which spills with four) in the
-// window-in-one-chunk case, one in the general case (whose recursive STE would spill with two). kInChunk: the chunk is a multiple of kWindow, so the window lies in one
-// chunk and no step of it resets the partial sum (its first step starts a chunk only where the recomputation
-// starts).
-template <int kWindow, int kSte, bool kUnderflow, bool kFast, bool kInChunk>
+// terms in increasing c: kPairs of them, four (two for the recursive STE, which spills with four) where the
+// window lies in one chunk, one otherwise (the recursive STE would spill with two). kSpan (window_span): where
+// the window lies. In one chunk, no step of it resets the partial sum (its first step starts a chunk only where
+// the recomputation starts); where it is the whole chunk, no step comes before or after it in the chunk either
+// (the common case: the chain of the window alone, without the code of the steps around it).
+template <int kWindow, int kSte, bool kUnderflow, bool kFast, int kSpan>
 struct GradRowWindow {
+  static constexpr bool kInChunk = kSpan != kSpanAcross;
+  static constexpr bool kWholeChunk = kSpan == kSpanChunk;
   static constexpr int kPairs = !kInChunk ? 1 : kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF ? 2 : 4;
   const cutlass_ext_lowbit_grads_args& args;
   Format format;
@@ -72,10 +83,12 @@ struct GradRowWindow {
       w_column[j] = w + (c + j) * args.b_column_stride;
       s[j] = 0.0f;
     }
-    for (int64_t k = first; k < k0; ++k)
+    if constexpr (!kWholeChunk) {
+      for (int64_t k = first; k < k0; ++k)
 #pragma unroll
-      for (int j = 0; j < kColumns; ++j)
-        s[j] = format.fmaq<kUnderflow, kFast>(x[k * args.a_column_stride], w_column[j][k * args.b_row_stride], s[j]);
+        for (int j = 0; j < kColumns; ++j)
+          s[j] = format.fmaq<kUnderflow, kFast>(x[k * args.a_column_stride], w_column[j][k * args.b_row_stride], s[j]);
+    }
     // A step's terms: G·B[k, c] into dA (skipped where masked) and G·A[r, k] to the dB sink (+0.0 where masked: a
     // running sum that starts at +0.0 is never −0.0, so adding +0.0 changes nothing). For fixed i, increasing j.
     auto emit = [&](int i, const bool (&pass)[kColumns]) {
@@ -90,11 +103,12 @@ struct GradRowWindow {
     constexpr bool kRecursive = kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF;
     // The immediate STEs emit each step's terms as it runs; the recursive one once the later steps are known.
     // Recursive STE in one chunk: a step passes iff every later step of the chunk and the chunk's later
-    // second-level adds pass (seed 002 eq. 11), i.e. iff it comes after the last failing step.
+    // second-level adds pass (seed 002 eq. 11), i.e. iff it comes after the last failing step: from step
+    // pass_from[j] on. Across chunks each step's bit is kept (passes).
     bool passes[kWindow][kColumns];
-    int last_fail[kColumns];
+    int pass_from[kColumns];
 #pragma unroll
-    for (int j = 0; j < kColumns; ++j) last_fail[j] = -1;
+    for (int j = 0; j < kColumns; ++j) pass_from[j] = 0;
 #pragma unroll
     for (int i = 0; i < kWindow; ++i) {
       bool step_passes[kColumns];
@@ -104,10 +118,11 @@ struct GradRowWindow {
         if (kFull || i < width) {
           if (!kInChunk && starts_chunk[i]) s[j] = 0.0f;
           const Step step = fmaq_step<kUnderflow, kFast>(format, x_window[i], w_at(j, i), s[j]);
-          const bool pass = kSte == CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF ? passes_diff(step, s[j], args.eps1, args.eps2)
-                                                                        : format.passes_overflow(step.sum);
+          const bool pass = kSte == CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF
+                                ? passes_diff(step, s[j], args.eps1, args.eps2)
+                                : format.passes_overflow(step.sum);
           step_passes[j] = pass;
-          if (kRecursive && kInChunk && !pass) last_fail[j] = i;
+          if (kRecursive && kInChunk && !pass) pass_from[j] = i + 1;
           if (kRecursive && !kInChunk) passes[i][j] = pass;
           s[j] = step.result;
         }
@@ -118,7 +133,7 @@ struct GradRowWindow {
 #pragma unroll
       for (int j = 0; j < kColumns; ++j) {
         bool later_pass = true;
-        for (int64_t k = k0 + width; k < chain_end; ++k) {
+        for (int64_t k = k0 + width; !kWholeChunk && k < chain_end; ++k) {
           const Step step = fmaq_step<kUnderflow, kFast>(format, x[k * args.a_column_stride],
                                                          w_column[j][k * args.b_row_stride], s[j]);
           later_pass = later_pass && format.passes_overflow(step.sum);
@@ -126,9 +141,7 @@ struct GradRowWindow {
         }
         // no gradient reaches the steps of the last blocked chunk or earlier ones (in one chunk: all or none)
         if (kInChunk) {
-          if (!later_pass) last_fail[j] = kWindow;
-#pragma unroll
-          for (int i = 0; i < kWindow; ++i) passes[i][j] = (kFull || i < width) && i > last_fail[j] && i >= open[j];
+          pass_from[j] = !later_pass ? kWindow : pass_from[j] > open[j] ? pass_from[j] : open[j];
         } else {
 #pragma unroll
           for (int i = kWindow - 1; i >= 0; --i) {
@@ -141,8 +154,14 @@ struct GradRowWindow {
         }
       }
 #pragma unroll
-      for (int i = 0; i < kWindow; ++i)
-        if (kFull || i < width) emit(i, passes[i]);
+      for (int i = 0; i < kWindow; ++i) {
+        if (kFull || i < width) {
+          bool step_passes[kColumns];
+#pragma unroll
+          for (int j = 0; j < kColumns; ++j) step_passes[j] = kInChunk ? i >= pass_from[j] : passes[i][j];
+          emit(i, step_passes);
+        }
+      }
     }
   }
 
@@ -158,12 +177,12 @@ struct GradRowWindow {
 // Both gradients of one window on the host, as the kernel computes them: the rows in increasing order, each
 // running its columns kPairs at a time (the last ones one at a time) with B read from global memory, and the dB
 // terms added to dB in row order (the kernel's cross-row sum).
-template <int kWindow, int kSte, bool kUnderflow, bool kFast, bool kInChunk>
+template <int kWindow, int kSte, bool kUnderflow, bool kFast, int kSpan>
 void grads_window_of(const cutlass_ext_lowbit_grads_args& args, int64_t batch, int64_t window) {
   float* db = args.db == nullptr ? nullptr : args.db + batch * args.db_batch_stride;
   const float* w = args.b + batch * args.b_batch_stride;
   for (int64_t row = 0; row < args.m; ++row) {
-    GradRowWindow<kWindow, kSte, kUnderflow, kFast, kInChunk> thread(args, batch, row, window);
+    GradRowWindow<kWindow, kSte, kUnderflow, kFast, kSpan> thread(args, batch, row, window);
     auto run = [&](auto columns, int64_t c) {
       constexpr int kColumns = decltype(columns)::value;
       float w_window[kColumns][kWindow];
@@ -203,10 +222,14 @@ void grads_window_of(const cutlass_ext_lowbit_grads_args& args, int64_t batch, i
 
 template <int kWindow, int kSte, bool kUnderflow, bool kFast>
 void grads_window(const cutlass_ext_lowbit_grads_args& args, int64_t batch, int64_t window) {
-  if (args.format.chunk % kWindow == 0)
-    grads_window_of<kWindow, kSte, kUnderflow, kFast, true>(args, batch, window);
-  else
-    grads_window_of<kWindow, kSte, kUnderflow, kFast, false>(args, batch, window);
+  switch (window_span(args.format.chunk, kWindow)) {
+    case kSpanChunk:
+      return grads_window_of<kWindow, kSte, kUnderflow, kFast, kSpanChunk>(args, batch, window);
+    case kSpanInChunk:
+      return grads_window_of<kWindow, kSte, kUnderflow, kFast, kSpanInChunk>(args, batch, window);
+    default:
+      return grads_window_of<kWindow, kSte, kUnderflow, kFast, kSpanAcross>(args, batch, window);
+  }
 }
 
 }  // namespace lowbit

@@ -61,7 +61,7 @@ template <class T> std::vector<T> read(const std::string& path, size_t count) {
   return v;
 }
 
-template <int kSte, bool kUf, bool kFast, bool kInChunk>
+template <int kSte, bool kUf, bool kFast, int kSpan>
 void run(const cutlass_ext_lowbit_grads_args& args) {
   const int64_t rows = Gemm::kGradThreads;
   const int64_t ctas = args.batch * ((args.k + WINDOW - 1) / WINDOW) * ((args.m + rows - 1) / rows);
@@ -70,22 +70,24 @@ void run(const cutlass_ext_lowbit_grads_args& args) {
     cta_barrier = &barrier;
     std::vector<std::thread> threads;
     for (unsigned t = 0; t < unsigned(Gemm::kGradThreads); ++t)
-      threads.emplace_back([&, t] { threadIdx.x = t; Gemm::template grads<kSte, kUf, kFast, kInChunk>(args); });
+      threads.emplace_back([&, t] { threadIdx.x = t; Gemm::template grads<kSte, kUf, kFast, kSpan>(args); });
     for (auto& thread : threads) thread.join();
   }
 }
 
 template <int kSte>
-void dispatch(const cutlass_ext_lowbit_grads_args& args, bool fast, bool in_chunk) {
+void dispatch(const cutlass_ext_lowbit_grads_args& args, bool fast, int span) {
   const bool uf = args.format.underflow;
-  if (uf && fast && in_chunk) run<kSte, true, true, true>(args);
-  if (uf && fast && !in_chunk) run<kSte, true, true, false>(args);
-  if (uf && !fast && in_chunk) run<kSte, true, false, true>(args);
-  if (uf && !fast && !in_chunk) run<kSte, true, false, false>(args);
-  if (!uf && fast && in_chunk) run<kSte, false, true, true>(args);
-  if (!uf && fast && !in_chunk) run<kSte, false, true, false>(args);
-  if (!uf && !fast && in_chunk) run<kSte, false, false, true>(args);
-  if (!uf && !fast && !in_chunk) run<kSte, false, false, false>(args);
+  auto spans = [&](auto underflow, auto fast_form) {
+    constexpr bool kUf = decltype(underflow)::value, kFast = decltype(fast_form)::value;
+    if (span == kSpanChunk) run<kSte, kUf, kFast, kSpanChunk>(args);
+    if (span == kSpanInChunk) run<kSte, kUf, kFast, kSpanInChunk>(args);
+    if (span == kSpanAcross) run<kSte, kUf, kFast, kSpanAcross>(args);
+  };
+  if (uf && fast) spans(std::true_type{}, std::true_type{});
+  if (uf && !fast) spans(std::true_type{}, std::false_type{});
+  if (!uf && fast) spans(std::false_type{}, std::true_type{});
+  if (!uf && !fast) spans(std::false_type{}, std::false_type{});
 }
 
 int main(int argc, char** argv) {
@@ -114,10 +116,11 @@ int main(int argc, char** argv) {
                  : cutlass_ext_lowbit_grads_args{m, n, k, 1, a.data(), 0, k, 1, b.data(), 0, n, 1, g.data(), 0, n, 1,
                                                  blocked.data(), 0, n, 1, da.data(), 0, k, 1, db.data(), 0, n, 1,
                                                  workspace.data(), f, ste, eps1, eps2};
-  const bool fast = Format::from(f).has_fast_form(), in_chunk = chunk % WINDOW == 0;
-  if (ste == 1) dispatch<1>(args, fast, in_chunk);
-  if (ste == 2) dispatch<2>(args, fast, in_chunk);
-  if (ste == 3) dispatch<3>(args, fast, in_chunk);
+  const bool fast = Format::from(f).has_fast_form();
+  const int span = window_span(chunk, WINDOW);
+  if (ste == 1) dispatch<1>(args, fast, span);
+  if (ste == 2) dispatch<2>(args, fast, span);
+  if (ste == 3) dispatch<3>(args, fast, span);
   FILE* out = fopen((dir + "/da.bin").c_str(), "wb");
   fwrite(da.data(), sizeof(float), da.size(), out);
   fclose(out);
