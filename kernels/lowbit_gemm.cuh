@@ -324,19 +324,12 @@ struct LowbitGemm {
     };
     // kPairs columns' chains at a time (the last ones alone); the dB terms to this thread's row of `terms`.
     constexpr int kPairs = decltype(thread)::kPairs;
-    // The columns' B values (broadcasts) are read into registers before their chains run, 16 bytes at a time:
-    // read as the steps use them, each load waited behind the previous step's store to `terms` (the compiler
-    // keeps shared-memory accesses in order), which put a load latency on every step's critical path. Windows
-    // past 64 values (32 k, four columns) would spill them and read shared memory as they go.
     auto run_columns = [&](auto full, auto columns, int c, int64_t c_global) {
       constexpr int kColumns = decltype(columns)::value;
-      constexpr bool kPreload = kColumns * kWindow <= 64;
-      float w_value[kColumns][kWindow];
       float g_value[kColumns];
       int open[kColumns];
 #pragma unroll
       for (int j = 0; j < kColumns; ++j) {
-        if constexpr (kPreload) load_fragment(w_value[j], &w_tile[c + j][0]);
         g_value[j] = g_tile[c + j][threadIdx.x];
         open[j] = kRecursive ? open_tile[c + j][threadIdx.x] : 0;
       }
@@ -352,7 +345,7 @@ struct LowbitGemm {
           for (int j = 0; j < kColumns; ++j) out[j] = db_terms[j];
         }
       };
-      auto w_at = [&](int j, int i) { return kPreload ? w_value[j][i] : w_tile[c + j][i]; };
+      auto w_at = [&](int j, int i) { return w_tile[c + j][i]; };  // a broadcast
       thread.template columns<decltype(full)::value, kColumns>(c_global, w_at, g_value, open, db_sink);
     };
     auto columns_of_step = [&](auto full, int64_t c0, int count) {

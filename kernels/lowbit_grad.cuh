@@ -109,15 +109,25 @@ struct GradRowWindow {
     int pass_from[kColumns];
 #pragma unroll
     for (int j = 0; j < kColumns; ++j) pass_from[j] = 0;
+    // B's values four steps at a time (one 16-byte shared load per column in the kernel), read before the steps
+    // that use them: few registers held, and no load latency between a step and the next.
+    constexpr int kQuad = kWindow % 4 == 0 ? 4 : 1;
+    float w_quad[kColumns][kQuad];
 #pragma unroll
     for (int i = 0; i < kWindow; ++i) {
+      if (i % kQuad == 0) {
+#pragma unroll
+        for (int j = 0; j < kColumns; ++j)
+#pragma unroll
+          for (int q = 0; q < kQuad; ++q) w_quad[j][q] = w_at(j, i + q);
+      }
       bool step_passes[kColumns];
 #pragma unroll
       for (int j = 0; j < kColumns; ++j) {
         passes[i][j] = false;
         if (kFull || i < width) {
           if (!kInChunk && starts_chunk[i]) s[j] = 0.0f;
-          const Step step = fmaq_step<kUnderflow, kFast>(format, x_window[i], w_at(j, i), s[j]);
+          const Step step = fmaq_step<kUnderflow, kFast>(format, x_window[i], w_quad[j][i % kQuad], s[j]);
           const bool pass = kSte == CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF
                                 ? passes_diff(step, s[j], args.eps1, args.eps2)
                                 : format.passes_overflow(step.sum);
