@@ -9,7 +9,15 @@ import torch
 
 from cutlass_ext import lowbit, numerics
 from cutlass_ext.lowbit.format import LowbitFormat
-from cutlass_ext.lowbit.operands import E4M3, E5M2, M4E3, OperandFormat, round_operand, round_operand_values
+from cutlass_ext.lowbit.operands import (
+    E4M3,
+    E5M2,
+    M4E3,
+    OperandFormat,
+    check_operand,
+    round_operand,
+    round_operand_values,
+)
 from cutlass_ext.lowbit.reference import lowbit_matmul_fmt
 
 # The same formats as numerics.round_to knows them (saturating, subnormals kept).
@@ -102,8 +110,19 @@ def test_layers_carry_the_operand_format():
         (lambda: lowbit.LowbitConfig(LowbitFormat.make(7, 4), operands="e4m3"), TypeError, "operands must be"),
         (lambda: round_operand_values(torch.zeros(2, dtype=torch.int32), E4M3), TypeError, "x must be"),
         (lambda: round_operand_values(torch.zeros(2), "e4m3"), TypeError, "fmt must be"),
+        # the one check of the API's and the kernel's operands
+        (lambda: check_operand("a", [1.0]), TypeError, "a must be a torch.Tensor; got list"),
+        (lambda: check_operand("b", torch.zeros(2, dtype=torch.int64)), TypeError, "b must be a floating-point"),
+        (lambda: check_operand("a", torch.zeros(2, 2).double(), torch.float32), TypeError, "a must be float32"),
+        (lambda: check_operand("b", torch.zeros(2, 2), torch.float32, "cuda"), ValueError, "b must be a CUDA tensor"),
+        (lambda: check_operand("a", torch.zeros(3), min_dim=2), ValueError, r"a must have at least 2 .* \(3,\)"),
     ],
 )
 def test_bad_arguments_name_themselves(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_operands_that_pass_the_check():
+    check_operand("x", torch.zeros(2, dtype=torch.bfloat16))  # any floating dtype without one named
+    check_operand("a", torch.zeros(2, 3), torch.float32, "cpu", min_dim=2)
