@@ -20,7 +20,6 @@
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
 #include "sm90_fp8_block_abi.h"
-#include "sm90_fp8_shared.hpp"
 
 namespace cutlass_ext::fp8_block {
 
@@ -39,6 +38,20 @@ struct SchedulePingpong {
   using GroupedKernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise;
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
   using GroupedEpilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+};
+
+// Whole output tiles per persistent CTA, or CUTLASS's stream-K scheduler in stream-K or split-K mode (partial
+// tiles reduced through the workspace in FP32, after the block scales: the sums are exact re-associations).
+struct DecomposePersistent {
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+};
+struct DecomposeStreamK {
+  using TileScheduler = cutlass::gemm::StreamKScheduler;
+  static constexpr auto kMode = cutlass::gemm::kernel::detail::DecompositionMode::StreamK;
+};
+struct DecomposeSplitK {
+  using TileScheduler = cutlass::gemm::StreamKScheduler;
+  static constexpr auto kMode = cutlass::gemm::kernel::detail::DecompositionMode::SplitK;
 };
 
 // Weight scales are K-major (unit stride along k-blocks, any row stride); activation scales K-major too (the
@@ -69,8 +82,7 @@ struct Sm90Fp8BlockGemm {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   static constexpr int kAlignmentAB = 16;  // elements: TMA moves 16-byte rows of FP8
-  using DOutput = Sm90Fp8Output<ElementD, TileShape, SwapAB>;
-  static constexpr int kAlignmentD = DOutput::kAlignment;
+  static constexpr int kAlignmentD = 16 / int(sizeof(ElementD));
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
   using Scales = cute::conditional_t<SwapAB, SwappedScaleConfig<ScaleN>, ScaleConfig<ScaleN, ScaleAMajorM>>;
   using LayoutSFA = decltype(Scales::deduce_layoutSFA());
@@ -78,10 +90,16 @@ struct Sm90Fp8BlockGemm {
   // The kernel's own operands and output layout: (A, B, row-major D), or (B, A, column-major D) swapped.
   using KernelElementA = cute::conditional_t<SwapAB, ElementB, ElementA>;
   using KernelElementB = cute::conditional_t<SwapAB, ElementA, ElementB>;
-  using LayoutD = typename DOutput::Layout;
+  using LayoutD = cute::conditional_t<SwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
 
-  // D = acc + bias[n]: the block scales are already in acc.
-  using Bias = typename DOutput::Bias;
+  // D = acc + bias[n]: the block scales are already in acc; a null bias reads as 0. Bias runs along N: the
+  // kernel's columns, or its rows swapped.
+  using Bias = cute::conditional_t<
+      SwapAB,
+      cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, ElementD, float,
+                                                  cute::Stride<cute::_1, cute::_0, int64_t>, kAlignmentD>,
+      cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float,
+                                                  cute::Stride<cute::_0, cute::_1, int64_t>, kAlignmentD>>;
   using Output = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, ElementD, float, kRound>,
       cutlass::epilogue::fusion::Sm90AccFetch, Bias>;
@@ -150,7 +168,16 @@ struct Sm90Fp8BlockGemm {
     }
     typename Bias::Arguments bias{static_cast<const ElementD*>(args.bias), ElementD(0), {}};
     arguments.epilogue.thread = {{}, bias, {}};
-    DOutput::set(arguments.epilogue, args.d, args.ldd);
+    // D (m, n) row-major is Dᵀ (n, m) column-major: the same bytes, ldd apart.
+    arguments.epilogue.ptr_C = nullptr;
+    arguments.epilogue.ptr_D = static_cast<ElementD*>(args.d);
+    if constexpr (SwapAB) {
+      arguments.epilogue.dC = cute::make_stride(_1{}, args.ldd, int64_t(0));
+      arguments.epilogue.dD = cute::make_stride(_1{}, args.ldd, int64_t(0));
+    } else {
+      arguments.epilogue.dC = cute::make_stride(args.ldd, _1{}, int64_t(0));
+      arguments.epilogue.dD = cute::make_stride(args.ldd, _1{}, int64_t(0));
+    }
     arguments.hw_info.device_id = args.device;
     arguments.hw_info.sm_count = args.sm_count;
     if constexpr (!cute::is_same_v<Decomposition, DecomposePersistent>) {
@@ -160,16 +187,17 @@ struct Sm90Fp8BlockGemm {
     return arguments;
   }
 
-  // M-major scales are loaded by TMA too: a 16-byte aligned start, columns padded to whole 16-byte units.
-  static bool scales_aligned(const cutlass_ext_fp8_block_args& args) {
-    return !ScaleAMajorM || (reinterpret_cast<uintptr_t>(args.scale_a) % 16 == 0 &&
-                             args.scale_a_block_stride >= (args.m + 3) / 4 * 4);
+  // TMA needs 16-byte aligned base addresses and row strides; CUTLASS checks the extents.
+  static bool tma_aligned(const cutlass_ext_fp8_block_args& args) {
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    return aligned(args.a) && aligned(args.b) && aligned(args.d) && args.lda % kAlignmentAB == 0 &&
+           args.ldb % kAlignmentAB == 0 && args.ldd % kAlignmentD == 0 &&
+           (args.bias == nullptr || aligned(args.bias)) &&
+           (!ScaleAMajorM || (aligned(args.scale_a) && args.scale_a_block_stride >= (args.m + 3) / 4 * 4));
   }
 
   static int can_implement(const cutlass_ext_fp8_block_args* args) {
-    if (!tma_aligned<kAlignmentAB, kAlignmentD>(*args) || !scales_aligned(*args)) {
-      return int(cutlass::Status::kErrorMisalignedOperand);
-    }
+    if (!tma_aligned(*args)) return int(cutlass::Status::kErrorMisalignedOperand);
     return int(Gemm::can_implement(arguments(*args)));
   }
 

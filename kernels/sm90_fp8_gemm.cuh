@@ -31,7 +31,6 @@
 #include "library_exports.h"
 #include "sm90_dynamic_tile_scheduler.hpp"
 #include "sm90_fp8_overlapped_promotion.hpp"
-#include "sm90_fp8_shared.hpp"
 #include "sm90_fp8_turn_taking_promotion.hpp"
 #include "sm90_l2_prefetch_mainloop.hpp"
 #include "sm90_stage_epilogue.hpp"
@@ -55,9 +54,21 @@ struct SchedulePingpong {
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
 };
 
-// Beside DecomposePersistent, DecomposeStreamK and DecomposeSplitK (sm90_fp8_shared.hpp): whole tiles, each CTA's
-// next one claimed from a counter when it starts its current one (sm90_dynamic_tile_scheduler.hpp): cooperative
-// kernels with one-CTA clusters.
+// How output tiles (and slices of K) are shared out over the persistent CTAs. Stream-K and split-K are one
+// CUTLASS scheduler, told at run time how to decompose; partial tiles are reduced through the workspace.
+struct DecomposePersistent {
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+};
+struct DecomposeStreamK {
+  using TileScheduler = cutlass::gemm::StreamKScheduler;
+  static constexpr auto kMode = cutlass::gemm::kernel::detail::DecompositionMode::StreamK;
+};
+struct DecomposeSplitK {
+  using TileScheduler = cutlass::gemm::StreamKScheduler;
+  static constexpr auto kMode = cutlass::gemm::kernel::detail::DecompositionMode::SplitK;
+};
+// Whole tiles, each CTA's next one claimed from a counter when it starts its current one
+// (sm90_dynamic_tile_scheduler.hpp): cooperative kernels with one-CTA clusters.
 struct DecomposeDynamic {
   using TileScheduler = DynamicScheduler;
 };
@@ -88,22 +99,27 @@ struct Sm90Fp8Gemm {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   static constexpr int kAlignmentAB = 16;  // elements: TMA moves 16-byte rows of FP8
-  using DOutput = Sm90Fp8Output<ElementD, TileShape, SwapAB>;
-  static constexpr int kAlignmentD = DOutput::kAlignment;
+  static constexpr int kAlignmentD = 16 / int(sizeof(ElementD));
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
   // The kernel's own operands and output layout: (A, B, row-major D), or (B, A, column-major D) swapped.
   using KernelElementA = cute::conditional_t<SwapAB, ElementB, ElementA>;
   using KernelElementB = cute::conditional_t<SwapAB, ElementA, ElementB>;
-  using LayoutD = typename DOutput::Layout;
+  using LayoutD = cute::conditional_t<SwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
 
   // D = scale_a[m] · (scale_b[n] · acc) + bias[n], in the kernel's rows and columns: its row scale is scale_a
   // (scale_b swapped), its column scale the other. A scale's stride says at run time whether it is one value
-  // (per tensor) or a vector (row-wise).
+  // (per tensor) or a vector (row-wise); a null bias reads as 0. Bias runs along N: the kernel's columns, or
+  // its rows swapped.
   using RowScale = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float,
                                                                cute::Stride<bool, cute::_0, int64_t>>;
   using ColumnScale = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float, float,
                                                                   cute::Stride<cute::_0, bool, int64_t>>;
-  using Bias = typename DOutput::Bias;
+  using Bias = cute::conditional_t<
+      SwapAB,
+      cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, ElementD, float,
+                                                  cute::Stride<cute::_1, cute::_0, int64_t>, kAlignmentD>,
+      cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float,
+                                                  cute::Stride<cute::_0, cute::_1, int64_t>, kAlignmentD>>;
   using ScaledAccumulator = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, ColumnScale,
       cutlass::epilogue::fusion::Sm90AccFetch>;
@@ -209,7 +225,16 @@ struct Sm90Fp8Gemm {
           bias,
           {}};
     }
-    DOutput::set(arguments.epilogue, args.d, args.ldd);
+    // D (m, n) row-major is Dᵀ (n, m) column-major: the same bytes, ldd apart.
+    arguments.epilogue.ptr_C = nullptr;
+    arguments.epilogue.ptr_D = static_cast<ElementD*>(args.d);
+    if constexpr (SwapAB) {
+      arguments.epilogue.dC = cute::make_stride(_1{}, args.ldd, int64_t(0));
+      arguments.epilogue.dD = cute::make_stride(_1{}, args.ldd, int64_t(0));
+    } else {
+      arguments.epilogue.dC = cute::make_stride(args.ldd, _1{}, int64_t(0));
+      arguments.epilogue.dD = cute::make_stride(args.ldd, _1{}, int64_t(0));
+    }
     if constexpr (!FastAccum) {
       // counted in wgmma k-steps (32 FP8 elements each)
       arguments.mainloop.mma_promotion_interval = PromotionKBlocks * (TileK / 32);
@@ -234,8 +259,16 @@ struct Sm90Fp8Gemm {
     return arguments;
   }
 
+  // TMA needs 16-byte aligned base addresses and row strides; CUTLASS checks the extents.
+  static bool tma_aligned(const cutlass_ext_fp8_args& args) {
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    return aligned(args.a) && aligned(args.b) && aligned(args.d) && args.lda % kAlignmentAB == 0 &&
+           args.ldb % kAlignmentAB == 0 && args.ldd % kAlignmentD == 0 &&
+           (args.bias == nullptr || reinterpret_cast<uintptr_t>(args.bias) % 16 == 0);
+  }
+
   static int can_implement(const cutlass_ext_fp8_args* args) {
-    if (!tma_aligned<kAlignmentAB, kAlignmentD>(*args)) return int(cutlass::Status::kErrorMisalignedOperand);
+    if (!tma_aligned(*args)) return int(cutlass::Status::kErrorMisalignedOperand);
     return int(Gemm::can_implement(arguments(*args)));
   }
 

@@ -321,7 +321,7 @@ _CAN_IMPLEMENT_PROGRAM = r"""
 #include "sm90_fp8_block_gemm.cuh"
 using namespace cutlass_ext::fp8_block;
 using MMajor = Sm90Fp8BlockGemm<cutlass::float_e4m3_t, cutlass::float_e4m3_t, cutlass::bfloat16_t, 128, 128, 128, 1,
-                                1, ScheduleCooperative, 128, cutlass_ext::DecomposePersistent, 1, true>;
+                                1, ScheduleCooperative, 128, DecomposePersistent, 1, true>;
 alignas(16) static char operands[1 << 14];
 alignas(16) static float scales[1 << 12];
 int main() {

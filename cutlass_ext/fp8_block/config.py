@@ -11,7 +11,6 @@ from string import Template
 from typing import ClassVar
 
 from ..config import Extent, NameGrammar, Number, Optional, VariantFields, Word
-from ..families.sm90_fp8.render import DECOMPOSITIONS, kernel_fields
 from ..toolchain import kernels_dir
 
 FAMILY = "sm90_fp8_block"
@@ -133,21 +132,41 @@ class Fp8BlockConfig(VariantFields):
         return "fp8_block"
 
 
+_ELEMENTS = {
+    "e4m3": "cutlass::float_e4m3_t",
+    "e5m2": "cutlass::float_e5m2_t",
+    "bf16": "cutlass::bfloat16_t",
+    "fp16": "cutlass::half_t",
+    "fp32": "float",
+}
+_DECOMPOSITIONS = {"persistent": "DecomposePersistent", "streamk": "DecomposeStreamK", "splitk": "DecomposeSplitK"}
+
+
 def render_instance(config: Fp8BlockConfig) -> str:
     """The variant's launchers in the family's translation unit (kernels/sm90_fp8_block_instance.in)."""
+    (tile_m, tile_n, tile_k), (cluster_m, cluster_n) = config.tile, config.cluster
     if config.grouped:
         launcher, suffix, args, decomposition = "Sm90Fp8GroupedGemm", "_fp8_grouped", "cutlass_ext_fp8_grouped_args", ""
     else:
         launcher, suffix, args = "Sm90Fp8BlockGemm", "_fp8_block", "cutlass_ext_fp8_block_args"
         decomposition = (
-            f", cutlass_ext::{DECOMPOSITIONS[config.scheduler]}, {config.splits}, "
+            f", cutlass_ext::fp8_block::{_DECOMPOSITIONS[config.scheduler]}, {config.splits}, "
             f"{'true' if config.scale_a_major == 'm' else 'false'}, {'true' if config.swap_ab else 'false'}"
         )
     return Template((kernels_dir() / "sm90_fp8_block_instance.in").read_text()).substitute(
-        **kernel_fields(config),
+        name=config.name,
         suffix=suffix,
         args=args,
         launcher=launcher,
+        element_a=_ELEMENTS[config.a_dtype],
+        element_b=_ELEMENTS[config.b_dtype],
+        element_d=_ELEMENTS[config.out_dtype],
+        tile_m=tile_m,
+        tile_n=tile_n,
+        tile_k=tile_k,
+        cluster_m=cluster_m,
+        cluster_n=cluster_n,
+        schedule={"cooperative": "ScheduleCooperative", "pingpong": "SchedulePingpong"}[config.schedule],
         scale_n=config.scale_n,
         decomposition=decomposition,
     )
