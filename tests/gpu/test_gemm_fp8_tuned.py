@@ -37,7 +37,7 @@ def winners_built():
     """Build every winner the tests run in one go (in parallel), not one per test."""
     device = torch.device("cuda", torch.cuda.current_device())
     names = {
-        fp8._tuned_variant(device.index, "e4m3", "e4m3", out, accum, m, n, k)
+        fp8.variant_names(device, "e4m3", "e4m3", out, accum, m, n, k)[0]
         for accum in ACCUMULATIONS
         for m, n, k in SHAPES
         for _, out in SCALES_AND_OUTPUTS
