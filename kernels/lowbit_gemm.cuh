@@ -66,9 +66,9 @@ struct LowbitGemm {
   // +4 floats per row: fewer bank conflicts on the transposing stores, rows stay 16-byte aligned.
   static constexpr int kPitchM = kBlockM + 4;
   static constexpr int kPitchN = kBlockN + 4;
-  // A gradient thread owns one row of a CTA's kGradThreads rows and runs one or two chains at a time
+  // A gradient thread owns one row of a CTA's kGradThreads rows and runs one, two or four chains at a time
   // (GradRowWindow::kPairs): six 64-thread blocks per SM hide their latency with at most 168 registers, which
-  // the two-chain kernels fit unspilled. The CTA takes kGradColumns columns per step: about 128 dB terms per row,
+  // the kernels of windows that are a whole chunk fit unspilled. The CTA takes kGradColumns columns per step: about 128 dB terms per row,
   // whose sums over the rows its threads then run, two or so each. G and B of a step are staged in shared memory
   // by coalesced loads (little L1 is left beside ~37 KB of shared memory per CTA).
   static constexpr int kGradThreads = 64;
