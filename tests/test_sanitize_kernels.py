@@ -276,6 +276,34 @@ def test_main_exits_one_naming_the_variant_with_an_error(sanitize, monkeypatch, 
     assert [(row["variant"], row["errors"]) for row in rows if row["errors"] != "0"] == [(bad, "1")]
 
 
+def test_cached_only_builds_nothing_and_names_what_it_did_not_run(sanitize, monkeypatch, tmp_path):
+    from cutlass_ext import build
+
+    _fake_run(sanitize, monkeypatch)
+    monkeypatch.setattr(sanitize, "build_all", lambda names: pytest.fail("--cached-only must build nothing"))
+    monkeypatch.setattr(build, "load_binding", lambda: None)
+    absent = importlib.import_module("cutlass_ext.optim.config").OptimConfig("adamw", "kahan", "fp32").name
+    monkeypatch.setattr(sanitize, "uncached", lambda names: [absent])
+    options = ["--out", str(tmp_path), "--families", "optim", "--tools", "memcheck", "--cached-only"]
+    assert sanitize.main(options) == 1
+    rows = list(csv.DictReader(open(tmp_path / "summary.csv")))
+    assert {(row["tool"], row["status"]) for row in rows if row["variant"] == absent} == {
+        ("none", "not run: not in the kernel cache (--cached-only)"),
+        ("memcheck", "not run: not in the kernel cache (--cached-only)"),
+    }
+    others = [row for row in rows if row["variant"] != absent]
+    assert len({row["variant"] for row in others}) == 11 and all(row["status"] == "ok" for row in others)
+
+
+def test_an_empty_kernel_cache_holds_no_variant(sanitize, monkeypatch, tmp_path):
+    from cutlass_ext import toolchain
+
+    monkeypatch.setenv("CUTLASS_EXT_CACHE", str(tmp_path))
+    monkeypatch.setattr(toolchain, "device_arch", lambda *args: "90a")
+    names = [name for name in sanitize.variant_names() if sanitize.family_of(name) in ("sm80", "optim")][:3]
+    assert sanitize.uncached(names) == names
+
+
 def test_past_the_deadline_processes_are_rows_not_run(sanitize, monkeypatch, tmp_path):
     _fake_run(sanitize, monkeypatch)
     options = ["--out", str(tmp_path), "--families", "lowbit", "--tools", "memcheck", "--deadline", "1"]
