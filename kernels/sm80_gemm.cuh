@@ -15,6 +15,7 @@
 #include "cutlass/gemm/kernel/default_gemm_universal_with_visitor.h"
 
 #include "halfhalf_operands.cuh"
+#include "sm80_optional_load.hpp"
 #include "launcher_abi.h"
 #include "library_exports.h"
 #include "split_mma.h"
@@ -174,8 +175,7 @@ struct Sm80UnscaledGemm<Plain, true> {
                                                                         cute::Stride<cute::_1, cute::_0, int64_t>>;
   using ColumnShift = cutlass::epilogue::threadblock::VisitorRowBroadcast<ThreadMap, int32_t,
                                                                            cute::Stride<cute::_0, cute::_1, int64_t>>;
-  using Source = cutlass::epilogue::threadblock::VisitorAuxLoad<ThreadMap, float,
-                                                                cute::Stride<int64_t, cute::_1, int64_t>>;
+  using Source = VisitorOptionalLoad<ThreadMap, float, cute::Stride<int64_t, cute::_1, int64_t>>;
   using Scalar = cutlass::epilogue::threadblock::VisitorScalarBroadcast<float>;
   using Compute = cutlass::epilogue::threadblock::Sm80EVT<
       cutlass::epilogue::threadblock::VisitorCompute<UnscaledEpilogue, float, float,
@@ -197,14 +197,14 @@ struct Sm80UnscaledGemm<Plain, true> {
     using cute::_0;
     using cute::_1;
     const cutlass_ext_gemm_args& g = args.gemm;
-    // Without C, a row of D stands in for it (read, never used: beta = 0); the visitor has no null source.
+    // Without C (or with beta = 0) the source visitor is given no pointer and reads nothing.
     const bool own_c = g.c != nullptr && g.beta != 0.0f;
-    const float* source = static_cast<const float*>(own_c ? g.c : g.d);
+    float* source = own_c ? static_cast<float*>(const_cast<void*>(g.c)) : nullptr;
     typename Callbacks::Arguments callbacks{
         {{},
          {args.row_shift, 0, {_1{}, _0{}, args.row_shift_batch_stride}},
          {args.column_shift, 0, {_0{}, _1{}, args.column_shift_batch_stride}},
-         {const_cast<float*>(source), 0.0f, {own_c ? g.ldc : 0, _1{}, own_c ? g.batch_stride_c : 0}},
+         {source, 0.0f, {own_c ? g.ldc : 0, _1{}, own_c ? g.batch_stride_c : 0}},
          {{g.alpha}},
          {{own_c ? g.beta : 0.0f}},
          {}},
