@@ -29,6 +29,7 @@ import math
 
 import torch
 
+from ..batched import broadcast_operands
 from .format import (
     EXPONENT_RANGE,
     MANTISSA_RANGE,
@@ -171,24 +172,6 @@ def _check_operands(a, b) -> tuple[torch.Tensor, torch.Tensor]:
     _check_float32("b", b)
     a, b = broadcast_operands(a, b)
     return a.detach(), b.detach()
-
-
-def broadcast_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(…, M, K) and (…, K, N) checked (dimensions, K, device) and expanded to their common batch shape as stride-0
-    views (autograd sums the expanded gradients back)."""
-    if a.dim() < 2 or b.dim() < 2:
-        raise ValueError(
-            f"a and b must have at least 2 dimensions (…, M, K) and (…, K, N); got {a.dim()} and {b.dim()}"
-        )
-    if a.shape[-1] != b.shape[-2]:
-        raise ValueError(f"a (…, M, K) and b (…, K, N) must agree on K; got a {tuple(a.shape)}, b {tuple(b.shape)}")
-    if a.device != b.device:
-        raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
-    try:
-        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    except RuntimeError:
-        raise ValueError(f"batch dimensions of a {tuple(a.shape)} and b {tuple(b.shape)} do not broadcast") from None
-    return a.expand(*batch, *a.shape[-2:]), b.expand(*batch, *b.shape[-2:])
 
 
 def _chain(a: torch.Tensor, b: torch.Tensor, fmt: LowbitFormat, events: _Events | None) -> torch.Tensor:
