@@ -87,13 +87,18 @@ WORKLOAD = textwrap.dedent(
 BOUNDS = {"tf32tf32": 1e-6, "halfhalf": 1e-6, "fp32": 1e-6, "tf32": 1e-2, "markidis": 1e-2, "fp8": 1e-1}
 
 
+def fresh_process_report(script: str, timeout: float) -> dict:
+    """Run `script` in a fresh interpreter (nothing loaded yet) and return the JSON it prints last."""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.gpu
 def test_first_calls_from_eight_threads_in_a_fresh_process():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    done = subprocess.run([sys.executable, "-c", WORKLOAD], capture_output=True, text=True, timeout=1500)
-    assert done.returncode == 0, done.stderr[-4000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = fresh_process_report(WORKLOAD, timeout=1500)
     assert report["errors"] == []
     assert len(report["rows"]) == 48
     for row in report["rows"]:
@@ -138,9 +143,7 @@ def test_binding_runs_only_the_variants_loaded_for_the_devices_arch():
     # hold the other one's binary): the call skips it as not loaded, and runs once it is loaded for this arch
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    done = subprocess.run([sys.executable, "-c", ARCH_KEYS], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = fresh_process_report(ARCH_KEYS, timeout=600)
     assert "[cutlass_ext:unloaded]" in report["error_while_loaded_for_another_arch"], report
     assert report["relres_once_loaded_for_this_arch"] < BOUNDS["tf32"], report
     assert report["loaded"] == report["expected"], report
