@@ -76,11 +76,20 @@ def test_groups_hold_one_family_and_at_most_group_size(sanitize):
 
 
 def test_initcheck_alone_checks_torchs_kernels_too(sanitize):
+    group = ["tf32tf32_sm80_128x128x32_64x32x32_s3_a4", "tf32tf32_sm80_128x128x32_64x32x32_s3_a1"]
     for tool in sanitize.TOOLS:
-        command = sanitize.sanitizer_command("/cs", tool, ["a", "b"])
+        command = sanitize.sanitizer_command("/cs", tool, group)
         assert command[:3] == ["/cs", "--tool", tool]
-        assert command[-2:] == ["--worker", "a,b"]
+        assert command[-2:] == ["--worker", ",".join(group)]
         assert ("--kernel-name-exclude" in command) == (tool != "initcheck")
+
+
+def test_initcheck_leaves_only_the_readers_of_tma_stored_data_to_memcheck(sanitize):
+    """initcheck cannot see TMA stores: the Ozaki recombination (which reads the INT8 GEMM's TMA-stored residues) is
+    the one kernel it skips; torch's kernels stay checked there."""
+    command = sanitize.sanitizer_command("/cs", "initcheck", ["ozaki_int8x8_128x256x128_c1x1_w8"])
+    assert command[command.index("--kernel-name-exclude") + 1] == "kns=recombine_kernel"
+    assert sanitize.TORCH_KERNELS not in command
 
 
 def _log(*lines):
