@@ -61,6 +61,7 @@ struct LowbitGemm {
   static constexpr int kThreadsM = kBlockM / kThreadM;
   static constexpr int kThreadsN = kBlockN / kThreadN;
   static constexpr int kThreads = kThreadsM * kThreadsN;
+  static constexpr int kRowsPerBlock = kBlockM;
   static constexpr int kLoadsA = kBlockM * kBlockK / kThreads;
   static constexpr int kLoadsB = kBlockK * kBlockN / kThreads;
   // +4 floats per row: fewer bank conflicts on the transposing stores, rows stay 16-byte aligned.
@@ -187,12 +188,12 @@ struct LowbitGemm {
   };
 
   template <bool kUnderflow, bool kFast, bool kBlocked>
-  __device__ static void forward(const cutlass_ext_lowbit_forward_args& args, int64_t batch) {
+  __device__ static void forward(const cutlass_ext_lowbit_forward_args& args, int64_t batch, int64_t row_block) {
     __shared__ __align__(16) float a_tile[kBlockK][kPitchM];
     __shared__ __align__(16) float b_tile[kBlockK][kPitchN];
     Forward tiles{args, Format::from(args.format), a_tile, b_tile,
                   args.a + batch * args.a_batch_stride, args.b + batch * args.b_batch_stride,
-                  int64_t(blockIdx.y) * kBlockM, int64_t(blockIdx.x) * kBlockN,
+                  row_block * kBlockM, int64_t(blockIdx.x) * kBlockN,
                   !(args.a_row_stride == 1 && args.a_column_stride != 1),
                   !(args.b_row_stride == 1 && args.b_column_stride != 1)};
     const Format& format = tiles.format;
@@ -436,9 +437,12 @@ struct LowbitGemm {
 #if defined(__CUDACC__)
 template <class Gemm, bool kUnderflow, bool kFast, bool kBlocked>
 __global__ void __launch_bounds__(Gemm::kThreads) lowbit_forward_kernel(const cutlass_ext_lowbit_forward_args args) {
-  // grid z is at most 65535: larger batches take several problems per CTA
+  // grid y and z are at most 65535: more row blocks or batches than that take several per CTA (each call of
+  // forward starts with a barrier before it stages tiles, so the previous one's reads are done)
+  const int64_t row_blocks = (args.m + Gemm::kRowsPerBlock - 1) / Gemm::kRowsPerBlock;
   for (int64_t batch = blockIdx.z; batch < args.batch; batch += gridDim.z)
-    Gemm::template forward<kUnderflow, kFast, kBlocked>(args, batch);
+    for (int64_t row_block = blockIdx.y; row_block < row_blocks; row_block += gridDim.y)
+      Gemm::template forward<kUnderflow, kFast, kBlocked>(args, batch, row_block);
 }
 
 template <class Gemm, int kSte, bool kUnderflow, bool kFast, int kSpan>
@@ -475,8 +479,9 @@ int LowbitGemm<kBlockM, kBlockN, kBlockK, kThreadM, kThreadN, kWindow>::run_forw
     return int(cudaErrorInvalidValue);
   if (args->m == 0 || args->n == 0 || args->batch == 0) return 0;
   const int64_t grid_m = (args->m + kBlockM - 1) / kBlockM, grid_n = (args->n + kBlockN - 1) / kBlockN;
-  if (grid_m > kMaxGridYZ || grid_n > INT32_MAX) return int(cudaErrorInvalidValue);
-  const dim3 grid(unsigned(grid_n), unsigned(grid_m), unsigned(args->batch < kMaxGridYZ ? args->batch : kMaxGridYZ));
+  if (grid_n > INT32_MAX) return int(cudaErrorInvalidValue);
+  const dim3 grid(unsigned(grid_n), unsigned(grid_m < kMaxGridYZ ? grid_m : kMaxGridYZ),
+                  unsigned(args->batch < kMaxGridYZ ? args->batch : kMaxGridYZ));
   cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream);
   const bool blocked = args->blocked != nullptr;
   dispatch_format(args->format, [&](auto underflow, auto fast) {
