@@ -61,7 +61,6 @@ struct LowbitGemm {
   static constexpr int kThreadsM = kBlockM / kThreadM;
   static constexpr int kThreadsN = kBlockN / kThreadN;
   static constexpr int kThreads = kThreadsM * kThreadsN;
-  static constexpr int kRowsPerBlock = kBlockM;
   static constexpr int kLoadsA = kBlockM * kBlockK / kThreads;
   static constexpr int kLoadsB = kBlockK * kBlockN / kThreads;
   // +4 floats per row: fewer bank conflicts on the transposing stores, rows stay 16-byte aligned.
@@ -436,13 +435,12 @@ struct LowbitGemm {
 // The launchers (nvcc only: a host program can include the structs above to run a CTA's threads itself).
 #if defined(__CUDACC__)
 template <class Gemm, bool kUnderflow, bool kFast, bool kBlocked>
-__global__ void __launch_bounds__(Gemm::kThreads) lowbit_forward_kernel(const cutlass_ext_lowbit_forward_args args) {
-  // grid y and z are at most 65535: more row blocks or batches than that take several per CTA (each call of
-  // forward starts with a barrier before it stages tiles, so the previous one's reads are done)
-  const int64_t row_blocks = (args.m + Gemm::kRowsPerBlock - 1) / Gemm::kRowsPerBlock;
+__global__ void __launch_bounds__(Gemm::kThreads)
+    lowbit_forward_kernel(const cutlass_ext_lowbit_forward_args args, int first_row_block) {
+  // grid z is at most 65535: larger batches take several problems per CTA. Grid y is too: more row blocks take
+  // several launches, each from its first_row_block (a loop over row blocks here slowed every launch by 5-20%).
   for (int64_t batch = blockIdx.z; batch < args.batch; batch += gridDim.z)
-    for (int64_t row_block = blockIdx.y; row_block < row_blocks; row_block += gridDim.y)
-      Gemm::template forward<kUnderflow, kFast, kBlocked>(args, batch, row_block);
+    Gemm::template forward<kUnderflow, kFast, kBlocked>(args, batch, int64_t(first_row_block + int(blockIdx.y)));
 }
 
 template <class Gemm, int kSte, bool kUnderflow, bool kFast, int kSpan>
@@ -479,17 +477,20 @@ int LowbitGemm<kBlockM, kBlockN, kBlockK, kThreadM, kThreadN, kWindow>::run_forw
     return int(cudaErrorInvalidValue);
   if (args->m == 0 || args->n == 0 || args->batch == 0) return 0;
   const int64_t grid_m = (args->m + kBlockM - 1) / kBlockM, grid_n = (args->n + kBlockN - 1) / kBlockN;
-  if (grid_n > INT32_MAX) return int(cudaErrorInvalidValue);
-  const dim3 grid(unsigned(grid_n), unsigned(grid_m < kMaxGridYZ ? grid_m : kMaxGridYZ),
-                  unsigned(args->batch < kMaxGridYZ ? args->batch : kMaxGridYZ));
+  if (grid_m > INT32_MAX || grid_n > INT32_MAX) return int(cudaErrorInvalidValue);
   cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream);
   const bool blocked = args->blocked != nullptr;
-  dispatch_format(args->format, [&](auto underflow, auto fast) {
-    if (blocked)
-      lowbit_forward_kernel<Gemm, decltype(underflow)::value, decltype(fast)::value, true><<<grid, kThreads, 0, cuda_stream>>>(*args);
-    else
-      lowbit_forward_kernel<Gemm, decltype(underflow)::value, decltype(fast)::value, false><<<grid, kThreads, 0, cuda_stream>>>(*args);
-  });
+  for (int64_t first = 0; first < grid_m; first += kMaxGridYZ) {
+    const int64_t rows = grid_m - first < kMaxGridYZ ? grid_m - first : kMaxGridYZ;
+    const dim3 grid(unsigned(grid_n), unsigned(rows), unsigned(args->batch < kMaxGridYZ ? args->batch : kMaxGridYZ));
+    dispatch_format(args->format, [&](auto underflow, auto fast) {
+      constexpr bool uf = decltype(underflow)::value, fa = decltype(fast)::value;
+      if (blocked)
+        lowbit_forward_kernel<Gemm, uf, fa, true><<<grid, kThreads, 0, cuda_stream>>>(*args, int(first));
+      else
+        lowbit_forward_kernel<Gemm, uf, fa, false><<<grid, kThreads, 0, cuda_stream>>>(*args, int(first));
+    });
+  }
   return int(cudaGetLastError());
 }
 
