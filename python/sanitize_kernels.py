@@ -80,7 +80,8 @@ def variant_names() -> list[str]:
     ]
     # block-scaled FP8 (`gemm_fp8` with 1x128 / 128x128 block scales): the dense default per weight-scale block
     block = _module("fp8_block.api")
-    names += [block.dense_variant("e4m3", "e4m3", "bf16", scale_n) for scale_n in (1, 128)]
+    bounds = [bound or 1 << 30 for bound, _ in block.DENSE_BY_M]  # one M of each bucket
+    names += [block.dense_variant("e4m3", "e4m3", "bf16", scale_n, m) for scale_n in (1, 128) for m in bounds]
     names.append(_module("ozaki.config").default_config().name)  # gemm's int8x8 mode
     names.append(_module("lowbit.kernel").DEFAULT_CONFIG.name)
     optim = _module("optim.config")
