@@ -144,8 +144,8 @@ def sanitizer_command(sanitizer: str | None, tool: str, group: list[str]) -> lis
     command = [sanitizer, "--tool", tool, "--target-processes", "application-only", "--print-limit", "0"]
     if tool != "initcheck":
         command += ["--kernel-name-exclude", TORCH_KERNELS]
-    elif family_of(group[0]) in INITCHECK_TMA_READERS:
-        command += ["--kernel-name-exclude", INITCHECK_TMA_READERS[family_of(group[0])]]
+    elif tma_readers := INITCHECK_TMA_READERS.get(family_of(group[0])):
+        command += ["--kernel-name-exclude", tma_readers]
     return command + worker
 
 

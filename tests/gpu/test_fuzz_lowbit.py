@@ -95,7 +95,7 @@ def test_one_dimension_past_65535(shape):
 
 def test_rows_past_the_grids_reach():
     """More row blocks than grid y holds (65535 · 128 + 1 rows: past it for every block height up to 128): the
-    CTAs take the row blocks past it in turn, and the product equals the reference."""
+    launcher takes the row blocks past it in further launches, and the product equals the reference."""
     m = 65535 * 128 + 1
     generator = torch.Generator().manual_seed(m)
     a, b = torch.randn((m, 2), generator=generator), torch.randn((2, 1), generator=generator)
