@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import cache, codegen, toolchain
+from . import cache, codegen, nvcc_steps, toolchain
 
 BINDING_SOURCE = "torch_binding.cpp"
 _NINJA_STATUS = re.compile(r"^\[(?P<finished>\d+)/(?P<total>\d+)\] ")
@@ -75,25 +75,68 @@ def _ninja_path(path: Path) -> str:
     return str(path).replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
 
+def _nvcc_arguments(arch: str) -> list[str]:
+    includes = [f"-I{d}" for d in toolchain.include_dirs()]
+    return [*toolchain.NVCC_FLAGS, toolchain.gencode(arch), *includes]
+
+
 def _write_ninja_file(staging_root: Path, jobs: list[tuple[Path, Path]], arch: str) -> Path:
-    includes = " ".join(f"-I{shlex.quote(str(d))}" for d in toolchain.include_dirs())
-    flags = " ".join(toolchain.NVCC_FLAGS)
+    """One build edge per library (nvcc whole), or, for a build of fewer libraries than cores, three: nvcc's host
+    and device front ends side by side, then the link (nvcc_steps.py). Each library appears under its name only once
+    whole, so a build that is killed leaves no half-written one to commit; its compiler output goes to logs in its
+    staging folder, printed only when it fails."""
+    arguments = _nvcc_arguments(arch)
     lines = [
         "ninja_required_version = 1.3",
         f"nvcc = {toolchain.nvcc()}",
-        f"flags = {flags} {toolchain.gencode(arch)} {includes}",
+        f"flags = {' '.join(shlex.quote(a) for a in arguments)}",
         "rule nvcc_library",
-        # Each library's compiler output goes to its own log, printed only when that library fails. The library
-        # appears under its name only once whole, so a build that is killed leaves no half-written one to commit.
         "  command = $nvcc $flags -o $out.partial $in > $out.log 2>&1 && mv $out.partial $out"
         " || { cat $out.log; exit 1; }",
         "  description = nvcc $out",
+        "rule nvcc_step",
+        "  command = bash $in > $out.log 2>&1 && touch $out || { cat $out.log; exit 1; }",
+        "  description = nvcc $out",
+        "rule nvcc_link",
+        "  command = bash $in > $out.log 2>&1 && mv $out.partial $out || { cat $out.log; exit 1; }",
+        "  description = nvcc $out",
     ]
+    split = len(jobs) < (os.cpu_count() or 1)  # with more libraries than cores, ninja keeps every core busy anyway
     for source, library in jobs:
-        lines.append(f"build {_ninja_path(library)}: nvcc_library {_ninja_path(source)}")
+        steps = None
+        if split:
+            work = library.parent / "steps"
+            steps = nvcc_steps.split(
+                toolchain.nvcc(),
+                [*arguments, str(source)],
+                library.with_name(library.name + ".partial"),
+                work,
+                cwd=staging_root,
+            )
+        if steps is None:
+            lines.append(f"build {_ninja_path(library)}: nvcc_library {_ninja_path(source)}")
+            continue
+        stamps = []
+        for name, text in (("host", steps.host), ("device", steps.device)):
+            script = library.parent / f"{name}.sh"
+            script.write_text(text + "\n")
+            stamps.append(library.parent / f"{name}.done")
+            lines.append(f"build {_ninja_path(stamps[-1])}: nvcc_step {_ninja_path(script)}")
+        link = library.parent / "link.sh"
+        link.write_text(steps.link + f"\nrm -rf {shlex.quote(str(work))}\n")  # ~150 MB of intermediates
+        lines.append(
+            f"build {_ninja_path(library)}: nvcc_link {_ninja_path(link)} | " + " ".join(map(_ninja_path, stamps))
+        )
     ninja_file = staging_root / "build.ninja"
     ninja_file.write_text("\n".join(lines) + "\n")
     return ninja_file
+
+
+def _compiler_output(library: Path) -> str:
+    """What the compiler printed for one library (ptxas's resource usage, or the errors), whole or by step."""
+    steps = [library.parent / f"{step}.done.log" for step in ("host", "device")]
+    logs = [*steps, library.with_name(library.name + ".log")]
+    return "".join(log.read_text() for log in logs if log.is_file())
 
 
 def build_libraries(
@@ -182,14 +225,13 @@ def _compile(groups, keys, missing, arch, jobs, verbose, on_finished=None) -> di
         """Move every library that is whole into the cache now: a build killed later keeps them."""
         for i, staged, _, library in work:
             if i not in results and library.is_file():
-                log = library.with_name(library.name + ".log")
                 seconds = time.perf_counter() - start
                 metadata = {
                     "configs": [c.to_dict() for c in groups[i]],
                     "arch": arch,
                     "nvcc": nvcc_version,
                     "build_seconds": round(seconds, 2),
-                    "resource_usage": log.read_text() if log.is_file() else "",
+                    "resource_usage": _compiler_output(library),
                 }
                 entry = library_entry(groups[i], arch, keys[i])
                 cache.commit(staged, entry, keys[i], metadata)
@@ -205,8 +247,7 @@ def _compile(groups, keys, missing, arch, jobs, verbose, on_finished=None) -> di
         commit_finished()
         for i, _, _, library in work:
             if i not in results:
-                log = library.with_name(library.name + ".log")
-                error = log.read_text() if log.is_file() else ninja_output
+                error = _compiler_output(library) or ninja_output
                 results[i] = LibraryResult(groups[i], None, error=error or "ninja produced no library and no log")
     finally:  # finished or interrupted, no staging folder outlives the build
         shutil.rmtree(staging_root, ignore_errors=True)
