@@ -80,40 +80,58 @@ def _nvcc_arguments(arch: str) -> list[str]:
     return [*toolchain.NVCC_FLAGS, toolchain.gencode(arch), *includes]
 
 
-def _write_ninja_file(staging_root: Path, jobs: list[tuple[Path, Path]], arch: str) -> Path:
-    """One build edge per library (nvcc whole), or, for a build of fewer libraries than cores, three: nvcc's host
-    and device front ends side by side, then the link (nvcc_steps.py). Each library appears under its name only once
-    whole, so a build that is killed leaves no half-written one to commit; its compiler output goes to logs in its
-    staging folder, printed only when it fails."""
+_ON_FAILURE = "|| { cat $out.log; exit 1; }"  # a failed step prints its log
+_RULES = [
+    "rule nvcc_library",
+    f"  command = $nvcc $flags -o $out.partial $in > $out.log 2>&1 && mv $out.partial $out {_ON_FAILURE}",
+    "  description = nvcc $out",
+    "rule nvcc_object",
+    f"  command = $nvcc $object_flags -c -o $out $in > $out.log 2>&1 {_ON_FAILURE}",
+    "  description = nvcc $out",
+    "rule nvcc_objects",
+    f"  command = $nvcc -shared -o $out.partial $in > $out.log 2>&1 && mv $out.partial $out {_ON_FAILURE}",
+    "  description = nvcc $out",
+    "rule nvcc_step",
+    f"  command = bash $in > $out.log 2>&1 && touch $out {_ON_FAILURE}",
+    "  description = nvcc $out",
+    "rule nvcc_link",
+    f"  command = bash $in > $out.log 2>&1 && mv $out.partial $out {_ON_FAILURE}",
+    "  description = nvcc $out",
+]
+
+
+def _write_ninja_file(staging_root: Path, jobs: list[tuple[list[Path], Path]], arch: str) -> Path:
+    """The build edges of each library, from its translation units: one unit, nvcc whole, or (for a build of fewer
+    libraries than cores) nvcc's host and device front ends side by side, then the link (nvcc_steps.py); several
+    units (a family's `parts`), one object each, side by side, then linked. Each library appears under its name
+    only once whole, so a build that is killed leaves no half-written one to commit; compiler output goes to logs in
+    its staging folder, printed only when it fails."""
     arguments = _nvcc_arguments(arch)
+    object_arguments = [a for a in arguments if a != "-shared"]
     lines = [
         "ninja_required_version = 1.3",
         f"nvcc = {toolchain.nvcc()}",
         f"flags = {' '.join(shlex.quote(a) for a in arguments)}",
-        "rule nvcc_library",
-        "  command = $nvcc $flags -o $out.partial $in > $out.log 2>&1 && mv $out.partial $out"
-        " || { cat $out.log; exit 1; }",
-        "  description = nvcc $out",
-        "rule nvcc_step",
-        "  command = bash $in > $out.log 2>&1 && touch $out || { cat $out.log; exit 1; }",
-        "  description = nvcc $out",
-        "rule nvcc_link",
-        "  command = bash $in > $out.log 2>&1 && mv $out.partial $out || { cat $out.log; exit 1; }",
-        "  description = nvcc $out",
+        f"object_flags = {' '.join(shlex.quote(a) for a in object_arguments)}",
+        *_RULES,
     ]
     split = len(jobs) < (os.cpu_count() or 1)  # with more libraries than cores, ninja keeps every core busy anyway
-    for source, library in jobs:
-        steps = None
-        if split:
-            work = library.parent / "steps"
-            steps = nvcc_steps.split(
-                toolchain.nvcc(),
-                [*arguments, str(source)],
-                library.with_name(library.name + ".partial"),
-                work,
-                cwd=staging_root,
-            )
-        if steps is None:
+    for sources, library in jobs:
+        if len(sources) > 1:
+            objects = [source.with_suffix(".o") for source in sources]
+            lines += [f"build {_ninja_path(o)}: nvcc_object {_ninja_path(s)}" for s, o in zip(sources, objects)]
+            lines.append(f"build {_ninja_path(library)}: nvcc_objects {' '.join(map(_ninja_path, objects))}")
+            continue
+        (source,) = sources
+        work = library.parent / "steps"
+        steps = split and nvcc_steps.split(
+            toolchain.nvcc(),
+            [*arguments, str(source)],
+            library.with_name(library.name + ".partial"),
+            work,
+            staging_root,
+        )
+        if not steps:
             lines.append(f"build {_ninja_path(library)}: nvcc_library {_ninja_path(source)}")
             continue
         stamps = []
@@ -133,9 +151,10 @@ def _write_ninja_file(staging_root: Path, jobs: list[tuple[Path, Path]], arch: s
 
 
 def _compiler_output(library: Path) -> str:
-    """What the compiler printed for one library (ptxas's resource usage, or the errors), whole or by step."""
+    """What the compiler printed for one library (ptxas's resource usage, or the errors), whole, by step or by
+    translation unit."""
     steps = [library.parent / f"{step}.done.log" for step in ("host", "device")]
-    logs = [*steps, library.with_name(library.name + ".log")]
+    logs = [*steps, *sorted(library.parent.glob("kernel*.o.log")), library.with_name(library.name + ".log")]
     return "".join(log.read_text() for log in logs if log.is_file())
 
 
@@ -202,10 +221,12 @@ def _compile(groups, keys, missing, arch, jobs, verbose, on_finished=None) -> di
     for i in missing:
         staged = staging_root / f"entry{i}"
         staged.mkdir()
-        source = staged / "kernel.cu"
-        source.write_text(codegen.render_library(list(groups[i])))
-        work.append((i, staged, source, staged / cache.LIBRARY))
-    ninja_file = _write_ninja_file(staging_root, [(source, library) for _, _, source, library in work], arch)
+        sources = codegen.render_parts(list(groups[i]))
+        paths = [staged / ("kernel.cu" if len(sources) == 1 else f"kernel{p}.cu") for p in range(len(sources))]
+        for path, text in zip(paths, sources):
+            path.write_text(text)
+        work.append((i, staged, paths, staged / cache.LIBRARY))
+    ninja_file = _write_ninja_file(staging_root, [(paths, library) for _, _, paths, library in work], arch)
     jobs = jobs or os.cpu_count() or 1
     if verbose:
         names = ", ".join(

@@ -33,6 +33,18 @@ def translation_unit_key(config) -> tuple[str, str]:
     return config.family, families.of(config).defines(config)
 
 
+def render_parts(configs: list) -> list[str]:
+    """The translation units of one library of `configs`: one, or the family's `parts`, each told which it is."""
+    parts = families.of(configs[0]).parts if configs else 1
+    source = render_library(configs)
+    if parts == 1:
+        return [source]
+    return [
+        f"#define CUTLASS_EXT_LIBRARY_PART {i}\n#define CUTLASS_EXT_LIBRARY_PARTS {parts}\n{source}"
+        for i in range(parts)
+    ]
+
+
 def render_library(configs: list) -> str:
     """One translation unit exporting a launcher per config (several per unit amortise header parsing)."""
     if not configs:

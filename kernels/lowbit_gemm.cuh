@@ -561,7 +561,7 @@ int LowbitGemm<kBlockM, kBlockN, kBlockK, kThreadM, kThreadN, kWindow>::run_grad
 
 // A variant's launchers, `<NAME>_lowbit_forward`, `<NAME>_lowbit_grads` and `<NAME>_lowbit_grads_workspace`
 // (lowbit_abi.h).
-#define CUTLASS_EXT_EXPORT_LOWBIT_GEMM(NAME, ...)                                                          \
+#define CUTLASS_EXT_LOWBIT_LAUNCHERS(NAME, ...)                                                            \
   extern "C" int NAME##_lowbit_forward(const cutlass_ext_lowbit_forward_args* args, void* stream) {        \
     return __VA_ARGS__::run_forward(args, stream);                                                         \
   }                                                                                                        \
@@ -571,3 +571,26 @@ int LowbitGemm<kBlockM, kBlockN, kBlockK, kThreadM, kThreadN, kWindow>::run_grad
   extern "C" int64_t NAME##_lowbit_grads_workspace(const cutlass_ext_lowbit_grads_args* args) {            \
     return __VA_ARGS__::grads_workspace(args);                                                             \
   }
+
+// One STE's gradient kernels (twelve of a variant's 44) as an explicit instantiation (KIND `template`) or its
+// declaration (`extern template`).
+#define CUTLASS_EXT_LOWBIT_GRADS(KIND, STE, ...)                                  \
+  KIND void cutlass_ext::lowbit::launch_grads<__VA_ARGS__, STE>(const cutlass_ext_lowbit_grads_args*, dim3, \
+                                                                cudaStream_t);
+
+// A library compiled from four translation units side by side (the family's `parts`, CUTLASS_EXT_LIBRARY_PART
+// 0-3): part 0 holds the launchers and the forward kernels, part p the gradient kernels of the STE numbered p
+// (CUTLASS_EXT_LOWBIT_STE_*), which part 0 only declares. One unit alone (no parts defined) holds everything.
+#if !defined(CUTLASS_EXT_LIBRARY_PART)
+#define CUTLASS_EXT_EXPORT_LOWBIT_GEMM(NAME, ...) CUTLASS_EXT_LOWBIT_LAUNCHERS(NAME, __VA_ARGS__)
+#elif CUTLASS_EXT_LIBRARY_PART == 0
+static_assert(CUTLASS_EXT_LIBRARY_PARTS == 4, "a low-bit library is one unit, or four");
+#define CUTLASS_EXT_EXPORT_LOWBIT_GEMM(NAME, ...)                                     \
+  CUTLASS_EXT_LOWBIT_GRADS(extern template, CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF, __VA_ARGS__)  \
+  CUTLASS_EXT_LOWBIT_GRADS(extern template, CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_OF, __VA_ARGS__)  \
+  CUTLASS_EXT_LOWBIT_GRADS(extern template, CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF, __VA_ARGS__) \
+  CUTLASS_EXT_LOWBIT_LAUNCHERS(NAME, __VA_ARGS__)
+#else
+#define CUTLASS_EXT_EXPORT_LOWBIT_GEMM(NAME, ...) \
+  CUTLASS_EXT_LOWBIT_GRADS(template, CUTLASS_EXT_LIBRARY_PART, __VA_ARGS__)
+#endif

@@ -3,6 +3,7 @@ launchers, and the kernels' arithmetic (kernels/lowbit_fmaq.cuh, the backward's 
 kernels/lowbit_grad.cuh), compiled into a host program, equals the reference and the STE reference bit for bit."""
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from cutlass_ext import build, cache, toolchain
+from cutlass_ext import build, cache, codegen, toolchain
 from cutlass_ext.lowbit.format import LowbitFormat
 from cutlass_ext.lowbit.kernel import DEFAULT_CONFIG
 from cutlass_ext.lowbit.reference import lowbit_matmul_fmt
@@ -225,6 +226,12 @@ def test_library_compiles_and_exports_launchers(tmp_path, monkeypatch):
     ).stdout
     for function in ("lowbit_forward", "lowbit_grads", "lowbit_grads_workspace"):
         assert f" T {DEFAULT_CONFIG.name}_{function}\n" in exported
+    # Compiled from four units side by side: each STE's gradient kernels come from their own (the launchers' unit
+    # only declares them), and all three are in the library.
+    sources = codegen.render_parts([DEFAULT_CONFIG])
+    assert [s.splitlines()[0] for s in sources] == [f"#define CUTLASS_EXT_LIBRARY_PART {p}" for p in range(4)]
+    for ste in (1, 2, 3):  # CUTLASS_EXT_LOWBIT_STE_*
+        assert re.search(rf"W _ZN11cutlass_ext6lowbit12launch_grads\S*Li{ste}EEEv", exported)
 
 
 def test_config_names_parse_back():

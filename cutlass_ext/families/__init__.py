@@ -46,8 +46,10 @@ class Family:
     `fingerprint`). template: the translation unit's template, `<template>.cu.in`; the instance template
     `<template>_instance.in` lies beside it. render_instance: one config's launchers from the instance template.
     archs: the archs it builds for (None: every arch). defines: the preprocessor lines a config's translation
-    unit starts with; configs with different defines never share a unit. filters, space, measure: module paths of
-    the sweep plug-ins (None where the family has none).
+    unit starts with; configs with different defines never share a unit. parts: how many translation units a
+    library is compiled from, side by side, and linked (each rendered with CUTLASS_EXT_LIBRARY_PART = 0…parts−1
+    and CUTLASS_EXT_LIBRARY_PARTS defined; the template says what each holds). filters, space, measure: module
+    paths of the sweep plug-ins (None where the family has none).
     """
 
     name: str
@@ -56,6 +58,7 @@ class Family:
     render_instance: Callable
     archs: tuple[str, ...] | None = None
     defines: Callable = field(default=lambda config: "")
+    parts: int = 1
     filters: str | None = None
     space: str | None = None
     measure: str | None = None

@@ -9,6 +9,7 @@ FAMILY = Family(
     config=LowbitKernelConfig,
     template=kernels_dir() / "lowbit_gemm.cu.in",
     render_instance=render_instance,
+    parts=4,  # the forward and each STE's gradient kernels compile side by side (kernels/lowbit_gemm.cuh)
     filters="cutlass_ext.lowbit.filters",
     space="cutlass_ext.lowbit.space",
     measure="cutlass_ext.lowbit.measure",
