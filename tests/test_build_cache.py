@@ -96,11 +96,12 @@ def test_a_killed_build_keeps_the_libraries_it_finished(cache_dir, monkeypatch):
     other = KernelConfig(mode="tf32", threadblock=(128, 64, 32))
 
     def ninja_interrupted(ninja_file, jobs, on_line):
-        rule, *edges = [
-            line for line in ninja_file.read_text().splitlines() if line.startswith(("  command", "build "))
-        ]
-        assert "-o $out.partial" in rule and "mv $out.partial $out" in rule  # whole libraries only, by rename
-        first_library = Path(edges[0].split(":")[0].removeprefix("build ").replace("$ ", " "))
+        lines = ninja_file.read_text().splitlines()
+        commands = {rule.split()[1]: command for rule, command in zip(lines, lines[1:]) if rule.startswith("rule ")}
+        libraries = [line for line in lines if line.startswith("build ") and line.split(":")[0].endswith(cache.LIBRARY)]
+        for edge in libraries:  # whole libraries only, by rename, whichever rule writes them
+            assert "mv $out.partial $out" in commands[edge.split(": ", 1)[1].split()[0]]
+        first_library = Path(libraries[0].split(":")[0].removeprefix("build ").replace("$ ", " "))
         first_library.write_bytes(b"finished library")
         on_line("[1/2] nvcc next library\n")
         raise KeyboardInterrupt

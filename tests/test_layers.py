@@ -44,7 +44,16 @@ LAYER_OF = [
             "cutlass_ext.requirements",
         ],
     ),
-    ("build", ["cutlass_ext.build", "cutlass_ext.codegen", "cutlass_ext.families", "cutlass_ext.variants"]),
+    (
+        "build",
+        [
+            "cutlass_ext.build",
+            "cutlass_ext.nvcc_steps",
+            "cutlass_ext.codegen",
+            "cutlass_ext.families",
+            "cutlass_ext.variants",
+        ],
+    ),
     ("families", ["cutlass_ext.families.*", "cutlass_ext.*.config", "cutlass_ext.optim.family"]),
     ("families", ["cutlass_ext.fp8_block.family", "cutlass_ext.ozaki.family"]),
     ("dispatch", ["cutlass_ext.registry", "cutlass_ext.native", "cutlass_ext.tuned"]),
