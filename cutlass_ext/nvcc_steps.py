@@ -5,7 +5,8 @@ and instantiate the whole translation unit, and for a CUTLASS 3.x kernel each ta
 depend on nothing but the preprocessed source, so here they run at once: `nvcc --dryrun` lists the commands nvcc
 would run, and they are cut into three scripts, host (preprocess, cudafe++), device (preprocess, cicc, ptxas,
 fatbinary) and link (the host compile, nvlink, the final link), the last depending on the other two. (The host
-compile must wait for the device side: it includes the launch stubs cicc writes, and the fatbinary.) A first call that builds one kernel then waits for the longer front end, not the sum of both.
+compile must wait for the device side: it includes the launch stubs cicc writes, and the fatbinary.) A first call
+that builds one kernel then waits for the longer front end, not the sum of both.
 
 Anything in the listing this does not recognise gives None, and the caller runs nvcc whole.
 """
