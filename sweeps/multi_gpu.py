@@ -6,8 +6,9 @@ process builds and loads exactly the libraries a one-GPU run of the same space b
 either serves the other. Each part runs `python -m sweeps.run` with CUDA_VISIBLE_DEVICES set to its GPU and
 `--part I/N`, in `<out>/parts/<I>of<N>/` (its table, tuned table and log). A part's table is given the rows of
 the merged table that are its own and the peers', so a rerun with any N measures only what is missing, and an
-interrupted part resumes where it stopped. The first part measures the peers; each part picks its own finalists
-and power rows per (mode, shape) (a superset of one GPU's: the fastest of all is the fastest of its part).
+interrupted part resumes where it stopped. The peers' rows are dealt by shape (part I measures the peers of
+shapes I, I + N, …); each part picks its own finalists and power rows per (mode, shape) (a superset of one GPU's:
+the fastest of all is the fastest of its part).
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ def part(survivors: list, args) -> list:
     index, count = _parse_part(args.part)
     groups = build_stage._groups(survivors, group_size(survivors, args))
     return [config for group in groups[index::count] for config in group]
+
+
+def measures_peers(args, shape_index: int) -> bool:
+    """Whether this process measures the peers of the shape at `shape_index` (every one without --part)."""
+    if getattr(args, "part", None) is None:
+        return True
+    index, count = _parse_part(args.part)
+    return shape_index % count == index
 
 
 def visible_devices() -> list[str]:
@@ -133,7 +142,7 @@ def run(argv: list[str], args, survivors: list) -> int:
         # later options override earlier ones: the user's arguments, then this part's
         command = [sys.executable, "-m", "sweeps.run", *argv, "--gpus", "1", "--part", spec]
         command += ["--group-size", str(size), "--jobs", str(jobs), "--out", str(folder)]
-        command += ["--tuned-out", str(folder / "tuned.csv"), "--no-report"] + (["--skip-peers"] if index else [])
+        command += ["--tuned-out", str(folder / "tuned.csv"), "--no-report"]
         log = (folder / "log.txt").open("w")
         environment = {**os.environ, "CUDA_VISIBLE_DEVICES": devices[index]}
         running.append((index, subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT), log))

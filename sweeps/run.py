@@ -102,7 +102,6 @@ def _parse_args(argv):
     parser.add_argument("--no-report", action="store_true", help="skip the ranked table and plots at the end")
     parser.add_argument("--gpus", type=int, default=1, help="measure on N GPUs, one process each (multi_gpu.py)")
     parser.add_argument("--part", help=argparse.SUPPRESS)  # I/N: the part a --gpus process measures
-    parser.add_argument("--skip-peers", action="store_true", help=argparse.SUPPRESS)  # parts after the first
     return parser.parse_args(argv)
 
 

@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from cutlass_ext import benchmark, families, registry, tuned
 
-from . import build_stage, measure
+from . import build_stage, measure, multi_gpu
 from .power import mean_watts
 from .space import family_of
 from .table import ResumableTable, config_columns, config_fields
@@ -110,14 +110,24 @@ class Sweep:
         """Per shape: the peers, a short screening time of every variant, full timing of each mode's finalists,
         then power."""
         start = time.perf_counter()
-        for shape in shapes:
+        phases = dict.fromkeys(("peers", "screening", "finalists", "power"), 0.0)
+
+        def timed(phase, step, *args):
+            began = time.perf_counter()
+            result = step(*args)
+            phases[phase] += time.perf_counter() - began
+            return result
+
+        for index, shape in enumerate(shapes):
             problem = self.family.make_problem(*shape)
-            peer_runs = self._measure_peers(problem, shape)
-            self._screen(problem, shape)
-            self._finals(problem, shape)
-            self._power(problem, shape, peer_runs)
+            peers = multi_gpu.measures_peers(self.args, index)
+            peer_runs = timed("peers", self._measure_peers, problem, shape) if peers else {}
+            timed("screening", self._screen, problem, shape)
+            timed("finalists", self._finals, problem, shape)
+            timed("power", self._power, problem, shape, peer_runs)
             del problem
             torch.cuda.empty_cache()
+        print("measured in " + ", ".join(f"{phase} {seconds:.0f} s" for phase, seconds in phases.items()))
         return time.perf_counter() - start
 
     def _measure_peers(self, problem, shape) -> dict:
@@ -168,8 +178,6 @@ class Sweep:
         ]
 
     def _peers(self, problem):
-        if getattr(self.args, "skip_peers", False):
-            return iter(())  # a `--gpus` part after the first: the first measures them (multi_gpu.py)
         return self.family.peers(problem, self.args.repeats)
 
     def _power(self, problem, shape, peer_runs: dict) -> None:

@@ -67,8 +67,8 @@ class FakeSweep:
         )
 
     def measure(self, shapes):
-        for shape in shapes:
-            if not self.args.skip_peers:
+        for index, shape in enumerate(shapes):
+            if multi_gpu.measures_peers(self.args, index):
                 self._append(None, "cublas", "fp32", "torch.matmul ieee", shape)
             for config in self.survivors:
                 self._append(config, config.family, config.mode, config.name, shape)
@@ -143,7 +143,8 @@ def test_two_gpus_write_the_table_of_one(sweep_run):
     for device, part, name, _ in FakeSweep.calls:
         if name != "torch.matmul ieee":
             variants.setdefault((device, part), set()).add(name)
-    assert {part for _, part, name, _ in FakeSweep.calls if name == "torch.matmul ieee"} == {"0/2"}
+    peers = [(part, shape) for _, part, name, shape in FakeSweep.calls if name == "torch.matmul ieee"]
+    assert [part for part, _ in peers] == ["0/2", "1/2"]  # the first shape's peers by part 0, the second's by part 1
     assert sorted(variants) == [("4", "0/2"), ("6", "1/2")]  # one process per GPU, in its own part
     assert not variants["4", "0/2"] & variants["6", "1/2"]
     assert len(two) == 2 * (1 + len(variants["4", "0/2"]) + len(variants["6", "1/2"]))
@@ -174,6 +175,13 @@ def test_a_rerun_with_another_gpu_count_measures_only_what_is_missing(sweep_run)
     assert not more.duplicated(KEY).any()
 
 
-def test_parts_after_the_first_leave_the_peers_to_it():
-    part = argparse.Namespace(args=argparse.Namespace(skip_peers=True, repeats=3))
-    assert list(sweep_module.Sweep._peers(part, None)) == []
+def test_the_peers_are_dealt_by_shape(sweep_run):
+    assert [multi_gpu.measures_peers(argparse.Namespace(part=None), i) for i in range(3)] == [True] * 3
+    for part, shapes in (("0/2", [0, 2, 4]), ("1/2", [1, 3]), ("2/3", [2])):
+        measured = [i for i in range(5) if multi_gpu.measures_peers(argparse.Namespace(part=part), i)]
+        assert measured == shapes
+    status, table = sweep_run("table", 2)
+    peers = [call for call in FakeSweep.calls if call[2] == "torch.matmul ieee"]
+    # each shape's peers once, by a different part for each of the two shapes, and all in the merged table
+    assert status == 0 and len(peers) == 2 and len({call[1] for call in peers}) == 2
+    assert (table["name"] == "torch.matmul ieee").sum() == 2
