@@ -89,7 +89,8 @@ _RULES = [
     f"  command = $nvcc $object_flags -c -o $out $in > $out.log 2>&1 {_ON_FAILURE}",
     "  description = nvcc $out",
     "rule nvcc_objects",
-    f"  command = $nvcc -shared -o $out.partial $in > $out.log 2>&1 && mv $out.partial $out {_ON_FAILURE}",
+    # the objects go once linked: the cache keeps the library, not its parts
+    f"  command = $nvcc -shared -o $out.partial $in > $out.log 2>&1 && mv $out.partial $out && rm -f $in {_ON_FAILURE}",
     "  description = nvcc $out",
     "rule nvcc_step",
     f"  command = bash $in > $out.log 2>&1 && touch $out {_ON_FAILURE}",
@@ -132,6 +133,7 @@ def _write_ninja_file(staging_root: Path, jobs: list[tuple[list[Path], Path]], a
             staging_root,
         )
         if not steps:
+            shutil.rmtree(work, ignore_errors=True)
             lines.append(f"build {_ninja_path(library)}: nvcc_library {_ninja_path(source)}")
             continue
         stamps = []

@@ -47,8 +47,9 @@ def _source(command: str) -> str | None:
 
 
 def split(nvcc: str, arguments: list[str], output: Path, work: Path, cwd: Path) -> Steps | None:
-    """The steps of `nvcc arguments -o output`, intermediates kept in `work`; None if the listing is not the
-    expected one (one cudafe++, one cicc, each fed by its own preprocessing)."""
+    """The steps of `nvcc arguments -o output`, intermediates kept in `work` (the link step removes them; the
+    caller removes `work` if a step fails or None comes back); None if the listing is not the expected one (one
+    cudafe++, one cicc, each fed by its own preprocessing)."""
     work.mkdir(parents=True, exist_ok=True)
     listing = subprocess.run(
         [nvcc, *arguments, "--dryrun", "--keep", "--keep-dir", str(work), "-o", str(output)],
@@ -58,13 +59,26 @@ def split(nvcc: str, arguments: list[str], output: Path, work: Path, cwd: Path) 
     )
     if listing.returncode != 0:
         return None
-    lines = [line[3:] for line in listing.stderr.splitlines() if line.startswith("#$ ")]
+    try:
+        return _cut(listing.stderr, nvcc, arguments, output, work, cwd)
+    except ValueError:  # a listing shlex cannot read
+        return None
+
+
+def _cut(listing: str, nvcc: str, arguments: list[str], output: Path, work: Path, cwd: Path) -> Steps | None:
+    lines = [line[3:] for line in listing.splitlines() if line.startswith("#$ ")]
     commands = [line for line in lines if not _ASSIGNMENT.match(line)]
-    # nvcc's own variables; some (SYSTEM_INCLUDES="-isystem" "dir") are not shell, and none of those is used below.
+    # nvcc's own variables, written back quoted. Some (SYSTEM_INCLUDES="-isystem" "dir") are not one value; none of
+    # those may be used below, and the search path the tools are found by must be one.
     environment, unusable = [], []
     for line in filter(_ASSIGNMENT.match, lines):
-        (environment if len(shlex.split(line)) == 1 else unusable).append(line)
-    if any(f"${line.split('=', 1)[0]}" in c for line in unusable for c in commands):
+        name, value = line.split("=", 1)
+        words = shlex.split(value)
+        if len(words) <= 1:
+            environment.append(f"{name}={shlex.quote(words[0] if words else '')}")
+        else:
+            unusable.append(name)
+    if any(name in ("PATH", "LD_LIBRARY_PATH") or f"${name}" in c for name in unusable for c in commands):
         return None
     tools = [_tool(c) for c in commands]
     if tools.count("cudafe++") != 1 or tools.count("cicc") != 1:
@@ -102,5 +116,6 @@ def split(nvcc: str, arguments: list[str], output: Path, work: Path, cwd: Path) 
 
     whole = shlex.join([nvcc, *arguments, "-o", str(output)])
     agree = f"cmp -s {shlex.quote(host_id)} {shlex.quote(device_id)}"
-    link_lines = [f"if {agree}; then", *(commands[i] for i in link), "else", whole, "fi"]
+    differ = "echo 'cutlass_ext: host and device module ids differ; compiling the whole way' >&2"
+    link_lines = [f"if {agree}; then", *(commands[i] for i in link), "else", differ, whole, "fi"]
     return Steps(script([commands[i] for i in host]), script([commands[i] for i in device]), script(link_lines))

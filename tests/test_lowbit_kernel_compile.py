@@ -267,3 +267,10 @@ def test_matmul_rejects_cpu_and_non_float_operands():
         matmul(torch.zeros(2, 3), torch.zeros(3, 2), fmt)
     with pytest.raises(TypeError, match="a must be float32"):
         matmul(torch.zeros(2, 3, dtype=torch.float16), torch.zeros(3, 2), fmt)
+
+
+def test_each_gradient_part_is_the_ste_of_its_number():
+    """kernels/lowbit_gemm.cuh: library part p (1-3) instantiates the STE numbered p."""
+    abi = (toolchain.kernels_dir() / "lowbit_abi.h").read_text()
+    numbers = dict(re.findall(r"#define CUTLASS_EXT_LOWBIT_STE_(\w+) (\d+)", abi))
+    assert {numbers[name] for name in ("RECURSIVE_OF", "IMMEDIATE_OF", "IMMEDIATE_DIFF")} == {"1", "2", "3"}
