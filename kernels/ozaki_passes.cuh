@@ -29,24 +29,60 @@ __device__ __forceinline__ void load_tile(float (&tile)[kTileRows][kTileK + 1],
   }
 }
 
-// Partial sums of squares over k-slices of kNormSliceK: norms[(b · slices + slice) · rows + row], one thread per
-// row summing its slice in k order (the same order for every layout). Threads of a warp read 32 rows at one k:
-// coalesced for a transposed operand, and for a row-major one each 32-byte sector serves the next 7 k from L1.
+// Partial sums of squares over k-slices of kNormSliceK: norms[(b · slices + slice) · rows + row], each row's slice
+// summed by one thread in k order (the same order for every layout, so the shifts equal the reference's). The
+// values come kNormChunk k at a time, 32 loads in flight per thread, each warp load one 128-byte line: rows
+// contiguous (a transposed operand), a warp reads 32 rows at one k; k contiguous, a warp reads 32 k of one row into
+// shared memory and each thread then sums its row from there (one line per load rather than 32, ~3x the speed).
 constexpr int kNormThreads = 128;
+constexpr int kNormChunk = 32;
 
+template <bool kStaged>
 __global__ void __launch_bounds__(kNormThreads) norm_kernel(const cutlass_ext_ozaki_scale_args args) {
-  const int64_t row = int64_t(blockIdx.x) * kNormThreads + threadIdx.x, b = blockIdx.z;
-  if (row >= args.rows) return;
+  const int64_t row0 = int64_t(blockIdx.x) * kNormThreads, row = row0 + threadIdx.x, b = blockIdx.z;
   const int64_t slice = blockIdx.y, slices = gridDim.y;
   const int64_t k_begin = slice * kNormSliceK, k_end = min(args.k, k_begin + kNormSliceK);
-  const float* x = args.x + b * args.x_batch_stride + row * args.x_row_stride;
-  double sum = 0.0;
-#pragma unroll 8
-  for (int64_t k = k_begin; k < k_end; ++k) {
-    const double v = x[k * args.x_k_stride];
-    sum = fma(v, v, sum);  // exact square (48 bits), one rounding per add
+  const float* x = args.x + b * args.x_batch_stride;
+  double sum = 0.0;  // squares are >= 0: the zeros loaded past k_end leave it unchanged
+  if constexpr (kStaged) {
+    __shared__ float tile[kNormThreads][kNormChunk + 1];  // +1: conflict-free rows and columns
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    constexpr int kWarps = kNormThreads / 32, kWarpRows = kNormThreads / kWarps;
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += kNormChunk) {
+      float v[kWarpRows];
+      const int64_t k = k0 + lane;
+      const float* source = x + (row0 + warp) * args.x_row_stride + k;  // x_k_stride == 1
+      const int64_t step = kWarps * args.x_row_stride;
+      const int rows_left = int(min(int64_t(kNormThreads), args.rows - row0)) - warp;  // rows j·kWarps < rows_left
+#pragma unroll
+      for (int j = 0; j < kWarpRows; ++j, source += step) {
+        v[j] = (kWarps * j < rows_left && k < k_end) ? *source : 0.0f;
+      }
+      __syncthreads();  // the previous chunk is summed
+#pragma unroll
+      for (int j = 0; j < kWarpRows; ++j) tile[warp + kWarps * j][lane] = v[j];
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < kNormChunk; ++kk) {
+        const double value = tile[threadIdx.x][kk];
+        sum = fma(value, value, sum);  // exact square (48 bits), one rounding per add
+      }
+    }
+  } else {
+    if (row >= args.rows) return;
+    const float* x_row = x + row * args.x_row_stride;
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += kNormChunk) {
+      float v[kNormChunk];
+#pragma unroll
+      for (int j = 0; j < kNormChunk; ++j) v[j] = k0 + j < k_end ? x_row[(k0 + j) * args.x_k_stride] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kNormChunk; ++j) {
+        const double value = v[j];
+        sum = fma(value, value, sum);
+      }
+    }
   }
-  args.norms[(b * slices + slice) * args.rows + row] = sum;
+  if (row < args.rows) args.norms[(b * slices + slice) * args.rows + row] = sum;
 }
 
 // Residue planes of a kTileRows x kTileK tile; the row's shift from the slices' sums (in slice order).
@@ -108,7 +144,14 @@ int run_scale(const cutlass_ext_ozaki_scale_args* args, void* stream) {
   const int slices = int((args->k + kNormSliceK - 1) / kNormSliceK);
   const dim3 norm_grid(unsigned((args->rows + kNormThreads - 1) / kNormThreads), unsigned(slices),
                        unsigned(args->batch));
-  if (slices > 0) norm_kernel<<<norm_grid, kNormThreads, 0, cuda_stream>>>(*args);
+  if (slices > 0) {
+    // staged through shared memory where k is the contiguous index and rows are not
+    if (args->x_k_stride == 1 && args->x_row_stride != 1) {
+      norm_kernel<true><<<norm_grid, kNormThreads, 0, cuda_stream>>>(*args);
+    } else {
+      norm_kernel<false><<<norm_grid, kNormThreads, 0, cuda_stream>>>(*args);
+    }
+  }
   const dim3 residue_grid(unsigned((args->rows_pitch + kTileRows - 1) / kTileRows),
                           unsigned((args->k_pitch + kTileK - 1) / kTileK), unsigned(args->batch));
   residue_kernel<kCount, kBudget><<<residue_grid, kPassThreads, 0, cuda_stream>>>(*args, slices);

@@ -113,7 +113,8 @@ def _scale(library, variant, x, rows_dim, planes, shifts, norms, stream) -> None
     _check(library, _launcher(library, variant, "ozaki_scale")(ctypes.byref(args), stream), f"{variant} operand pass")
 
 
-def _cuda_product(a: torch.Tensor, b: torch.Tensor, variant: str) -> torch.Tensor:
+def cuda_product(a: torch.Tensor, b: torch.Tensor, variant: str) -> torch.Tensor:
+    """The op's CUDA implementation: (B, M, K) @ (B, K, N) float32 CUDA tensors by `variant`'s kernels."""
     batch, m, k = a.shape
     n = b.shape[-1]
     out = a.new_empty((batch, m, n))
@@ -176,7 +177,7 @@ def _cuda_product(a: torch.Tensor, b: torch.Tensor, variant: str) -> torch.Tenso
 def ozaki_gemm(a: torch.Tensor, b: torch.Tensor, variant: str) -> torch.Tensor:
     """(B, M, K) @ (B, K, N) float32, any strides, by Ozaki scheme II with `variant`'s moduli -> (B, M, N)."""
     if a.is_cuda:
-        return _cuda_product(a, b, variant)
+        return cuda_product(a, b, variant)
     return ozaki_matmul(a, b, _config(variant).moduli)
 
 

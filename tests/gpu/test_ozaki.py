@@ -141,6 +141,18 @@ def test_compile_and_graph_replay_give_eager_bits():
     assert _same_bits(static_out, ozaki.gemm(static_a, static_b))
 
 
+@pytest.mark.parametrize("layout", ["nn", "tt"])
+def test_eager_call_and_the_op_give_the_same_bits(layout):
+    """An eager call without autograd launches the kernels itself; the op (compile, autograd, tracing) the same."""
+    a, b = _draw("type1", (300, 1100), 21), _draw("type1", (1100, 190), 22)
+    if layout == "tt":
+        a, b = a.T.contiguous().T, b.T.contiguous().T
+    eager = ozaki.gemm(a, b)
+    op = torch.ops.cutlass_ext.ozaki_gemm(a.unsqueeze(0), b.unsqueeze(0), ozaki.OzakiConfig().name)[0]
+    assert _same_bits(eager, op)
+    assert _same_bits(eager, ozaki_matmul(a.cpu(), b.cpu(), 8))
+
+
 def test_bad_arguments_raise_clear_errors():
     a, b = _draw("urand", (4, 8), 15), _draw("urand", (8, 3), 16)
     with pytest.raises(TypeError, match="a must be float32"):
