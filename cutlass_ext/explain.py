@@ -1,5 +1,8 @@
 """python -m cutlass_ext.explain --gpu "NVIDIA H200" --op gemm|gemm_fp8 --mode MODE --shape MxNxK
 
+gemm_fp8's modes: `fast` and `promoted` (per-tensor or per-row scales), `block` (DeepSeek-V3's 1x128 / 128x128
+block scales).
+
 Prints the kernel variant dispatch would run for one product on a GPU, and where the choice came from (a tuned
 table and its entry, an architecture fallback table, or the architecture's built-in default). Needs no GPU: the
 GPU is named (its architecture is read from the name, or given with --arch).
@@ -16,6 +19,7 @@ from .families.sm90_fp8.config import ACCUMULATIONS
 from .gemm import KERNEL_MODES
 
 _SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")
+BLOCK_MODE = "block"  # gemm_fp8 with 1x128 activation and 128x128 weight scales
 
 
 def explain(gpu: str, op: str, mode: str, shape: tuple[int, int, int], arch: str | None = None) -> list[str]:
@@ -32,6 +36,11 @@ def explain(gpu: str, op: str, mode: str, shape: tuple[int, int, int], arch: str
     else:
         if not info.hopper:
             return lines + [f"gemm_fp8 runs on Hopper (sm90) GPUs only; {info.name} is sm{info.arch or '?'}"]
+        if mode == BLOCK_MODE:
+            from .fp8_block.api import dense_plan
+
+            name, source = dense_plan(info, "e4m3", "e4m3", "bf16", 128, m, n, k)
+            return lines + [f"runs: {name}", f"source: {source}"]
         from .fp8 import plan
 
         names, source = plan(info, "e4m3", "e4m3", "bf16", mode, m, n, k)
@@ -49,12 +58,12 @@ def _parse_args(argv):
     parser.add_argument(
         "--mode",
         required=True,
-        help=f"gemm: one of {', '.join(KERNEL_MODES)}; gemm_fp8: {' or '.join(ACCUMULATIONS)} "
+        help=f"gemm: one of {', '.join(KERNEL_MODES)}; gemm_fp8: {', '.join(ACCUMULATIONS)} or {BLOCK_MODE} "
         "(e4m3 inputs, bf16 output)",
     )
     parser.add_argument("--shape", required=True, help="MxNxK, e.g. 8192x8192x8192")
     args = parser.parse_args(argv)
-    modes = KERNEL_MODES if args.op == "gemm" else ACCUMULATIONS
+    modes = KERNEL_MODES if args.op == "gemm" else (*ACCUMULATIONS, BLOCK_MODE)
     if args.mode not in modes:
         parser.error(f"--mode {args.mode!r} is not one of {list(modes)} for --op {args.op}")
     match = _SHAPE.fullmatch(args.shape)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import families, fp8
+from . import families, fp8, fp8_block
 from .build import build_libraries, load_binding
 from .gemm import KERNEL_MODES, dispatch_configs
 from .toolchain import device_arch
@@ -24,8 +24,9 @@ def _parse_args(argv):
         "--modes",
         nargs="+",
         default=list(KERNEL_MODES),
-        choices=list(KERNEL_MODES) + ["fp8_fast", "fp8_promoted"],
-        help="modes whose defaults and tuned winners to build (FP8: e4m3 inputs, bf16 output)",
+        choices=list(KERNEL_MODES) + ["fp8_fast", "fp8_promoted", "fp8_block"],
+        help="modes whose defaults and tuned winners to build (FP8: e4m3 inputs, bf16 output; fp8_block: "
+        "DeepSeek-V3's block scales, dense kernels)",
     )
     parser.add_argument(
         "--names",
@@ -41,8 +42,9 @@ def _parse_args(argv):
 def prebuild_configs(modes: list[str]) -> list:
     """What `--prebuild` builds for these modes, each variant once: `gemm`'s dispatch variants (the tuned tables'
     FP8 winners among them) and `gemm_fp8`'s defaults."""
-    accums = [mode.removeprefix("fp8_") for mode in modes if mode.startswith("fp8_")]
-    return list(dict.fromkeys(dispatch_configs(modes) + (fp8.dispatch_configs(accums) if accums else [])))
+    accums = [mode.removeprefix("fp8_") for mode in modes if mode in ("fp8_fast", "fp8_promoted")]
+    block = fp8_block.dispatch_configs() if "fp8_block" in modes else []
+    return list(dict.fromkeys(dispatch_configs(modes) + (fp8.dispatch_configs(accums) if accums else []) + block))
 
 
 def main(argv=None) -> int:

@@ -7,7 +7,7 @@ y = ext.gemm_fp8(a8, w8, scale_a, scale_w)                                   # r
 y = ext.grouped_gemm_fp8(a8, experts8, scale_a, experts_scale, offsets=ends)  # one launch over the experts
 """
 
-from .api import gemm_fp8_block, grouped_gemm_fp8, is_block_scaled
+from .api import dense_plan, dispatch_configs, gemm_fp8_block, grouped_gemm_fp8, is_block_scaled
 from .config import Fp8BlockConfig
 from .quantize import block_scaled_reference, check_block, dequantize, grouped_reference, quantize_block
 
@@ -15,7 +15,9 @@ __all__ = [
     "Fp8BlockConfig",
     "block_scaled_reference",
     "check_block",
+    "dense_plan",
     "dequantize",
+    "dispatch_configs",
     "gemm_fp8_block",
     "grouped_gemm_fp8",
     "grouped_reference",

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 
 import torch
 
+from .. import device as device_info
+from .. import native, tuned
 from ..compiling import constant_result
 from .config import SCALE_BLOCK_K, Fp8BlockConfig
 from .kernel import gemm_fp8_block as _gemm_op
@@ -144,8 +147,54 @@ DENSE_BY_M = (
 )
 
 
+MODE = "fp8_block"  # the tuned tables' mode of the dense kernels (configs/sm90_fp8_block.yaml)
+DECODE_M = 256  # up to here dispatch takes the tuned M bucket at or above M (as gemm_fp8's decode kernels do)
+
+
+def dense_plan(gpu, a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m: int, n: int, k: int):
+    """(variant, where it came from) for a dense block-scaled product on `gpu` (no GPU needed: `explain`): the tuned
+    tables' winner for the nearest shape (`tuned.table_chain`) where the call's types are the ones it was measured
+    with, else the default for M."""
+    config, source = tuned.resolve(gpu.name, MODE, m, n, k, m_bucket_above=m <= DECODE_M, gpu=gpu)
+    if config is not None:
+        types = (config.a_dtype, config.b_dtype, config.out_dtype, config.scale_n)
+        if types == (a_dtype, b_dtype, out_dtype, scale_n):
+            return config.name, source
+        source = f"{source}, measured for {'/'.join(map(str, types))}"
+    return dense_variant(a_dtype, b_dtype, out_dtype, scale_n, m), f"default for M = {m} ({source})"
+
+
+@constant_result
+@functools.cache
+def _planned(index: int, a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m: int, n: int, k: int, _table):
+    """`dense_plan`'s variant for CUDA device `index` (a constant to torch.compile; keyed by the table generation)."""
+    return dense_plan(device_info.info(index), a_dtype, b_dtype, out_dtype, scale_n, m, n, k)[0]
+
+
+def dispatch_configs() -> list[Fp8BlockConfig]:
+    """The block-scaled variants dispatch runs for e4m3 inputs, bf16 output and 128x128 weight blocks (what
+    `--prebuild --modes fp8_block` builds): the defaults per M, the grouped kernel and the shipped tables' winners."""
+    defaults = [config for _, config in DENSE_BY_M]
+    defaults.append(Fp8BlockConfig.from_name(grouped_variant("e4m3", "e4m3", "bf16", 128)))
+    shipped = [c for c in tuned.shipped_configs() if isinstance(c, Fp8BlockConfig)]
+    return list(dict.fromkeys(defaults + shipped))
+
+
+@functools.cache
+def _loadable(variant: str, default: str, index: int) -> str:
+    """`variant` once its library builds and loads for device `index`; else, with a warning (once), `default`."""
+    if variant == default:
+        return variant
+    try:
+        native.library(Fp8BlockConfig.from_name(variant), torch.device("cuda", index))
+    except RuntimeError as error:
+        warnings.warn(f"cutlass_ext: {error}\nfalling back to {default}", RuntimeWarning, stacklevel=4)
+        return default
+    return variant
+
+
 def dense_variant(a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m: int = 1 << 30) -> str:
-    """The dense kernel `gemm_fp8_block` runs for these types and M (DENSE_BY_M)."""
+    """The default dense kernel for these types and M (DENSE_BY_M), where no tuned table has an entry."""
     bucket = next(i for i, (bound, _) in enumerate(DENSE_BY_M) if bound is None or m <= bound)
     return _dense_variant(a_dtype, b_dtype, out_dtype, scale_n, bucket)
 
@@ -194,7 +243,10 @@ def gemm_fp8_block(
     if not torch.compiler.is_compiling():
         _check_capability(a.device)
     if variant is None:
-        variant = dense_variant(a_name, b_name, out_name, scale_n, m)
+        index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+        variant = _planned(index, a_name, b_name, out_name, scale_n, m, n, k, tuned.generation())
+        if not torch.compiler.is_compiling():
+            variant = _loadable(variant, dense_variant(a_name, b_name, out_name, scale_n, m), index)
     else:
         _check_variant(variant, a_name, b_name, out_name, scale_n, grouped=False)
     if _scale_a_major(variant) == "m":  # block scales taken as they are if already M-major

@@ -12,4 +12,7 @@ FAMILY = Family(
     template=kernels_dir() / "sm90_fp8_block.cu.in",
     render_instance=render_instance,
     archs=("90a",),
+    filters="cutlass_ext.fp8_block.filters",
+    space="cutlass_ext.fp8_block.space",
+    measure="cutlass_ext.fp8_block.measure",
 )

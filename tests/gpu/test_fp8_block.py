@@ -2,13 +2,19 @@
 dequantized inputs, partial k-blocks and odd M, the variants, gemm_fp8's dispatch, torch.compile, CUDA graphs and
 bad input."""
 
+from pathlib import Path
+
 import pytest
 import torch
+import yaml
 
 import cutlass_ext as ext
 from cutlass_ext import fp8_block
 from cutlass_ext.build import build_libraries
+from cutlass_ext.families.rules import DeviceLimits, apply_rules
 from cutlass_ext.fp8_block import Fp8BlockConfig
+from cutlass_ext.fp8_block import filters as block_filters
+from cutlass_ext.fp8_block import space as block_space
 
 pytestmark = pytest.mark.gpu
 
@@ -34,12 +40,23 @@ DENSE_VARIANTS = [
 ]
 
 
+def _swept_variants() -> list:
+    """The survivors of the shipped sweep space: any of them may be a tuned table's winner."""
+    path = Path(__file__).resolve().parents[2] / "configs" / "sm90_fp8_block.yaml"
+    configs = block_space.load_space(path, yaml.safe_load(path.read_text()))
+    return apply_rules(configs, DeviceLimits.for_arch("90a"), block_filters.RULES).survivors
+
+
+SWEPT_VARIANTS = _swept_variants()
+
+
 @pytest.fixture(scope="module", autouse=True)
 def built():
     """Every variant this module runs, built in parallel before the first test (not one by one on first use)."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("block-scaled FP8 kernels run on Hopper (sm90)")
-    failed = [r for r in build_libraries([(c,) for c in DENSE_VARIANTS], "90a") if r.library is None]
+    variants = list(dict.fromkeys(DENSE_VARIANTS + SWEPT_VARIANTS))
+    failed = [r for r in build_libraries([(c,) for c in variants], "90a") if r.library is None]
     assert not failed, failed[0].error
 
 
@@ -141,6 +158,15 @@ def test_output_types_and_bias(out_dtype, m, n, k):
 def test_variants(config, m, n, k, with_bias):
     a8, b8, scale_a, scale_b = quantized(m, n, k, "wide", (128, 128), seed=m * k)
     bias = torch.randn(n, device="cuda").bfloat16() * 100 if with_bias else None
+    out = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, variant=config.name)
+    check_close(out, a8, b8, scale_a, scale_b, 128, bias)
+
+
+@pytest.mark.parametrize("config", SWEPT_VARIANTS, ids=lambda c: c.name)
+@pytest.mark.parametrize("m, n, k", [(3, 512, 2048), (129, 384, 528)])
+def test_every_swept_variant_matches_the_fp64_product(config, m, n, k):
+    a8, b8, scale_a, scale_b = quantized(m, n, k, "wide", (128, 128), seed=m + k)
+    bias = torch.randn(n, device="cuda").bfloat16() * 100
     out = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, variant=config.name)
     check_close(out, a8, b8, scale_a, scale_b, 128, bias)
 

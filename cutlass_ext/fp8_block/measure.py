@@ -1,0 +1,123 @@
+"""The sm90_fp8_block family's sweep measurement for one shape: e4m3 operands with DeepSeek-V3's block scales (1x128
+activations, 128x128 weights), rotated past L2, the FP64 product of the dequantized operands, an accuracy gate and
+the peers. Times are CUDA-graph replays (the sweep driver's timing stages, sweeps/measure.py).
+
+The gate: relres within 1.1x of what rounding the exact product to the output type alone gives (or of
+`torch._scaled_mm`'s with the same block scales, where this torch runs it, if that is larger): the FP32 promotion of
+each 128-deep k-block leaves the bf16 output's rounding as the error that shows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .. import benchmark, numerics
+from ..families.sm80.measure import SEED_RELRES_LIMIT
+from .api import gemm_fp8_block, m_major
+from .config import Fp8BlockConfig
+from .quantize import block_scaled_reference, quantize_block
+
+ACCURACY_FACTOR = 1.1
+REFERENCE_ROWS = 256  # the FP64 reference covers the first rows (all of M = 4096 x N = 32768 would take 1 GB)
+_OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+@dataclass
+class Fp8BlockProblem:
+    """One shape's (a8, b8, scale_a, scale_b) sets, the same with M-major activation scales, the FP64 reference of
+    the first set's first rows and the relres bound of the gate."""
+
+    m: int
+    n: int
+    k: int
+    batch: int
+    input_sets: list
+    m_major_sets: list
+    reference: torch.Tensor
+    bound: float
+
+    @property
+    def graph_calls(self) -> int:
+        return 10 if self.flops < 1e12 else 3
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+    def operands(self, prepare) -> list:
+        return self.m_major_sets if prepare == "m" else self.input_sets
+
+    def relres(self, output: torch.Tensor) -> float:
+        return numerics.relative_residual(output[: self.reference.shape[0]], self.reference)
+
+    def gate(self, mode: str, relres: float) -> tuple[str, str]:
+        if not math.isfinite(relres) or relres > SEED_RELRES_LIMIT or relres > self.bound:
+            return "inaccurate", f"relres {relres:.3g} > {self.bound:.3g}"
+        return "ok", ""
+
+
+def _scaled_mm_relres(a8, b8, scale_a, scale_b, reference) -> float:
+    """torch._scaled_mm's relres with these block scales, in the first scale layout this torch takes; 0 if none."""
+    rows = reference.shape[0]
+    for weights in (scale_b.T, scale_b.T.contiguous()):
+        try:
+            out = torch._scaled_mm(a8, b8.T, scale_a.T.contiguous().T, weights, out_dtype=torch.bfloat16)
+        except RuntimeError:
+            continue
+        return numerics.relative_residual(out[:rows], reference)
+    return 0.0
+
+
+def make_problem(m: int, n: int, k: int, batch: int = 1, seed: int = 0, out_dtype: str = "bf16") -> Fp8BlockProblem:
+    """Activations from N(0, 1) and weights from N(0, 1/K), block-quantized to e4m3, fresh per shape."""
+    if batch != 1:
+        raise ValueError(f"block-scaled FP8 sweeps take unbatched shapes; got batch={batch}")
+    generator = torch.Generator(device="cuda").manual_seed(seed * 1_000_003 + m * 31 + n * 17 + k)
+    input_sets = []
+    for _ in range(benchmark.rotation_count(m * k + n * k + 2 * m * n)):
+        activations = torch.randn(m, k, generator=generator, device="cuda")
+        weights = torch.randn(n, k, generator=generator, device="cuda") / math.sqrt(k)
+        a8, scale_a = quantize_block(activations, torch.float8_e4m3fn, (1, 128))
+        b8, scale_b = quantize_block(weights, torch.float8_e4m3fn, (128, 128))
+        input_sets.append((a8, b8, scale_a, scale_b))
+    a8, b8, scale_a, scale_b = input_sets[0]
+    rows = min(m, REFERENCE_ROWS)
+    reference = block_scaled_reference(a8[:rows], b8, scale_a[:rows], scale_b, 128)
+    rounding = numerics.relative_residual(reference.to(_OUT_DTYPES[out_dtype]), reference)
+    peer = _scaled_mm_relres(a8, b8, scale_a, scale_b, reference) if out_dtype == "bf16" else 0.0
+    m_major_sets = [(a, b, m_major(sa), sb) for a, b, sa, sb in input_sets]
+    return Fp8BlockProblem(m, n, k, batch, input_sets, m_major_sets, reference, ACCURACY_FACTOR * max(rounding, peer))
+
+
+def kernel_runner(config: Fp8BlockConfig):
+    """(run, prepare): the variant's kernel through gemm_fp8_block; prepare `m` hands it M-major activation scales."""
+    out_dtype = _OUT_DTYPES[config.out_dtype]
+    name = config.name
+
+    def run(a8, b8, scale_a, scale_b):
+        return gemm_fp8_block(a8, b8, scale_a, scale_b, out_dtype, variant=name)
+
+    return run, config.scale_a_major
+
+
+def peers(problem: Fp8BlockProblem, repeats: int):
+    """(family, mode, name, run): cuBLAS's blockwise FP8 GEMM (torch._scaled_mm) where this torch runs it."""
+    layouts = []
+
+    def scaled_mm(a8, b8, scale_a, scale_b):
+        forms = layouts or [lambda s: s.T, lambda s: s.T.contiguous()]
+        for index, form in enumerate(forms):
+            try:
+                out = torch._scaled_mm(a8, b8.T, scale_a.T.contiguous().T, form(scale_b), out_dtype=torch.bfloat16)
+            except RuntimeError:
+                if index == len(forms) - 1:
+                    raise
+                continue
+            if not layouts:
+                layouts.append(form)
+            return out
+
+    yield "cublas", "fp8_block", "torch._scaled_mm block", scaled_mm

@@ -1,0 +1,57 @@
+"""The sm90_fp8_block family's sweep spaces: Fp8BlockConfig fields of the dense kernels.
+
+family: sm90_fp8_block
+modes: [fp8_block]
+space:
+  tile: {m: [64, 128], n: [32, 64, 128], k: [128]}   # swapped kernels: (weights, tokens, k)
+  cluster: {m: [1], n: [1]}
+  scheduler: [persistent, streamk, splitk]
+  splits: [2, 4]            # taken by scheduler splitk only (the others run unsplit)
+  scale_a_major: [k, m]     # taken by unswapped kernels only
+  swap_ab: [false, true]
+  out_dtype: [bf16]         # a_dtype, b_dtype, out_dtype default to e4m3, e4m3, bf16; scale_n to 128
+
+The schedule follows the tile: m = 64 runs ping-pong warpgroups, m = 128 cooperative ones. Combinations that
+Fp8BlockConfig rejects (a weights side that is not a multiple of 128, a ping-pong kernel under stream-K) are left
+out of the product.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from ..families import spaces
+from .config import FP8_DTYPES, OUT_DTYPES, SCALE_A_MAJORS, SCHEDULERS, Fp8BlockConfig
+
+MODE = "fp8_block"
+_CHOICES = {
+    "a_dtype": list(FP8_DTYPES),
+    "b_dtype": list(FP8_DTYPES),
+    "out_dtype": list(OUT_DTYPES),
+    "scheduler": list(SCHEDULERS),
+    "scale_a_major": list(SCALE_A_MAJORS),
+    "swap_ab": [False, True],
+}
+
+
+def load_space(path: Path, document: dict) -> list[Fp8BlockConfig]:
+    spaces.modes(path, document, (MODE,))
+    axes = spaces.axes(
+        path, document.get("space"), {"tile": "mnk", "cluster": "mn"}, _CHOICES, ("splits", "scale_n"), "Fp8BlockConfig"
+    )
+    splits = axes.pop("splits", [1])
+    names = list(axes)
+    configs = []
+    for values in itertools.product(*(axes[name] for name in names)):
+        fields = dict(zip(names, values))
+        fields["schedule"] = "pingpong" if fields.get("tile", (128,))[0] == 64 else "cooperative"
+        split_choices = [s for s in splits if s > 1] if fields.get("scheduler") == "splitk" else [1]
+        if fields.get("swap_ab") and fields.get("scale_a_major") == "m":
+            continue  # swapped kernels read K-major activation scales
+        for split in split_choices:
+            try:
+                configs.append(Fp8BlockConfig(**fields, splits=split))
+            except ValueError:
+                continue  # not a kernel: see the module docstring
+    return list(dict.fromkeys(configs))

@@ -1,0 +1,103 @@
+"""The block-scaled FP8 family's sweep plug-ins and tuned dispatch without a GPU: the space file's product, the
+filter rule, the plan a tuned table gives (types carried over, defaults off the table, a winner that cannot load)."""
+
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cutlass_ext import device, tuned
+from cutlass_ext.explain import explain
+from cutlass_ext.families.rules import DeviceLimits, apply_rules
+from cutlass_ext.families.spaces import SpaceError
+from cutlass_ext.fp8_block import Fp8BlockConfig, api, filters, space
+from cutlass_ext.prebuild import prebuild_configs
+
+ROOT = Path(__file__).resolve().parent.parent
+H100 = device.named("NVIDIA H100 80GB HBM3")
+SWAP_32 = "fp8block_e4m3e4m3_bf16_128x32x128_c1x1_coop_sb128_streamk_swap"
+
+
+def _load(tmp_path, document):
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return space.load_space(path, document)
+
+
+def test_shipped_space_holds_the_defaults_and_only_kernels():
+    path = ROOT / "configs" / "sm90_fp8_block.yaml"
+    document = yaml.safe_load(path.read_text())
+    configs = space.load_space(path, document)
+    assert len(configs) == len(set(configs)) == 22
+    assert {c for _, c in api.DENSE_BY_M} <= set(configs)
+    assert all(Fp8BlockConfig.from_name(c.name) == c and c.mode == api.MODE for c in configs)
+    assert all(c.schedule == ("pingpong" if c.tile[0] == 64 else "cooperative") for c in configs)
+    assert not any(c.swap_ab and c.scale_a_major == "m" for c in configs)
+    survivors = apply_rules(configs, DeviceLimits.for_arch("90a"), filters.RULES).survivors
+    assert len(survivors) == 18 and not any(c.swap_ab and c.tile[:2] == (128, 128) for c in survivors)
+    shapes = yaml.safe_load((ROOT / "configs" / document["shapes"]).read_text())["shapes"]
+    assert [64, 2112, 7168] in shapes and len(shapes) == 36
+
+
+def test_splits_go_to_split_k_only_and_unknown_fields_are_named(tmp_path):
+    configs = _load(
+        tmp_path,
+        {
+            "family": "sm90_fp8_block",
+            "modes": ["fp8_block"],
+            "space": {"tile": {"m": [128], "n": [128], "k": [128]}, "scheduler": ["streamk", "splitk"], "splits": [3]},
+        },
+    )
+    assert [(c.scheduler, c.splits) for c in configs] == [("streamk", 1), ("splitk", 3)]
+    with pytest.raises(SpaceError, match="space.raster"):
+        _load(tmp_path, {"family": "sm90_fp8_block", "modes": ["fp8_block"], "space": {"raster": ["m"]}})
+    with pytest.raises(SpaceError, match="modes"):
+        _load(tmp_path, {"family": "sm90_fp8_block", "modes": ["fp8_fast"], "space": {}})
+
+
+@pytest.fixture
+def table(tmp_path):
+    path = tmp_path / "h100.csv"
+    path.write_text(f"mode,m,n,k,batch,name,tflops,gpu,date\nfp8_block,64,2112,7168,1,{SWAP_32},100.0,H100,d\n")
+    tuned.set_tuned_table(path)
+    yield path
+    tuned.set_tuned_table(None)
+
+
+def test_the_tuned_winner_runs_for_the_types_it_was_measured_with(table):
+    name, source = api.dense_plan(H100, "e4m3", "e4m3", "bf16", 128, 48, 2048, 7168)
+    assert name == SWAP_32 and str(table) in source
+    # other types (not measured, not verified): the default for the size
+    for types in (("e5m2", "e4m3", "bf16", 128), ("e4m3", "e4m3", "fp32", 128), ("e4m3", "e4m3", "bf16", 1)):
+        name, source = api.dense_plan(H100, *types, 48, 2048, 7168)
+        assert name == api.dense_variant(*types, 48) and "measured for e4m3/e4m3/bf16/128" in source
+    # more than 4x from every entry in M: the default for the size
+    name, source = api.dense_plan(H100, "e4m3", "e4m3", "bf16", 128, 4096, 2112, 7168)
+    assert name == api.dense_variant("e4m3", "e4m3", "bf16", 128, 4096) and source.startswith("default")
+    assert explain("NVIDIA H100 80GB HBM3", "gemm_fp8", "block", (64, 2112, 7168))[2] == f"runs: {SWAP_32}"
+
+
+def test_a_winner_that_does_not_load_falls_back_to_the_default_once(monkeypatch):
+    calls = []
+
+    def failing(config, device):
+        calls.append(config.name)
+        raise RuntimeError("building kernel failed")
+
+    monkeypatch.setattr(api.native, "library", failing)
+    api._loadable.cache_clear()
+    default = api.dense_variant("e4m3", "e4m3", "bf16", 128, 64)
+    with pytest.warns(RuntimeWarning, match="falling back to"):
+        assert api._loadable(SWAP_32, default, 0) == default
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert api._loadable(SWAP_32, default, 0) == default
+    assert calls == [SWAP_32]
+    api._loadable.cache_clear()
+
+
+def test_prebuild_builds_the_block_defaults_and_the_shipped_winners(table):
+    names = {c.name for c in prebuild_configs(["fp8_block"])}
+    assert {c.name for _, c in api.DENSE_BY_M} <= names
+    assert api.grouped_variant("e4m3", "e4m3", "bf16", 128) in names
