@@ -8,6 +8,7 @@ processes from building it twice), different variants build in parallel threads.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import warnings
 
@@ -155,10 +156,14 @@ def _build_and_load(config, arch: str):
 
 def register_library(configs: list, library, device: torch.device) -> None:
     """Load variants from a library built elsewhere for `device`'s arch (the sweep builds several variants per
-    library)."""
-    binding()
+    library): into the torch binding for the families it calls, as the ctypes library `native.library` returns for
+    the others."""
     arch = device_arch(device)
     for config in configs:
-        _registered.get(
-            (config.name, arch), lambda config=config: _load_into_binding(config.name, arch, library) or library
-        )
+        if families.of(config).torch_binding:
+            binding()
+            _registered.get(
+                (config.name, arch), lambda config=config: _load_into_binding(config.name, arch, library) or library
+            )
+        else:
+            _libraries.get((config.name, arch), lambda: ctypes.CDLL(str(library), mode=ctypes.RTLD_LOCAL))

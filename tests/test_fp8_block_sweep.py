@@ -101,3 +101,39 @@ def test_prebuild_builds_the_block_defaults_and_the_shipped_winners(table):
     names = {c.name for c in prebuild_configs(["fp8_block"])}
     assert {c.name for _, c in api.DENSE_BY_M} <= names
     assert api.grouped_variant("e4m3", "e4m3", "bf16", 128) in names
+
+
+def test_the_sweep_hands_a_ctypes_familys_library_to_native_not_to_the_binding(tmp_path, monkeypatch):
+    """The sweep builds libraries itself and registers them: a ctypes family's is what native.library returns
+    (nothing built again, the torch binding never asked)."""
+    import shutil
+    import subprocess
+
+    import torch
+
+    from cutlass_ext import native, registry
+    from cutlass_ext.families.sm90_fp8.config import Fp8Config
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler")
+    source, library = tmp_path / "tiny.c", tmp_path / "libtiny.so"
+    source.write_text("int cutlass_ext_tiny(void) { return 7; }\n")
+    subprocess.run([compiler, "-shared", "-fPIC", str(source), "-o", str(library)], check=True)
+    monkeypatch.setattr(registry, "device_arch", lambda device: "90a")
+    monkeypatch.setattr(registry, "build_one", lambda *_: pytest.fail("built again"))
+    monkeypatch.setattr(registry, "binding", lambda: pytest.fail("asked the torch binding"))
+    config = Fp8BlockConfig.from_name(SWAP_32)
+    registry._libraries.clear()
+    try:
+        registry.register_library([config], library, torch.device("cuda", 0))
+        assert native.library(config, torch.device("cuda", 0)).cutlass_ext_tiny() == 7
+    finally:
+        registry._libraries.clear()
+    loaded = []
+    monkeypatch.setattr(registry, "binding", lambda: loaded.append("binding"))
+    monkeypatch.setattr(registry, "_load_into_binding", lambda name, arch, path: loaded.append((name, arch)))
+    binding_config = Fp8Config()
+    registry.register_library([binding_config], library, torch.device("cuda", 0))
+    assert loaded == ["binding", (binding_config.name, "90a")]
+    registry._registered.clear()

@@ -48,8 +48,10 @@ class Family:
     archs: the archs it builds for (None: every arch). defines: the preprocessor lines a config's translation
     unit starts with; configs with different defines never share a unit. parts: how many translation units a
     library is compiled from, side by side, and linked (each rendered with CUTLASS_EXT_LIBRARY_PART = 0…parts−1
-    and CUTLASS_EXT_LIBRARY_PARTS defined; the template says what each holds). filters, space, measure: module
-    paths of the sweep plug-ins (None where the family has none).
+    and CUTLASS_EXT_LIBRARY_PARTS defined; the template says what each holds). torch_binding: its variants are
+    called through the torch binding (kernels/torch_binding.cpp), which loads their libraries; otherwise through
+    ctypes (native.py). filters, space, measure: module paths of the sweep plug-ins (None where the family has
+    none).
     """
 
     name: str
@@ -59,6 +61,7 @@ class Family:
     archs: tuple[str, ...] | None = None
     defines: Callable = field(default=lambda config: "")
     parts: int = 1
+    torch_binding: bool = False
     filters: str | None = None
     space: str | None = None
     measure: str | None = None

@@ -9,6 +9,7 @@ FAMILY = Family(
     config=KernelConfig,
     template=TEMPLATE,
     render_instance=render_instance,
+    torch_binding=True,
     filters="cutlass_ext.families.sm80.filters",
     space="cutlass_ext.families.sm80.space",
     measure="cutlass_ext.families.sm80.measure",

@@ -10,6 +10,7 @@ FAMILY = Family(
     template=TEMPLATE,
     render_instance=render_instance,
     archs=("90a",),
+    torch_binding=True,
     filters="cutlass_ext.families.sm90.filters",
     space="cutlass_ext.families.sm90.space",
     measure="cutlass_ext.families.sm90.measure",

@@ -11,6 +11,7 @@ FAMILY = Family(
     render_instance=render_instance,
     archs=("90a",),
     defines=defines,
+    torch_binding=True,
     filters="cutlass_ext.families.sm90_fp8.filters",
     space="cutlass_ext.families.sm90_fp8.space",
     measure="cutlass_ext.families.sm90_fp8.measure",
