@@ -201,6 +201,28 @@ def scaled_mm(out_dtype, accum: str):
     return run
 
 
+def scaled_mm_block(out_dtype=torch.bfloat16):
+    """cuBLAS's blockwise FP8 GEMM through torch._scaled_mm with 1x128 activation and 128x128 weight scales (a8 (M,
+    K), b8 (N, K), the scales as `quantize_fp8(granularity="block")` writes them): activation scales outer-dim-major,
+    weight scales as for bᵀ (K, N) in the first of two layouts this torch takes, found on the first call."""
+    layouts = []
+
+    def run(a8, b8, scale_a, scale_b):
+        forms = layouts or [lambda s: s.T, lambda s: s.T.contiguous()]
+        for index, form in enumerate(forms):
+            try:
+                out = torch._scaled_mm(a8, b8.T, scale_a.T.contiguous().T, form(scale_b), out_dtype=out_dtype)
+            except RuntimeError:
+                if index == len(forms) - 1:
+                    raise
+                continue
+            if not layouts:
+                layouts.append(form)
+            return out
+
+    return run
+
+
 def cublas_fp16(a16: torch.Tensor, b16: torch.Tensor) -> torch.Tensor:
     """The FP16 product the FP8 kernels replace: a (M, K) @ b (N, K).T on cuBLAS."""
     return a16 @ b16.t()

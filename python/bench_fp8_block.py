@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 import cutlass_ext as ext
-from cutlass_ext import benchmark, fp8_block
+from cutlass_ext import benchmark, fp8_block, peers_fp8
 from cutlass_ext.build import build_libraries
 
 DENSE_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
@@ -74,24 +74,7 @@ def dense_contenders(variants):
     for variant in variants:
         yield f"ours {variant}", lambda a8, b8, sa, sb, v=variant: fp8_block.gemm_fp8_block(a8, b8, sa, sb, variant=v)
 
-    layouts = []  # the scale layouts this torch's cuBLAS blockwise path accepted, once found
-
-    def scaled_mm_block(a8, b8, sa, sb):
-        # cuBLAS's blockwise forms: activation scales outer-dim-major; weight scales as for bᵀ (K, N), in the first
-        # of two layouts that this torch takes
-        forms = layouts or [lambda s: s.T, lambda s: s.T.contiguous()]
-        for index, form in enumerate(forms):
-            try:
-                out = torch._scaled_mm(a8, b8.T, sa.T.contiguous().T, form(sb), out_dtype=torch.bfloat16)
-            except RuntimeError:
-                if index == len(forms) - 1:
-                    raise
-                continue
-            if not layouts:
-                layouts.append(form)
-            return out
-
-    yield "torch._scaled_mm block", scaled_mm_block
+    yield "torch._scaled_mm block", peers_fp8.scaled_mm_block()
     deep_gemm = _deep_gemm()
     if deep_gemm is not None:
 

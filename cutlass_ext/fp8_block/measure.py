@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import benchmark, numerics
+from .. import benchmark, numerics, peers_fp8
 from ..families.sm80.measure import SEED_RELRES_LIMIT
 from .api import gemm_fp8_block
 from .config import Fp8BlockConfig
@@ -63,15 +63,12 @@ class Fp8BlockProblem:
 
 
 def _scaled_mm_relres(a8, b8, scale_a, scale_b, reference) -> float:
-    """torch._scaled_mm's relres with these block scales, in the first scale layout this torch takes; 0 if none."""
-    rows = reference.shape[0]
-    for weights in (scale_b.T, scale_b.T.contiguous()):
-        try:
-            out = torch._scaled_mm(a8, b8.T, scale_a.T.contiguous().T, weights, out_dtype=torch.bfloat16)
-        except RuntimeError:
-            continue
-        return numerics.relative_residual(out[:rows], reference)
-    return 0.0
+    """torch._scaled_mm's relres with these block scales; 0 where this torch does not run the shape."""
+    try:
+        out = peers_fp8.scaled_mm_block()(a8, b8, scale_a, scale_b)
+    except RuntimeError:
+        return 0.0
+    return numerics.relative_residual(out[: reference.shape[0]], reference)
 
 
 def make_problem(m: int, n: int, k: int, batch: int = 1, seed: int = 0, out_dtype: str = "bf16") -> Fp8BlockProblem:
@@ -107,19 +104,4 @@ def kernel_runner(config: Fp8BlockConfig):
 
 def peers(problem: Fp8BlockProblem, repeats: int):
     """(family, mode, name, run): cuBLAS's blockwise FP8 GEMM (torch._scaled_mm) where this torch runs it."""
-    layouts = []
-
-    def scaled_mm(a8, b8, scale_a, scale_b):
-        forms = layouts or [lambda s: s.T, lambda s: s.T.contiguous()]
-        for index, form in enumerate(forms):
-            try:
-                out = torch._scaled_mm(a8, b8.T, scale_a.T.contiguous().T, form(scale_b), out_dtype=torch.bfloat16)
-            except RuntimeError:
-                if index == len(forms) - 1:
-                    raise
-                continue
-            if not layouts:
-                layouts.append(form)
-            return out
-
-    yield "cublas", "fp8_block", "torch._scaled_mm block", scaled_mm
+    yield "cublas", "fp8_block", "torch._scaled_mm block", peers_fp8.scaled_mm_block()
