@@ -137,3 +137,30 @@ def test_the_sweep_hands_a_ctypes_familys_library_to_native_not_to_the_binding(t
     registry.register_library([binding_config], library, torch.device("cuda", 0))
     assert loaded == ["binding", (binding_config.name, "90a")]
     registry._registered.clear()
+
+
+def test_the_cublas_block_peer_finds_the_weight_scale_layout_torch_takes_once(monkeypatch):
+    """torch._scaled_mm's blockwise path takes one of two weight-scale layouts depending on the torch version: the
+    peer tries both on its first call and keeps the one that ran; a shape neither takes raises."""
+    import torch
+
+    from cutlass_ext import peers_fp8
+
+    calls = []
+
+    def scaled_mm(a, b, scale_a, scale_b, out_dtype):
+        calls.append(scale_b.is_contiguous())
+        if not scale_b.is_contiguous():
+            raise RuntimeError("Invalid scaling configuration.")
+        return torch.zeros(a.shape[0], b.shape[1], dtype=out_dtype)
+
+    monkeypatch.setattr(torch, "_scaled_mm", scaled_mm)
+    run = peers_fp8.scaled_mm_block()
+    a, b = torch.zeros(4, 256), torch.zeros(384, 256)
+    scale_a, scale_b = torch.ones(4, 2), torch.ones(3, 2)
+    assert run(a, b, scale_a, scale_b).shape == (4, 384)
+    assert run(a, b, scale_a, scale_b).shape == (4, 384)
+    assert calls == [False, True, True]  # the transposed view refused once, the contiguous copy kept
+    monkeypatch.setattr(torch, "_scaled_mm", lambda *args, **kwargs: (_ for _ in ()).throw(RuntimeError("no")))
+    with pytest.raises(RuntimeError, match="no"):
+        peers_fp8.scaled_mm_block()(a, b, scale_a, scale_b)
