@@ -5,7 +5,7 @@
 Dense rows: (N, K) of DeepSeek-V3's projections x M; 1x128 activation and 128x128 weight scales, e4m3 inputs,
 bf16 output. Contenders: `ext.gemm_fp8` (the block kernel dispatch picks; `--variants` adds named ones),
 `torch._scaled_mm` with the same block scales where this torch and cuBLAS take them, and with `--deepgemm`
-DeepGEMM's `fp8_gemm_nt` (built by peers/deepgemm/build_offline.py; its JIT compiles a kernel per shape on first
+DeepGEMM's `fp8_gemm_nt` (built by python/deepgemm_build.py; its JIT compiles a kernel per shape on first
 use). MoE rows: G experts x M tokens each, (N, K) of the experts' up and down projections; ours contiguous
 (offsets) and masked (counts), DeepGEMM's contiguous (its row-to-expert index) and masked layouts, and
 `torch._scaled_grouped_mm` with row-wise scales (timing only: other scales) where it runs.
@@ -207,7 +207,7 @@ _DEEP_GEMM = []
 
 
 def _deep_gemm():
-    """The deep_gemm module, or None where it is not built (peers/deepgemm/build_offline.py)."""
+    """The deep_gemm module, or None where it is not built (python/deepgemm_build.py)."""
     if not _DEEP_GEMM:
         try:
             import deep_gemm

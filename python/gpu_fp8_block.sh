@@ -21,12 +21,11 @@ if [ -z "${CUDA_HOME:-}" ]; then  # DeepGEMM's build and JIT want the toolkit's 
     if [ -x "$candidate/bin/nvcc" ]; then export CUDA_HOME=$candidate; break; fi
   done
 fi
-if [ ! -f peers/deepgemm/build_offline.py ]; then
+if [ ! -f peers/deepgemm/csrc/python_api.cpp ]; then
   echo "peers/deepgemm was not carried: DeepGEMM not built" > "$logs/deepgemm_build.log"
 elif [ ! -f peers/deepgemm/deep_gemm/_C.so ]; then
-  # the compiler of the libstdc++ python loads (a newer g++'s build crashes in DeepGEMM's std::regex at its first GEMM)
-  { CXX=${DEEPGEMM_CXX:-$(command -v /usr/bin/g++ || echo "${CXX:-c++}")} timeout "${FP8BLOCK_DEEPGEMM_BUILD_SECONDS:-240}" \
-      python3 peers/deepgemm/build_offline.py; echo "exit status $?"; } > "$logs/deepgemm_build.log" 2>&1 &
+  { timeout "${FP8BLOCK_DEEPGEMM_BUILD_SECONDS:-240}" python3 python/deepgemm_build.py; echo "exit status $?"; } \
+    > "$logs/deepgemm_build.log" 2>&1 &
 fi
 if [ "${FP8BLOCK_BENCH_ONLY:-0}" != 1 ]; then
   start=$(date +%s)
