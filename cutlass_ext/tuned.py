@@ -194,23 +194,27 @@ def lookup(gpu_name: str, mode: str, m: int, n: int, k: int, m_bucket_above: boo
     return resolve(gpu_name, mode, m, n, k, m_bucket_above, gpu)[0]
 
 
-def resolve(gpu_name: str, mode: str, m: int, n: int, k: int, m_bucket_above: bool = False, gpu=None):
-    """(config or None, where it came from): `lookup` with the table and entry that answered."""
+def resolve(
+    gpu_name: str, mode: str, m: int, n: int, k: int, m_bucket_above: bool = False, gpu=None, m_buckets_only=False
+):
+    """(config or None, where it came from): `lookup` with the table and entry that answered. m_buckets_only: only
+    entries tuned for at least m rows (within MAX_RATIO) answer; none, no entry (a family whose winners change
+    kind with M, so that a winner is not stretched over M it was not measured at)."""
     gpu = gpu or device_info.named(gpu_name)
-    key = (gpu_name, gpu.arch, mode, m, n, k, m_bucket_above)
+    key = (gpu_name, gpu.arch, mode, m, n, k, m_bucket_above, m_buckets_only)
     found = _chosen.get(key)
     if found is None:
         generation_before = _generation
-        found = _resolve(gpu, mode, m, n, k, m_bucket_above)
+        found = _resolve(gpu, mode, m, n, k, m_bucket_above, m_buckets_only)
         with _lock:
             if _generation == generation_before:  # a table changed meanwhile: answer, but remember nothing stale
                 _chosen[key] = found
     return found
 
 
-def _resolve(gpu, mode, m, n, k, m_bucket_above):
+def _resolve(gpu, mode, m, n, k, m_bucket_above, m_buckets_only=False):
     for path, reason in table_chain(gpu):
-        entry = _nearest(_entries(path), mode, m, n, k, m_bucket_above)
+        entry = _nearest(_entries(path), mode, m, n, k, m_bucket_above, m_buckets_only)
         if entry is None:
             continue
         config = families.from_name(entry[4])
@@ -226,14 +230,16 @@ def _resolve(gpu, mode, m, n, k, m_bucket_above):
     return None, "no tuned entry"
 
 
-def _nearest(entries, mode: str, m: int, n: int, k: int, m_bucket_above: bool = False):
+def _nearest(entries, mode: str, m: int, n: int, k: int, m_bucket_above: bool = False, m_buckets_only=False):
 
     def gaps(entry):
         return [abs(math.log2(max(a, 1)) - math.log2(max(b, 1))) for a, b in zip(entry[1:4], (m, n, k))]
 
     limit = math.log2(MAX_RATIO)
     near = [e for e in entries if e[0] == mode and max(gaps(e)) <= limit]
-    if m_bucket_above:
+    if m_buckets_only:
+        near = [e for e in near if e[1] >= m]
+    elif m_bucket_above:
         near = [e for e in near if e[1] >= m] or near
     return min(near, key=lambda e: sum(gaps(e))) if near else None
 

@@ -33,11 +33,12 @@ if [ "${FP8BLOCK_BENCH_ONLY:-0}" != 1 ]; then
 from cutlass_ext.build import build_libraries
 from cutlass_ext.fp8_block import Fp8BlockConfig
 from python.bench_fp8_block import DENSE_VARIANTS as BENCH_DENSE, GROUPED_VARIANTS as BENCH_GROUPED
-from tests.gpu.test_fp8_block import DENSE_VARIANTS
+from tests.gpu.test_fp8_block import DENSE_VARIANTS, SWEPT_VARIANTS
 from tests.gpu.test_grouped_fp8 import GROUPED_VARIANTS
 
 bench = [Fp8BlockConfig.from_name(name) for name in BENCH_DENSE + BENCH_GROUPED]
-configs = list(dict.fromkeys(DENSE_VARIANTS + GROUPED_VARIANTS + bench))  # one parallel build for tests and bench
+# one parallel build for the tests (the swept space's variants among them) and the benchmark
+configs = list(dict.fromkeys(DENSE_VARIANTS + SWEPT_VARIANTS + GROUPED_VARIANTS + bench))
 for result in build_libraries([(c,) for c in configs], "90a"):
     print(result.configs[0].name, "built" if result.library else "FAILED", f"{result.seconds:.0f} s")
     if result.error:

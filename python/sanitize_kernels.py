@@ -58,7 +58,8 @@ SM80_SHAPES = {1: [(129, 67, 35), (3, 33, 131, 17)], 4: [(132, 68, 36), (2, 36, 
 SM90_SHAPES = [(133, 132, 37), (2, 65, 68, 19)]  # N a multiple of 4 (16-byte output rows)
 FP8_SHAPES = [(7, 40, 272), (133, 264, 400)]  # K a multiple of 16, N of 8; the second with row scales and bias
 LOWBIT_SHAPES = [(67, 45, 37), (2, 19, 70, 33)]
-OZAKI_SHAPES = [(67, 45, 37), (2, 133, 259, 130)]  # 128x256x128 tiles: partial in m, n and k
+# 128x256x128 tiles: partial in m, n and k; K past one 1024-slice of the norm pass, its last chunk partial
+OZAKI_SHAPES = [(67, 45, 37), (2, 133, 259, 130), (33, 70, 1067)]
 OPTIM_SIZES = (1, 7, 1031, 4099, 40000)  # elements per tensor: partial vectors, chunks and a grid of several blocks
 
 

@@ -211,6 +211,28 @@ def test_constant_result_marks_functions_as_torch_compile_does():
     assert {k: v for k, v in vars(ours).items()} == {k: v for k, v in vars(torchs).items()} != {}
 
 
+def test_a_cached_constant_is_called_by_torch_compile_and_cached_in_eager_code():
+    """The constant mark on functools' cache itself is not seen: fullgraph=True refused the call (traced into the
+    cache, a skipped function); on the plain function that calls the cache it is."""
+    import glob
+
+    from cutlass_ext.compiling import cached_constant
+
+    calls = []
+
+    @cached_constant(maxsize=8)
+    def pick(size: int) -> str:
+        calls.append(size)
+        return "wide" if not glob.glob("/nonexistent-cutlass-ext-*") else "narrow"
+
+    compiled = torch.compile(lambda t: t * (2 if pick(3) == "wide" else 3), fullgraph=True)
+    assert torch.equal(compiled(torch.ones(2)), torch.full((2,), 2.0))
+    assert pick(3) == pick(3) == "wide" and calls == [3]
+    pick.cache_clear()
+    pick(3)
+    assert calls == [3, 3]
+
+
 def test_device_facts_are_constants_to_torch_compile(monkeypatch):
     """Per-device facts are read outside traced code: torch.compile(fullgraph=True) calls them while tracing and
     bakes the answer in, never tracing their reads (a subprocess here, a driver query on a GPU)."""

@@ -72,9 +72,10 @@ def test_the_tuned_winner_runs_for_the_types_it_was_measured_with(table):
     for types in (("e5m2", "e4m3", "bf16", 128), ("e4m3", "e4m3", "fp32", 128), ("e4m3", "e4m3", "bf16", 1)):
         name, source = api.dense_plan(H100, *types, 48, 2048, 7168)
         assert name == api.dense_variant(*types, 48) and "measured for e4m3/e4m3/bf16/128" in source
-    # more than 4x from every entry in M: the default for the size
-    name, source = api.dense_plan(H100, "e4m3", "e4m3", "bf16", 128, 4096, 2112, 7168)
-    assert name == api.dense_variant("e4m3", "e4m3", "bf16", 128, 4096) and source.startswith("default")
+    # more rows than any entry was tuned for (a 64-token winner stretched over 100 or 4096): the default
+    for m in (100, 4096):
+        name, source = api.dense_plan(H100, "e4m3", "e4m3", "bf16", 128, m, 2112, 7168)
+        assert name == api.dense_variant("e4m3", "e4m3", "bf16", 128, m) and source.startswith("default")
     assert explain("NVIDIA H100 80GB HBM3", "gemm_fp8", "block", (64, 2112, 7168))[2] == f"runs: {SWAP_32}"
 
 
@@ -88,19 +89,44 @@ def test_a_winner_that_does_not_load_falls_back_to_the_default_once(monkeypatch)
     monkeypatch.setattr(api.native, "library", failing)
     api._loadable.cache_clear()
     default = api.dense_variant("e4m3", "e4m3", "bf16", 128, 64)
-    with pytest.warns(RuntimeWarning, match="falling back to"):
-        assert api._loadable(SWAP_32, default, 0) == default
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert api._loadable(SWAP_32, default, 0) == default
-    assert calls == [SWAP_32]
+    try:
+        with pytest.warns(RuntimeWarning, match="falling back to"):
+            assert api._loadable(SWAP_32, default, 0) == default
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert api._loadable(SWAP_32, default, 0) == default
+        assert calls == [SWAP_32]
+    finally:
+        api._loadable.cache_clear()
+
+
+def test_torch_compile_calls_the_plan_while_tracing(table, monkeypatch):
+    """fullgraph=True: the plan (table look-up, library load) is a constant to torch.compile, not traced."""
+    import torch
+
+    monkeypatch.setattr(api.device_info, "info", lambda index: H100)
+    monkeypatch.setattr(api.native, "library", lambda config, device: None)
+    api._planned.cache_clear()
     api._loadable.cache_clear()
+    try:
+
+        def planned(t):
+            name = api._planned(0, "e4m3", "e4m3", "bf16", 128, 48, 2048, 7168, tuned.generation())
+            return t * (2 if name == SWAP_32 else 3)
+
+        assert torch.equal(torch.compile(planned, fullgraph=True)(torch.ones(2)), torch.full((2,), 2.0))
+    finally:
+        api._planned.cache_clear()
+        api._loadable.cache_clear()
 
 
-def test_prebuild_builds_the_block_defaults_and_the_shipped_winners(table):
+def test_prebuild_builds_the_block_defaults_and_the_shipped_winners():
     names = {c.name for c in prebuild_configs(["fp8_block"])}
     assert {c.name for _, c in api.DENSE_BY_M} <= names
     assert api.grouped_variant("e4m3", "e4m3", "bf16", 128) in names
+    rows = (ROOT / "cutlass_ext" / "tuned" / "h100.csv").read_text().splitlines()  # the shipped winners
+    winners = {row.split(",")[5] for row in rows[1:] if row.startswith("fp8_block,")}
+    assert winners and winners <= names
 
 
 def test_the_sweep_hands_a_ctypes_familys_library_to_native_not_to_the_binding(tmp_path, monkeypatch):
@@ -113,6 +139,7 @@ def test_the_sweep_hands_a_ctypes_familys_library_to_native_not_to_the_binding(t
 
     from cutlass_ext import native, registry
     from cutlass_ext.families.sm90_fp8.config import Fp8Config
+    from cutlass_ext.once import OnceMap
 
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
@@ -123,20 +150,17 @@ def test_the_sweep_hands_a_ctypes_familys_library_to_native_not_to_the_binding(t
     monkeypatch.setattr(registry, "device_arch", lambda device: "90a")
     monkeypatch.setattr(registry, "build_one", lambda *_: pytest.fail("built again"))
     monkeypatch.setattr(registry, "binding", lambda: pytest.fail("asked the torch binding"))
+    monkeypatch.setattr(registry, "_libraries", OnceMap())  # the process's own maps stay as they were
+    monkeypatch.setattr(registry, "_registered", OnceMap())
     config = Fp8BlockConfig.from_name(SWAP_32)
-    registry._libraries.clear()
-    try:
-        registry.register_library([config], library, torch.device("cuda", 0))
-        assert native.library(config, torch.device("cuda", 0)).cutlass_ext_tiny() == 7
-    finally:
-        registry._libraries.clear()
+    registry.register_library([config], library, torch.device("cuda", 0))
+    assert native.library(config, torch.device("cuda", 0)).cutlass_ext_tiny() == 7
     loaded = []
     monkeypatch.setattr(registry, "binding", lambda: loaded.append("binding"))
     monkeypatch.setattr(registry, "_load_into_binding", lambda name, arch, path: loaded.append((name, arch)))
     binding_config = Fp8Config()
     registry.register_library([binding_config], library, torch.device("cuda", 0))
     assert loaded == ["binding", (binding_config.name, "90a")]
-    registry._registered.clear()
 
 
 def test_the_cublas_block_peer_finds_the_weight_scale_layout_torch_takes_once(monkeypatch):

@@ -81,3 +81,33 @@ def test_gemm_mode_shapes_and_epilogue():
     assert ozaki.gemm_mode(a[0], b[:, 0], "int8x7").shape == ()
     out = torch.empty(5, 4)
     assert ozaki.gemm_mode(a, b, "int8x7", out=out) is out and torch.equal(out, product)
+
+
+def test_the_kernels_are_launched_directly_only_where_nothing_must_see_the_op():
+    """An eager call without autograd skips the op's dispatch; gradients, torch.func's transforms, torch.jit.trace,
+    fake tensors and dispatch modes get the op (they record it, or their tensors have no storage)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from cutlass_ext.ozaki import _untraced
+
+    a, b = torch.randn(4, 5), torch.randn(5, 3)
+    assert _untraced(a, b)
+    assert not _untraced(a.requires_grad_(), b)
+    with torch.no_grad():
+        assert _untraced(a, b)
+    a = a.detach()
+    seen = []
+    torch.func.vmap(lambda x: seen.append(_untraced(x, b)) or x)(a)
+    torch.func.jvp(lambda x: seen.append(_untraced(x, b)) or x, (a,), (torch.ones_like(a),))
+    torch.jit.trace(lambda x: seen.append(_untraced(x, b)) or x * 1, (a,), check_trace=False)
+    with FakeTensorMode() as mode:
+        seen.append(_untraced(mode.from_tensor(a), mode.from_tensor(b)))
+
+    class Watching(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Watching():
+        seen.append(_untraced(a, b))
+    assert seen == [False] * 5

@@ -19,7 +19,7 @@ import torch
 
 from .. import device as device_info
 from .. import native, tuned
-from ..compiling import constant_result
+from ..compiling import cached_constant
 from .config import SCALE_BLOCK_K, Fp8BlockConfig
 from .kernel import gemm_fp8_block as _gemm_op
 from .kernel import grouped_gemm_fp8_block as _grouped_op
@@ -138,9 +138,10 @@ def _capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
-# The dense kernel per M (up to the bound, first match). Up to 128 rows, 64x128 ping-pong tiles: twice the CTAs of
-# 128-row tiles over the same weights, 1.3-1.5x their speed at M = 1-128 on the H100 (results/h100/fp8_block.csv).
-# Above, 128x128 cooperative tiles under CUTLASS's stream-K scheduler, which shares the last wave out along K.
+# The default dense kernel per M (up to the bound, first match), where no tuned entry serves the call. Up to 128 rows,
+# 64x128 ping-pong tiles: twice the CTAs of 128-row tiles over the same weights, 1.07-1.51x their speed at M = 1-128
+# on the H100 (results/h100/sweep_sm90_fp8_block.csv). Above, 128x128 cooperative tiles under CUTLASS's stream-K
+# scheduler, which shares the last wave out along K.
 DENSE_BY_M = (
     (128, Fp8BlockConfig(tile=(64, 128, 128), schedule="pingpong")),
     (None, Fp8BlockConfig(scheduler="streamk")),
@@ -148,27 +149,20 @@ DENSE_BY_M = (
 
 
 MODE = "fp8_block"  # the tuned tables' mode of the dense kernels (configs/sm90_fp8_block.yaml)
-DECODE_M = 256  # up to here dispatch takes the tuned M bucket at or above M (as gemm_fp8's decode kernels do)
 
 
 def dense_plan(gpu, a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m: int, n: int, k: int):
     """(variant, where it came from) for a dense block-scaled product on `gpu` (no GPU needed: `explain`): the tuned
-    tables' winner for the nearest shape (`tuned.table_chain`) where the call's types are the ones it was measured
-    with, else the default for M."""
-    config, source = tuned.resolve(gpu.name, MODE, m, n, k, m_bucket_above=m <= DECODE_M, gpu=gpu)
+    tables' winner for the nearest shape (`tuned.table_chain`) tuned for at least M rows (the winners change kind
+    with M: a few-token tile stretched over more rows reads the weights again per token tile), where the call's
+    types are the ones it was measured with; else the default for M."""
+    config, source = tuned.resolve(gpu.name, MODE, m, n, k, gpu=gpu, m_buckets_only=True)
     if config is not None:
         types = (config.a_dtype, config.b_dtype, config.out_dtype, config.scale_n)
         if types == (a_dtype, b_dtype, out_dtype, scale_n):
             return config.name, source
         source = f"{source}, measured for {'/'.join(map(str, types))}"
     return dense_variant(a_dtype, b_dtype, out_dtype, scale_n, m), f"default for M = {m} ({source})"
-
-
-@constant_result
-@functools.cache
-def _planned(index: int, a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m: int, n: int, k: int, _table):
-    """`dense_plan`'s variant for CUDA device `index` (a constant to torch.compile; keyed by the table generation)."""
-    return dense_plan(device_info.info(index), a_dtype, b_dtype, out_dtype, scale_n, m, n, k)[0]
 
 
 def dispatch_configs() -> list[Fp8BlockConfig]:
@@ -180,6 +174,14 @@ def dispatch_configs() -> list[Fp8BlockConfig]:
     return list(dict.fromkeys(defaults + shipped))
 
 
+@cached_constant(maxsize=4096)  # serving repeats a few signatures; token counts vary
+def _planned(index: int, a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m: int, n: int, k: int, _table):
+    """The variant a dense call runs on CUDA device `index`: `dense_plan`'s once its library builds and loads, else
+    the default (torch.compile calls it while tracing; keyed by the tuned tables' generation)."""
+    variant = dense_plan(device_info.info(index), a_dtype, b_dtype, out_dtype, scale_n, m, n, k)[0]
+    return _loadable(variant, dense_variant(a_dtype, b_dtype, out_dtype, scale_n, m), index)
+
+
 @functools.cache
 def _loadable(variant: str, default: str, index: int) -> str:
     """`variant` once its library builds and loads for device `index`; else, with a warning (once), `default`."""
@@ -187,8 +189,8 @@ def _loadable(variant: str, default: str, index: int) -> str:
         return variant
     try:
         native.library(Fp8BlockConfig.from_name(variant), torch.device("cuda", index))
-    except RuntimeError as error:
-        warnings.warn(f"cutlass_ext: {error}\nfalling back to {default}", RuntimeWarning, stacklevel=4)
+    except (RuntimeError, OSError) as error:  # a build that fails, a library that does not load
+        warnings.warn(f"cutlass_ext: {error}\nfalling back to {default}", RuntimeWarning, stacklevel=2)
         return default
     return variant
 
@@ -199,15 +201,13 @@ def dense_variant(a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m: i
     return _dense_variant(a_dtype, b_dtype, out_dtype, scale_n, bucket)
 
 
-@constant_result
-@functools.cache
+@cached_constant
 def _dense_variant(a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, bucket: int) -> str:
     config = DENSE_BY_M[bucket][1]
     return dataclasses.replace(config, a_dtype=a_dtype, b_dtype=b_dtype, out_dtype=out_dtype, scale_n=scale_n).name
 
 
-@constant_result
-@functools.cache
+@cached_constant
 def grouped_variant(a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int) -> str:
     """The grouped kernel: 128x128 cooperative tiles under the group scheduler."""
     return Fp8BlockConfig(a_dtype, b_dtype, out_dtype, scale_n=scale_n, grouped=True).name
@@ -245,8 +245,6 @@ def gemm_fp8_block(
     if variant is None:
         index = a.device.index if a.device.index is not None else torch.cuda.current_device()
         variant = _planned(index, a_name, b_name, out_name, scale_n, m, n, k, tuned.generation())
-        if not torch.compiler.is_compiling():
-            variant = _loadable(variant, dense_variant(a_name, b_name, out_name, scale_n, m), index)
     else:
         _check_variant(variant, a_name, b_name, out_name, scale_n, grouped=False)
     if _scale_a_major(variant) == "m":  # block scales taken as they are if already M-major
@@ -258,8 +256,7 @@ def gemm_fp8_block(
     return _gemm_op(a, b, scale_a, scale_b, bias, out_dtype, variant)
 
 
-@constant_result
-@functools.cache
+@cached_constant
 def _scale_a_major(variant: str) -> str:
     return Fp8BlockConfig.from_name(variant).scale_a_major
 

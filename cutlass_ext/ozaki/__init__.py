@@ -63,14 +63,21 @@ _default_config = functools.cache(lambda moduli: OzakiConfig(moduli=moduli))
 
 
 def _plain_eager(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether the op would only run its CUDA kernels: plain CUDA tensors, no gradient to record, nothing tracing
-    (torch.compile, fake tensors, a dispatch mode) that must see the op."""
+    """Whether the op would only run its CUDA kernels: CUDA tensors and `_untraced`."""
+    return a.is_cuda and _untraced(a, b)
+
+
+def _untraced(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Plain tensors, no gradient to record and nothing that must see the op: torch.compile, fake tensors, a
+    dispatch mode, torch.func's transforms (vmap, jvp: their tensors have no storage) or torch.jit.trace (which
+    records torch ops, not the kernels' launches)."""
     return (
-        a.is_cuda
-        and type(a) is torch.Tensor
+        type(a) is torch.Tensor
         and type(b) is torch.Tensor
         and not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad))
         and not torch.compiler.is_compiling()
+        and not torch.jit.is_tracing()
+        and not torch._C._are_functorch_transforms_active()
         and _get_current_dispatch_mode() is None
     )
 

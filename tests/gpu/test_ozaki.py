@@ -153,6 +153,19 @@ def test_eager_call_and_the_op_give_the_same_bits(layout):
     assert _same_bits(eager, ozaki_matmul(a.cpu(), b.cpu(), 8))
 
 
+@pytest.mark.parametrize("layout", ["nn", "tt"])
+def test_the_largest_value_in_a_partial_last_chunk_sets_the_shift(layout):
+    """The norm pass reads k in chunks (32 staged, 16 per batch of loads) within slices of 1024: a row or column
+    whose largest value sits in the last slice's partial chunk gets its shift from it, in both layouts."""
+    k = 1024 + 64 + 11
+    a, b = _draw("urand", (40, k), 31), _draw("urand", (k, 50), 32)
+    a[5, k - 1], a[7, 1024 + 64] = 2.0**20, 2.0**-9
+    b[k - 1, 3], b[1024 + 48, 9] = 2.0**20, 2.0**12
+    if layout == "tt":
+        a, b = a.T.contiguous().T, b.T.contiguous().T
+    assert _same_bits(ozaki.gemm(a, b), ozaki_matmul(a.cpu(), b.cpu(), 8))
+
+
 def test_bad_arguments_raise_clear_errors():
     a, b = _draw("urand", (4, 8), 15), _draw("urand", (8, 3), 16)
     with pytest.raises(TypeError, match="a must be float32"):
