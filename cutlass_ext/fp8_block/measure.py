@@ -20,13 +20,13 @@ import torch
 
 from .. import benchmark, numerics, peers_fp8
 from ..families.sm80.measure import SEED_RELRES_LIMIT
-from .api import gemm_fp8_block
+from .api import OUT_DTYPES, gemm_fp8_block
 from .config import Fp8BlockConfig
 from .quantize import block_scaled_reference, quantize_block
 
 ACCURACY_FACTOR = 1.1
 REFERENCE_ROWS = 256  # the FP64 reference covers the first rows (all of M = 4096 x N = 32768 would take 1 GB)
-_OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+_OUT_DTYPES = {name: dtype for dtype, name in OUT_DTYPES.items()}
 
 
 @dataclass

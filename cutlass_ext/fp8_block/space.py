@@ -12,8 +12,8 @@ space:
   out_dtype: [bf16]         # a_dtype, b_dtype, out_dtype default to e4m3, e4m3, bf16; scale_n to 128
 
 The schedule follows the tile: m = 64 runs ping-pong warpgroups, m = 128 cooperative ones. Combinations that
-Fp8BlockConfig rejects (a weights side that is not a multiple of 128, a ping-pong kernel under stream-K) are left
-out of the product.
+Fp8BlockConfig rejects (a weights side that is not a multiple of 128, a ping-pong kernel under stream-K, a swapped
+one with M-major scales) are left out of the product.
 """
 
 from __future__ import annotations
@@ -47,8 +47,6 @@ def load_space(path: Path, document: dict) -> list[Fp8BlockConfig]:
         fields = dict(zip(names, values))
         fields["schedule"] = "pingpong" if fields.get("tile", (128,))[0] == 64 else "cooperative"
         split_choices = [s for s in splits if s > 1] if fields.get("scheduler") == "splitk" else [1]
-        if fields.get("swap_ab") and fields.get("scale_a_major") == "m":
-            continue  # swapped kernels read K-major activation scales
         for split in split_choices:
             try:
                 configs.append(Fp8BlockConfig(**fields, splits=split))
