@@ -142,7 +142,10 @@ def sanitizer_command(sanitizer: str | None, tool: str, group: list[str]) -> lis
     worker = [sys.executable, str(Path(__file__).resolve()), "--worker", ",".join(group)]
     if tool == "none":
         return worker
-    command = [sanitizer, "--tool", tool, "--target-processes", "application-only", "--print-limit", "0"]
+    # no attach timeout of its own (10 s by default: a worker slow to import torch on a busy machine went unchecked);
+    # the run's per-process timeout still ends a hung one
+    command = [sanitizer, "--tool", tool, "--target-processes", "application-only", "--print-limit", "0",
+               "--launch-timeout", "0"]
     if tool != "initcheck":
         command += ["--kernel-name-exclude", TORCH_KERNELS]
     elif tma_readers := INITCHECK_TMA_READERS.get(family_of(group[0])):

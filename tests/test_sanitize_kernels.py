@@ -82,6 +82,8 @@ def test_initcheck_alone_checks_torchs_kernels_too(sanitize):
         assert command[:3] == ["/cs", "--tool", tool]
         assert command[-2:] == ["--worker", ",".join(group)]
         assert ("--kernel-name-exclude" in command) == (tool != "initcheck")
+        # the run's own timeout ends a hung worker; the sanitizer's attach timeout would skip a slow-starting one
+        assert command[command.index("--launch-timeout") + 1] == "0"
 
 
 def test_initcheck_leaves_only_the_readers_of_tma_stored_data_to_memcheck(sanitize):
