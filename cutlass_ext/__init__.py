@@ -13,7 +13,7 @@ from . import lowbit, nn, numerics, optim, requirements
 from .families.sm80.config import KernelConfig
 from .families.sm90_fp8.config import Fp8Config
 from .fp8 import gemm_fp8, quantize_fp8
-from .fp8_block import grouped_gemm_fp8
+from .fp8_block import grouped_gemm_fp8, k_grouped_gemm_fp8
 from .gemm import MODES, gemm
 from .precision import precision, set_precision
 from .tuned import set_tuned_table
@@ -25,6 +25,7 @@ __all__ = [
     "gemm",
     "gemm_fp8",
     "grouped_gemm_fp8",
+    "k_grouped_gemm_fp8",
     "lowbit",
     "nn",
     "numerics",

@@ -54,8 +54,34 @@ typedef struct {
   int32_t device, sm_count;
 } cutlass_ext_fp8_grouped_args;
 
+// The weight-gradient form, grouped along K (a mixture-of-experts layer's dW_g = dY_gᵀ·X_g over the tokens each
+// expert saw): `groups` products D_g (m, n) = C_g + Σ_kb scale_a[kb, i] · scale_b[kb, j] · (A_g·B_gᵀ)_kb, where
+// group g owns columns [start_g, end_g) of A (m, k_total) and B (n, k_total), both row-major (K contiguous):
+// start_g = offsets[g - 1] (0 for g = 0), end_g = offsets[g], read on the device. Scales are 1x128 along K for both
+// operands, M- and N-contiguous: scale_a (ceil(k_total / 128), m) and scale_b (ceil(k_total / 128), n) row-major
+// and dense, so a group's scales are the rows from start_g / 128 on. Every group must start at a multiple of 128
+// (its sizes multiples of 128 but the last's): a group that does not, or whose offsets run backwards or past
+// k_total, is written as NaN (no host synchronisation can report it); an empty group gives D_g = C_g (0 without C).
+// C and D: (groups, m, n) with row stride ldd and group stride d_group_stride; c may be d (accumulate in place) or
+// null (D_g = the product).
+typedef struct {
+  int64_t groups, m, n, k_total;
+  const int32_t* offsets;
+  const void* a;
+  int64_t lda;
+  const void* b;
+  int64_t ldb;
+  const float* scale_a;
+  const float* scale_b;
+  const void* c;
+  void* d;
+  int64_t ldd, d_group_stride;
+  int32_t device, sm_count;
+} cutlass_ext_fp8_k_grouped_args;
+
 // Every dense variant `<name>` exports `<name>_fp8_block_{can_implement,workspace_size,run}` over
-// cutlass_ext_fp8_block_args, every grouped one `<name>_fp8_grouped_{...}` over cutlass_ext_fp8_grouped_args;
+// cutlass_ext_fp8_block_args, every grouped one `<name>_fp8_grouped_{...}` over cutlass_ext_fp8_grouped_args,
+// every K-grouped one `<name>_fp8_k_grouped_{...}` over cutlass_ext_fp8_k_grouped_args;
 // can_implement and run return 0 or a cutlass::Status code.
 
 #ifdef __cplusplus

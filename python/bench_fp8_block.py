@@ -8,7 +8,10 @@ bf16 output. Contenders: `ext.gemm_fp8` (the block kernel dispatch picks; `--var
 DeepGEMM's `fp8_gemm_nt` (built by python/deepgemm_build.py; its JIT compiles a kernel per shape on first
 use). MoE rows: G experts x M tokens each, (N, K) of the experts' up and down projections; ours contiguous
 (offsets) and masked (counts), DeepGEMM's contiguous (its row-to-expert index) and masked layouts, and
-`torch._scaled_grouped_mm` with row-wise scales (timing only: other scales) where it runs.
+`torch._scaled_grouped_mm` with row-wise scales (timing only: other scales) where it runs. Weight-gradient rows
+(`--wgrad`): G experts' D_g (M, N) += over their tokens (K, padded to 128 per expert), 1x128 scales along K on
+both operands, FP32 accumulated in place: ours (`ext.k_grouped_gemm_fp8`) and DeepGEMM's
+`k_grouped_fp8_gemm_nt_contiguous`, at DeepGEMM's own k-grouped cases.
 Each row is the GPU's time of one call replayed from a CUDA graph (`us`, inputs rotated past L2), TFLOP/s of the
 useful work, and relres = |D - D_64|_F / |D_64|_F against the FP64 product of the dequantized inputs over the
 first rows. A contender that fails records its error in `note`. A PNG of TFLOP/s beside the CSV.
@@ -33,6 +36,15 @@ DENSE_M = [1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 MOE_GROUPS = [8, 32]
 MOE_M = [64, 128, 256, 512]
 MOE_NK = [(4096, 7168), (7168, 2048)]
+# The weight-gradient form (groups along K): DeepGEMM's own k-grouped cases, (G, M, N, mean tokens per expert)
+WGRAD = [
+    (4, 4096, 7168, 8192),
+    (4, 7168, 2048, 8192),
+    (8, 4096, 7168, 4096),
+    (8, 7168, 2048, 4096),
+    (16, 4096, 7168, 2048),
+    (16, 7168, 2048, 2048),
+]
 REFERENCE_ROWS = 64
 # Named variants timed beside the dispatch's choice (e4m3, bf16 output, 128x128 weight blocks): whole tiles without
 # stream-K, TMA multicast of the weights, 64-row ping-pong tiles, M-major activation scales, swapped operands for
@@ -193,10 +205,75 @@ def bench_moe(group_counts, ms, nks, variants, environment, repeats, rows, save)
                 save(rows)
 
 
+def wgrad_sizes(groups: int, mean: int, seed: int) -> list[int]:
+    """Tokens per expert: mean · U(0.7, 1.3), padded to 128 (DeepGEMM's generator; both kernels ask for it)."""
+    generator = torch.Generator().manual_seed(seed)
+    factors = torch.rand(groups, generator=generator) * 0.6 + 0.7
+    return [int(-(-int(mean * f) // 128) * 128) for f in factors.tolist()]
+
+
+def bench_wgrad(cases, environment, repeats, rows, save):
+    """D_g = C_g + A_g·B_gᵀ over each expert's tokens (K), FP32 out accumulated in place, 1x128 scales along K
+    on both operands: ours from (M, ΣK) operands, DeepGEMM from its layout (each group's (M, K_g) block packed)."""
+    deep_gemm = _deep_gemm()
+    for groups, m, n, mean in cases:
+        sizes = wgrad_sizes(groups, mean, seed=groups + m + n)
+        k = sum(sizes)
+        offsets = torch.tensor(sizes).cumsum(0).to(torch.int32).cuda()
+        generator = torch.Generator(device="cuda").manual_seed(k)
+        sets = []
+        for _ in range(benchmark.rotation_count((m + n) * k + 8 * groups * m * n)):
+            a8, sa = ext.quantize_fp8(torch.randn(m, k, generator=generator, device="cuda"), granularity="block")
+            b8, sb = ext.quantize_fp8(
+                torch.randn(n, k, generator=generator, device="cuda") / k**0.5, granularity="block"
+            )
+            sa, sb = sa.t().contiguous().t(), sb.t().contiguous().t()  # M- and N-contiguous, as both read them
+            packed_a = torch.cat([part.flatten() for part in a8.split(sizes, dim=1)])
+            packed_b = torch.cat([part.flatten() for part in b8.split(sizes, dim=1)])
+            d = torch.zeros(groups, m, n, device="cuda")
+            sets.append((a8, b8, sa, sb, packed_a, packed_b, d))
+        a8, b8, sa, sb = sets[0][:4]
+        r = slice(0, REFERENCE_ROWS)
+        columns = slice(0, sizes[0])
+        reference = fp8_block.dequantize(a8[r, columns], sa[r, : -(-sizes[0] // 128)], 1)
+        reference = reference @ fp8_block.dequantize(b8[:, columns], sb[:, : -(-sizes[0] // 128)], 1).T
+
+        def ours(a8, b8, sa, sb, packed_a, packed_b, d, offsets=offsets):
+            return ext.k_grouped_gemm_fp8(a8, b8, sa, sb, offsets, out=d, accumulate=True)
+
+        contenders = [("ours", ours)]
+        if deep_gemm is not None:
+            layout = torch.tensor(sizes, dtype=torch.int32, device="cuda")
+
+            def deepgemm(a8, b8, sa, sb, packed_a, packed_b, d, sizes=sizes, layout=layout):
+                deep_gemm.k_grouped_fp8_gemm_nt_contiguous(
+                    (packed_a, sa), (packed_b, sb), d, sizes, layout, d, recipe=(1, 1, 128)
+                )
+                return d
+
+            contenders.append(("DeepGEMM", deepgemm))
+        for label, run in contenders:
+            row = {**environment, "contender": label, "kind": "wgrad", "m": m, "n": n, "k": k, "groups": groups}
+            row.update(us=None, tflops=None, relres=None, note="")
+            try:
+                sets[0][-1].zero_()
+                row["relres"] = relres(run(*sets[0])[0, r], reference)
+                row["us"] = benchmark.graph_time_us(run, sets, repeats=repeats)
+                row["tflops"] = 2 * m * n * k / row["us"] / 1e6
+            except Exception as error:  # a contender that cannot run this case records why
+                row["note"] = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
+            torch.cuda.synchronize()
+            rows.append(row)
+            print(_line(rows[-1]), flush=True)
+        del sets
+        save(rows)
+
+
 def build(variants) -> None:
     """The dispatch defaults and the named variants, built in parallel before any timing."""
     names = [fp8_block.api.dense_variant("e4m3", "e4m3", "bf16", 128)]
     names += [fp8_block.api.grouped_variant("e4m3", "e4m3", "bf16", 128), *variants]
+    names.append(fp8_block.api.k_grouped_variant("e4m3", "e4m3", "fp32"))
     configs = [fp8_block.Fp8BlockConfig.from_name(name) for name in dict.fromkeys(names)]
     for result in build_libraries([(c,) for c in configs], "90a"):
         if result.library is None:
@@ -237,9 +314,23 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
         ("dense", nk) for nk in frame[frame.kind == "dense"][["n", "k"]].drop_duplicates().itertuples(index=False)
     ]
     panels += [("moe", nk) for nk in frame[frame.kind == "moe"][["n", "k"]].drop_duplicates().itertuples(index=False)]
+    if (frame.kind == "wgrad").any():
+        panels.append(("wgrad", None))
     columns = 3
     figure, axes = plt.subplots(-(-len(panels) // columns), columns, figsize=(15, 4 * -(-len(panels) // columns)))
-    for axis, (kind, (n, k)) in zip(axes.flat, panels):
+    for axis, (kind, nk) in zip(axes.flat, panels):
+        if kind == "wgrad":  # one bar group per case
+            part = frame[(frame.kind == "wgrad") & frame.tflops.notna()]
+            cases = part[["groups", "m", "n"]].drop_duplicates().itertuples(index=False)
+            labels = [f"G={g} {m}x{n}" for g, m, n in cases]
+            for i, (contender, line) in enumerate(part.groupby("contender")):
+                axis.bar([j + 0.4 * i for j in range(len(line))], line.tflops, width=0.4, label=contender)
+            axis.set_xticks(range(len(labels)), labels, rotation=30, fontsize=6)
+            axis.set_title("weight gradients, groups along K")
+            axis.set_ylabel("TFLOP/s")
+            axis.legend(fontsize=6)
+            continue
+        n, k = nk
         part = frame[(frame.kind == kind) & (frame.n == n) & (frame.k == k) & frame.tflops.notna()]
         for (contender, groups), line in part.groupby(["contender", "groups"]):
             label = contender if kind == "dense" else f"{contender} G={groups}"
@@ -273,6 +364,12 @@ def main(argv=None) -> int:
     parser.add_argument("--moe-nk", type=_pairs, default=MOE_NK)
     parser.add_argument("--variants", nargs="*", default=DENSE_VARIANTS, help="dense variant names timed beside ours")
     parser.add_argument("--grouped-variants", nargs="*", default=GROUPED_VARIANTS, help="grouped ones (contiguous)")
+    parser.add_argument(
+        "--wgrad",
+        type=lambda t: [tuple(map(int, c.split("x"))) for c in t.split(",") if c],
+        default=WGRAD,
+        help="weight-gradient cases GxMxNxTOKENS (mean tokens per expert), comma-separated; '' for none",
+    )
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--plot-only", action="store_true", help="draw the PNG from an existing --out CSV")
     parser.add_argument(
@@ -294,6 +391,7 @@ def main(argv=None) -> int:
     rows = []
     bench_dense(args.dense_m, args.dense_nk, args.variants, environment, args.repeats, rows, save)
     bench_moe(args.moe_groups, args.moe_m, args.moe_nk, args.grouped_variants, environment, args.repeats, rows, save)
+    bench_wgrad(args.wgrad, environment, args.repeats, rows, save)
     plot(pd.DataFrame(rows), args.out.with_suffix(".png"))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
     return 0

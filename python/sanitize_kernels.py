@@ -83,6 +83,8 @@ def variant_names() -> list[str]:
     block = _module("fp8_block.api")
     bounds = [bound or 1 << 30 for bound, _ in block.DENSE_BY_M]  # one M of each bucket
     names += [block.dense_variant("e4m3", "e4m3", "bf16", scale_n, m) for scale_n in (1, 128) for m in bounds]
+    # its grouped forms: mixture-of-experts (`grouped_gemm_fp8`) and weight gradients (`k_grouped_gemm_fp8`)
+    names += [block.grouped_variant("e4m3", "e4m3", "bf16", 128), block.k_grouped_variant("e4m3", "e4m3", "fp32")]
     names.append(_module("ozaki.config").default_config().name)  # gemm's int8x8 mode
     names.append(_module("lowbit.kernel").DEFAULT_CONFIG.name)
     optim = _module("optim.config")
@@ -144,8 +146,17 @@ def sanitizer_command(sanitizer: str | None, tool: str, group: list[str]) -> lis
         return worker
     # no attach timeout of its own (10 s by default: a worker slow to import torch on a busy machine went unchecked);
     # the run's per-process timeout still ends a hung one
-    command = [sanitizer, "--tool", tool, "--target-processes", "application-only", "--print-limit", "0",
-               "--launch-timeout", "0"]
+    command = [
+        sanitizer,
+        "--tool",
+        tool,
+        "--target-processes",
+        "application-only",
+        "--print-limit",
+        "0",
+        "--launch-timeout",
+        "0",
+    ]
     if tool != "initcheck":
         command += ["--kernel-name-exclude", TORCH_KERNELS]
     elif tma_readers := INITCHECK_TMA_READERS.get(family_of(group[0])):
@@ -230,6 +241,20 @@ def _run_fp8_block(name: str, shape: tuple, generator) -> None:
     blocks = -(-k // 128)
     a = torch.randn(m, k, device=generator.device, generator=generator).to(torch.float8_e4m3fn)
     b = torch.randn(n, k, device=generator.device, generator=generator).to(torch.float8_e4m3fn)
+    if config.k_grouped:  # groups along K: a full block, an empty group, a partial last block, one refused (NaN)
+        ends = torch.tensor([128, 128, k, 256], dtype=torch.int32, device=generator.device)
+        scale_a = torch.rand(m, blocks, device=generator.device, generator=generator) + 0.5
+        scale_b = torch.rand(n, blocks, device=generator.device, generator=generator) + 0.5
+        out = torch.randn(4, m, n, device=generator.device, generator=generator)
+        api.k_grouped_gemm_fp8(a, b, scale_a, scale_b, ends, out=out, accumulate=True, variant=name)
+        return
+    if config.grouped:  # three experts over the rows: empty, then two uneven ones
+        ends = torch.tensor([0, m // 2, m], dtype=torch.int32, device=generator.device)
+        experts = torch.randn(3, n, k, device=generator.device, generator=generator).to(torch.float8_e4m3fn)
+        scale_a = torch.rand(m, blocks, device=generator.device, generator=generator) + 0.5
+        scale_b = torch.rand(3, -(-n // 128), blocks, device=generator.device, generator=generator) + 0.5
+        api.grouped_gemm_fp8(a, experts, scale_a, scale_b, offsets=ends, variant=name)
+        return
     scale_a = torch.rand(m, blocks, device=generator.device, generator=generator) + 0.5  # 1x128 blocks
     rows = n if config.scale_n == 1 else -(-n // 128)  # 1x128 or 128x128 blocks of the weights
     scale_b = torch.rand(rows, blocks, device=generator.device, generator=generator) + 0.5

@@ -133,6 +133,21 @@ def test_grouped_reference_runs_group_by_group():
     assert torch.equal(masked[1], expected)
 
 
+def test_k_grouped_reference_runs_group_by_group_and_marks_refused_offsets():
+    g = torch.Generator().manual_seed(3)
+    a8, scale_a = fp8_block.quantize_block(torch.randn(5, 640, generator=g), torch.float8_e4m3fn, (1, 128))
+    b8, scale_b = fp8_block.quantize_block(torch.randn(7, 640, generator=g), torch.float8_e4m3fn, (1, 128))
+    dense_a, dense_b = fp8_block.dequantize(a8, scale_a, 1), fp8_block.dequantize(b8, scale_b, 1)
+    c = torch.randn(5, 5, 7, generator=g)
+    # groups: [0, 256), empty, [256, 600), [600, 640) starting off a block, [256, ...) running backwards
+    offsets = torch.tensor([256, 256, 600, 640, 300], dtype=torch.int32)
+    out = fp8_block.k_grouped_reference(a8, b8, scale_a, scale_b, offsets, c)
+    torch.testing.assert_close(out[0], dense_a[:, :256] @ dense_b[:, :256].T + c[0].double())
+    torch.testing.assert_close(out[1], c[1].double())
+    torch.testing.assert_close(out[2], dense_a[:, 256:600] @ dense_b[:, 256:600].T + c[2].double())
+    assert out[3].isnan().all() and out[4].isnan().all()
+
+
 def test_scale_forms_expand_to_blocks():
     m, n, k = 6, 300, 400  # 4 k-blocks, 3 weight row blocks
     cpu = torch.device("cpu")
@@ -193,12 +208,14 @@ def test_variant_names_round_trip():
         Fp8BlockConfig(scheduler="splitk", splits=4, scale_n=1, out_dtype="fp32"),
         Fp8BlockConfig(tile=(64, 128, 128), schedule="pingpong", a_dtype="e5m2"),
         Fp8BlockConfig(grouped=True, tile=(128, 256, 128), cluster=(2, 1)),
+        Fp8BlockConfig(out_dtype="fp32", scale_n=1, k_grouped=True, scale_a_major="m"),
     ]
     for config in configs:
         assert Fp8BlockConfig.from_name(config.name) == config
         assert ext.families.from_name(config.name) == config
     assert configs[2].name == "fp8block_e4m3e4m3_fp32_128x128x128_c1x1_coop_sb1_splitk4"
     assert configs[4].name == "fp8block_e4m3e4m3_bf16_128x256x128_c2x1_coop_sb128_grouped"
+    assert configs[5].name == "fp8block_e4m3e4m3_fp32_128x128x128_c1x1_coop_sb1_kgrouped_am"
 
 
 @pytest.mark.parametrize(
@@ -211,6 +228,10 @@ def test_variant_names_round_trip():
         ({"scheduler": "splitk"}, "splits=1 goes with"),
         ({"grouped": True, "scheduler": "streamk"}, "group scheduler"),
         ({"out_dtype": "fp8"}, "out_dtype="),
+        ({"k_grouped": True, "scale_n": 1}, "k_grouped kernels"),
+        ({"k_grouped": True, "scale_a_major": "m"}, "k_grouped kernels"),
+        ({"k_grouped": True, "scale_n": 1, "scale_a_major": "m", "grouped": True}, "k_grouped kernels"),
+        ({"k_grouped": True, "scale_n": 1, "scale_a_major": "m", "scheduler": "streamk"}, "k_grouped kernels"),
     ],
 )
 def test_invalid_configs_say_why(fields, message):
@@ -226,6 +247,7 @@ def test_non_canonical_name_is_refused():
 _GROUP_ROWS_PROGRAM = r"""
 #include <cstdio>
 #include "sm90_fp8_grouped_rows.h"
+using cutlass_ext::fp8_block::group_columns;
 using cutlass_ext::fp8_block::group_rows;
 int main() {
   cutlass_ext_fp8_grouped_args contiguous{};
@@ -245,6 +267,16 @@ int main() {
   for (auto& c : counts) {
     auto r = group_rows(masked, c[0], 0, 0, c[1]);
     if (r.start != c[0] * 64 || r.rows != c[2]) { std::printf("masked %lld %lld\n", c[0], c[1]); return 1; }
+  }
+  // K-grouped: (offset before, own end) -> (start, columns, valid), k_total = 512
+  long long columns[][5] = {{0, 128, 0, 128, 1}, {128, 128, 128, 0, 1}, {384, 500, 384, 116, 1}, {100, 228, 0, 0, 0},
+                            {256, 128, 0, 0, 0}, {384, 640, 0, 0, 0}, {-128, 0, 0, 0, 0}, {512, 512, 512, 0, 1}};
+  for (auto& c : columns) {
+    auto r = group_columns(512, c[0], c[1]);
+    if (r.start != c[2] || r.columns != c[3] || r.valid != bool(c[4])) {
+      std::printf("columns %lld %lld\n", c[0], c[1]);
+      return 1;
+    }
   }
   std::printf("ok\n");
   return 0;
@@ -340,6 +372,16 @@ int main() {
         args.scale_a_block_stride = m;
         if (MMajor::can_implement(&args) == 0) { std::printf("m=%d k=%d: unpadded accepted\n", m, k); return 1; }
       }
+    }
+  }
+  // K-grouped: (offset before, own end) -> (start, columns, valid), k_total = 512
+  long long columns[][5] = {{0, 128, 0, 128, 1}, {128, 128, 128, 0, 1}, {384, 500, 384, 116, 1}, {100, 228, 0, 0, 0},
+                            {256, 128, 0, 0, 0}, {384, 640, 0, 0, 0}, {-128, 0, 0, 0, 0}, {512, 512, 512, 0, 1}};
+  for (auto& c : columns) {
+    auto r = group_columns(512, c[0], c[1]);
+    if (r.start != c[2] || r.columns != c[3] || r.valid != bool(c[4])) {
+      std::printf("columns %lld %lld\n", c[0], c[1]);
+      return 1;
     }
   }
   std::printf("ok\n");

@@ -391,7 +391,11 @@ def _entry_points(sanitize):
         "sm80": [("cutlass_ext.ops", "gemm"), ("cutlass_ext.ops", "halfhalf_gemm")],
         "sm90": [("cutlass_ext.corrected_sm90", "product")],
         "fp8": [("cutlass_ext.ops", "gemm_fp8")],
-        "fp8_block": [("cutlass_ext.fp8_block.api", "gemm_fp8_block")],
+        "fp8_block": [
+            ("cutlass_ext.fp8_block.api", "gemm_fp8_block"),
+            ("cutlass_ext.fp8_block.api", "grouped_gemm_fp8"),
+            ("cutlass_ext.fp8_block.api", "k_grouped_gemm_fp8"),
+        ],
         "ozaki": [("cutlass_ext.ozaki", "gemm")],
         "lowbit": [("cutlass_ext.lowbit.kernel", "matmul")],
         "optim": [],  # the optimizers' CPU path is their reference: it runs as it is
@@ -421,7 +425,12 @@ def test_every_runner_calls_its_kernels_with_arguments_their_signatures_take(san
     for family in sanitize._RUNNERS:
         members = [name for name in names if sanitize.family_of(name) == family]
         assert members, f"no variant of family {family}"
-        for name in dict.fromkeys([members[0], members[-1]]):
+        # the first and last of each family, and each block-scaled kind (dense, grouped, K-grouped: three paths)
+        kinds = {
+            (getattr(c, "grouped", False), getattr(c, "k_grouped", False)): n
+            for n, c in zip(members, map(sanitize.config_of, members))
+        }
+        for name in dict.fromkeys([members[0], members[-1], *kinds.values()]):
             for shape in sanitize.shapes_of(name):
                 sanitize._RUNNERS[family](name, shape, torch.Generator().manual_seed(0))
     for (module_name, attribute), fake in calls.items():

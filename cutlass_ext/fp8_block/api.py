@@ -23,6 +23,7 @@ from ..compiling import cached_constant
 from .config import SCALE_BLOCK_K, Fp8BlockConfig
 from .kernel import gemm_fp8_block as _gemm_op
 from .kernel import grouped_gemm_fp8_block as _grouped_op
+from .kernel import k_grouped_gemm_fp8_block as _k_grouped_op
 
 FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -167,9 +168,11 @@ def dense_plan(gpu, a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m:
 
 def dispatch_configs() -> list[Fp8BlockConfig]:
     """The block-scaled variants dispatch runs for e4m3 inputs, bf16 output and 128x128 weight blocks (what
-    `--prebuild --modes fp8_block` builds): the defaults per M, the grouped kernel and the shipped tables' winners."""
+    `--prebuild --modes fp8_block` builds): the defaults per M, the grouped kernels (mixture-of-experts and its
+    weight gradients, FP32 out) and the shipped tables' winners."""
     defaults = [config for _, config in DENSE_BY_M]
     defaults.append(Fp8BlockConfig.from_name(grouped_variant("e4m3", "e4m3", "bf16", 128)))
+    defaults.append(Fp8BlockConfig.from_name(k_grouped_variant("e4m3", "e4m3", "fp32")))
     shipped = [c for c in tuned.shipped_configs() if isinstance(c, Fp8BlockConfig)]
     return list(dict.fromkeys(defaults + shipped))
 
@@ -211,6 +214,12 @@ def _dense_variant(a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, buc
 def grouped_variant(a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int) -> str:
     """The grouped kernel: 128x128 cooperative tiles under the group scheduler."""
     return Fp8BlockConfig(a_dtype, b_dtype, out_dtype, scale_n=scale_n, grouped=True).name
+
+
+@cached_constant
+def k_grouped_variant(a_dtype: str, b_dtype: str, out_dtype: str) -> str:
+    """The weight-gradient kernel: 128x128 cooperative tiles under the group scheduler."""
+    return Fp8BlockConfig(a_dtype, b_dtype, out_dtype, scale_n=1, k_grouped=True, scale_a_major="m").name
 
 
 def gemm_fp8_block(
@@ -345,6 +354,81 @@ def grouped_gemm_fp8(
     return _grouped_op(
         a, b, scale_a, scale_b, None if masked else counts, counts if masked else None, out_dtype, variant
     )
+
+
+def k_grouped_gemm_fp8(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a,
+    scale_b,
+    offsets: torch.Tensor,
+    *,
+    out: torch.Tensor | None = None,
+    accumulate: bool = False,
+    out_dtype: torch.dtype = torch.float32,
+    variant: str | None = None,
+) -> torch.Tensor:
+    """The weight gradients of a mixture-of-experts layer in one launch, groups cut along K: per group g,
+    D[g] (M, N) = Σ_kb scale_a[i, kb] · scale_b[j, kb] · (a[:, cols] @ b[:, cols].T)_kb over the columns
+    [offsets[g-1], offsets[g]) it owns (e.g. a = dYᵀ, b = Xᵀ with the tokens sorted by expert: D[g] = dW_g).
+
+    a (M, K), b (N, K): FP8, unit stride along K (K a multiple of 16). scale_a (M, ceil(K / 128)) and scale_b
+    (N, ceil(K / 128)): 1x128 block scales along K, float32 (`quantize_fp8(x, granularity="block", block=(1, 128))`
+    of a and b), or per row / per tensor; read M- and N-contiguous (taken as they are if already so, e.g. the
+    transpose of a dense (ceil(K / 128), M), else transposed: a copy). offsets (G,) int32 on the device, the
+    groups' cumulative ends along K, read there (no host synchronisation: graph capturable). Every group must start
+    at a multiple of 128 (pad each expert's tokens to 128, as DeepGEMM asks); a group that does not, or whose
+    offsets run backwards or past K, comes out NaN; an empty group's D[g] is 0 (or out[g] unchanged when
+    accumulating). out: (G, M, N) dense of out_dtype to write, or to add to with accumulate=True (gradient
+    accumulation in place); else a new tensor. Returns D (out when given).
+    """
+    a_name = _check_operand("a", a, 2)
+    b_name = _check_operand("b", b, 2)
+    if a.device != b.device:
+        raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
+    (m, k), n = a.shape, b.shape[0]
+    out_name = _check_shapes("a", k, "b", b.shape[1], n, out_dtype)
+    if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int32 or offsets.dim() != 1:
+        raise ValueError(f"offsets must be a (G,) int32 tensor (each group's end along K); got {_describe(offsets)}")
+    if offsets.device != a.device:
+        raise ValueError(f"offsets must be on {a.device} (read there, never on the host); got {offsets.device}")
+    groups = offsets.shape[0]
+    shape = (groups, m, n)
+    if out is None:
+        if accumulate:
+            raise ValueError("accumulate=True adds to out: pass out (G, M, N)")
+        out = torch.empty(shape, dtype=out_dtype, device=a.device)
+    elif not isinstance(out, torch.Tensor) or out.shape != shape or out.dtype != out_dtype:
+        raise ValueError(f"out must be a {shape} tensor of {out_dtype}; got {_describe(out)}")
+    elif out.device != a.device or not out.is_contiguous():
+        raise ValueError(f"out must be a dense (contiguous) tensor on {a.device}")
+    scale_a = _k_major_transposed("scale_a", scale_a, m, k, a.device)
+    scale_b = _k_major_transposed("scale_b", scale_b, n, k, a.device)
+    if not torch.compiler.is_compiling():
+        _check_capability(a.device)
+    if variant is None:
+        variant = k_grouped_variant(a_name, b_name, out_name)
+    else:
+        config = Fp8BlockConfig.from_name(variant)
+        if (config.a_dtype, config.b_dtype, config.out_dtype, config.k_grouped) != (a_name, b_name, out_name, True):
+            raise ValueError(
+                f"variant={variant!r} does not fit this call: it needs a={a_name}, b={b_name}, out={out_name} and "
+                "a K-grouped kernel (_kgrouped)"
+            )
+    a = a if a.stride(0) % _TMA_BYTES == 0 else a.contiguous()
+    b = b if b.stride(0) % _TMA_BYTES == 0 else b.contiguous()
+    _k_grouped_op(a, b, scale_a, scale_b, offsets.contiguous(), out, accumulate, variant)
+    return out
+
+
+def _k_major_transposed(name: str, scale, rows: int, k: int, device: torch.device) -> torch.Tensor:
+    """Block scales (rows, kb) as the dense (kb, rows) array the K-grouped kernel reads: the given tensor's memory
+    when it already is that, else a transposed copy (per-row and per-tensor scales expanded first)."""
+    given = _check_scale_tensor(name, scale, device)
+    blocks = k_blocks(k)
+    if given.shape == (rows, blocks) and given.stride() == (1, rows) and rows * blocks:
+        return given.t()
+    return activation_scales(name, given, rows, k, device).t().contiguous()
 
 
 def _flat_rows(scale, row_shape) -> torch.Tensor:

@@ -38,7 +38,9 @@ class Fp8BlockConfig(VariantFields):
     loads by TMA multicast. schedule: `cooperative` (128-row tiles) or `pingpong` (64-row tiles). scale_n: rows
     of B per scale (128 or 1; name `_sbN`). scheduler / splits: see SCHEDULERS (name `_streamk`, `_splitkN`).
     grouped: the mixture-of-experts kernel (name suffix `_grouped`): one launch over the experts' products,
-    their row counts read on the device. scale_a_major: see SCALE_A_MAJORS (dense only; name suffix `_am`).
+    their row counts read on the device. k_grouped: its weight-gradient form (name suffix `_kgrouped`): groups cut
+    along K (each expert's tokens), both operands' 1x128 scales M-/N-major (scale_n = 1, scale_a_major = 'm'),
+    D = C + the product. scale_a_major: see SCALE_A_MAJORS (dense only; name suffix `_am`).
     swap_ab: the kernel computes Dᵀ = B · Aᵀ (name suffix `_swap`), so `tile` is (n, m, k): the weights fill its
     first side, decode's few tokens its second (a multiple of 32).
     """
@@ -53,11 +55,12 @@ class Fp8BlockConfig(VariantFields):
     scheduler: str = "persistent"
     splits: int = 1
     grouped: bool = False
+    k_grouped: bool = False
     scale_a_major: str = "k"
     swap_ab: bool = False
     family: str = FAMILY
 
-    # `fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128[_streamk|_splitk4][_grouped]`
+    # `fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128[_streamk|_splitk4][_grouped|_kgrouped][_am][_swap]`
     NAME: ClassVar[NameGrammar] = NameGrammar(
         "fp8block_",
         Word("a_dtype", FP8_DTYPES),
@@ -75,6 +78,7 @@ class Fp8BlockConfig(VariantFields):
         Optional(Word("scheduler", {"streamk": "_streamk", "splitk": "_splitk"}), default={"scheduler": "persistent"}),
         Optional(Number("splits"), default={"splits": 1}),
         Optional(Word("grouped", {True: "_grouped"}), default={"grouped": False}),
+        Optional(Word("k_grouped", {True: "_kgrouped"}), default={"k_grouped": False}),
         Optional(Word("scale_a_major", {"m": "_am"}), default={"scale_a_major": "k"}),
         Optional(Word("swap_ab", {True: "_swap"}), default={"swap_ab": False}),
     )
@@ -94,7 +98,7 @@ class Fp8BlockConfig(VariantFields):
                 raise ValueError(f"{field}={getattr(self, field)!r} is not one of {list(choices)}")
         if self.family != FAMILY:
             raise ValueError(f"family={self.family!r} must be {FAMILY!r}")
-        for field in ("grouped", "swap_ab"):
+        for field in ("grouped", "k_grouped", "swap_ab"):
             if getattr(self, field) is not True and getattr(self, field) is not False:
                 raise ValueError(f"{field}={getattr(self, field)!r} must be True or False")
         self._check_extents(tile="mnk", cluster="mn")
@@ -122,6 +126,19 @@ class Fp8BlockConfig(VariantFields):
             raise ValueError(
                 f"grouped kernels use the group scheduler (scheduler='persistent'); got {self.scheduler!r}"
             )
+        if self.k_grouped and (
+            self.grouped
+            or self.swap_ab
+            or self.scheduler != "persistent"
+            or self.scale_n != 1
+            or self.scale_a_major != "m"
+        ):
+            raise ValueError(
+                "k_grouped kernels (the weight-gradient form) take 1x128 scales M-/N-major on both operands "
+                "(scale_n=1, scale_a_major='m') under the group scheduler (scheduler='persistent', not grouped nor "
+                f"swapped); got scale_n={self.scale_n}, scale_a_major={self.scale_a_major!r}, "
+                f"scheduler={self.scheduler!r}, grouped={self.grouped}, swap_ab={self.swap_ab}"
+            )
         if self.grouped and self.scale_a_major != "k":
             raise ValueError("grouped kernels read K-major activation scales (scale_a_major='k'): dense per group")
         if self.scheduler != "persistent" and self.schedule != "cooperative":
@@ -147,6 +164,9 @@ def render_instance(config: Fp8BlockConfig) -> str:
     (tile_m, tile_n, tile_k), (cluster_m, cluster_n) = config.tile, config.cluster
     if config.grouped:
         launcher, suffix, args, decomposition = "Sm90Fp8GroupedGemm", "_fp8_grouped", "cutlass_ext_fp8_grouped_args", ""
+    elif config.k_grouped:
+        launcher, suffix, decomposition = "Sm90Fp8KGroupedGemm", "_fp8_k_grouped", ""
+        args = "cutlass_ext_fp8_k_grouped_args"
     else:
         launcher, suffix, args = "Sm90Fp8BlockGemm", "_fp8_block", "cutlass_ext_fp8_block_args"
         decomposition = (

@@ -74,6 +74,28 @@ class _GroupedArgs(ctypes.Structure):
     ]
 
 
+class _KGroupedArgs(ctypes.Structure):
+    _fields_ = [
+        ("groups", ctypes.c_int64),
+        ("m", ctypes.c_int64),
+        ("n", ctypes.c_int64),
+        ("k_total", ctypes.c_int64),
+        ("offsets", ctypes.c_void_p),
+        ("a", ctypes.c_void_p),
+        ("lda", ctypes.c_int64),
+        ("b", ctypes.c_void_p),
+        ("ldb", ctypes.c_int64),
+        ("scale_a", ctypes.c_void_p),
+        ("scale_b", ctypes.c_void_p),
+        ("c", ctypes.c_void_p),
+        ("d", ctypes.c_void_p),
+        ("ldd", ctypes.c_int64),
+        ("d_group_stride", ctypes.c_int64),
+        ("device", ctypes.c_int32),
+        ("sm_count", ctypes.c_int32),
+    ]
+
+
 @functools.cache
 def _config(variant: str) -> Fp8BlockConfig:
     return Fp8BlockConfig.from_name(variant)
@@ -199,3 +221,48 @@ def grouped_gemm_fp8_block(
 @grouped_gemm_fp8_block.register_fake
 def _(a, b, scale_a, scale_b, offsets, counts, out_dtype, variant):
     return a.new_empty((*a.shape[:-1], b.shape[1]), dtype=out_dtype)
+
+
+@torch.library.custom_op("cutlass_ext::k_grouped_gemm_fp8_block", mutates_args=("out",))
+def k_grouped_gemm_fp8_block(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    offsets: torch.Tensor,
+    out: torch.Tensor,
+    accumulate: bool,
+    variant: str,
+) -> None:
+    """Per group g, out[g] (+)= block-scaled a[:, cols_g] @ b[:, cols_g]ᵀ, the columns cut by offsets along K
+    (kernels/sm90_fp8_block_abi.h). a (M, K), b (N, K); scale_a (kb, M) and scale_b (kb, N) dense; out (G, M, N)
+    dense."""
+    (m, k), n, groups = a.shape, b.shape[0], offsets.shape[0]
+    if groups == 0 or m == 0 or n == 0:
+        return
+    args = _KGroupedArgs(
+        groups,
+        m,
+        n,
+        k,
+        offsets.data_ptr(),
+        a.data_ptr(),
+        a.stride(0) if k else 16,  # no columns: every group empty (or invalid), a and b never read
+        b.data_ptr(),
+        b.stride(0) if k else 16,
+        scale_a.data_ptr(),
+        scale_b.data_ptr(),
+        out.data_ptr() if accumulate else None,
+        out.data_ptr(),
+        out.stride(1),
+        out.stride(0),
+        _index(a.device),
+        _sm_count(_index(a.device)),
+    )
+    with torch.cuda.device(a.device):
+        _launch(variant, "_fp8_k_grouped", args, a.device)
+
+
+@k_grouped_gemm_fp8_block.register_fake
+def _(a, b, scale_a, scale_b, offsets, out, accumulate, variant):
+    return None

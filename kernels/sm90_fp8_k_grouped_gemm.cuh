@@ -1,0 +1,226 @@
+// The weight-gradient form of the grouped block-scaled FP8 GEMM (sm90a) behind sm90_fp8_block_abi.h: groups cut
+// along K (each expert's tokens), one persistent CUTLASS 3.x pointer-array kernel over every group's (m, n) output.
+// As in the grouped form, a small kernel before it (one thread per group) turns the device's offsets into the
+// per-group problem shapes, pointers and strides, so nothing reaches the host and a launch is graph capturable.
+// Both operands' scales are 1x128 along K and M-/N-contiguous: a group's scales are then whole rows of the
+// (k-blocks, m) and (k-blocks, n) arrays, the dense per-group layout the grouped mainloop derives from its shape.
+#pragma once
+
+#include "sm90_fp8_block_gemm.cuh"
+#include "sm90_fp8_grouped_rows.h"
+
+namespace cutlass_ext::fp8_block {
+
+// 1x128 scales along K for both operands, M- and N-contiguous.
+using KGroupedScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, 1, kScaleBlockK, cute::GMMA::Major::MN,
+                                                                      cute::GMMA::Major::MN>;
+
+template <class Gemm>
+struct KGroupArrays {
+  using Kernel = typename Gemm::GemmKernel;
+  using ProblemShape = typename Kernel::ProblemShape::UnderlyingProblemShape;
+  using ElementA = typename Kernel::ElementA;
+  using ElementB = typename Kernel::ElementB;
+  using ElementC = typename Kernel::CollectiveEpilogue::ElementC;
+  using ElementD = typename Kernel::CollectiveEpilogue::ElementD;
+  using StrideA = typename Kernel::InternalStrideA;
+  using StrideB = typename Kernel::InternalStrideB;
+  using StrideC = typename Kernel::InternalStrideC;
+  using StrideD = typename Kernel::InternalStrideD;
+
+  ProblemShape* problem_shapes;
+  const ElementA** a;
+  StrideA* stride_a;
+  const ElementB** b;
+  StrideB* stride_b;
+  const float** scale_a;
+  const float** scale_b;
+  const ElementC** c;
+  StrideC* stride_c;
+  ElementD** d;
+  StrideD* stride_d;
+  // Operands for a group with nothing to add: kScaleBlockK FP8 zeros per row of the larger side, then as many
+  // float zeros (its scales) in the same bytes; and NaN scales for a group whose offsets are invalid.
+  uint8_t* zeros;
+  float* nans;
+
+  static constexpr size_t kAlign = 128;
+  static size_t padded(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+  static size_t zero_bytes(int64_t rows) { return padded(size_t(rows) * kScaleBlockK); }
+  static size_t nan_bytes(int64_t rows) { return padded(size_t(rows) * sizeof(float)); }
+
+  static size_t bytes(int64_t groups, int64_t rows) {
+    size_t g = size_t(groups);
+    return padded(g * sizeof(ProblemShape)) + 6 * padded(g * sizeof(void*)) + padded(g * sizeof(StrideA)) +
+           padded(g * sizeof(StrideB)) + padded(g * sizeof(StrideC)) + padded(g * sizeof(StrideD)) +
+           zero_bytes(rows) + nan_bytes(rows);
+  }
+
+  // The arrays at `base` (any address when only sizes are asked: the host never dereferences them).
+  static KGroupArrays carve(void* base, int64_t groups, int64_t rows) {
+    size_t g = size_t(groups);
+    char* cursor = static_cast<char*>(base);
+    auto take = [&](size_t size) {
+      char* start = cursor;
+      cursor += padded(size);
+      return start;
+    };
+    KGroupArrays arrays;
+    arrays.problem_shapes = reinterpret_cast<ProblemShape*>(take(g * sizeof(ProblemShape)));
+    arrays.a = reinterpret_cast<const ElementA**>(take(g * sizeof(void*)));
+    arrays.stride_a = reinterpret_cast<StrideA*>(take(g * sizeof(StrideA)));
+    arrays.b = reinterpret_cast<const ElementB**>(take(g * sizeof(void*)));
+    arrays.stride_b = reinterpret_cast<StrideB*>(take(g * sizeof(StrideB)));
+    arrays.scale_a = reinterpret_cast<const float**>(take(g * sizeof(void*)));
+    arrays.scale_b = reinterpret_cast<const float**>(take(g * sizeof(void*)));
+    arrays.c = reinterpret_cast<const ElementC**>(take(g * sizeof(void*)));
+    arrays.stride_c = reinterpret_cast<StrideC*>(take(g * sizeof(StrideC)));
+    arrays.d = reinterpret_cast<ElementD**>(take(g * sizeof(void*)));
+    arrays.stride_d = reinterpret_cast<StrideD*>(take(g * sizeof(StrideD)));
+    arrays.zeros = reinterpret_cast<uint8_t*>(take(zero_bytes(rows)));
+    arrays.nans = reinterpret_cast<float*>(take(nan_bytes(rows)));
+    return arrays;
+  }
+};
+
+template <class Gemm>
+__global__ void write_k_group_arrays(cutlass_ext_fp8_k_grouped_args args, KGroupArrays<Gemm> arrays) {
+  using Arrays = KGroupArrays<Gemm>;
+  int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= args.groups) return;
+  GroupColumns columns = group_columns(args.k_total, g == 0 ? 0 : args.offsets[g - 1], args.offsets[g]);
+  typename Arrays::StrideA stride_a{};
+  typename Arrays::StrideB stride_b{};
+  if (columns.valid && columns.columns > 0) {
+    int64_t block = columns.start / kScaleBlockK;
+    arrays.problem_shapes[g] = typename Arrays::ProblemShape(int(args.m), int(args.n), int(columns.columns));
+    arrays.a[g] = static_cast<const typename Arrays::ElementA*>(args.a) + columns.start;
+    arrays.b[g] = static_cast<const typename Arrays::ElementB*>(args.b) + columns.start;
+    arrays.scale_a[g] = args.scale_a + block * args.m;
+    arrays.scale_b[g] = args.scale_b + block * args.n;
+    cute::get<0>(stride_a) = args.lda;
+    cute::get<0>(stride_b) = args.ldb;
+  } else {
+    // One k-block of zeros, scaled by 0 (an empty group: D_g = C_g) or by NaN (invalid offsets: D_g is NaN).
+    arrays.problem_shapes[g] = typename Arrays::ProblemShape(int(args.m), int(args.n), int(kScaleBlockK));
+    arrays.a[g] = reinterpret_cast<const typename Arrays::ElementA*>(arrays.zeros);
+    arrays.b[g] = reinterpret_cast<const typename Arrays::ElementB*>(arrays.zeros);
+    const float* scales = columns.valid ? reinterpret_cast<const float*>(arrays.zeros) : arrays.nans;
+    arrays.scale_a[g] = scales;
+    arrays.scale_b[g] = scales;
+    cute::get<0>(stride_a) = kScaleBlockK;
+    cute::get<0>(stride_b) = kScaleBlockK;
+  }
+  arrays.stride_a[g] = stride_a;
+  arrays.stride_b[g] = stride_b;
+  auto* d = static_cast<typename Arrays::ElementD*>(args.d) + g * args.d_group_stride;
+  arrays.d[g] = d;
+  // Without C the epilogue reads none (beta = 0); its pointers still name D's memory.
+  arrays.c[g] = args.c != nullptr
+                    ? static_cast<const typename Arrays::ElementC*>(args.c) + g * args.d_group_stride
+                    : reinterpret_cast<const typename Arrays::ElementC*>(d);
+  typename Arrays::StrideC stride_c{};
+  cute::get<0>(stride_c) = args.ldd;
+  arrays.stride_c[g] = stride_c;
+  typename Arrays::StrideD stride_d{};
+  cute::get<0>(stride_d) = args.ldd;
+  arrays.stride_d[g] = stride_d;
+}
+
+template <class ElementA, class ElementB, class ElementD, int TileM, int TileN, int TileK, int ClusterM,
+          int ClusterN, class Schedule, int ScaleN>
+struct Sm90Fp8KGroupedGemm {
+  static_assert(TileK == kScaleBlockK, "one k-tile per scale block");
+  static_assert(ScaleN == 1, "1x128 scales along K for both operands");
+  using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
+  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
+  using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
+  using ElementC = ElementD;
+  static constexpr int kAlignmentAB = 16;
+  static constexpr int kAlignmentD = 16 / int(sizeof(ElementD));
+  using LayoutSFA = decltype(KGroupedScaleConfig::deduce_layoutSFA());
+  using LayoutSFB = decltype(KGroupedScaleConfig::deduce_layoutSFB());
+
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, cutlass::layout::RowMajor*,
+      kAlignmentD, ElementD, cutlass::layout::RowMajor*, kAlignmentD, typename Schedule::GroupedEpilogue,
+      cutlass::epilogue::fusion::LinearCombination<ElementD, float, ElementC, float>>::CollectiveOp;
+
+  // The grouped mainloop derives each group's scale layout from its problem shape: dense, M-/N-contiguous.
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA,
+      cute::tuple<cutlass::layout::RowMajor*, LayoutSFA*>, kAlignmentAB, ElementB,
+      cute::tuple<cutlass::layout::ColumnMajor*, LayoutSFB*>, kAlignmentAB, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<int(sizeof(typename Epilogue::SharedStorage))>,
+      typename Schedule::GroupedKernel>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using Arrays = KGroupArrays<Gemm>;
+
+  static int64_t zero_rows(const cutlass_ext_fp8_k_grouped_args& args) { return args.m > args.n ? args.m : args.n; }
+
+  static typename Gemm::Arguments arguments(const cutlass_ext_fp8_k_grouped_args& args, const Arrays& arrays) {
+    typename Gemm::Arguments arguments{};
+    arguments.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+    // No host copy of the problem shapes: the scheduler reads them on the device.
+    arguments.problem_shape = {int(args.groups), arrays.problem_shapes, nullptr};
+    arguments.mainloop.ptr_A = arrays.a;
+    arguments.mainloop.dA = arrays.stride_a;
+    arguments.mainloop.ptr_B = arrays.b;
+    arguments.mainloop.dB = arrays.stride_b;
+    arguments.mainloop.ptr_SFA = arrays.scale_a;
+    arguments.mainloop.layout_SFA = nullptr;
+    arguments.mainloop.ptr_SFB = arrays.scale_b;
+    arguments.mainloop.layout_SFB = nullptr;
+    arguments.epilogue.thread.alpha = 1.0f;
+    arguments.epilogue.thread.beta = args.c != nullptr ? 1.0f : 0.0f;
+    arguments.epilogue.ptr_C = arrays.c;
+    arguments.epilogue.dC = arrays.stride_c;
+    arguments.epilogue.ptr_D = arrays.d;
+    arguments.epilogue.dD = arrays.stride_d;
+    arguments.hw_info.device_id = args.device;
+    arguments.hw_info.sm_count = args.sm_count;
+    return arguments;
+  }
+
+  static bool tma_aligned(const cutlass_ext_fp8_k_grouped_args& args) {
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    return aligned(args.a) && aligned(args.b) && aligned(args.d) && (args.c == nullptr || aligned(args.c)) &&
+           args.lda % kAlignmentAB == 0 && args.ldb % kAlignmentAB == 0 && args.ldd % kAlignmentD == 0 &&
+           args.d_group_stride % kAlignmentD == 0 && args.n % kAlignmentD == 0;
+  }
+
+  static int can_implement(const cutlass_ext_fp8_k_grouped_args* args) {
+    if (!tma_aligned(*args)) return int(cutlass::Status::kErrorMisalignedOperand);
+    if (args->offsets == nullptr || args->m <= 0 || args->n <= 0) return int(cutlass::Status::kErrorInvalidProblem);
+    return int(Gemm::can_implement(arguments(*args, Arrays::carve(nullptr, args->groups, zero_rows(*args)))));
+  }
+
+  static size_t workspace_size(const cutlass_ext_fp8_k_grouped_args* args) {
+    return Arrays::bytes(args->groups, zero_rows(*args)) +
+           Gemm::get_workspace_size(arguments(*args, Arrays::carve(nullptr, args->groups, zero_rows(*args))));
+  }
+
+  static int run(const cutlass_ext_fp8_k_grouped_args* args, void* workspace, void* stream) {
+    auto cuda_stream = static_cast<cudaStream_t>(stream);
+    int64_t rows = zero_rows(*args);
+    Arrays arrays = Arrays::carve(workspace, args->groups, rows);
+    cudaError_t error = cudaMemsetAsync(arrays.zeros, 0, Arrays::zero_bytes(rows), cuda_stream);
+    if (error == cudaSuccess) error = cudaMemsetAsync(arrays.nans, 0xFF, Arrays::nan_bytes(rows), cuda_stream);
+    if (error != cudaSuccess) return int(error);
+    constexpr int kThreads = 128;
+    int blocks = int((args->groups + kThreads - 1) / kThreads);
+    write_k_group_arrays<Gemm><<<blocks, kThreads, 0, cuda_stream>>>(*args, arrays);
+    error = cudaGetLastError();
+    if (error != cudaSuccess) return int(error);
+    Gemm gemm;
+    void* gemm_workspace = static_cast<char*>(workspace) + Arrays::bytes(args->groups, rows);
+    cutlass::Status status = gemm.initialize(arguments(*args, arrays), gemm_workspace, cuda_stream);
+    if (status != cutlass::Status::kSuccess) return int(status);
+    return int(gemm.run(cuda_stream));
+  }
+};
+
+}  // namespace cutlass_ext::fp8_block
