@@ -1,7 +1,7 @@
 """python -m cutlass_ext.explain --gpu "NVIDIA H200" --op gemm|gemm_fp8 --mode MODE --shape MxNxK
 
 gemm_fp8's modes: `fast` and `promoted` (per-tensor or per-row scales), `block` (DeepSeek-V3's 1x128 / 128x128
-block scales).
+block scales), `grouped` (`grouped_gemm_fp8` with those scales; M is the tokens per expert).
 
 Prints the kernel variant dispatch would run for one product on a GPU, and where the choice came from (a tuned
 table and its entry, an architecture fallback table, or the architecture's built-in default). Needs no GPU: the
@@ -20,6 +20,7 @@ from .gemm import KERNEL_MODES
 
 _SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")
 BLOCK_MODE = "block"  # gemm_fp8 with 1x128 activation and 128x128 weight scales
+GROUPED_MODE = "grouped"  # grouped_gemm_fp8 (block scales as above), M: tokens per expert
 
 
 def explain(gpu: str, op: str, mode: str, shape: tuple[int, int, int], arch: str | None = None) -> list[str]:
@@ -36,10 +37,11 @@ def explain(gpu: str, op: str, mode: str, shape: tuple[int, int, int], arch: str
     else:
         if not info.hopper:
             return lines + [f"gemm_fp8 runs on Hopper (sm90) GPUs only; {info.name} is sm{info.arch or '?'}"]
-        if mode == BLOCK_MODE:
-            from .fp8_block.api import dense_plan
+        if mode in (BLOCK_MODE, GROUPED_MODE):
+            from .fp8_block.api import dense_plan, grouped_plan
 
-            name, source = dense_plan(info, "e4m3", "e4m3", "bf16", 128, m, n, k)
+            plan_of = dense_plan if mode == BLOCK_MODE else grouped_plan
+            name, source = plan_of(info, "e4m3", "e4m3", "bf16", 128, m, n, k)
             return lines + [f"runs: {name}", f"source: {source}"]
         from .fp8 import plan
 
@@ -58,12 +60,12 @@ def _parse_args(argv):
     parser.add_argument(
         "--mode",
         required=True,
-        help=f"gemm: one of {', '.join(KERNEL_MODES)}; gemm_fp8: {', '.join(ACCUMULATIONS)} or {BLOCK_MODE} "
-        "(e4m3 inputs, bf16 output)",
+        help=f"gemm: one of {', '.join(KERNEL_MODES)}; gemm_fp8: {', '.join(ACCUMULATIONS)}, {BLOCK_MODE} or "
+        f"{GROUPED_MODE} (grouped_gemm_fp8, M tokens per expert; e4m3 inputs, bf16 output)",
     )
     parser.add_argument("--shape", required=True, help="MxNxK, e.g. 8192x8192x8192")
     args = parser.parse_args(argv)
-    modes = KERNEL_MODES if args.op == "gemm" else (*ACCUMULATIONS, BLOCK_MODE)
+    modes = KERNEL_MODES if args.op == "gemm" else (*ACCUMULATIONS, BLOCK_MODE, GROUPED_MODE)
     if args.mode not in modes:
         parser.error(f"--mode {args.mode!r} is not one of {list(modes)} for --op {args.op}")
     match = _SHAPE.fullmatch(args.shape)

@@ -40,6 +40,21 @@ def test_shipped_space_holds_the_defaults_and_only_kernels():
     assert [64, 2112, 7168] in shapes and len(shapes) == 36
 
 
+def test_grouped_space_holds_grouped_kernels_over_moe_shapes(tmp_path):
+    path = ROOT / "configs" / "sm90_fp8_grouped.yaml"
+    document = yaml.safe_load(path.read_text())
+    configs = space.load_space(path, document)
+    assert len(configs) == 8 and all(c.grouped and c.mode == api.GROUPED_MODE for c in configs)
+    assert Fp8BlockConfig.from_name(api.grouped_variant("e4m3", "e4m3", "bf16", 128)) in configs
+    shapes = yaml.safe_load((ROOT / "configs" / document["shapes"]).read_text())["shapes"]
+    assert [128, 4096, 7168, 8] in shapes and all(len(shape) == 4 for shape in shapes)
+    # one kind of kernel per space: its shapes are either dense or [tokens per expert, N, K, experts]
+    with pytest.raises(SpaceError, match="takes dense kernels only"):
+        _load(tmp_path, {"family": "sm90_fp8_block", "modes": ["fp8_block"], "space": {"grouped": [True]}})
+    with pytest.raises(SpaceError, match="takes grouped kernels only"):
+        _load(tmp_path, {"family": "sm90_fp8_block", "modes": ["fp8_grouped"], "space": {"grouped": [False]}})
+
+
 def test_splits_go_to_split_k_only_and_unknown_fields_are_named(tmp_path):
     configs = _load(
         tmp_path,
@@ -77,6 +92,23 @@ def test_the_tuned_winner_runs_for_the_types_it_was_measured_with(table):
         name, source = api.dense_plan(H100, "e4m3", "e4m3", "bf16", 128, m, 2112, 7168)
         assert name == api.dense_variant("e4m3", "e4m3", "bf16", 128, m) and source.startswith("default")
     assert explain("NVIDIA H100 80GB HBM3", "gemm_fp8", "block", (64, 2112, 7168))[2] == f"runs: {SWAP_32}"
+
+
+def test_the_grouped_winner_runs_for_grouped_calls_of_its_types(tmp_path):
+    pingpong = "fp8block_e4m3e4m3_bf16_64x128x128_c1x1_pp_sb128_grouped"
+    path = tmp_path / "h100.csv"
+    path.write_text(f"mode,m,n,k,batch,name,tflops,gpu,date\nfp8_grouped,128,4096,7168,8,{pingpong},500.0,H100,d\n")
+    tuned.set_tuned_table(path)
+    try:
+        name, source = api.grouped_plan(H100, "e4m3", "e4m3", "bf16", 128, 100, 4096, 7168)
+        assert name == pingpong and str(path) in source
+        default = api.grouped_variant("e4m3", "e4m3", "fp16", 128)
+        assert api.grouped_plan(H100, "e4m3", "e4m3", "fp16", 128, 100, 4096, 7168)[0] == default
+        # dense calls never take a grouped winner, nor grouped calls a dense one
+        assert api.dense_plan(H100, "e4m3", "e4m3", "bf16", 128, 100, 4096, 7168)[0] != pingpong
+        assert explain("NVIDIA H100 80GB HBM3", "gemm_fp8", "grouped", (128, 4096, 7168))[2] == f"runs: {pingpong}"
+    finally:
+        tuned.set_tuned_table(None)
 
 
 def test_a_winner_that_does_not_load_falls_back_to_the_default_once(monkeypatch):

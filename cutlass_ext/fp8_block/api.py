@@ -166,6 +166,29 @@ def dense_plan(gpu, a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m:
     return dense_variant(a_dtype, b_dtype, out_dtype, scale_n, m), f"default for M = {m} ({source})"
 
 
+GROUPED_MODE = "fp8_grouped"  # the grouped kernel's (configs/sm90_fp8_grouped.yaml; m: tokens per expert)
+
+
+def grouped_plan(gpu, a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m: int, n: int, k: int):
+    """(variant, where it came from) for a grouped product of about m tokens per expert on `gpu` (no GPU needed):
+    the tuned tables' winner for the nearest (tokens per expert, N, K) where the call's types are the measured
+    ones, else the default."""
+    config, source = tuned.resolve(gpu.name, GROUPED_MODE, m, n, k, gpu=gpu)
+    if config is not None:
+        types = (config.a_dtype, config.b_dtype, config.out_dtype, config.scale_n)
+        if config.grouped and types == (a_dtype, b_dtype, out_dtype, scale_n):
+            return config.name, source
+        source = f"{source}, measured for {'/'.join(map(str, types))}"
+    return grouped_variant(a_dtype, b_dtype, out_dtype, scale_n), f"default ({source})"
+
+
+@cached_constant(maxsize=4096)
+def _grouped_planned(index: int, a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m, n, k, _table):
+    """The variant a grouped call runs on CUDA device `index` (as `_planned`, for grouped_plan)."""
+    variant = grouped_plan(device_info.info(index), a_dtype, b_dtype, out_dtype, scale_n, m, n, k)[0]
+    return _loadable(variant, grouped_variant(a_dtype, b_dtype, out_dtype, scale_n), index)
+
+
 def dispatch_configs() -> list[Fp8BlockConfig]:
     """The block-scaled variants dispatch runs for e4m3 inputs, bf16 output and 128x128 weight blocks (what
     `--prebuild --modes fp8_block` builds): the defaults per M, the grouped kernels (mixture-of-experts and its
@@ -348,7 +371,10 @@ def grouped_gemm_fp8(
     if not torch.compiler.is_compiling():
         _check_capability(a.device)
     if variant is None:
-        variant = grouped_variant(a_name, b_name, out_name, scale_n)
+        index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+        per_expert = a.shape[1] if masked else -(-rows // max(groups, 1))  # capacity, or the mean tokens per expert
+        args = (a_name, b_name, out_name, scale_n, per_expert, n, k, tuned.generation())
+        variant = _grouped_planned(index, *args)
     else:
         _check_variant(variant, a_name, b_name, out_name, scale_n, grouped=True)
     return _grouped_op(

@@ -146,7 +146,8 @@ class Fp8BlockConfig(VariantFields):
 
     @property
     def mode(self) -> str:
-        return "fp8_block"
+        """The tuned tables' mode: `fp8_block` (dense), `fp8_grouped` (mixture-of-experts), `fp8_k_grouped`."""
+        return "fp8_grouped" if self.grouped else "fp8_k_grouped" if self.k_grouped else "fp8_block"
 
 
 _ELEMENTS = {

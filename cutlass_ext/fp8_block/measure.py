@@ -20,7 +20,7 @@ import torch
 
 from .. import benchmark, numerics, peers_fp8
 from ..families.sm80.measure import SEED_RELRES_LIMIT
-from .api import OUT_DTYPES, gemm_fp8_block
+from .api import OUT_DTYPES, gemm_fp8_block, grouped_gemm_fp8
 from .config import Fp8BlockConfig
 from .quantize import block_scaled_reference, quantize_block
 
@@ -37,7 +37,7 @@ class Fp8BlockProblem:
     m: int
     n: int
     k: int
-    batch: int
+    batch: int  # the experts of a grouped problem (m tokens each), else 1
     input_sets: list
     reference: torch.Tensor
     bound: float
@@ -48,7 +48,7 @@ class Fp8BlockProblem:
 
     @property
     def flops(self) -> float:
-        return 2.0 * self.m * self.n * self.k
+        return 2.0 * self.batch * self.m * self.n * self.k
 
     def operands(self, prepare) -> list:
         return self.input_sets
@@ -72,29 +72,42 @@ def _scaled_mm_relres(a8, b8, scale_a, scale_b, reference) -> float:
 
 
 def make_problem(m: int, n: int, k: int, batch: int = 1, seed: int = 0, out_dtype: str = "bf16") -> Fp8BlockProblem:
-    """Activations from N(0, 1) and weights from N(0, 1/K), block-quantized to e4m3, fresh per shape."""
-    if batch != 1:
-        raise ValueError(f"block-scaled FP8 sweeps take unbatched shapes; got batch={batch}")
-    generator = torch.Generator(device="cuda").manual_seed(seed * 1_000_003 + m * 31 + n * 17 + k)
+    """Activations from N(0, 1) and weights from N(0, 1/K), block-quantized to e4m3, fresh per shape. batch > 1: a
+    mixture-of-experts layer of `batch` experts with m tokens each (contiguous layout: a (batch·m, K), the experts'
+    weights (batch, N, K), their offsets); the reference covers the first expert's first rows."""
+    generator = torch.Generator(device="cuda").manual_seed(seed * 1_000_003 + m * 31 + n * 17 + k + batch * 7)
+    grouped = batch > 1
+    rows_total = m * batch
+    offsets = torch.arange(1, batch + 1, device="cuda", dtype=torch.int32) * m
     input_sets = []
-    for _ in range(benchmark.rotation_count(m * k + n * k + 2 * m * n)):
-        activations = torch.randn(m, k, generator=generator, device="cuda")
-        weights = torch.randn(n, k, generator=generator, device="cuda") / math.sqrt(k)
+    for _ in range(benchmark.rotation_count(rows_total * k + batch * n * k + 2 * rows_total * n)):
+        activations = torch.randn(rows_total, k, generator=generator, device="cuda")
+        weights = torch.randn(*((batch,) if grouped else ()), n, k, generator=generator, device="cuda") / math.sqrt(k)
         a8, scale_a = quantize_block(activations, torch.float8_e4m3fn, (1, 128))
         b8, scale_b = quantize_block(weights, torch.float8_e4m3fn, (128, 128))
-        input_sets.append((a8, b8, scale_a, scale_b))
-    a8, b8, scale_a, scale_b = input_sets[0]
+        input_sets.append((a8, b8, scale_a, scale_b, offsets) if grouped else (a8, b8, scale_a, scale_b))
+    a8, b8, scale_a, scale_b = input_sets[0][:4]
     rows = min(m, REFERENCE_ROWS)
-    reference = block_scaled_reference(a8[:rows], b8, scale_a[:rows], scale_b, 128)
+    first_b, first_scale_b = (b8[0], scale_b[0]) if grouped else (b8, scale_b)
+    reference = block_scaled_reference(a8[:rows], first_b, scale_a[:rows], first_scale_b, 128)
     rounding = numerics.relative_residual(reference.to(_OUT_DTYPES[out_dtype]), reference)
-    peer = _scaled_mm_relres(a8, b8, scale_a, scale_b, reference) if out_dtype == "bf16" else 0.0
+    peer = 0.0
+    if out_dtype == "bf16" and not grouped:
+        peer = _scaled_mm_relres(a8, b8, scale_a, scale_b, reference)
     return Fp8BlockProblem(m, n, k, batch, input_sets, reference, ACCURACY_FACTOR * max(rounding, peer))
 
 
 def kernel_runner(config: Fp8BlockConfig):
-    """(run, prepare): the variant's kernel through gemm_fp8_block (which transposes the scales for `_am` variants)."""
+    """(run, prepare): the variant's kernel through gemm_fp8_block (which transposes the scales for `_am` variants)
+    or, grouped, grouped_gemm_fp8 (contiguous layout)."""
     out_dtype = _OUT_DTYPES[config.out_dtype]
     name = config.name
+    if config.grouped:
+
+        def run_grouped(a8, b8, scale_a, scale_b, offsets):
+            return grouped_gemm_fp8(a8, b8, scale_a, scale_b, offsets=offsets, out_dtype=out_dtype, variant=name)
+
+        return run_grouped, None
 
     def run(a8, b8, scale_a, scale_b):
         return gemm_fp8_block(a8, b8, scale_a, scale_b, out_dtype, variant=name)
@@ -103,5 +116,7 @@ def kernel_runner(config: Fp8BlockConfig):
 
 
 def peers(problem: Fp8BlockProblem, repeats: int):
-    """(family, mode, name, run): cuBLAS's blockwise FP8 GEMM (torch._scaled_mm) where this torch runs it."""
-    yield "cublas", "fp8_block", "torch._scaled_mm block", peers_fp8.scaled_mm_block()
+    """(family, mode, name, run): cuBLAS's blockwise FP8 GEMM (torch._scaled_mm) where this torch runs it; none for
+    grouped problems (torch._scaled_grouped_mm takes no block scales)."""
+    if problem.batch == 1:
+        yield "cublas", "fp8_block", "torch._scaled_mm block", peers_fp8.scaled_mm_block()

@@ -1,4 +1,5 @@
-"""The sm90_fp8_block family's sweep spaces: Fp8BlockConfig fields of the dense kernels.
+"""The sm90_fp8_block family's sweep spaces: Fp8BlockConfig fields of the dense kernels (mode fp8_block) or of the
+grouped mixture-of-experts kernel (mode fp8_grouped, `grouped: [true]`, shapes [tokens per expert, N, K, experts]).
 
 family: sm90_fp8_block
 modes: [fp8_block]
@@ -24,7 +25,7 @@ from pathlib import Path
 from ..families import spaces
 from .config import FP8_DTYPES, OUT_DTYPES, SCALE_A_MAJORS, SCHEDULERS, Fp8BlockConfig
 
-MODE = "fp8_block"
+MODES = ("fp8_block", "fp8_grouped")
 _CHOICES = {
     "a_dtype": list(FP8_DTYPES),
     "b_dtype": list(FP8_DTYPES),
@@ -32,11 +33,12 @@ _CHOICES = {
     "scheduler": list(SCHEDULERS),
     "scale_a_major": list(SCALE_A_MAJORS),
     "swap_ab": [False, True],
+    "grouped": [False, True],
 }
 
 
 def load_space(path: Path, document: dict) -> list[Fp8BlockConfig]:
-    spaces.modes(path, document, (MODE,))
+    (mode,) = spaces.modes(path, document, MODES)  # one per space: its shapes are dense or grouped
     axes = spaces.axes(
         path, document.get("space"), {"tile": "mnk", "cluster": "mn"}, _CHOICES, ("splits", "scale_n"), "Fp8BlockConfig"
     )
@@ -49,7 +51,13 @@ def load_space(path: Path, document: dict) -> list[Fp8BlockConfig]:
         split_choices = [s for s in splits if s > 1] if fields.get("scheduler") == "splitk" else [1]
         for split in split_choices:
             try:
-                configs.append(Fp8BlockConfig(**fields, splits=split))
+                config = Fp8BlockConfig(**fields, splits=split)
             except ValueError:
                 continue  # not a kernel: see the module docstring
+            if config.mode != mode:
+                raise spaces.SpaceError(
+                    f"{path}: modes [{mode}] takes {'grouped' if mode == 'fp8_grouped' else 'dense'} kernels only; "
+                    f"got {config.name}"
+                )
+            configs.append(config)
     return list(dict.fromkeys(configs))
