@@ -24,8 +24,8 @@ LOWBIT_HD int window_span(int64_t chunk, int window) {
 // of the window's last chunk), giving each step's STE bit; the unmasked terms G[r, c]·B[k, c] are added, and the
 // dB terms G[r, c]·A[r, k] (+0.0 where masked) go to a sink, which sums them over the rows in increasing r.
 // `columns` runs kColumns chains side by side (independent work to hide each chain's latency) and adds their
-// terms in increasing c: kPairs of them, four where the window lies in one chunk (see kPairs), one otherwise (the
-// recursive STE would spill with two). kSpan (window_span): where
+// terms in increasing c: kPairs of them, four (two for the recursive STE, which spills with four) where the
+// window lies in one chunk, one otherwise (the recursive STE would spill with two). kSpan (window_span): where
 // the window lies. In one chunk, no step of it resets the partial sum (its first step starts a chunk only where
 // the recomputation starts); where it is the whole chunk, no step comes before or after it in the chunk either
 // (the common case: the chain of the window alone, without the code of the steps around it).
@@ -33,10 +33,7 @@ template <int kWindow, int kSte, bool kUnderflow, bool kFast, int kSpan>
 struct GradRowWindow {
   static constexpr bool kInChunk = kSpan != kSpanAcross;
   static constexpr bool kWholeChunk = kSpan == kSpanChunk;
-  // Four chains where the window lies in one chunk; two for the recursive STE with the exact (not fast) quantizer,
-  // which spills with four.
-  static constexpr bool kFewerChains = kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF && !kFast;
-  static constexpr int kPairs = !kInChunk ? 1 : kFewerChains ? 2 : 4;
+  static constexpr int kPairs = !kInChunk ? 1 : kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF ? 2 : 4;
   const cutlass_ext_lowbit_grads_args& args;
   Format format;
   int64_t chunk, k0, first, chain_end;
@@ -166,7 +163,6 @@ struct GradRowWindow {
           }
         }
       }
-      asm volatile("" ::: "memory");  // B's window is read again from shared memory, not held in registers
 #pragma unroll
       for (int i = 0; i < kWindow; ++i) {
         if (kFull || i < width) {

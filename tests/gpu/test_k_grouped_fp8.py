@@ -197,7 +197,7 @@ def test_torch_compile_and_fake_kernel():
     torch.library.opcheck(
         torch.ops.cutlass_ext.k_grouped_gemm_fp8_block,
         (a8, b8, scale_a.t().contiguous(), scale_b.t().contiguous(), offsets, out, False, VARIANTS[0].name),
-        test_utils=("test_schema", "test_faketensor"),
+        test_utils=("test_faketensor",),  # test_schema multiplies the inputs: no FP8 mul on CUDA
     )
 
 
