@@ -212,7 +212,7 @@ def wgrad_sizes(groups: int, mean: int, seed: int) -> list[int]:
     return [int(-(-int(mean * f) // 128) * 128) for f in factors.tolist()]
 
 
-def bench_wgrad(cases, environment, repeats, rows, save):
+def bench_wgrad(cases, variants, environment, repeats, rows, save):
     """D_g = C_g + A_g·B_gᵀ over each expert's tokens (K), FP32 out accumulated in place, 1x128 scales along K
     on both operands: ours from (M, ΣK) operands, DeepGEMM from its layout (each group's (M, K_g) block packed)."""
     deep_gemm = _deep_gemm()
@@ -242,6 +242,12 @@ def bench_wgrad(cases, environment, repeats, rows, save):
             return ext.k_grouped_gemm_fp8(a8, b8, sa, sb, offsets, out=d, accumulate=True)
 
         contenders = [("ours", ours)]
+        for variant in variants:
+
+            def named(a8, b8, sa, sb, packed_a, packed_b, d, offsets=offsets, variant=variant):
+                return fp8_block.k_grouped_gemm_fp8(a8, b8, sa, sb, offsets, out=d, accumulate=True, variant=variant)
+
+            contenders.append((f"ours {variant}", named))
         if deep_gemm is not None:
             layout = torch.tensor(sizes, dtype=torch.int32, device="cuda")
 
@@ -370,6 +376,7 @@ def main(argv=None) -> int:
         default=WGRAD,
         help="weight-gradient cases GxMxNxTOKENS (mean tokens per expert), comma-separated; '' for none",
     )
+    parser.add_argument("--wgrad-variants", nargs="*", default=[], help="weight-gradient (_kgrouped) variants too")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--plot-only", action="store_true", help="draw the PNG from an existing --out CSV")
     parser.add_argument(
@@ -380,7 +387,7 @@ def main(argv=None) -> int:
         plot(pd.read_csv(args.out), args.out.with_suffix(".png"))
         return 0
     environment = {**benchmark.environment(), "command": shlex.join(["python", *sys.argv])}
-    build(args.variants + args.grouped_variants)
+    build(args.variants + args.grouped_variants + args.wgrad_variants)
     if not args.deepgemm:
         _DEEP_GEMM.append(None)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -391,7 +398,7 @@ def main(argv=None) -> int:
     rows = []
     bench_dense(args.dense_m, args.dense_nk, args.variants, environment, args.repeats, rows, save)
     bench_moe(args.moe_groups, args.moe_m, args.moe_nk, args.grouped_variants, environment, args.repeats, rows, save)
-    bench_wgrad(args.wgrad, environment, args.repeats, rows, save)
+    bench_wgrad(args.wgrad, args.wgrad_variants, environment, args.repeats, rows, save)
     plot(pd.DataFrame(rows), args.out.with_suffix(".png"))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
     return 0
