@@ -113,6 +113,16 @@ def _check_operand(name: str, x, dims: int) -> str:
     return FP8_DTYPES[x.dtype]
 
 
+def _check_pair(a, b, out_dtype: torch.dtype) -> tuple[str, str, str, tuple[int, int, int]]:
+    """a (M, K) and b (N, K) of one product checked: their FP8 names, the output's, and (M, N, K)."""
+    a_name = _check_operand("a", a, 2)
+    b_name = _check_operand("b", b, 2)
+    if a.device != b.device:
+        raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
+    (m, k), n = a.shape, b.shape[0]
+    return a_name, b_name, _check_shapes("a", k, "b", b.shape[1], n, out_dtype), (m, n, k)
+
+
 def _check_shapes(a_name: str, a_k: int, b_name: str, b_k: int, n: int, out_dtype: torch.dtype) -> str:
     if out_dtype not in OUT_DTYPES:
         raise TypeError(f"out_dtype must be one of {list(OUT_DTYPES)}; got {out_dtype}")
@@ -260,12 +270,7 @@ def gemm_fp8_block(
     bias: (N,) of out_dtype or None. variant: a `Fp8BlockConfig` name to run instead of the default (its dtypes
     and scale_n must match the call). No host synchronisation: CUDA-graph capturable, torch.compile-able.
     """
-    a_name = _check_operand("a", a, 2)
-    b_name = _check_operand("b", b, 2)
-    if a.device != b.device:
-        raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
-    (m, k), n = a.shape, b.shape[0]
-    out_name = _check_shapes("a", k, "b", b.shape[1], n, out_dtype)
+    a_name, b_name, out_name, (m, n, k) = _check_pair(a, b, out_dtype)
     if bias is not None:
         if not isinstance(bias, torch.Tensor) or bias.shape != (n,) or bias.dtype != out_dtype:
             raise ValueError(f"bias must be a ({n},) tensor of {out_dtype}; got {_describe(bias)}")
@@ -408,12 +413,7 @@ def k_grouped_gemm_fp8(
     accumulating). out: (G, M, N) dense of out_dtype to write, or to add to with accumulate=True (gradient
     accumulation in place); else a new tensor. Returns D (out when given).
     """
-    a_name = _check_operand("a", a, 2)
-    b_name = _check_operand("b", b, 2)
-    if a.device != b.device:
-        raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
-    (m, k), n = a.shape, b.shape[0]
-    out_name = _check_shapes("a", k, "b", b.shape[1], n, out_dtype)
+    a_name, b_name, out_name, (m, n, k) = _check_pair(a, b, out_dtype)
     if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int32 or offsets.dim() != 1:
         raise ValueError(f"offsets must be a (G,) int32 tensor (each group's end along K); got {_describe(offsets)}")
     if offsets.device != a.device:
