@@ -18,16 +18,18 @@ from . import device
 from .families.sm90_fp8.config import ACCUMULATIONS
 from .gemm import KERNEL_MODES
 
-_SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")
+_SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)(?:x(\d+))?")
 BLOCK_MODE = "block"  # gemm_fp8 with 1x128 activation and 128x128 weight scales
 GROUPED_MODE = "grouped"  # grouped_gemm_fp8 (block scales as above), M: tokens per expert
 
 
-def explain(gpu: str, op: str, mode: str, shape: tuple[int, int, int], arch: str | None = None) -> list[str]:
-    """The lines `main` prints: GPU and architecture, variants in order of preference, and their source."""
+def explain(gpu: str, op: str, mode: str, shape: tuple, arch: str | None = None) -> list[str]:
+    """The lines `main` prints: GPU and architecture, variants in order of preference, and their source. shape:
+    (m, n, k), or (m, n, k, experts) for the grouped mode (m tokens per expert)."""
     info = device.named(gpu, arch)
-    m, n, k = shape
-    lines = [f"gpu: {info.name} (sm{info.arch or '?'})", f"problem: {op} {mode} {m}x{n}x{k}"]
+    m, n, k = shape[:3]
+    groups = shape[3] if len(shape) > 3 else None
+    lines = [f"gpu: {info.name} (sm{info.arch or '?'})", f"problem: {op} {mode} {'x'.join(map(str, shape))}"]
     if op == "gemm":
         from .gemm import plan
 
@@ -40,8 +42,10 @@ def explain(gpu: str, op: str, mode: str, shape: tuple[int, int, int], arch: str
         if mode in (BLOCK_MODE, GROUPED_MODE):
             from .fp8_block.api import dense_plan, grouped_plan
 
-            plan_of = dense_plan if mode == BLOCK_MODE else grouped_plan
-            name, source = plan_of(info, "e4m3", "e4m3", "bf16", 128, m, n, k)
+            if mode == BLOCK_MODE:
+                name, source = dense_plan(info, "e4m3", "e4m3", "bf16", 128, m, n, k)
+            else:
+                name, source = grouped_plan(info, "e4m3", "e4m3", "bf16", 128, m, n, k, groups)
             return lines + [f"runs: {name}", f"source: {source}"]
         from .fp8 import plan
 
@@ -63,17 +67,17 @@ def _parse_args(argv):
         help=f"gemm: one of {', '.join(KERNEL_MODES)}; gemm_fp8: {', '.join(ACCUMULATIONS)}, {BLOCK_MODE} or "
         f"{GROUPED_MODE} (grouped_gemm_fp8, M tokens per expert; e4m3 inputs, bf16 output)",
     )
-    parser.add_argument("--shape", required=True, help="MxNxK, e.g. 8192x8192x8192")
+    parser.add_argument("--shape", required=True, help="MxNxK, e.g. 8192x8192x8192 (grouped: MxNxKxEXPERTS)")
     args = parser.parse_args(argv)
     modes = KERNEL_MODES if args.op == "gemm" else (*ACCUMULATIONS, BLOCK_MODE, GROUPED_MODE)
     if args.mode not in modes:
         parser.error(f"--mode {args.mode!r} is not one of {list(modes)} for --op {args.op}")
     match = _SHAPE.fullmatch(args.shape)
-    if match is None:
-        parser.error(f"--shape {args.shape!r} must look like 8192x8192x8192")
+    if match is None or (match.group(4) is not None and args.mode != GROUPED_MODE):
+        parser.error(f"--shape {args.shape!r} must look like 8192x8192x8192 (and 128x4096x7168x8 for --mode grouped)")
     if args.arch and args.arch not in device.SHARED_MEMORY_BYTES:
         parser.error(f"--arch {args.arch!r} is not one of {sorted(device.SHARED_MEMORY_BYTES)}")
-    return args, tuple(int(v) for v in match.groups())
+    return args, tuple(int(v) for v in match.groups() if v is not None)
 
 
 def main(argv=None) -> int:

@@ -150,7 +150,8 @@ def table_chain(gpu: device_info.DeviceInfo) -> list[tuple[Path, str]]:
 
 
 def _entries(path: Path) -> list[tuple]:
-    """The (mode, m, n, k, name) rows of a table, read once (a concurrent first read may read it twice: same rows)."""
+    """The (mode, m, n, k, name, batch) rows of a table, read once (a concurrent first read may read it twice: same
+    rows); batch 1 where the table has no such column."""
     found = _loaded.get(path)
     if found is None:
         generation_before = _generation
@@ -159,7 +160,7 @@ def _entries(path: Path) -> list[tuple]:
         missing = [c for c in ("mode", "m", "n", "k", "name") if rows and c not in rows[0]]
         if missing:
             raise ValueError(f"tuned table {path} lacks columns {missing}")
-        found = [(r["mode"], int(r["m"]), int(r["n"]), int(r["k"]), r["name"]) for r in rows]
+        found = [(r["mode"], int(r["m"]), int(r["n"]), int(r["k"]), r["name"], int(r.get("batch") or 1)) for r in rows]
         with _lock:
             if _generation == generation_before:
                 _loaded[path] = found
@@ -195,26 +196,35 @@ def lookup(gpu_name: str, mode: str, m: int, n: int, k: int, m_bucket_above: boo
 
 
 def resolve(
-    gpu_name: str, mode: str, m: int, n: int, k: int, m_bucket_above: bool = False, gpu=None, m_buckets_only=False
+    gpu_name: str,
+    mode: str,
+    m: int,
+    n: int,
+    k: int,
+    m_bucket_above: bool = False,
+    gpu=None,
+    m_buckets_only=False,
+    batch: int | None = None,
 ):
     """(config or None, where it came from): `lookup` with the table and entry that answered. m_buckets_only: only
     entries tuned for at least m rows (within MAX_RATIO) answer; none, no entry (a family whose winners change
-    kind with M, so that a winner is not stretched over M it was not measured at)."""
+    kind with M, so that a winner is not stretched over M it was not measured at). batch: the entries' batch
+    column counts in the distance too (the experts of a grouped product); None: it does not."""
     gpu = gpu or device_info.named(gpu_name)
-    key = (gpu_name, gpu.arch, mode, m, n, k, m_bucket_above, m_buckets_only)
+    key = (gpu_name, gpu.arch, mode, m, n, k, m_bucket_above, m_buckets_only, batch)
     found = _chosen.get(key)
     if found is None:
         generation_before = _generation
-        found = _resolve(gpu, mode, m, n, k, m_bucket_above, m_buckets_only)
+        found = _resolve(gpu, mode, m, n, k, m_bucket_above, m_buckets_only, batch)
         with _lock:
             if _generation == generation_before:  # a table changed meanwhile: answer, but remember nothing stale
                 _chosen[key] = found
     return found
 
 
-def _resolve(gpu, mode, m, n, k, m_bucket_above, m_buckets_only=False):
+def _resolve(gpu, mode, m, n, k, m_bucket_above, m_buckets_only=False, batch=None):
     for path, reason in table_chain(gpu):
-        entry = _nearest(_entries(path), mode, m, n, k, m_bucket_above, m_buckets_only)
+        entry = _nearest(_entries(path), mode, m, n, k, m_bucket_above, m_buckets_only, batch)
         if entry is None:
             continue
         config = families.from_name(entry[4])
@@ -226,14 +236,20 @@ def _resolve(gpu, mode, m, n, k, m_bucket_above, m_buckets_only=False):
         if (gpu.name, path) not in _logged:
             _logged.add((gpu.name, path))
             _log.info("cutlass_ext: %s dispatches from %s (%s)", gpu.name, path, reason)
-        return config, f"{path} ({reason}), entry {entry[0]} {entry[1]}x{entry[2]}x{entry[3]}"
+        shape = f"{entry[1]}x{entry[2]}x{entry[3]}" + (f"x{entry[5]}" if batch is not None else "")
+        return config, f"{path} ({reason}), entry {entry[0]} {shape}"
     return None, "no tuned entry"
 
 
-def _nearest(entries, mode: str, m: int, n: int, k: int, m_bucket_above: bool = False, m_buckets_only=False):
+def _nearest(
+    entries, mode: str, m: int, n: int, k: int, m_bucket_above: bool = False, m_buckets_only=False, batch=None
+):
 
     def gaps(entry):
         return [abs(math.log2(max(a, 1)) - math.log2(max(b, 1))) for a, b in zip(entry[1:4], (m, n, k))]
+
+    def distance(entry):
+        return sum(gaps(entry)) + (0 if batch is None else abs(math.log2(max(entry[5], 1)) - math.log2(max(batch, 1))))
 
     limit = math.log2(MAX_RATIO)
     near = [e for e in entries if e[0] == mode and max(gaps(e)) <= limit]
@@ -241,7 +257,7 @@ def _nearest(entries, mode: str, m: int, n: int, k: int, m_bucket_above: bool = 
         near = [e for e in near if e[1] >= m]
     elif m_bucket_above:
         near = [e for e in near if e[1] >= m] or near
-    return min(near, key=lambda e: sum(gaps(e))) if near else None
+    return min(near, key=distance) if near else None
 
 
 def shipped_configs(gpu=None) -> list:

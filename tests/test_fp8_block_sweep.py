@@ -51,6 +51,8 @@ def test_grouped_space_holds_grouped_kernels_over_moe_shapes(tmp_path):
     # one kind of kernel per space: its shapes are either dense or [tokens per expert, N, K, experts]
     with pytest.raises(SpaceError, match="takes dense kernels only"):
         _load(tmp_path, {"family": "sm90_fp8_block", "modes": ["fp8_block"], "space": {"grouped": [True]}})
+    with pytest.raises(SpaceError, match="one of .* per space"):
+        _load(tmp_path, {"family": "sm90_fp8_block", "modes": ["fp8_block", "fp8_grouped"], "space": {}})
     with pytest.raises(SpaceError, match="takes grouped kernels only"):
         _load(tmp_path, {"family": "sm90_fp8_block", "modes": ["fp8_grouped"], "space": {"grouped": [False]}})
 
@@ -97,16 +99,21 @@ def test_the_tuned_winner_runs_for_the_types_it_was_measured_with(table):
 def test_the_grouped_winner_runs_for_grouped_calls_of_its_types(tmp_path):
     pingpong = "fp8block_e4m3e4m3_bf16_64x128x128_c1x1_pp_sb128_grouped"
     path = tmp_path / "h100.csv"
-    path.write_text(f"mode,m,n,k,batch,name,tflops,gpu,date\nfp8_grouped,128,4096,7168,8,{pingpong},500.0,H100,d\n")
+    clustered = "fp8block_e4m3e4m3_bf16_128x128x128_c1x2_coop_sb128_grouped"
+    rows = [f"fp8_grouped,128,4096,7168,8,{pingpong},500.0,H100,d", f"fp8_grouped,128,4096,7168,32,{clustered},5,H,d"]
+    path.write_text("mode,m,n,k,batch,name,tflops,gpu,date\n" + "\n".join(rows) + "\n")
     tuned.set_tuned_table(path)
     try:
-        name, source = api.grouped_plan(H100, "e4m3", "e4m3", "bf16", 128, 100, 4096, 7168)
+        name, source = api.grouped_plan(H100, "e4m3", "e4m3", "bf16", 128, 100, 4096, 7168, 8)
         assert name == pingpong and str(path) in source
+        # the experts' count picks between rows of one (tokens, N, K)
+        assert api.grouped_plan(H100, "e4m3", "e4m3", "bf16", 128, 100, 4096, 7168, 24)[0] == clustered
         default = api.grouped_variant("e4m3", "e4m3", "fp16", 128)
         assert api.grouped_plan(H100, "e4m3", "e4m3", "fp16", 128, 100, 4096, 7168)[0] == default
         # dense calls never take a grouped winner, nor grouped calls a dense one
         assert api.dense_plan(H100, "e4m3", "e4m3", "bf16", 128, 100, 4096, 7168)[0] != pingpong
-        assert explain("NVIDIA H100 80GB HBM3", "gemm_fp8", "grouped", (128, 4096, 7168))[2] == f"runs: {pingpong}"
+        assert explain("NVIDIA H100 80GB HBM3", "gemm_fp8", "grouped", (128, 4096, 7168, 8))[2] == f"runs: {pingpong}"
+        assert explain("NVIDIA H100 80GB HBM3", "gemm_fp8", "grouped", (128, 4096, 7168, 32))[2] == f"runs: {clustered}"
     finally:
         tuned.set_tuned_table(None)
 

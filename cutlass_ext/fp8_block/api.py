@@ -28,6 +28,7 @@ from .kernel import k_grouped_gemm_fp8_block as _k_grouped_op
 FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _TMA_BYTES = 16
+_INT32_MAX = 2**31 - 1
 
 
 def k_blocks(k: int) -> int:
@@ -179,11 +180,13 @@ def dense_plan(gpu, a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m:
 GROUPED_MODE = "fp8_grouped"  # the grouped kernel's (configs/sm90_fp8_grouped.yaml; m: tokens per expert)
 
 
-def grouped_plan(gpu, a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m: int, n: int, k: int):
-    """(variant, where it came from) for a grouped product of about m tokens per expert on `gpu` (no GPU needed):
-    the tuned tables' winner for the nearest (tokens per expert, N, K) where the call's types are the measured
-    ones, else the default."""
-    config, source = tuned.resolve(gpu.name, GROUPED_MODE, m, n, k, gpu=gpu)
+def grouped_plan(
+    gpu, a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m: int, n: int, k: int, groups: int | None = None
+):
+    """(variant, where it came from) for a grouped product of `groups` experts of about m tokens each on `gpu` (no
+    GPU needed): the tuned tables' winner for the nearest (tokens per expert, N, K, experts) where the call's types
+    are the measured ones, else the default."""
+    config, source = tuned.resolve(gpu.name, GROUPED_MODE, m, n, k, gpu=gpu, batch=groups)
     if config is not None:
         types = (config.a_dtype, config.b_dtype, config.out_dtype, config.scale_n)
         if config.grouped and types == (a_dtype, b_dtype, out_dtype, scale_n):
@@ -193,9 +196,9 @@ def grouped_plan(gpu, a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, 
 
 
 @cached_constant(maxsize=4096)
-def _grouped_planned(index: int, a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m, n, k, _table):
+def _grouped_planned(index: int, a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m, n, k, groups, _table):
     """The variant a grouped call runs on CUDA device `index` (as `_planned`, for grouped_plan)."""
-    variant = grouped_plan(device_info.info(index), a_dtype, b_dtype, out_dtype, scale_n, m, n, k)[0]
+    variant = grouped_plan(device_info.info(index), a_dtype, b_dtype, out_dtype, scale_n, m, n, k, groups)[0]
     return _loadable(variant, grouped_variant(a_dtype, b_dtype, out_dtype, scale_n), index)
 
 
@@ -378,7 +381,7 @@ def grouped_gemm_fp8(
     if variant is None:
         index = a.device.index if a.device.index is not None else torch.cuda.current_device()
         per_expert = a.shape[1] if masked else -(-rows // max(groups, 1))  # capacity, or the mean tokens per expert
-        args = (a_name, b_name, out_name, scale_n, per_expert, n, k, tuned.generation())
+        args = (a_name, b_name, out_name, scale_n, per_expert, n, k, groups, tuned.generation())
         variant = _grouped_planned(index, *args)
     else:
         _check_variant(variant, a_name, b_name, out_name, scale_n, grouped=True)
@@ -428,6 +431,11 @@ def k_grouped_gemm_fp8(
         raise ValueError(f"out must be a {shape} tensor of {out_dtype}; got {_describe(out)}")
     elif out.device != a.device or not out.is_contiguous():
         raise ValueError(f"out must be a dense (contiguous) tensor on {a.device}")
+    if max(m, n) > _INT32_MAX:  # the kernel's problem shapes are int32
+        raise ValueError(f"a's rows M={m} and b's rows N={n} must be at most {_INT32_MAX}")
+    for name, tensor in (("a", a), ("b", b), ("out", out)):
+        if tensor.data_ptr() % _TMA_BYTES:
+            raise ValueError(f"{name} must start on a 16-byte boundary (TMA); its data pointer does not")
     scale_a = _k_major_transposed("scale_a", scale_a, m, k, a.device)
     scale_b = _k_major_transposed("scale_b", scale_b, n, k, a.device)
     if not torch.compiler.is_compiling():
@@ -483,11 +491,11 @@ def _expert_scales(scale, groups: int, n: int, k: int, device: torch.device) -> 
 
 def _check_variant(variant: str, a_name: str, b_name: str, out_name: str, scale_n: int, grouped: bool) -> None:
     config = Fp8BlockConfig.from_name(variant)
-    wanted = (a_name, b_name, out_name, scale_n, grouped)
-    if (config.a_dtype, config.b_dtype, config.out_dtype, config.scale_n, config.grouped) != wanted:
+    wanted = (a_name, b_name, out_name, scale_n, grouped, False)
+    if (config.a_dtype, config.b_dtype, config.out_dtype, config.scale_n, config.grouped, config.k_grouped) != wanted:
         raise ValueError(
             f"variant={variant!r} does not fit this call: it needs a={a_name}, b={b_name}, out={out_name}, "
-            f"scale_n={scale_n}, grouped={grouped}"
+            f"scale_n={scale_n}, grouped={grouped} and not a K-grouped kernel"
         )
 
 

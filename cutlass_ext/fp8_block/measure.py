@@ -54,7 +54,9 @@ class Fp8BlockProblem:
         return self.input_sets
 
     def relres(self, output: torch.Tensor) -> float:
-        return numerics.relative_residual(output[: self.reference.shape[0]], self.reference)
+        rows = self.reference.shape[0] // self.batch  # per expert (one "expert" when dense)
+        taken = torch.cat([output[g * self.m : g * self.m + rows] for g in range(self.batch)])
+        return numerics.relative_residual(taken, self.reference)
 
     def gate(self, mode: str, relres: float) -> tuple[str, str]:
         if not math.isfinite(relres) or relres > SEED_RELRES_LIMIT or relres > self.bound:
@@ -74,7 +76,7 @@ def _scaled_mm_relres(a8, b8, scale_a, scale_b, reference) -> float:
 def make_problem(m: int, n: int, k: int, batch: int = 1, seed: int = 0, out_dtype: str = "bf16") -> Fp8BlockProblem:
     """Activations from N(0, 1) and weights from N(0, 1/K), block-quantized to e4m3, fresh per shape. batch > 1: a
     mixture-of-experts layer of `batch` experts with m tokens each (contiguous layout: a (batch·m, K), the experts'
-    weights (batch, N, K), their offsets); the reference covers the first expert's first rows."""
+    weights (batch, N, K), their offsets); the reference covers the first rows of every expert."""
     generator = torch.Generator(device="cuda").manual_seed(seed * 1_000_003 + m * 31 + n * 17 + k + batch * 7)
     grouped = batch > 1
     rows_total = m * batch
@@ -87,9 +89,18 @@ def make_problem(m: int, n: int, k: int, batch: int = 1, seed: int = 0, out_dtyp
         b8, scale_b = quantize_block(weights, torch.float8_e4m3fn, (128, 128))
         input_sets.append((a8, b8, scale_a, scale_b, offsets) if grouped else (a8, b8, scale_a, scale_b))
     a8, b8, scale_a, scale_b = input_sets[0][:4]
-    rows = min(m, REFERENCE_ROWS)
-    first_b, first_scale_b = (b8[0], scale_b[0]) if grouped else (b8, scale_b)
-    reference = block_scaled_reference(a8[:rows], first_b, scale_a[:rows], first_scale_b, 128)
+    rows = min(m, max(1, REFERENCE_ROWS // batch))  # the first rows of every expert
+    parts = [
+        block_scaled_reference(
+            a8[g * m : g * m + rows],
+            b8[g] if grouped else b8,
+            scale_a[g * m : g * m + rows],
+            scale_b[g] if grouped else scale_b,
+            128,
+        )
+        for g in range(batch)
+    ]
+    reference = torch.cat(parts)
     rounding = numerics.relative_residual(reference.to(_OUT_DTYPES[out_dtype]), reference)
     peer = 0.0
     if out_dtype == "bf16" and not grouped:
@@ -104,12 +115,16 @@ def kernel_runner(config: Fp8BlockConfig):
     name = config.name
     if config.grouped:
 
-        def run_grouped(a8, b8, scale_a, scale_b, offsets):
+        def run_grouped(a8, b8, scale_a, scale_b, offsets=None):
+            if offsets is None:
+                raise ValueError(f"{name} is grouped: it measures [tokens per expert, N, K, experts > 1] shapes")
             return grouped_gemm_fp8(a8, b8, scale_a, scale_b, offsets=offsets, out_dtype=out_dtype, variant=name)
 
         return run_grouped, None
 
-    def run(a8, b8, scale_a, scale_b):
+    def run(a8, b8, scale_a, scale_b, *offsets):
+        if offsets:
+            raise ValueError(f"{name} is dense: it measures [M, N, K] shapes, not grouped ones")
         return gemm_fp8_block(a8, b8, scale_a, scale_b, out_dtype, variant=name)
 
     return run, None

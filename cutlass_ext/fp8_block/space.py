@@ -38,7 +38,10 @@ _CHOICES = {
 
 
 def load_space(path: Path, document: dict) -> list[Fp8BlockConfig]:
-    (mode,) = spaces.modes(path, document, MODES)  # one per space: its shapes are dense or grouped
+    modes = spaces.modes(path, document, MODES)
+    if len(modes) != 1:  # its shapes are dense or grouped
+        raise spaces.SpaceError(f"{path}: modes: one of {list(MODES)} per space; got {modes!r}")
+    (mode,) = modes
     axes = spaces.axes(
         path, document.get("space"), {"tile": "mnk", "cluster": "mn"}, _CHOICES, ("splits", "scale_n"), "Fp8BlockConfig"
     )

@@ -2,13 +2,16 @@
 FP64 product of the dequantized inputs, odd and empty groups, every scale form, output types, torch.compile, CUDA
 graphs whose group sizes change between replays, and bad input."""
 
+from pathlib import Path
+
 import pytest
 import torch
+import yaml
 
 import cutlass_ext as ext
 from cutlass_ext import fp8_block
 from cutlass_ext.build import build_libraries
-from cutlass_ext.fp8_block import Fp8BlockConfig
+from cutlass_ext.fp8_block import Fp8BlockConfig, space
 
 from .test_fp8_block import check_close, draw
 
@@ -21,13 +24,17 @@ GROUPED_VARIANTS = [
     Fp8BlockConfig(grouped=True, out_dtype="fp32"),
     Fp8BlockConfig(grouped=True, tile=(64, 128, 128), schedule="pingpong"),
 ]
+# every grouped kernel the sweep measures (and the shipped table may dispatch to): tiles and TMA multicast clusters
+_SPACE = Path(__file__).resolve().parents[2] / "configs" / "sm90_fp8_grouped.yaml"
+SWEPT_GROUPED = space.load_space(_SPACE, yaml.safe_load(_SPACE.read_text()))
 
 
 @pytest.fixture(scope="module", autouse=True)
 def built():
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("block-scaled FP8 kernels run on Hopper (sm90)")
-    failed = [r for r in build_libraries([(c,) for c in GROUPED_VARIANTS], "90a") if r.library is None]
+    configs = list(dict.fromkeys([*GROUPED_VARIANTS, *SWEPT_GROUPED]))
+    failed = [r for r in build_libraries([(c,) for c in configs], "90a") if r.library is None]
     assert not failed, failed[0].error
 
 
@@ -88,6 +95,29 @@ def test_masked_layout(counts):
         rows = min(count, capacity)  # counts past the capacity are clamped to it
         if rows:
             check_close(out[g, :rows], a8[g, :rows], b8[g], scale_a[g, :rows], scale_b[g], 128)
+
+
+@pytest.mark.parametrize("variant", [c.name for c in SWEPT_GROUPED])
+def test_every_swept_variant_on_uneven_empty_and_masked_experts(variant):
+    """The sweep gates its variants on equal loads; here each one on uneven and empty experts, both layouts."""
+    sizes, n, k = [0, 1, 200, 129, 0, 64], 384, 640
+    a8, scale_a = ext.quantize_fp8(draw("wide", (sum(sizes), k), 21), granularity="block", block=(1, 128))
+    b8, scale_b = experts(len(sizes), n, k, (128, 128), seed=22)
+    out = ext.grouped_gemm_fp8(a8, b8, scale_a, scale_b, offsets=offsets_of(sizes), variant=variant)
+    check_contiguous(out, a8, b8, scale_a, scale_b, 128, sizes)
+    capacity = 200
+    stacked = torch.zeros(len(sizes), capacity, k, device="cuda").to(torch.float8_e4m3fn)
+    stacked_scale = torch.ones(len(sizes), capacity, scale_a.shape[1], device="cuda")
+    start = 0
+    for g, size in enumerate(sizes):
+        stacked[g, :size], stacked_scale[g, :size] = a8[start : start + size], scale_a[start : start + size]
+        start += size
+    counts = torch.tensor(sizes, dtype=torch.int32, device="cuda")
+    masked = ext.grouped_gemm_fp8(stacked, b8, stacked_scale, scale_b, masked_counts=counts, variant=variant)
+    start = 0
+    for g, size in enumerate(sizes):
+        assert torch.equal(masked[g, :size], out[start : start + size]), f"expert {g}: masked != contiguous"
+        start += size
 
 
 def test_masked_layout_with_row_and_tensor_scales():

@@ -193,6 +193,15 @@ def test_torch_compile_and_fake_kernel():
 
     compiled = torch.compile(weight_grads, fullgraph=True)
     assert torch.equal(compiled(a8, scale_a, offsets), weight_grads(a8, scale_a, offsets))
+
+    def accumulate(a8, scale_a, offsets, grads):  # gradient accumulation into a buffer the graph is handed
+        ext.k_grouped_gemm_fp8(a8, b8, scale_a, scale_b, offsets, out=grads, accumulate=True)
+
+    grads = torch.randn(len(sizes), m, n, device="cuda")
+    expected, got = grads.clone(), grads.clone()
+    accumulate(a8, scale_a, offsets, expected)
+    torch.compile(accumulate, fullgraph=True)(a8, scale_a, offsets, got)
+    assert torch.equal(got, expected) and not torch.equal(got, grads)
     out = torch.empty(len(sizes), m, n, device="cuda")
     torch.library.opcheck(
         torch.ops.cutlass_ext.k_grouped_gemm_fp8_block,
@@ -219,3 +228,10 @@ def test_bad_input_is_refused_with_the_argument_named():
         ext.k_grouped_gemm_fp8(a8, b8, scale_a[:1], scale_b, offsets)
     with pytest.raises(ValueError, match="does not fit this call"):
         ext.k_grouped_gemm_fp8(a8, b8, scale_a, scale_b, offsets, variant=VARIANTS[1].name)
+    with pytest.raises(ValueError, match="out must start on a 16-byte boundary"):
+        ext.k_grouped_gemm_fp8(
+            a8, b8, scale_a, scale_b, offsets, out=torch.empty(2 * 64 * 128 + 1, device="cuda")[1:].view(2, 64, 128)
+        )
+    # a K-grouped kernel named for a dense product: refused, not looked up in a library that lacks it
+    with pytest.raises(ValueError, match="not a K-grouped kernel"):
+        fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, torch.float32, variant=VARIANTS[0].name)
