@@ -59,9 +59,10 @@ typedef struct {
 // group g owns columns [start_g, end_g) of A (m, k_total) and B (n, k_total), both row-major (K contiguous):
 // start_g = offsets[g - 1] (0 for g = 0), end_g = offsets[g], read on the device. Scales are 1x128 along K for both
 // operands, M- and N-contiguous: scale_a (ceil(k_total / 128), m) and scale_b (ceil(k_total / 128), n) row-major
-// and dense, so a group's scales are the rows from start_g / 128 on. Every group must start at a multiple of 128
-// (its sizes multiples of 128 but the last's): a group that does not, or whose offsets run backwards or past
-// k_total, is written as NaN (no host synchronisation can report it); an empty group gives D_g = C_g (0 without C).
+// and dense, so a group's scales are the rows from start_g / 128 on. Every non-empty group must start at a
+// multiple of 128 (the sizes multiples of 128 but the last non-empty one's): a group that does not, or whose offsets
+// run backwards or past k_total, is written as NaN (no host synchronisation can report it); an empty group gives
+// D_g = C_g (0 without C).
 // C and D: (groups, m, n) with row stride ldd and group stride d_group_stride; c may be d (accumulate in place) or
 // null (D_g = the product).
 typedef struct {

@@ -32,7 +32,8 @@ CUTLASS_EXT_HOST_DEVICE inline GroupRows group_rows(const cutlass_ext_fp8_groupe
 
 // The K-grouped (weight-gradient) form: group g's columns of A and B from its offsets (the end of the group before
 // and its own end). Valid when they run forwards within k_total and the group starts on a scale block (its scales
-// are whole rows from start / 128 on); an invalid group's output is written as NaN.
+// are whole rows from start / 128 on) or is empty (nothing read: empty experts after a partial last one are fine);
+// an invalid group's output is written as NaN.
 struct GroupColumns {
   int64_t start, columns;
   bool valid;
@@ -43,7 +44,7 @@ constexpr int64_t kKGroupAlignment = 128;  // one scale block
 CUTLASS_EXT_HOST_DEVICE inline GroupColumns group_columns(int64_t k_total, int64_t offset_before,
                                                       int64_t offset_end) {
   bool valid = offset_before >= 0 && offset_end >= offset_before && offset_end <= k_total &&
-               offset_before % kKGroupAlignment == 0;
+               (offset_before % kKGroupAlignment == 0 || offset_end == offset_before);
   return valid ? GroupColumns{offset_before, offset_end - offset_before, true} : GroupColumns{0, 0, false};
 }
 

@@ -139,13 +139,16 @@ def test_k_grouped_reference_runs_group_by_group_and_marks_refused_offsets():
     b8, scale_b = fp8_block.quantize_block(torch.randn(7, 640, generator=g), torch.float8_e4m3fn, (1, 128))
     dense_a, dense_b = fp8_block.dequantize(a8, scale_a, 1), fp8_block.dequantize(b8, scale_b, 1)
     c = torch.randn(5, 5, 7, generator=g)
-    # groups: [0, 256), empty, [256, 600), [600, 640) starting off a block, [256, ...) running backwards
-    offsets = torch.tensor([256, 256, 600, 640, 300], dtype=torch.int32)
+    # groups: [0, 256), empty, [256, 600), [600, 640) starting off a block, [256, ...) running backwards, and an
+    # empty one at 600 (off a block, but empty: 0, or C)
+    offsets = torch.tensor([256, 256, 600, 640, 300, 600, 600], dtype=torch.int32)
+    c = torch.cat([c, torch.randn(2, 5, 7, generator=g)])
     out = fp8_block.k_grouped_reference(a8, b8, scale_a, scale_b, offsets, c)
     torch.testing.assert_close(out[0], dense_a[:, :256] @ dense_b[:, :256].T + c[0].double())
     torch.testing.assert_close(out[1], c[1].double())
     torch.testing.assert_close(out[2], dense_a[:, 256:600] @ dense_b[:, 256:600].T + c[2].double())
     assert out[3].isnan().all() and out[4].isnan().all()
+    torch.testing.assert_close(out[6], c[6].double())
 
 
 def test_scale_forms_expand_to_blocks():
@@ -270,7 +273,8 @@ int main() {
   }
   // K-grouped: (offset before, own end) -> (start, columns, valid), k_total = 512
   long long columns[][5] = {{0, 128, 0, 128, 1}, {128, 128, 128, 0, 1}, {384, 500, 384, 116, 1}, {100, 228, 0, 0, 0},
-                            {256, 128, 0, 0, 0}, {384, 640, 0, 0, 0}, {-128, 0, 0, 0, 0}, {512, 512, 512, 0, 1}};
+                            {256, 128, 0, 0, 0}, {384, 640, 0, 0, 0}, {-128, 0, 0, 0, 0}, {512, 512, 512, 0, 1},
+                            {228, 228, 228, 0, 1}, {500, 500, 500, 0, 1}};
   for (auto& c : columns) {
     auto r = group_columns(512, c[0], c[1]);
     if (r.start != c[2] || r.columns != c[3] || r.valid != bool(c[4])) {

@@ -410,8 +410,8 @@ def k_grouped_gemm_fp8(
     (N, ceil(K / 128)): 1x128 block scales along K, float32 (`quantize_fp8(x, granularity="block", block=(1, 128))`
     of a and b), or per row / per tensor; read M- and N-contiguous (taken as they are if already so, e.g. the
     transpose of a dense (ceil(K / 128), M), else transposed: a copy). offsets (G,) int32 on the device, the
-    groups' cumulative ends along K, read there (no host synchronisation: graph capturable). Every group must start
-    at a multiple of 128 (pad each expert's tokens to 128, as DeepGEMM asks); a group that does not, or whose
+    groups' cumulative ends along K, read there (no host synchronisation: graph capturable). Every non-empty group
+    must start at a multiple of 128 (pad each expert's tokens to 128, as DeepGEMM asks); one that does not, or whose
     offsets run backwards or past K, comes out NaN; an empty group's D[g] is 0 (or out[g] unchanged when
     accumulating). out: (G, M, N) dense of out_dtype to write, or to add to with accumulate=True (gradient
     accumulation in place); else a new tensor. Returns D (out when given).

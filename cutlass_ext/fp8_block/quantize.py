@@ -117,14 +117,14 @@ def k_grouped_reference(
 ) -> torch.Tensor:
     """The weight-gradient form in float64: per group g, c[g] + dequantize(a)[:, cols] @ dequantize(b)[:, cols]ᵀ
     over the columns [offsets[g-1], offsets[g]) it owns. a (M, K), b (N, K) FP8 with 1x128 scales (M, kb), (N, kb)
-    -> (G, M, N); groups whose offsets the kernel refuses (not starting on a 128-column block, running backwards
-    or past K) are NaN, as the kernel writes them."""
+    -> (G, M, N); groups whose offsets the kernel refuses (non-empty and not starting on a 128-column block,
+    running backwards or past K) are NaN, as the kernel writes them."""
     dense_a, dense_b = dequantize(a, scale_a, 1), dequantize(b, scale_b, 1)
     ends = offsets.tolist()
     out = torch.zeros(len(ends), a.shape[0], b.shape[0], dtype=torch.float64, device=a.device)
     for g, end in enumerate(ends):
         start = ends[g - 1] if g else 0
-        if start < 0 or end < start or end > a.shape[1] or start % SCALE_BLOCK_K:
+        if start < 0 or end < start or end > a.shape[1] or (start % SCALE_BLOCK_K and end > start):
             out[g] = float("nan")
             continue
         out[g] = dense_a[:, start:end] @ dense_b[:, start:end].T

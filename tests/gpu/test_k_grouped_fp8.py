@@ -128,8 +128,8 @@ def test_accumulates_into_out_in_place(out_dtype):
 
 @pytest.mark.parametrize(
     "ends, invalid",
-    [([100, 228], [1]), ([256, 128, 384], [1]), ([128, 512], [1]), ([-128, 128], [0, 1])],
-    ids=["unaligned-start", "backwards", "past-k", "negative"],
+    [([100, 228], [1]), ([256, 128, 384], [1]), ([128, 512], [1]), ([-128, 128], [0, 1]), ([100, 100, 228], [2])],
+    ids=["unaligned-start", "backwards", "past-k", "negative", "empty-after-partial"],
 )
 def test_offsets_the_kernel_refuses_come_out_nan(ends, invalid):
     m, n, k = 136, 200, 384
