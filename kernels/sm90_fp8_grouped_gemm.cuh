@@ -10,6 +10,21 @@
 
 namespace cutlass_ext::fp8_block {
 
+// Arrays carved one after another out of the front of a workspace, each on a 128-byte boundary; from a null base
+// only the sizes count (the host never dereferences them).
+struct WorkspaceCursor {
+  static constexpr size_t kAlign = 128;
+  char* base;
+  size_t used = 0;
+
+  template <class T>
+  T* take(size_t count) {
+    T* start = reinterpret_cast<T*>(base + used);
+    used += (count * sizeof(T) + kAlign - 1) / kAlign * kAlign;
+    return start;
+  }
+};
+
 // The device arrays the grouped kernel reads, one entry per group, carved out of the front of the workspace.
 template <class Gemm>
 struct GroupArrays {
@@ -31,35 +46,25 @@ struct GroupArrays {
   const float** scale_b;
   ElementD** d;
   StrideD* stride_d;
+  size_t size;  // bytes of workspace the arrays take
 
-  static constexpr size_t kAlign = 128;
-  static size_t padded(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+  static size_t bytes(int64_t groups) { return carve(nullptr, groups).size; }
 
-  static size_t bytes(int64_t groups) {
-    size_t g = size_t(groups);
-    return padded(g * sizeof(ProblemShape)) + 5 * padded(g * sizeof(void*)) + padded(g * sizeof(StrideA)) +
-           padded(g * sizeof(StrideB)) + padded(g * sizeof(StrideD));
-  }
-
-  // The arrays at `base` (any address when only sizes are asked: the host never dereferences them).
+  // The arrays at `base` (any address when only sizes are asked).
   static GroupArrays carve(void* base, int64_t groups) {
     size_t g = size_t(groups);
-    char* cursor = static_cast<char*>(base);
-    auto take = [&](size_t size) {
-      char* start = cursor;
-      cursor += padded(size);
-      return start;
-    };
+    WorkspaceCursor cursor{static_cast<char*>(base)};
     GroupArrays arrays;
-    arrays.problem_shapes = reinterpret_cast<ProblemShape*>(take(g * sizeof(ProblemShape)));
-    arrays.a = reinterpret_cast<const ElementA**>(take(g * sizeof(void*)));
-    arrays.stride_a = reinterpret_cast<StrideA*>(take(g * sizeof(StrideA)));
-    arrays.b = reinterpret_cast<const ElementB**>(take(g * sizeof(void*)));
-    arrays.stride_b = reinterpret_cast<StrideB*>(take(g * sizeof(StrideB)));
-    arrays.scale_a = reinterpret_cast<const float**>(take(g * sizeof(void*)));
-    arrays.scale_b = reinterpret_cast<const float**>(take(g * sizeof(void*)));
-    arrays.d = reinterpret_cast<ElementD**>(take(g * sizeof(void*)));
-    arrays.stride_d = reinterpret_cast<StrideD*>(take(g * sizeof(StrideD)));
+    arrays.problem_shapes = cursor.take<ProblemShape>(g);
+    arrays.a = cursor.take<const ElementA*>(g);
+    arrays.stride_a = cursor.take<StrideA>(g);
+    arrays.b = cursor.take<const ElementB*>(g);
+    arrays.stride_b = cursor.take<StrideB>(g);
+    arrays.scale_a = cursor.take<const float*>(g);
+    arrays.scale_b = cursor.take<const float*>(g);
+    arrays.d = cursor.take<ElementD*>(g);
+    arrays.stride_d = cursor.take<StrideD>(g);
+    arrays.size = cursor.used;
     return arrays;
   }
 };

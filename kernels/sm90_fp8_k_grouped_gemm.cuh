@@ -43,42 +43,31 @@ struct KGroupArrays {
   // float zeros (its scales) in the same bytes; and NaN scales for a group whose offsets are invalid.
   uint8_t* zeros;
   float* nans;
+  size_t size;  // bytes of workspace the arrays take
 
-  static constexpr size_t kAlign = 128;
-  static size_t padded(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-  static size_t zero_bytes(int64_t rows) { return padded(size_t(rows) * kScaleBlockK); }
-  static size_t nan_bytes(int64_t rows) { return padded(size_t(rows) * sizeof(float)); }
+  static size_t zero_bytes(int64_t rows) { return size_t(rows) * kScaleBlockK; }
+  static size_t nan_bytes(int64_t rows) { return size_t(rows) * sizeof(float); }
+  static size_t bytes(int64_t groups, int64_t rows) { return carve(nullptr, groups, rows).size; }
 
-  static size_t bytes(int64_t groups, int64_t rows) {
-    size_t g = size_t(groups);
-    return padded(g * sizeof(ProblemShape)) + 6 * padded(g * sizeof(void*)) + padded(g * sizeof(StrideA)) +
-           padded(g * sizeof(StrideB)) + padded(g * sizeof(StrideC)) + padded(g * sizeof(StrideD)) +
-           zero_bytes(rows) + nan_bytes(rows);
-  }
-
-  // The arrays at `base` (any address when only sizes are asked: the host never dereferences them).
+  // The arrays at `base` (any address when only sizes are asked).
   static KGroupArrays carve(void* base, int64_t groups, int64_t rows) {
     size_t g = size_t(groups);
-    char* cursor = static_cast<char*>(base);
-    auto take = [&](size_t size) {
-      char* start = cursor;
-      cursor += padded(size);
-      return start;
-    };
+    WorkspaceCursor cursor{static_cast<char*>(base)};
     KGroupArrays arrays;
-    arrays.problem_shapes = reinterpret_cast<ProblemShape*>(take(g * sizeof(ProblemShape)));
-    arrays.a = reinterpret_cast<const ElementA**>(take(g * sizeof(void*)));
-    arrays.stride_a = reinterpret_cast<StrideA*>(take(g * sizeof(StrideA)));
-    arrays.b = reinterpret_cast<const ElementB**>(take(g * sizeof(void*)));
-    arrays.stride_b = reinterpret_cast<StrideB*>(take(g * sizeof(StrideB)));
-    arrays.scale_a = reinterpret_cast<const float**>(take(g * sizeof(void*)));
-    arrays.scale_b = reinterpret_cast<const float**>(take(g * sizeof(void*)));
-    arrays.c = reinterpret_cast<const ElementC**>(take(g * sizeof(void*)));
-    arrays.stride_c = reinterpret_cast<StrideC*>(take(g * sizeof(StrideC)));
-    arrays.d = reinterpret_cast<ElementD**>(take(g * sizeof(void*)));
-    arrays.stride_d = reinterpret_cast<StrideD*>(take(g * sizeof(StrideD)));
-    arrays.zeros = reinterpret_cast<uint8_t*>(take(zero_bytes(rows)));
-    arrays.nans = reinterpret_cast<float*>(take(nan_bytes(rows)));
+    arrays.problem_shapes = cursor.take<ProblemShape>(g);
+    arrays.a = cursor.take<const ElementA*>(g);
+    arrays.stride_a = cursor.take<StrideA>(g);
+    arrays.b = cursor.take<const ElementB*>(g);
+    arrays.stride_b = cursor.take<StrideB>(g);
+    arrays.scale_a = cursor.take<const float*>(g);
+    arrays.scale_b = cursor.take<const float*>(g);
+    arrays.c = cursor.take<const ElementC*>(g);
+    arrays.stride_c = cursor.take<StrideC>(g);
+    arrays.d = cursor.take<ElementD*>(g);
+    arrays.stride_d = cursor.take<StrideD>(g);
+    arrays.zeros = cursor.take<uint8_t>(zero_bytes(rows));
+    arrays.nans = cursor.take<float>(size_t(rows));
+    arrays.size = cursor.used;
     return arrays;
   }
 };
