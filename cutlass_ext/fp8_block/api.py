@@ -169,11 +169,9 @@ def dense_plan(gpu, a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m:
     with M: a few-token tile stretched over more rows reads the weights again per token tile), where the call's
     types are the ones it was measured with; else the default for M."""
     config, source = tuned.resolve(gpu.name, MODE, m, n, k, gpu=gpu, m_buckets_only=True)
-    if config is not None:
-        types = (config.a_dtype, config.b_dtype, config.out_dtype, config.scale_n)
-        if types == (a_dtype, b_dtype, out_dtype, scale_n):
-            return config.name, source
-        source = f"{source}, measured for {'/'.join(map(str, types))}"
+    name, source = _measured_for(config, source, (a_dtype, b_dtype, out_dtype, scale_n))
+    if name:
+        return name, source
     return dense_variant(a_dtype, b_dtype, out_dtype, scale_n, m), f"default for M = {m} ({source})"
 
 
@@ -187,12 +185,21 @@ def grouped_plan(
     GPU needed): the tuned tables' winner for the nearest (tokens per expert, N, K, experts) where the call's types
     are the measured ones, else the default."""
     config, source = tuned.resolve(gpu.name, GROUPED_MODE, m, n, k, gpu=gpu, batch=groups)
-    if config is not None:
-        types = (config.a_dtype, config.b_dtype, config.out_dtype, config.scale_n)
-        if config.grouped and types == (a_dtype, b_dtype, out_dtype, scale_n):
-            return config.name, source
-        source = f"{source}, measured for {'/'.join(map(str, types))}"
+    name, source = _measured_for(config, source, (a_dtype, b_dtype, out_dtype, scale_n))
+    if name:
+        return name, source
     return grouped_variant(a_dtype, b_dtype, out_dtype, scale_n), f"default ({source})"
+
+
+def _measured_for(config, source: str, types: tuple) -> tuple[str | None, str]:
+    """(the tuned winner's name, source) where it was measured with the call's types (a_dtype, b_dtype, out_dtype,
+    scale_n); else (None, source saying what it was measured for)."""
+    if config is None:
+        return None, source
+    measured = (config.a_dtype, config.b_dtype, config.out_dtype, config.scale_n)
+    if measured == types:
+        return config.name, source
+    return None, f"{source}, measured for {'/'.join(map(str, measured))}"
 
 
 @cached_constant(maxsize=4096)
@@ -443,12 +450,7 @@ def k_grouped_gemm_fp8(
     if variant is None:
         variant = k_grouped_variant(a_name, b_name, out_name)
     else:
-        config = Fp8BlockConfig.from_name(variant)
-        if (config.a_dtype, config.b_dtype, config.out_dtype, config.k_grouped) != (a_name, b_name, out_name, True):
-            raise ValueError(
-                f"variant={variant!r} does not fit this call: it needs a={a_name}, b={b_name}, out={out_name} and "
-                "a K-grouped kernel (_kgrouped)"
-            )
+        _check_variant(variant, a_name, b_name, out_name, 1, grouped=False, k_grouped=True)
     a = a if a.stride(0) % _TMA_BYTES == 0 else a.contiguous()
     b = b if b.stride(0) % _TMA_BYTES == 0 else b.contiguous()
     _k_grouped_op(a, b, scale_a, scale_b, offsets.contiguous(), out, accumulate, variant)
@@ -489,13 +491,16 @@ def _expert_scales(scale, groups: int, n: int, k: int, device: torch.device) -> 
     return scale.reshape(groups, -1, 1).expand(groups, rows, k_blocks(k)).contiguous(), scale_n
 
 
-def _check_variant(variant: str, a_name: str, b_name: str, out_name: str, scale_n: int, grouped: bool) -> None:
+def _check_variant(
+    variant: str, a_name: str, b_name: str, out_name: str, scale_n: int, grouped: bool, k_grouped: bool = False
+) -> None:
     config = Fp8BlockConfig.from_name(variant)
-    wanted = (a_name, b_name, out_name, scale_n, grouped, False)
+    wanted = (a_name, b_name, out_name, scale_n, grouped, k_grouped)
     if (config.a_dtype, config.b_dtype, config.out_dtype, config.scale_n, config.grouped, config.k_grouped) != wanted:
+        kind = "a K-grouped kernel (_kgrouped)" if k_grouped else "not a K-grouped kernel"
         raise ValueError(
             f"variant={variant!r} does not fit this call: it needs a={a_name}, b={b_name}, out={out_name}, "
-            f"scale_n={scale_n}, grouped={grouped} and not a K-grouped kernel"
+            f"scale_n={scale_n}, grouped={grouped} and {kind}"
         )
 
 

@@ -119,8 +119,8 @@ def _launch(variant: str, suffix: str, args: ctypes.Structure, device: torch.dev
         raise ValueError(f"{variant} cannot run this problem ({reason}): check alignment (16-byte rows) and shapes")
     workspace_size = getattr(library, f"{variant}{suffix}_workspace_size")
     workspace_size.restype = ctypes.c_size_t
-    # The grouped kernels keep per-SM TMA descriptors in the workspace, which their warps fence before the first
-    # write (compute-sanitizer's initcheck reports those reads): zeroed, nothing read is undefined.
+    # The grouped kernels keep per-SM TMA descriptors in the workspace; initcheck saw it read before the kernels'
+    # writes: zeroed, nothing they read is undefined.
     allocate = torch.zeros if suffix in ("_fp8_grouped", "_fp8_k_grouped") else torch.empty
     workspace = allocate(workspace_size(ctypes.byref(args)), dtype=torch.uint8, device=device)
     run = getattr(library, f"{variant}{suffix}_run")
