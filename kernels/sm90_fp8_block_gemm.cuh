@@ -20,6 +20,7 @@
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
 #include "sm90_fp8_block_abi.h"
+#include "sm90_fp8_block_overlapped_promotion.hpp"
 
 namespace cutlass_ext::fp8_block {
 
@@ -74,7 +75,7 @@ using SwappedScaleConfig =
 // mostly zeros): a quarter of the Tensor Core work and of the shared-memory traffic per k-block at M <= 32.
 template <class ElementA, class ElementB, class ElementD, int TileM, int TileN, int TileK, int ClusterM,
           int ClusterN, class Schedule, int ScaleN, class Decomposition, int Splits, bool ScaleAMajorM = false,
-          bool SwapAB = false>
+          bool SwapAB = false, bool OverlappedPromotion = false>
 struct Sm90Fp8BlockGemm {
   static_assert(TileK == kScaleBlockK, "one k-tile per scale block");
   static_assert((SwapAB ? TileM : TileN) % ScaleN == 0, "a tile spans whole weight-scale blocks");
@@ -109,12 +110,16 @@ struct Sm90Fp8BlockGemm {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignmentD, ElementD, LayoutD,
       kAlignmentD, typename Schedule::Epilogue, Output>::CollectiveOp;
 
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using StockMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, KernelElementA,
       cute::tuple<cutlass::layout::RowMajor, LayoutSFA>, kAlignmentAB, KernelElementB,
       cute::tuple<cutlass::layout::ColumnMajor, LayoutSFB>, kAlignmentAB, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<int(sizeof(typename Epilogue::SharedStorage))>,
       typename Schedule::Kernel>::CollectiveOp;
+  // OverlappedPromotion: each k-block's scaling and promotion run while the next one's wgmmas do
+  // (sm90_fp8_block_overlapped_promotion.hpp); the same sums, bit for bit.
+  using Mainloop = cute::conditional_t<OverlappedPromotion, OverlappedBlockScaledMainloop<StockMainloop>,
+                                       StockMainloop>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
                                                       typename Decomposition::TileScheduler>;

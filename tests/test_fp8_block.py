@@ -1,6 +1,7 @@
 """Block-scaled FP8 on the CPU: the block quantizer against its definition, the FP64 references, the scale forms
 the API accepts, argument errors, the variant name grammar and the grouped kernel's row bookkeeping."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -212,6 +213,7 @@ def test_variant_names_round_trip():
         Fp8BlockConfig(tile=(64, 128, 128), schedule="pingpong", a_dtype="e5m2"),
         Fp8BlockConfig(grouped=True, tile=(128, 256, 128), cluster=(2, 1)),
         Fp8BlockConfig(out_dtype="fp32", scale_n=1, k_grouped=True, scale_a_major="m"),
+        Fp8BlockConfig(tile=(128, 32, 128), swap_ab=True, overlapped=True),
     ]
     for config in configs:
         assert Fp8BlockConfig.from_name(config.name) == config
@@ -219,6 +221,7 @@ def test_variant_names_round_trip():
     assert configs[2].name == "fp8block_e4m3e4m3_fp32_128x128x128_c1x1_coop_sb1_splitk4"
     assert configs[4].name == "fp8block_e4m3e4m3_bf16_128x256x128_c2x1_coop_sb128_grouped"
     assert configs[5].name == "fp8block_e4m3e4m3_fp32_128x128x128_c1x1_coop_sb1_kgrouped_am"
+    assert configs[6].name == "fp8block_e4m3e4m3_bf16_128x32x128_c1x1_coop_sb128_swap_overlap"
 
 
 @pytest.mark.parametrize(
@@ -235,6 +238,8 @@ def test_variant_names_round_trip():
         ({"k_grouped": True, "scale_a_major": "m"}, "k_grouped kernels"),
         ({"k_grouped": True, "scale_n": 1, "scale_a_major": "m", "grouped": True}, "k_grouped kernels"),
         ({"k_grouped": True, "scale_n": 1, "scale_a_major": "m", "scheduler": "streamk"}, "k_grouped kernels"),
+        ({"grouped": True, "overlapped": True}, "overlapped promotion is built for the dense kernels"),
+        ({"overlapped": 1}, "must be True or False"),
     ],
 )
 def test_invalid_configs_say_why(fields, message):
@@ -300,11 +305,18 @@ def test_group_rows_on_the_host(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_library_compiles_and_exports_launchers(tmp_path, monkeypatch):
-    """One dense and one grouped variant in one translation unit (about 5 minutes on two cores)."""
+    """One dense and one grouped variant in one translation unit (about 5 minutes on two cores). The dense one
+    promotes overlapped with the next k-block's wgmmas: ptxas must neither serialize them (warning C7514) nor
+    spill its three accumulator fragments."""
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
-    dense, grouped = Fp8BlockConfig(scheduler="streamk"), Fp8BlockConfig(grouped=True, scale_n=1, out_dtype="fp32")
+    dense = Fp8BlockConfig(scheduler="streamk", overlapped=True)
+    grouped = Fp8BlockConfig(grouped=True, scale_n=1, out_dtype="fp32")
     (result,) = build.build_libraries([(dense, grouped)], "90a", verbose=False)
     assert result.error is None, result.error
+    usage = json.loads((result.library.parent / cache.MANIFEST).read_text())["resource_usage"]
+    assert "C7514" not in usage
+    assert "OverlappedBlockScaledMainloop" in usage and " 0 bytes spill stores" in usage
+    assert not re.search(r"[1-9]\d* bytes spill stores", usage)
     exported = subprocess.run(
         ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
     ).stdout

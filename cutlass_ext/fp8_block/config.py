@@ -43,6 +43,8 @@ class Fp8BlockConfig(VariantFields):
     D = C + the product. scale_a_major: see SCALE_A_MAJORS (dense only; name suffix `_am`).
     swap_ab: the kernel computes Dᵀ = B · Aᵀ (name suffix `_swap`), so `tile` is (n, m, k): the weights fill its
     first side, decode's few tokens its second (a multiple of 32).
+    overlapped: each k-block's scaling and promotion run while the next k-block's wgmmas do (name suffix
+    `_overlap`; kernels/sm90_fp8_block_overlapped_promotion.hpp), the same output bit for bit (dense only).
     """
 
     a_dtype: str = "e4m3"
@@ -58,9 +60,10 @@ class Fp8BlockConfig(VariantFields):
     k_grouped: bool = False
     scale_a_major: str = "k"
     swap_ab: bool = False
+    overlapped: bool = False
     family: str = FAMILY
 
-    # `fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128[_streamk|_splitk4][_grouped|_kgrouped][_am][_swap]`
+    # `fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128[_streamk|_splitk4][_grouped|_kgrouped][_am][_swap][_overlap]`
     NAME: ClassVar[NameGrammar] = NameGrammar(
         "fp8block_",
         Word("a_dtype", FP8_DTYPES),
@@ -81,6 +84,7 @@ class Fp8BlockConfig(VariantFields):
         Optional(Word("k_grouped", {True: "_kgrouped"}), default={"k_grouped": False}),
         Optional(Word("scale_a_major", {"m": "_am"}), default={"scale_a_major": "k"}),
         Optional(Word("swap_ab", {True: "_swap"}), default={"swap_ab": False}),
+        Optional(Word("overlapped", {True: "_overlap"}), default={"overlapped": False}),
     )
     EXAMPLE_NAME: ClassVar[str] = "fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128_streamk"
 
@@ -98,7 +102,7 @@ class Fp8BlockConfig(VariantFields):
                 raise ValueError(f"{field}={getattr(self, field)!r} is not one of {list(choices)}")
         if self.family != FAMILY:
             raise ValueError(f"family={self.family!r} must be {FAMILY!r}")
-        for field in ("grouped", "k_grouped", "swap_ab"):
+        for field in ("grouped", "k_grouped", "swap_ab", "overlapped"):
             if getattr(self, field) is not True and getattr(self, field) is not False:
                 raise ValueError(f"{field}={getattr(self, field)!r} must be True or False")
         self._check_extents(tile="mnk", cluster="mn")
@@ -139,6 +143,8 @@ class Fp8BlockConfig(VariantFields):
                 f"swapped); got scale_n={self.scale_n}, scale_a_major={self.scale_a_major!r}, "
                 f"scheduler={self.scheduler!r}, grouped={self.grouped}, swap_ab={self.swap_ab}"
             )
+        if self.overlapped and (self.grouped or self.k_grouped):
+            raise ValueError("overlapped promotion is built for the dense kernels (grouped=False, k_grouped=False)")
         if self.grouped and self.scale_a_major != "k":
             raise ValueError("grouped kernels read K-major activation scales (scale_a_major='k'): dense per group")
         if self.scheduler != "persistent" and self.schedule != "cooperative":
@@ -172,7 +178,8 @@ def render_instance(config: Fp8BlockConfig) -> str:
         launcher, suffix, args = "Sm90Fp8BlockGemm", "_fp8_block", "cutlass_ext_fp8_block_args"
         decomposition = (
             f", cutlass_ext::fp8_block::{_DECOMPOSITIONS[config.scheduler]}, {config.splits}, "
-            f"{'true' if config.scale_a_major == 'm' else 'false'}, {'true' if config.swap_ab else 'false'}"
+            f"{'true' if config.scale_a_major == 'm' else 'false'}, {'true' if config.swap_ab else 'false'}, "
+            f"{'true' if config.overlapped else 'false'}"
         )
     return Template((kernels_dir() / "sm90_fp8_block_instance.in").read_text()).substitute(
         name=config.name,

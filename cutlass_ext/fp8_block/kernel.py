@@ -243,6 +243,10 @@ def k_grouped_gemm_fp8_block(
     (m, k), n, groups = a.shape, b.shape[0], offsets.shape[0]
     if groups == 0 or m == 0 or n == 0:
         return
+    # checked here, not in the API: a pointer is known only at run time (also inside a compiled graph)
+    for name, tensor in (("a", a), ("b", b), ("out", out)):
+        if tensor.data_ptr() % 16:
+            raise ValueError(f"{name} must start on a 16-byte boundary (TMA); its data pointer does not")
     args = _KGroupedArgs(
         groups,
         m,

@@ -11,6 +11,7 @@ space:
   scale_a_major: [k, m]     # taken by unswapped kernels only
   swap_ab: [false, true]
   out_dtype: [bf16]         # a_dtype, b_dtype, out_dtype default to e4m3, e4m3, bf16; scale_n to 128
+  overlapped: [false, true] # promotion overlapped with the next k-block's wgmmas (dense kernels only)
 
 The schedule follows the tile: m = 64 runs ping-pong warpgroups, m = 128 cooperative ones. Combinations that
 Fp8BlockConfig rejects (a weights side that is not a multiple of 128, a ping-pong kernel under stream-K, a swapped
@@ -34,6 +35,7 @@ _CHOICES = {
     "scale_a_major": list(SCALE_A_MAJORS),
     "swap_ab": [False, True],
     "grouped": [False, True],
+    "overlapped": [False, True],
 }
 
 
