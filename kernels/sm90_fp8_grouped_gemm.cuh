@@ -69,6 +69,32 @@ struct GroupArrays {
   }
 };
 
+// What both grouped kernels' arguments share: the problem shapes read on the device (no host copy), each group's
+// operands, scales and output through the device arrays, D = the product (no C).
+template <class Gemm, class Arrays>
+typename Gemm::Arguments grouped_arguments(int64_t groups, const Arrays& arrays, int device, int sm_count) {
+  typename Gemm::Arguments arguments{};
+  arguments.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+  arguments.problem_shape = {int(groups), arrays.problem_shapes, nullptr};
+  arguments.mainloop.ptr_A = arrays.a;
+  arguments.mainloop.dA = arrays.stride_a;
+  arguments.mainloop.ptr_B = arrays.b;
+  arguments.mainloop.dB = arrays.stride_b;
+  arguments.mainloop.ptr_SFA = arrays.scale_a;
+  arguments.mainloop.layout_SFA = nullptr;
+  arguments.mainloop.ptr_SFB = arrays.scale_b;
+  arguments.mainloop.layout_SFB = nullptr;
+  arguments.epilogue.thread.alpha = 1.0f;
+  arguments.epilogue.thread.beta = 0.0f;
+  arguments.epilogue.ptr_C = nullptr;
+  arguments.epilogue.dC = arrays.stride_d;
+  arguments.epilogue.ptr_D = arrays.d;
+  arguments.epilogue.dD = arrays.stride_d;
+  arguments.hw_info.device_id = device;
+  arguments.hw_info.sm_count = sm_count;
+  return arguments;
+}
+
 template <class Gemm>
 __global__ void write_group_arrays(cutlass_ext_fp8_grouped_args args, GroupArrays<Gemm> arrays) {
   using Arrays = GroupArrays<Gemm>;
@@ -133,27 +159,7 @@ struct Sm90Fp8GroupedGemm {
   using Arrays = GroupArrays<Gemm>;
 
   static typename Gemm::Arguments arguments(const cutlass_ext_fp8_grouped_args& args, const Arrays& arrays) {
-    typename Gemm::Arguments arguments{};
-    arguments.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-    // No host copy of the problem shapes: the scheduler reads them on the device.
-    arguments.problem_shape = {int(args.groups), arrays.problem_shapes, nullptr};
-    arguments.mainloop.ptr_A = arrays.a;
-    arguments.mainloop.dA = arrays.stride_a;
-    arguments.mainloop.ptr_B = arrays.b;
-    arguments.mainloop.dB = arrays.stride_b;
-    arguments.mainloop.ptr_SFA = arrays.scale_a;
-    arguments.mainloop.layout_SFA = nullptr;
-    arguments.mainloop.ptr_SFB = arrays.scale_b;
-    arguments.mainloop.layout_SFB = nullptr;
-    arguments.epilogue.thread.alpha = 1.0f;
-    arguments.epilogue.thread.beta = 0.0f;
-    arguments.epilogue.ptr_C = nullptr;
-    arguments.epilogue.dC = arrays.stride_d;
-    arguments.epilogue.ptr_D = arrays.d;
-    arguments.epilogue.dD = arrays.stride_d;
-    arguments.hw_info.device_id = args.device;
-    arguments.hw_info.sm_count = args.sm_count;
-    return arguments;
+    return grouped_arguments<Gemm>(args.groups, arrays, args.device, args.sm_count);
   }
 
   static bool tma_aligned(const cutlass_ext_fp8_grouped_args& args) {
@@ -177,10 +183,14 @@ struct Sm90Fp8GroupedGemm {
   static int run(const cutlass_ext_fp8_grouped_args* args, void* workspace, void* stream) {
     auto cuda_stream = static_cast<cudaStream_t>(stream);
     Arrays arrays = Arrays::carve(workspace, args->groups);
+    // CUTLASS's grouped kernel keeps per-SM TMA descriptors in its workspace and reads them before its first
+    // writes (compute-sanitizer initcheck): zeroed, nothing it reads is undefined.
+    cudaError_t error = cudaMemsetAsync(workspace, 0, workspace_size(args), cuda_stream);
+    if (error != cudaSuccess) return int(error);
     constexpr int kThreads = 128;
     int blocks = int((args->groups + kThreads - 1) / kThreads);
     write_group_arrays<Gemm><<<blocks, kThreads, 0, cuda_stream>>>(*args, arrays);
-    cudaError_t error = cudaGetLastError();
+    error = cudaGetLastError();
     if (error != cudaSuccess) return int(error);
     Gemm gemm;
     void* gemm_workspace = static_cast<char*>(workspace) + Arrays::bytes(args->groups);

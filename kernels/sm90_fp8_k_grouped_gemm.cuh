@@ -6,7 +6,7 @@
 // (k-blocks, m) and (k-blocks, n) arrays, the dense per-group layout the grouped mainloop derives from its shape.
 #pragma once
 
-#include "sm90_fp8_block_gemm.cuh"
+#include "sm90_fp8_grouped_gemm.cuh"
 #include "sm90_fp8_grouped_rows.h"
 
 namespace cutlass_ext::fp8_block {
@@ -151,26 +151,10 @@ struct Sm90Fp8KGroupedGemm {
   static int64_t zero_rows(const cutlass_ext_fp8_k_grouped_args& args) { return args.m > args.n ? args.m : args.n; }
 
   static typename Gemm::Arguments arguments(const cutlass_ext_fp8_k_grouped_args& args, const Arrays& arrays) {
-    typename Gemm::Arguments arguments{};
-    arguments.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-    // No host copy of the problem shapes: the scheduler reads them on the device.
-    arguments.problem_shape = {int(args.groups), arrays.problem_shapes, nullptr};
-    arguments.mainloop.ptr_A = arrays.a;
-    arguments.mainloop.dA = arrays.stride_a;
-    arguments.mainloop.ptr_B = arrays.b;
-    arguments.mainloop.dB = arrays.stride_b;
-    arguments.mainloop.ptr_SFA = arrays.scale_a;
-    arguments.mainloop.layout_SFA = nullptr;
-    arguments.mainloop.ptr_SFB = arrays.scale_b;
-    arguments.mainloop.layout_SFB = nullptr;
-    arguments.epilogue.thread.alpha = 1.0f;
-    arguments.epilogue.thread.beta = args.c != nullptr ? 1.0f : 0.0f;
+    auto arguments = grouped_arguments<Gemm>(args.groups, arrays, args.device, args.sm_count);
+    arguments.epilogue.thread.beta = args.c != nullptr ? 1.0f : 0.0f;  // D = C + the product when accumulating
     arguments.epilogue.ptr_C = arrays.c;
     arguments.epilogue.dC = arrays.stride_c;
-    arguments.epilogue.ptr_D = arrays.d;
-    arguments.epilogue.dD = arrays.stride_d;
-    arguments.hw_info.device_id = args.device;
-    arguments.hw_info.sm_count = args.sm_count;
     return arguments;
   }
 
@@ -196,7 +180,9 @@ struct Sm90Fp8KGroupedGemm {
     auto cuda_stream = static_cast<cudaStream_t>(stream);
     int64_t rows = zero_rows(*args);
     Arrays arrays = Arrays::carve(workspace, args->groups, rows);
-    cudaError_t error = cudaMemsetAsync(arrays.zeros, 0, Arrays::zero_bytes(rows), cuda_stream);
+    // All zero (the empty groups' operands, and the TMA descriptors CUTLASS reads before writing: see
+    // sm90_fp8_grouped_gemm.cuh), then the invalid groups' NaN scales.
+    cudaError_t error = cudaMemsetAsync(workspace, 0, workspace_size(args), cuda_stream);
     if (error == cudaSuccess) error = cudaMemsetAsync(arrays.nans, 0xFF, Arrays::nan_bytes(rows), cuda_stream);
     if (error != cudaSuccess) return int(error);
     constexpr int kThreads = 128;

@@ -119,10 +119,7 @@ def _launch(variant: str, suffix: str, args: ctypes.Structure, device: torch.dev
         raise ValueError(f"{variant} cannot run this problem ({reason}): check alignment (16-byte rows) and shapes")
     workspace_size = getattr(library, f"{variant}{suffix}_workspace_size")
     workspace_size.restype = ctypes.c_size_t
-    # The grouped kernels keep per-SM TMA descriptors in the workspace; initcheck saw it read before the kernels'
-    # writes: zeroed, nothing they read is undefined.
-    allocate = torch.zeros if suffix in ("_fp8_grouped", "_fp8_k_grouped") else torch.empty
-    workspace = allocate(workspace_size(ctypes.byref(args)), dtype=torch.uint8, device=device)
+    workspace = torch.empty(workspace_size(ctypes.byref(args)), dtype=torch.uint8, device=device)
     run = getattr(library, f"{variant}{suffix}_run")
     status = run(ctypes.byref(args), ctypes.c_void_p(workspace.data_ptr()), native.stream_handle(device))
     native.check_status(status, f"{variant}{suffix}_run")
