@@ -21,6 +21,7 @@
 
 #include "sm90_fp8_block_abi.h"
 #include "sm90_fp8_block_overlapped_promotion.hpp"
+#include "sm90_fp8_block_wave_promotion.hpp"
 
 namespace cutlass_ext::fp8_block {
 
@@ -118,8 +119,13 @@ struct Sm90Fp8BlockGemm {
       typename Schedule::Kernel>::CollectiveOp;
   // OverlappedPromotion: each k-block's scaling and promotion run while the next one's wgmmas do
   // (sm90_fp8_block_overlapped_promotion.hpp); the same sums, bit for bit.
-  using Mainloop = cute::conditional_t<OverlappedPromotion, OverlappedBlockScaledMainloop<StockMainloop>,
-                                       StockMainloop>;
+  // 256-row cooperative tiles: each warpgroup's 128 rows promoted 64 at a time (sm90_fp8_block_wave_promotion.hpp),
+  // which the stock mainloop's tile-sized partial fragment cannot hold in registers.
+  static constexpr bool kWaves = TileM == 256 && !SwapAB;
+  static_assert(!(kWaves && OverlappedPromotion), "256-row tiles promote one 64-row wave at a time, not overlapped");
+  using Mainloop = cute::conditional_t<
+      kWaves, WaveBlockScaledMainloop<StockMainloop>,
+      cute::conditional_t<OverlappedPromotion, OverlappedBlockScaledMainloop<StockMainloop>, StockMainloop>>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
                                                       typename Decomposition::TileScheduler>;

@@ -8,7 +8,8 @@
 // Here k-blocks alternate between two partial fragments (and two sets of scale registers): block i+1's wgmmas are
 // issued into one before block i's, in the other, are waited for (`warpgroup_wait<1>`), scaled and added, so the
 // FFMAs run while the Tensor Core works. Each total gets the same FP32 operations in the same order as in CUTLASS's
-// mainloop (scales combined and applied by the same expressions), so the output is the same bit for bit.
+// mainloop (scales combined and applied by its expressions: sm90_fp8_block_promotion_common.hpp), so the output is
+// the same bit for bit.
 //
 // Everything but `mma` is the stock collective (`Base`, from CUTLASS's CollectiveBuilder): loads of operands and
 // scales, shared memory, pipeline and `mma_tail`, which releases the last stage. Costs one more accumulator
@@ -22,6 +23,8 @@
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 
+#include "sm90_fp8_block_promotion_common.hpp"
+
 namespace cutlass_ext::fp8_block {
 
 template <class Base>
@@ -32,11 +35,8 @@ struct OverlappedBlockScaledMainloop : Base {
   using typename Base::PipelineState;
   using typename Base::SmemLayoutA;
   using typename Base::SmemLayoutB;
-  using typename Base::SmemLayoutSFA;
-  using typename Base::SmemLayoutSFB;
   using typename Base::TensorStorage;
   using typename Base::TiledMma;
-  using typename Base::TileShape;
   static constexpr int kScaleMs = Base::ScaleMsPerTile;  // distinct scales along the tile's rows, columns
   static constexpr int kScaleNs = Base::ScaleNsPerTile;
 
@@ -48,19 +48,9 @@ struct OverlappedBlockScaledMainloop : Base {
     using namespace cute;
     Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});  // (BLK_M,BLK_K,PIPE)
     Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (BLK_N,BLK_K,PIPE)
-    // The scales broadcast over the tile as the stock mainloop views them: (BLK_M,BLK_N,(BLK_K,PIPE)).
-    Tensor sSFA = make_tensor(
-        make_smem_ptr(shared_tensors.smem_SFA.data()),
-        make_layout(make_shape(get<0>(shape(SmemLayoutSFA{})), get<1>(TileShape{}),
-                               make_shape(get<1>(shape(SmemLayoutSFA{})), get<2>(shape(SmemLayoutSFA{})))),
-                    make_stride(get<0>(stride(SmemLayoutSFA{})), _0{},
-                                make_stride(get<1>(stride(SmemLayoutSFA{})), get<2>(stride(SmemLayoutSFA{}))))));
-    Tensor sSFB = make_tensor(
-        make_smem_ptr(shared_tensors.smem_SFB.data()),
-        make_layout(make_shape(get<0>(TileShape{}), get<0>(shape(SmemLayoutSFB{})),
-                               make_shape(get<1>(shape(SmemLayoutSFB{})), get<2>(shape(SmemLayoutSFB{})))),
-                    make_stride(_0{}, get<0>(stride(SmemLayoutSFB{})),
-                                make_stride(get<1>(stride(SmemLayoutSFB{})), get<2>(stride(SmemLayoutSFB{}))))));
+    auto scales = broadcast_scales<Base>(shared_tensors);  // (BLK_M,BLK_N,(BLK_K,PIPE)) each
+    Tensor sSFA = get<0>(scales);
+    Tensor sSFB = get<1>(scales);
 
     constexpr int kWarpGroups = size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
     Layout warp_group_thread_layout = make_layout(Int<kWarpGroups>{}, Int<cutlass::NumThreadsPerWarpGroup>{});
@@ -106,53 +96,25 @@ struct OverlappedBlockScaledMainloop : Base {
       }
       warpgroup_commit_batch();
       warpgroup_fence_operand(partial);
-      if constexpr (kScaleMs == 1 && kScaleNs == 1) {
-        sfa(_0{}) = sfa(_0{}) * sfb(_0{});
-      }
-      if constexpr (kScaleMs > 1 && kScaleNs == 1) {
-        ElementBlockScale scale_b = sfb(_0{});
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(filter_zeros(sfa)); i++) filter_zeros(sfa)(i) = filter_zeros(sfa)(i) * scale_b;
-      }
-      if constexpr (kScaleMs == 1 && kScaleNs > 1) {
-        ElementBlockScale scale_a = sfa(_0{});
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(filter_zeros(sfb)); i++) filter_zeros(sfb)(i) = filter_zeros(sfb)(i) * scale_a;
-      }
+      combine_scales<kScaleMs, kScaleNs>(sfa, sfb);  // in the wgmmas' shadow
       ++smem_pipe_read;
     };
-    // accum += partial · scale, the expressions of CUTLASS's GmmaFP8Accumulation::scale_core.
-    auto promote = [&](auto& partial, auto& sfa, auto& sfb) {
+    auto promote_all = [&](auto& partial, auto& sfa, auto& sfb) {
       warpgroup_fence_operand(partial);
-      if constexpr (kScaleMs == 1 && kScaleNs == 1) {
-        ElementBlockScale scale_ab = sfa(_0{});
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(accum); ++i) accum(i) += partial(i) * scale_ab;
-      }
-      if constexpr (kScaleMs > 1 && kScaleNs == 1) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(accum); ++i) accum(i) += partial(i) * sfa(i);
-      }
-      if constexpr (kScaleMs == 1 && kScaleNs > 1) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(accum); ++i) accum(i) += partial(i) * sfb(i);
-      }
-      if constexpr (kScaleMs > 1 && kScaleNs > 1) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(accum); ++i) accum(i) += partial(i) * sfa(i) * sfb(i);
-      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(accum); ++i) promote<kScaleMs, kScaleNs>(accum(i), partial(i), sfa, sfb, i);
     };
     // After the next k-block is issued: wait for the one before it, promote it and free its stage.
     PipelineState smem_pipe_release = smem_pipe_read;
     auto retire = [&](auto& partial, auto& sfa, auto& sfb) {
       warpgroup_wait<1>();
-      promote(partial, sfa, sfb);
+      promote_all(partial, sfa, sfb);
       pipeline.consumer_release(smem_pipe_release);
       ++smem_pipe_release;
     };
     auto drain = [&](auto& partial, auto& sfa, auto& sfb) {
       warpgroup_wait<0>();
-      promote(partial, sfa, sfb);
+      promote_all(partial, sfa, sfb);
       warpgroup_fence_operand(accum);
     };
 

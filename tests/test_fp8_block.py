@@ -214,6 +214,7 @@ def test_variant_names_round_trip():
         Fp8BlockConfig(grouped=True, tile=(128, 256, 128), cluster=(2, 1)),
         Fp8BlockConfig(out_dtype="fp32", scale_n=1, k_grouped=True, scale_a_major="m"),
         Fp8BlockConfig(tile=(128, 32, 128), swap_ab=True, overlapped=True),
+        Fp8BlockConfig(tile=(256, 128, 128), cluster=(1, 2), scale_a_major="m", scheduler="streamk"),
     ]
     for config in configs:
         assert Fp8BlockConfig.from_name(config.name) == config
@@ -222,6 +223,7 @@ def test_variant_names_round_trip():
     assert configs[4].name == "fp8block_e4m3e4m3_bf16_128x256x128_c2x1_coop_sb128_grouped"
     assert configs[5].name == "fp8block_e4m3e4m3_fp32_128x128x128_c1x1_coop_sb1_kgrouped_am"
     assert configs[6].name == "fp8block_e4m3e4m3_bf16_128x32x128_c1x1_coop_sb128_swap_overlap"
+    assert configs[7].name == "fp8block_e4m3e4m3_bf16_256x128x128_c1x2_coop_sb128_streamk_am"
 
 
 @pytest.mark.parametrize(
@@ -240,6 +242,11 @@ def test_variant_names_round_trip():
         ({"k_grouped": True, "scale_n": 1, "scale_a_major": "m", "scheduler": "streamk"}, "k_grouped kernels"),
         ({"grouped": True, "overlapped": True}, "overlapped promotion is built for the dense kernels"),
         ({"overlapped": 1}, "must be True or False"),
+        ({"tile": (256, 128, 128), "schedule": "pingpong"}, "takes m = 128 or 256 .cooperative."),
+        ({"tile": (256, 128, 128), "overlapped": True}, "256-row tiles"),
+        ({"tile": (256, 256, 128)}, "256-row tiles"),
+        ({"tile": (256, 32, 128), "swap_ab": True}, "256-row tiles"),
+        ({"tile": (256, 128, 128), "grouped": True}, "256-row tiles"),
     ],
 )
 def test_invalid_configs_say_why(fields, message):
@@ -305,22 +312,24 @@ def test_group_rows_on_the_host(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_library_compiles_and_exports_launchers(tmp_path, monkeypatch):
-    """One dense and one grouped variant in one translation unit (about 5 minutes on two cores). The dense one
-    promotes overlapped with the next k-block's wgmmas: ptxas must neither serialize them (warning C7514) nor
-    spill its three accumulator fragments."""
+    """Two dense variants and a grouped one in one translation unit (about 6 minutes on two cores). The first
+    dense one promotes overlapped with the next k-block's wgmmas, the second has 256-row tiles promoted 64 rows at
+    a time: ptxas must neither serialize their wgmmas (warning C7514) nor spill their accumulator fragments."""
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
     dense = Fp8BlockConfig(scheduler="streamk", overlapped=True)
+    waves = Fp8BlockConfig(tile=(256, 128, 128), cluster=(1, 2))
     grouped = Fp8BlockConfig(grouped=True, scale_n=1, out_dtype="fp32")
-    (result,) = build.build_libraries([(dense, grouped)], "90a", verbose=False)
+    (result,) = build.build_libraries([(dense, waves, grouped)], "90a", verbose=False)
     assert result.error is None, result.error
     usage = json.loads((result.library.parent / cache.MANIFEST).read_text())["resource_usage"]
     assert "C7514" not in usage
-    assert "OverlappedBlockScaledMainloop" in usage and " 0 bytes spill stores" in usage
+    assert "OverlappedBlockScaledMainloop" in usage and "WaveBlockScaledMainloop" in usage
+    assert " 0 bytes spill stores" in usage
     assert not re.search(r"[1-9]\d* bytes spill stores", usage)
     exported = subprocess.run(
         ["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True, check=True
     ).stdout
-    for name, suffix in ((dense.name, "_fp8_block"), (grouped.name, "_fp8_grouped")):
+    for name, suffix in ((dense.name, "_fp8_block"), (waves.name, "_fp8_block"), (grouped.name, "_fp8_grouped")):
         for launcher in ("can_implement", "workspace_size", "run"):
             assert f" T {name}{suffix}_{launcher}\n" in exported
 

@@ -35,7 +35,8 @@ class Fp8BlockConfig(VariantFields):
     into FP32 registers (CUTLASS's blockwise-scaled mainloop).
 
     tile: (m, n, k) of a CTA's output tile and k-tile (k = 128, one scale block); cluster: (m, n) CTAs sharing
-    loads by TMA multicast. schedule: `cooperative` (128-row tiles) or `pingpong` (64-row tiles). scale_n: rows
+    loads by TMA multicast. schedule: `cooperative` (128-row tiles, or 256-row ones whose warpgroups promote
+    64 rows at a time: kernels/sm90_fp8_block_wave_promotion.hpp) or `pingpong` (64-row tiles). scale_n: rows
     of B per scale (128 or 1; name `_sbN`). scheduler / splits: see SCHEDULERS (name `_streamk`, `_splitkN`).
     grouped: the mixture-of-experts kernel (name suffix `_grouped`): one launch over the experts' products,
     their row counts read on the device. k_grouped: its weight-gradient form (name suffix `_kgrouped`): groups cut
@@ -118,9 +119,16 @@ class Fp8BlockConfig(VariantFields):
                 f"swap_ab=True takes dense kernels with K-major activation scales and a token side (tile n) that "
                 f"is a multiple of 32; got {self.tile!r}, grouped={self.grouped}, scale_a_major={self.scale_a_major!r}"
             )
-        if tile_m != {"cooperative": 128, "pingpong": 64}[self.schedule]:
+        wave_tile = tile_m == 256 and self.schedule == "cooperative"
+        if tile_m != {"cooperative": 128, "pingpong": 64}[self.schedule] and not wave_tile:
             raise ValueError(
-                f"tile={self.tile!r}: schedule={self.schedule!r} takes m = 128 (cooperative) or 64 (pingpong)"
+                f"tile={self.tile!r}: schedule={self.schedule!r} takes m = 128 or 256 (cooperative) or 64 (pingpong)"
+            )
+        if wave_tile and (self.swap_ab or self.grouped or self.k_grouped or self.overlapped or tile_n > 128):
+            raise ValueError(
+                f"tile={self.tile!r}: 256-row tiles (promoted 64 rows at a time) are built for dense, unswapped, "
+                f"not overlapped kernels with n <= 128; got swap_ab={self.swap_ab}, grouped={self.grouped}, "
+                f"k_grouped={self.k_grouped}, overlapped={self.overlapped}"
             )
         if not isinstance(self.splits, int) or self.splits < 1:
             raise ValueError(f"splits={self.splits!r} must be a positive integer")

@@ -54,6 +54,27 @@ OVERLAPPED_TWINS = [
 ]
 
 
+OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# 256-row tiles promote each warpgroup's 128 rows 64 at a time (kernels/sm90_fp8_block_wave_promotion.hpp): the
+# same FP32 operations per output as the 128-row tile's, so the same bits, under every scale case, scheduler and
+# cluster shape they are swept with.
+WAVE_TWINS = [
+    (Fp8BlockConfig(), Fp8BlockConfig(tile=(256, 128, 128))),
+    (Fp8BlockConfig(), Fp8BlockConfig(tile=(256, 128, 128), cluster=(1, 2))),
+    (Fp8BlockConfig(), Fp8BlockConfig(tile=(256, 128, 128), cluster=(2, 1))),
+    (Fp8BlockConfig(scale_a_major="m"), Fp8BlockConfig(tile=(256, 128, 128), scale_a_major="m")),
+    (Fp8BlockConfig(scheduler="streamk"), Fp8BlockConfig(tile=(256, 128, 128), scheduler="streamk")),
+    (
+        Fp8BlockConfig(scheduler="streamk", scale_n=1),
+        Fp8BlockConfig(tile=(256, 128, 128), scheduler="streamk", scale_n=1),
+    ),
+    (
+        Fp8BlockConfig(out_dtype="fp32", scheduler="streamk"),
+        Fp8BlockConfig(tile=(256, 128, 128), out_dtype="fp32", scheduler="streamk"),
+    ),
+]
+
+
 def _swept_variants() -> list:
     """The survivors of the shipped sweep space: any of them may be a tuned table's winner."""
     path = Path(__file__).resolve().parents[2] / "configs" / "sm90_fp8_block.yaml"
@@ -70,7 +91,8 @@ def built():
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("block-scaled FP8 kernels run on Hopper (sm90)")
     twins = [dataclasses.replace(c, overlapped=True) for c in OVERLAPPED_TWINS]
-    variants = list(dict.fromkeys(DENSE_VARIANTS + SWEPT_VARIANTS + OVERLAPPED_TWINS + twins))
+    waves = [c for pair in WAVE_TWINS for c in pair]
+    variants = list(dict.fromkeys(DENSE_VARIANTS + SWEPT_VARIANTS + OVERLAPPED_TWINS + twins + waves))
     failed = [r for r in build_libraries([(c,) for c in variants], "90a") if r.library is None]
     assert not failed, failed[0].error
 
@@ -204,6 +226,25 @@ def test_overlapped_promotion_gives_the_same_bits(config, m, n, k, distribution)
     overlapped = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, variant=twin)
     assert torch.equal(overlapped, stock)
     check_close(overlapped, a8, b8, scale_a, scale_b, config.scale_n, bias)
+
+
+@pytest.mark.parametrize("stock, wave", WAVE_TWINS, ids=[wave.name for _, wave in WAVE_TWINS])
+@pytest.mark.parametrize("m, n, k", [(3, 384, 128), (129, 384, 256), (300, 640, 400), (513, 256, 1040)])
+@pytest.mark.parametrize("distribution", ["wide", "outliers"])
+def test_wave_promotion_gives_the_same_bits(stock, wave, m, n, k, distribution):
+    """One, two and several k-blocks, a partial last k-block, M inside one 256-row tile's first or second warpgroup
+    rows and across tiles."""
+    weight_block = (stock.scale_n, 128)
+    a8, b8, scale_a, scale_b = quantized(m, n, k, distribution, weight_block, seed=m + k)
+    bias = seeded_bias(n, m + k).to(OUT_DTYPES[stock.out_dtype]) * 100
+    reference = fp8_block.gemm_fp8_block(
+        a8, b8, scale_a, scale_b, bias=bias, out_dtype=OUT_DTYPES[stock.out_dtype], variant=stock.name
+    )
+    out = fp8_block.gemm_fp8_block(
+        a8, b8, scale_a, scale_b, bias=bias, out_dtype=OUT_DTYPES[stock.out_dtype], variant=wave.name
+    )
+    assert torch.equal(out, reference)
+    check_close(out, a8, b8, scale_a, scale_b, stock.scale_n, bias)
 
 
 @pytest.mark.parametrize("m", [1, 2, 3, 5, 6, 7, 127, 130, 131])
