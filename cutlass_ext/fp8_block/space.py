@@ -13,7 +13,7 @@ space:
   out_dtype: [bf16]         # a_dtype, b_dtype, out_dtype default to e4m3, e4m3, bf16; scale_n to 128
   overlapped: [false, true] # promotion overlapped with the next k-block's wgmmas (dense kernels only)
 
-The schedule follows the tile: m = 64 runs ping-pong warpgroups, m = 128 cooperative ones. Combinations that
+The schedule follows the tile: m = 64 runs ping-pong warpgroups, m = 128 and 256 cooperative ones. Combinations that
 Fp8BlockConfig rejects (a weights side that is not a multiple of 128, a ping-pong kernel under stream-K, a swapped
 one with M-major scales) are left out of the product.
 """
