@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import statistics
 import sys
 from pathlib import Path
 
@@ -47,13 +48,14 @@ WGRAD = [
 ]
 REFERENCE_ROWS = 64
 # Named variants timed beside the dispatch's choice (e4m3, bf16 output, 128x128 weight blocks): whole tiles without
-# stream-K, TMA multicast of the weights, 64-row ping-pong tiles, M-major activation scales, swapped operands for
-# decode.
+# stream-K, TMA multicast of the weights, 64-row ping-pong tiles, M-major activation scales, 256-row tiles (each
+# warpgroup's rows promoted 64 at a time) multicasting the activations, swapped operands for decode.
 DENSE_VARIANTS = [
     "fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128",
     "fp8block_e4m3e4m3_bf16_128x128x128_c2x1_coop_sb128",
     "fp8block_e4m3e4m3_bf16_64x128x128_c1x1_pp_sb128",
     "fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128_am",
+    "fp8block_e4m3e4m3_bf16_256x128x128_c1x2_coop_sb128_am",
     "fp8block_e4m3e4m3_bf16_128x32x128_c1x1_coop_sb128_streamk_swap",
     "fp8block_e4m3e4m3_bf16_128x64x128_c1x1_coop_sb128_streamk_swap",
 ]
@@ -98,21 +100,41 @@ def dense_contenders(variants):
         yield "DeepGEMM", deepgemm
 
 
-def measure(label, run, sets, reference, rows, flops, extra, environment, repeats):
-    row = {**environment, "contender": label, **extra, "us": None, "tflops": None, "relres": None, "note": ""}
-    try:
-        out = run(*sets[0])
-        if not label.endswith(" row"):  # row-wise peers read other scales: their time is what compares
-            row["relres"] = relres(out[rows], reference)
-        row["us"] = benchmark.graph_time_us(run, sets, repeats=repeats)
-        row["tflops"] = flops / row["us"] / 1e6
-    except Exception as error:  # a contender that cannot run this case records why
-        row["note"] = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
-    torch.cuda.synchronize()
-    return row
+def _failure(error: Exception) -> str:
+    return f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
 
 
-def bench_dense(ms, nks, variants, environment, repeats, rows, save):
+def measure_shape(contenders, environment, repeats, rounds):
+    """Rows of one shape's contenders, each (label, run, sets, first, flops, extra): `first(run)` calls it once and
+    returns its relres (or None). The timing then goes round-robin: `rounds` rounds, every contender once in each,
+    and each row's time is the median of its rounds, so that a clock or power shift while the shape is timed reaches
+    every contender alike instead of the one timed then. A contender that cannot run the case records why."""
+    rows, live = [], []
+    for label, run, sets, first, flops, extra in contenders:
+        row = {**environment, "contender": label, **extra, "us": None, "tflops": None, "relres": None, "note": ""}
+        try:
+            row["relres"] = first(run)
+            live.append((row, run, sets, flops, []))
+        except Exception as error:
+            row["note"] = _failure(error)
+        torch.cuda.synchronize()
+        rows.append(row)
+    for _ in range(rounds):
+        for row, run, sets, _, times in live:
+            if not row["note"]:
+                try:
+                    times.append(benchmark.graph_time_us(run, sets, repeats=repeats))
+                except Exception as error:
+                    row["note"] = _failure(error)
+                torch.cuda.synchronize()
+    for row, _, _, flops, times in live:
+        if times and not row["note"]:
+            row["us"] = statistics.median(times)
+            row["tflops"] = flops / row["us"] / 1e6
+    return rows
+
+
+def bench_dense(ms, nks, variants, environment, repeats, rounds, rows, save):
     for n, k in nks:
         for m in ms:
             sets = quantize_sets(m, n, k, None, seed=m + n + k)
@@ -121,13 +143,27 @@ def bench_dense(ms, nks, variants, environment, repeats, rows, save):
             reference = fp8_block.block_scaled_reference(a8[r], b8, sa[r], sb, 128)
             # M-major variants get their scales in that layout, as a quantizer writing it would hand them over
             m_major_sets = [(a8_, b8_, fp8_block.api.m_major(sa_), sb_) for a8_, b8_, sa_, sb_ in sets]
+            extra = {"kind": "dense", "m": m, "n": n, "k": k, "groups": 1}
+            contenders = []
             for label, run in dense_contenders(variants):
-                extra = {"kind": "dense", "m": m, "n": n, "k": k, "groups": 1}
                 given = m_major_sets if label.endswith("_am") else sets
-                rows.append(measure(label, run, given, reference, r, 2 * m * n * k, extra, environment, repeats))
-                print(_line(rows[-1]), flush=True)
-            del sets
+                contenders.append((label, run, given, _first(given, r, reference), 2 * m * n * k, extra))
+            rows += measure_shape(contenders, environment, repeats, rounds)
+            for row in rows[-len(contenders) :]:
+                print(_line(row), flush=True)
+            del sets, m_major_sets, contenders
             save(rows)
+
+
+def _first(sets, r, reference, scored=True):
+    """A contender's one call on the first input set and its relres on rows r (unless not `scored`: row-wise peers
+    read other scales, their time is what compares)."""
+
+    def first(run):
+        out = run(*sets[0])
+        return relres(out[r], reference) if scored else None
+
+    return first
 
 
 def moe_contenders(groups, m_per_group, variants):
@@ -188,7 +224,7 @@ def moe_contenders(groups, m_per_group, variants):
         yield "DeepGEMM masked", deepgemm_masked
 
 
-def bench_moe(group_counts, ms, nks, variants, environment, repeats, rows, save):
+def bench_moe(group_counts, ms, nks, variants, environment, repeats, rounds, rows, save):
     for n, k in nks:
         for groups in group_counts:
             for m_per_group in ms:
@@ -197,11 +233,15 @@ def bench_moe(group_counts, ms, nks, variants, environment, repeats, rows, save)
                 a8, b8, sa, sb = sets[0]
                 r = slice(0, min(m_per_group, REFERENCE_ROWS))  # rows of the first expert
                 reference = fp8_block.block_scaled_reference(a8[r], b8[0], sa[r], sb[0], 128)
+                extra = {"kind": "moe", "m": m_per_group, "n": n, "k": k, "groups": groups}
+                contenders = []
                 for label, run in moe_contenders(groups, m_per_group, variants):
-                    extra = {"kind": "moe", "m": m_per_group, "n": n, "k": k, "groups": groups}
-                    rows.append(measure(label, run, sets, reference, r, 2 * m * n * k, extra, environment, repeats))
-                    print(_line(rows[-1]), flush=True)
-                del sets
+                    first = _first(sets, r, reference, scored=not label.endswith(" row"))
+                    contenders.append((label, run, sets, first, 2 * m * n * k, extra))
+                rows += measure_shape(contenders, environment, repeats, rounds)
+                for row in rows[-len(contenders) :]:
+                    print(_line(row), flush=True)
+                del sets, contenders
                 save(rows)
 
 
@@ -212,7 +252,7 @@ def wgrad_sizes(groups: int, mean: int, seed: int) -> list[int]:
     return [int(-(-int(mean * f) // 128) * 128) for f in factors.tolist()]
 
 
-def bench_wgrad(cases, variants, environment, repeats, rows, save):
+def bench_wgrad(cases, variants, environment, repeats, rounds, rows, save):
     """D_g = C_g + A_g·B_gᵀ over each expert's tokens (K), FP32 out accumulated in place, 1x128 scales along K
     on both operands: ours from (M, ΣK) operands, DeepGEMM from its layout (each group's (M, K_g) block packed)."""
     deep_gemm = _deep_gemm()
@@ -258,20 +298,17 @@ def bench_wgrad(cases, variants, environment, repeats, rows, save):
                 return d
 
             contenders.append(("DeepGEMM", deepgemm))
-        for label, run in contenders:
-            row = {**environment, "contender": label, "kind": "wgrad", "m": m, "n": n, "k": k, "groups": groups}
-            row.update(us=None, tflops=None, relres=None, note="")
-            try:
-                sets[0][-1].zero_()
-                row["relres"] = relres(run(*sets[0])[0, r], reference)
-                row["us"] = benchmark.graph_time_us(run, sets, repeats=repeats)
-                row["tflops"] = 2 * m * n * k / row["us"] / 1e6
-            except Exception as error:  # a contender that cannot run this case records why
-                row["note"] = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
-            torch.cuda.synchronize()
-            rows.append(row)
-            print(_line(rows[-1]), flush=True)
-        del sets
+
+        def first(run, sets=sets, r=r, reference=reference):
+            sets[0][-1].zero_()  # D accumulates in place
+            return relres(run(*sets[0])[0, r], reference)
+
+        extra = {"kind": "wgrad", "m": m, "n": n, "k": k, "groups": groups}
+        timed = [(label, run, sets, first, 2 * m * n * k, extra) for label, run in contenders]
+        rows += measure_shape(timed, environment, repeats, rounds)
+        for row in rows[-len(timed) :]:
+            print(_line(row), flush=True)
+        del sets, timed
         save(rows)
 
 
@@ -377,7 +414,8 @@ def main(argv=None) -> int:
         help="weight-gradient cases GxMxNxTOKENS (mean tokens per expert), comma-separated; '' for none",
     )
     parser.add_argument("--wgrad-variants", nargs="*", default=[], help="weight-gradient (_kgrouped) variants too")
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=10, help="graph replays per round (median)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per shape (median of rounds)")
     parser.add_argument("--plot-only", action="store_true", help="draw the PNG from an existing --out CSV")
     parser.add_argument(
         "--deepgemm", action="store_true", help="time DeepGEMM too (JIT-compiles a kernel per shape on first use)"
@@ -396,9 +434,10 @@ def main(argv=None) -> int:
         pd.DataFrame(rows).to_csv(args.out, index=False)
 
     rows = []
-    bench_dense(args.dense_m, args.dense_nk, args.variants, environment, args.repeats, rows, save)
-    bench_moe(args.moe_groups, args.moe_m, args.moe_nk, args.grouped_variants, environment, args.repeats, rows, save)
-    bench_wgrad(args.wgrad, args.wgrad_variants, environment, args.repeats, rows, save)
+    timing = (environment, args.repeats, args.rounds, rows, save)
+    bench_dense(args.dense_m, args.dense_nk, args.variants, *timing)
+    bench_moe(args.moe_groups, args.moe_m, args.moe_nk, args.grouped_variants, *timing)
+    bench_wgrad(args.wgrad, args.wgrad_variants, *timing)
     plot(pd.DataFrame(rows), args.out.with_suffix(".png"))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
     return 0
