@@ -6,10 +6,9 @@
 // there are 256x128). CUTLASS's mainloop keeps a partial-sum fragment as large as the accumulators, so a 256x128
 // tile would need 2 x 128 registers per thread for them and spill. Here one k-block's sums for the first 64 rows
 // of a warpgroup's 128 are issued, waited for, scaled and added, then the next 64 (the other warpgroup's wgmmas
-// keep the Tensor Core busy meanwhile); the k-block's scales are read while its first wgmmas run, and its stage is
-// handed back to the producer before the last 64 rows are promoted. Every total gets the same FP32 operations as
-// in CUTLASS's mainloop (scales combined and applied by its expressions, sm90_fp8_block_promotion_common.hpp;
-// k-blocks in the same order), so the output equals a 128-row tile's bit for bit.
+// keep the Tensor Core busy meanwhile). Every total gets the same FP32 operations as in CUTLASS's mainloop
+// (scales combined and applied by its expressions, sm90_fp8_block_promotion_common.hpp; k-blocks in the same
+// order), so the output equals a 128-row tile's bit for bit.
 //
 // Everything but `mma` is the stock collective (`Base`, from CUTLASS's CollectiveBuilder).
 #pragma once
@@ -81,6 +80,9 @@ struct WaveBlockScaledMainloop : Base {
       auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
       pipeline.consumer_wait(smem_pipe_read, barrier_token);
       int read_stage = smem_pipe_read.index();
+      copy(tCsSFA(_, _, _, make_coord(_0{}, read_stage)), sfa);
+      copy(tCsSFB(_, _, _, make_coord(_0{}, read_stage)), sfb);
+      combine_scales<kScaleMs, kScaleNs>(sfa, sfb);
       CUTLASS_PRAGMA_UNROLL
       for (int wave = 0; wave < kWaves; ++wave) {
         warpgroup_fence_operand(partial);
@@ -96,17 +98,8 @@ struct WaveBlockScaledMainloop : Base {
           tiled_mma.accumulate_ = GMMA::ScaleOut::One;
         }
         warpgroup_commit_batch();
-        if (wave == 0) {  // the k-block's scales, read and combined while its first wgmmas run
-          copy(tCsSFA(_, _, _, make_coord(_0{}, read_stage)), sfa);
-          copy(tCsSFB(_, _, _, make_coord(_0{}, read_stage)), sfb);
-          combine_scales<kScaleMs, kScaleNs>(sfa, sfb);
-        }
         warpgroup_wait<0>();
         warpgroup_fence_operand(partial);
-        if (wave == kWaves - 1 && k_tile_count > 1) {  // the stage is read: refill it while the last wave promotes
-          pipeline.consumer_release(smem_pipe_release);  // (the last stage is mma_tail's to release)
-          ++smem_pipe_release;
-        }
         CUTLASS_PRAGMA_UNROLL
         for (int n = 0; n < kColumns; ++n) {
           CUTLASS_PRAGMA_UNROLL
@@ -117,6 +110,10 @@ struct WaveBlockScaledMainloop : Base {
       }
       warpgroup_fence_operand(accum);
       ++smem_pipe_read;
+      if (k_tile_count > 1) {  // the last stage is mma_tail's to release
+        pipeline.consumer_release(smem_pipe_release);
+        ++smem_pipe_release;
+      }
     }
   }
 };
