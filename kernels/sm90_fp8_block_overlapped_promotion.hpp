@@ -33,8 +33,6 @@ struct OverlappedBlockScaledMainloop : Base {
   using typename Base::MainloopPipeline;
   using typename Base::Params;
   using typename Base::PipelineState;
-  using typename Base::SmemLayoutA;
-  using typename Base::SmemLayoutB;
   using typename Base::TensorStorage;
   using typename Base::TiledMma;
   static constexpr int kScaleMs = Base::ScaleMsPerTile;  // distinct scales along the tile's rows, columns
@@ -46,25 +44,12 @@ struct OverlappedBlockScaledMainloop : Base {
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
                           int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
     using namespace cute;
-    Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});  // (BLK_M,BLK_K,PIPE)
-    Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (BLK_N,BLK_K,PIPE)
-    auto scales = broadcast_scales<Base>(shared_tensors);  // (BLK_M,BLK_N,(BLK_K,PIPE)) each
-    Tensor sSFA = get<0>(scales);
-    Tensor sSFB = get<1>(scales);
-
-    constexpr int kWarpGroups = size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
-    Layout warp_group_thread_layout = make_layout(Int<kWarpGroups>{}, Int<cutlass::NumThreadsPerWarpGroup>{});
-    int warp_group_idx = __shfl_sync(0xFFFFFFFF, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
     TiledMma tiled_mma;
-    auto thread_mma = tiled_mma.get_slice(warp_group_thread_layout(warp_group_idx));
-    Tensor tCsSFA = tiled_mma.get_slice(thread_idx).partition_C(sSFA);  // (MMA,MMA_M,MMA_N,(MMA_K,PIPE))
-    Tensor tCsSFB = tiled_mma.get_slice(thread_idx).partition_C(sSFB);
-    Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));  // (MMA,MMA_M,MMA_K,PIPE)
-    Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA,MMA_N,MMA_K,PIPE)
-    CUTE_STATIC_ASSERT_V(size<1>(tCrA) == size<1>(accum));
-    CUTE_STATIC_ASSERT_V(size<1>(tCrB) == size<2>(accum));
-    static_assert(Base::ScalePromotionInterval == decltype(size<2>(tCrA))::value,
-                  "one scale block per k-tile: every k-tile's sum is scaled and promoted");
+    auto views = consumer_views<Base>(tiled_mma, accum, thread_idx, shared_tensors);
+    Tensor tCrA = get<0>(views);    // (MMA,MMA_M,MMA_K,PIPE)
+    Tensor tCrB = get<1>(views);    // (MMA,MMA_N,MMA_K,PIPE)
+    Tensor tCsSFA = get<2>(views);  // (MMA,MMA_M,MMA_N,(MMA_K,PIPE))
+    Tensor tCsSFB = get<3>(views);
 
     clear(accum);
     if (k_tile_count <= 0) return;

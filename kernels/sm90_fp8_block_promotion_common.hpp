@@ -31,6 +31,31 @@ CUTLASS_DEVICE auto broadcast_scales(typename Base::TensorStorage& shared_tensor
   return make_tuple(sSFA, sSFB);
 }
 
+// A consumer thread's views of the pipeline's shared memory as CUTLASS's mainloop partitions them: its warpgroup's
+// wgmma descriptors of A and B, (MMA,MMA_M,MMA_K,PIPE) and (MMA,MMA_N,MMA_K,PIPE), and its accumulator elements'
+// scales, (MMA,MMA_M,MMA_N,(MMA_K,PIPE)) each.
+template <class Base, class TiledMma, class FrgTensorC>
+CUTLASS_DEVICE auto consumer_views(TiledMma const& tiled_mma, FrgTensorC const& accum, int thread_idx,
+                                   typename Base::TensorStorage& shared_tensors) {
+  using namespace cute;
+  Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), typename Base::SmemLayoutA{});
+  Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), typename Base::SmemLayoutB{});
+  auto scales = broadcast_scales<Base>(shared_tensors);
+  constexpr int kWarpGroups = size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
+  Layout warp_group_thread_layout = make_layout(Int<kWarpGroups>{}, Int<cutlass::NumThreadsPerWarpGroup>{});
+  int warp_group_idx = __shfl_sync(0xFFFFFFFF, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
+  auto thread_mma = tiled_mma.get_slice(warp_group_thread_layout(warp_group_idx));
+  Tensor tCsSFA = tiled_mma.get_slice(thread_idx).partition_C(get<0>(scales));
+  Tensor tCsSFB = tiled_mma.get_slice(thread_idx).partition_C(get<1>(scales));
+  Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));
+  Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));
+  CUTE_STATIC_ASSERT_V(size<1>(tCrA) == size<1>(accum));
+  CUTE_STATIC_ASSERT_V(size<1>(tCrB) == size<2>(accum));
+  static_assert(Base::ScalePromotionInterval == decltype(size<2>(tCrA))::value,
+                "one scale block per k-tile: every k-tile's sum is scaled and promoted");
+  return make_tuple(tCrA, tCrB, tCsSFA, tCsSFB);
+}
+
 // A k-block's scales (register copies of the broadcast views) combined as the stock mainloop combines them: the
 // distinct side's scales times the other side's one (kScaleMs, kScaleNs: distinct scales along rows, columns).
 template <int kScaleMs, int kScaleNs, class ScalesA, class ScalesB>
