@@ -11,7 +11,8 @@ import torch
 
 import cutlass_ext as ext
 from cutlass_ext import build, cache, fp8_block, fp8_rows, toolchain
-from cutlass_ext.fp8_block import Fp8BlockConfig
+from cutlass_ext.families.rules import DeviceLimits, apply_rules
+from cutlass_ext.fp8_block import Fp8BlockConfig, filters
 from cutlass_ext.fp8_block.api import activation_scales, is_block_scaled, m_major, weight_scales
 from cutlass_ext.toolchain import kernels_dir
 
@@ -252,6 +253,20 @@ def test_variant_names_round_trip():
 def test_invalid_configs_say_why(fields, message):
     with pytest.raises(ValueError, match=message):
         Fp8BlockConfig(**fields)
+
+
+def test_sweep_rules_drop_what_need_not_be_built():
+    """Swapped square tiles (the unswapped kernel's tiles) and overlapped promotion with per-row weight scales
+    (which spills); the same forms otherwise are kept."""
+    configs = [
+        Fp8BlockConfig(tile=(128, 128, 128), swap_ab=True),
+        Fp8BlockConfig(overlapped=True, scale_n=1),
+        Fp8BlockConfig(overlapped=True),
+        Fp8BlockConfig(scale_n=1),
+        Fp8BlockConfig(tile=(128, 32, 128), swap_ab=True),
+    ]
+    result = apply_rules(configs, DeviceLimits.for_arch("90a"), filters.RULES)
+    assert result.survivors == configs[2:]
 
 
 def test_non_canonical_name_is_refused():

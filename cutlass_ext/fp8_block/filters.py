@@ -10,4 +10,10 @@ RULES = (
         "swapped 128x128 tiles: the unswapped 128x128 kernel covers the same tiles without transposing the output",
         lambda c, _: c.swap_ab and c.tile[0] == c.tile[1],
     ),
+    Rule(
+        "overlapped_per_row_weight_scales",
+        "overlapped promotion with 1x128 weight scales: two sets of per-column scale registers beside three "
+        "accumulator fragments spill (478 bytes at 128x128)",
+        lambda c, _: c.overlapped and c.scale_n == 1,
+    ),
 )
