@@ -21,13 +21,13 @@ from .. import device as device_info
 from .. import native, tuned
 from ..compiling import cached_constant
 from .config import SCALE_BLOCK_K, Fp8BlockConfig
+from .kernel import TMA_BYTES as _TMA_BYTES
 from .kernel import gemm_fp8_block as _gemm_op
 from .kernel import grouped_gemm_fp8_block as _grouped_op
 from .kernel import k_grouped_gemm_fp8_block as _k_grouped_op
 
 FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
-_TMA_BYTES = 16
 _INT32_MAX = 2**31 - 1
 
 

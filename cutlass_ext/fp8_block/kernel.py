@@ -13,6 +13,8 @@ import torch
 from .. import native
 from .config import Fp8BlockConfig
 
+TMA_BYTES = 16  # TMA moves rows whose start and stride are multiples of 16 bytes
+
 _CUTLASS_STATUSES = {
     1: "misaligned operand",
     2: "invalid data type",
@@ -242,7 +244,7 @@ def k_grouped_gemm_fp8_block(
         return
     # checked here, not in the API: a pointer is known only at run time (also inside a compiled graph)
     for name, tensor in (("a", a), ("b", b), ("out", out)):
-        if tensor.data_ptr() % 16:
+        if tensor.data_ptr() % TMA_BYTES:
             raise ValueError(f"{name} must start on a 16-byte boundary (TMA); its data pointer does not")
     args = _KGroupedArgs(
         groups,

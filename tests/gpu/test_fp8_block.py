@@ -54,7 +54,7 @@ OVERLAPPED_TWINS = [
 ]
 
 
-OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+OUT_DTYPES = {name: dtype for dtype, name in fp8_block.api.OUT_DTYPES.items()}
 # 256-row tiles promote each warpgroup's 128 rows 64 at a time (kernels/sm90_fp8_block_wave_promotion.hpp): the
 # same FP32 operations per output as the 128-row tile's, so the same bits, under every scale case, scheduler and
 # cluster shape they are swept with. (Stream-K gives the same bits only while it keeps each tile's K in one CTA,
