@@ -56,7 +56,6 @@ DENSE_VARIANTS = [
     "fp8block_e4m3e4m3_bf16_64x128x128_c1x1_pp_sb128",
     "fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128_am",
     "fp8block_e4m3e4m3_bf16_256x128x128_c1x2_coop_sb128_am",
-    "fp8block_e4m3e4m3_bf16_128x176x128_c1x1_coop_sb128_am",
     "fp8block_e4m3e4m3_bf16_128x32x128_c1x1_coop_sb128_streamk_swap",
     "fp8block_e4m3e4m3_bf16_128x64x128_c1x1_coop_sb128_streamk_swap",
 ]
