@@ -10,10 +10,12 @@
 // not compile with it (its const is_last_tile binds a member to a non-const reference).
 #include <cuda_runtime.h>
 
-// Every wgmma n that FP8 has (multiples of 8 up to 256), not only CuTe's default set (8, 16, 32, 64, 96, 128, 192,
-// 256): without it CollectiveBuilder cuts a 144- or 160-column tile into n = 16 or 32 atoms, each of which reads
-// the tile's A rows from shared memory again (9 or 5 times per k-step instead of once).
-#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+// CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED (every wgmma n that FP8 has, multiples of 8 up to 256, not only CuTe's
+// default 8, 16, 32, 64, 96, 128, 192, 256): the code generator defines it before this header for tiles whose n
+// needs it, where CollectiveBuilder would otherwise cut a 144- or 160-column tile into n = 16 or 32 atoms that each
+// read the tile's A rows from shared memory again. Elsewhere it is left out: parsing those shapes' definitions
+// takes about a third of a variant's compile (the default 128x128 kernel: 54 s of cicc with them, 34 s without,
+// the same PTX).
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"

@@ -11,6 +11,7 @@ from cutlass_ext import codegen, numerics
 from cutlass_ext.families import from_name
 from cutlass_ext.families.sm90_fp8.config import DEFAULT_FP8, Fp8Config
 from cutlass_ext.families.sm90_fp8.render import render_instance
+from cutlass_ext.toolchain import kernels_dir
 
 
 @pytest.mark.parametrize(
@@ -133,6 +134,22 @@ def test_persistent_variants_launch_programmatically_in_their_own_units():
     assert "#define CUTLASS_ENABLE_GDC_FOR_SM90 1\n#include" in codegen.render_library([persistent])
     with pytest.raises(ValueError, match="separate translation units"):
         codegen.render_library([persistent, DEFAULT_FP8])
+
+
+@pytest.mark.parametrize(
+    "tile_n, extended",
+    [(128, False), (256, False), (192, False), (32, False), (144, True), (160, True), (80, True), (224, True)],
+)
+def test_extended_wgmma_shapes_are_compiled_in_only_where_a_tile_needs_one(tile_n, extended):
+    """CuTe's extended wgmma shapes take a third of a variant's compile to parse: defined for tile widths outside
+    CuTe's default set only (whose atoms they would change), and such variants get translation units of their own."""
+    config = dataclasses.replace(DEFAULT_FP8, tile=(128, tile_n, 128))
+    source = codegen.render_library([config])
+    assert ("#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED\n" in source) == extended
+    assert "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED" not in (kernels_dir() / "sm90_fp8_gemm.cuh").read_text()
+    if extended:
+        with pytest.raises(ValueError, match="separate translation units"):
+            codegen.render_library([config, DEFAULT_FP8])
 
 
 def test_dynamic_scheduler_variants_name_and_instantiate_it_with_programmatic_launch():

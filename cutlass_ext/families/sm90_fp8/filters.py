@@ -8,7 +8,7 @@ from .config import Fp8Config
 
 WGMMA_M = 64  # rows one warpgroup's wgmma covers
 WGMMA_MAX_N = 256
-WGMMA_N_STEP = 8  # FP8 wgmma n: every multiple of 8 (kernels/sm90_fp8_gemm.cuh enables CuTe's extended shapes)
+WGMMA_N_STEP = 8  # FP8 wgmma n: every multiple of 8 (render.defines enables the ones CuTe leaves out by default)
 SWIZZLE_K = 64  # FP8 elements: tile k in whole 64-byte swizzle atoms of shared memory
 MAX_CLUSTER = 8  # CTAs in a portable thread-block cluster
 EPILOGUE_SHARED_BYTES = 32 * 1024  # the TMA-store epilogue's staging buffers, at most (EpilogueTileAuto)

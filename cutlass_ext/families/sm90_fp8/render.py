@@ -57,6 +57,15 @@ def render_instance(config: Fp8Config) -> str:
     )
 
 
+# The FP8 wgmma n that CuTe defines by default; the others (multiples of 8 up to 256) come with
+# CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED, whose ~130k lines of definitions cost about a third of a variant's compile.
+DEFAULT_WGMMA_N = (8, 16, 32, 64, 96, 128, 192, 256)
+
+
 def defines(config: Fp8Config) -> str:
-    """Programmatic dependent launch is compiled in per translation unit (not with CUTLASS 4.2's stream-K)."""
-    return "#define CUTLASS_ENABLE_GDC_FOR_SM90 1\n" if config.programmatic_launch else ""
+    """Per translation unit: programmatic dependent launch (not with CUTLASS 4.2's stream-K), and CuTe's extended
+    wgmma shapes only where the tile's n needs one (without them CollectiveBuilder would cut a 144- or 160-column
+    tile into n = 16 or 32 atoms; a tile n of the default set gets the same atom either way)."""
+    gdc = "#define CUTLASS_ENABLE_GDC_FOR_SM90 1\n" if config.programmatic_launch else ""
+    extended = "" if config.tile[1] in DEFAULT_WGMMA_N else "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED\n"
+    return gdc + extended
