@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <numeric>
+
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/detail/blockwise_scale_layout.hpp"
@@ -20,6 +22,7 @@
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
 #include "sm90_fp8_block_abi.h"
+#include "sm90_fp8_block_across_scale_load.hpp"
 #include "sm90_fp8_block_overlapped_promotion.hpp"
 #include "sm90_fp8_block_wave_promotion.hpp"
 
@@ -71,6 +74,17 @@ template <int ScaleN>
 using SwappedScaleConfig =
     cutlass::detail::Sm90BlockwiseScaleConfig<ScaleN, 1, kScaleBlockK, cute::GMMA::Major::K, cute::GMMA::Major::K>;
 
+// Rows of B per weight scale as an unswapped kernel with TileN-wide tiles reads them: ScaleN when the tiles span
+// whole weight blocks, else the largest g dividing both widths for which CUTLASS's producer can tile the scales'
+// (g, rows / g) mode by the TileN / g scales of a tile (one count divides the other): 4 for n = 176, 8 for 192.
+constexpr int scale_rows_n(int tile_n, int scale_n) {
+  int shared = std::gcd(tile_n, scale_n);
+  for (int g = shared; g > 1; --g) {
+    if (shared % g == 0 && ((tile_n / g) % g == 0 || g % (tile_n / g) == 0)) return g;
+  }
+  return 1;
+}
+
 // SwapAB: the kernel computes Dᵀ (N, M) = B · Aᵀ into D viewed column-major, so the weights fill the 128-row side
 // of a cooperative tile and decode's few tokens a 32- or 64-wide n (instead of 64- or 128-row A tiles that are
 // mostly zeros): a quarter of the Tensor Core work and of the shared-memory traffic per k-block at M <= 32.
@@ -79,14 +93,19 @@ template <class ElementA, class ElementB, class ElementD, int TileM, int TileN, 
           bool SwapAB = false, bool OverlappedPromotion = false>
 struct Sm90Fp8BlockGemm {
   static_assert(TileK == kScaleBlockK, "one k-tile per scale block");
-  static_assert((SwapAB ? TileM : TileN) % ScaleN == 0, "a tile spans whole weight-scale blocks");
+  static_assert(!SwapAB || TileM % ScaleN == 0, "a swapped tile spans whole weight-scale blocks");
+  // Unswapped tiles may cut across weight-scale blocks (n = 176, 192: whole waves of tiles where 128-wide ones
+  // leave a partial one, e.g. N = 2112): the kernel then reads the weight scales at a granularity the tile and the
+  // blocks share (scale_rows_n), to which the API expands them (each repeated ScaleN / kScaleRowsN times).
+  static constexpr int kScaleRowsN = SwapAB ? ScaleN : scale_rows_n(TileN, ScaleN);
+  static constexpr bool kAcrossScaleBlocks = kScaleRowsN != ScaleN;
   static_assert(!(SwapAB && ScaleAMajorM), "swapped kernels read K-major activation scales");
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   static constexpr int kAlignmentAB = 16;  // elements: TMA moves 16-byte rows of FP8
   static constexpr int kAlignmentD = 16 / int(sizeof(ElementD));
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
-  using Scales = cute::conditional_t<SwapAB, SwappedScaleConfig<ScaleN>, ScaleConfig<ScaleN, ScaleAMajorM>>;
+  using Scales = cute::conditional_t<SwapAB, SwappedScaleConfig<ScaleN>, ScaleConfig<kScaleRowsN, ScaleAMajorM>>;
   using LayoutSFA = decltype(Scales::deduce_layoutSFA());
   using LayoutSFB = decltype(Scales::deduce_layoutSFB());
   // The kernel's own operands and output layout: (A, B, row-major D), or (B, A, column-major D) swapped.
@@ -121,10 +140,15 @@ struct Sm90Fp8BlockGemm {
   // (sm90_fp8_block_overlapped_promotion.hpp); the same sums, bit for bit.
   // 256-row cooperative tiles: each warpgroup's 128 rows promoted 64 at a time (sm90_fp8_block_wave_promotion.hpp),
   // which the stock mainloop's tile-sized partial fragment cannot hold in registers.
-  static constexpr bool kWaves = TileM == 256 && !SwapAB;
+  // Tiles across weight-scale blocks take the same mainloop (one wave per warpgroup at 128 rows), which applies a
+  // column's expanded scale as the product sfa · sfb, the operation the 128-wide tiles' combined scales do, and
+  // their own weight-scale loader (CUTLASS's leaves some of a tile's n / g scales unloaded,
+  // sm90_fp8_block_across_scale_load.hpp).
+  static constexpr bool kWaves = (TileM == 256 || kAcrossScaleBlocks) && !SwapAB;
   static_assert(!(kWaves && OverlappedPromotion), "256-row tiles promote one 64-row wave at a time, not overlapped");
+  using WaveBase = cute::conditional_t<kAcrossScaleBlocks, AcrossBlockScaleLoad<StockMainloop>, StockMainloop>;
   using Mainloop = cute::conditional_t<
-      kWaves, WaveBlockScaledMainloop<StockMainloop>,
+      kWaves, WaveBlockScaledMainloop<WaveBase, kAcrossScaleBlocks>,
       cute::conditional_t<OverlappedPromotion, OverlappedBlockScaledMainloop<StockMainloop>, StockMainloop>>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
@@ -145,11 +169,14 @@ struct Sm90Fp8BlockGemm {
     arguments.mainloop.ptr_B = static_cast<const KernelElementB*>(SwapAB ? args.a : args.b);
     arguments.mainloop.dB = cute::make_stride(SwapAB ? args.lda : args.ldb, _1{}, int64_t(0));
     // Scales as (rows, k-blocks): ((1, m), (128, k_blocks)) in CUTLASS's blockwise layout for A, strides (row, 1)
-    // K-major or (1, k-block) M-major; ((ScaleN, ceil(n / ScaleN)), (128, k_blocks)) for B, strides (row, 1).
+    // K-major or (1, k-block) M-major; ((ScaleN, ceil(n / ScaleN)), (128, k_blocks)) for B, strides (row, 1)
+    // (kScaleRowsN rows per scale for tiles across weight-scale blocks: the API's expanded scales).
     auto activation_shape =
         cute::make_shape(cute::make_shape(_1{}, m), cute::make_shape(cute::Int<kScaleBlockK>{}, k_blocks), 1);
-    auto weight_shape = cute::make_shape(cute::make_shape(cute::Int<ScaleN>{}, (n + ScaleN - 1) / ScaleN),
-                                         cute::make_shape(cute::Int<kScaleBlockK>{}, k_blocks), 1);
+    constexpr int kWeightRows = SwapAB ? ScaleN : kScaleRowsN;
+    auto weight_shape =
+        cute::make_shape(cute::make_shape(cute::Int<kWeightRows>{}, (n + kWeightRows - 1) / kWeightRows),
+                         cute::make_shape(cute::Int<kScaleBlockK>{}, k_blocks), 1);
     auto k_major = [](int64_t row_stride) {
       return cute::make_stride(cute::make_stride(_0{}, int32_t(row_stride)), cute::make_stride(_0{}, _1{}),
                                int32_t(0));

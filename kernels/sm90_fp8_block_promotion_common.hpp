@@ -78,8 +78,9 @@ CUTLASS_DEVICE void combine_scales(ScalesA& sfa, ScalesB& sfb) {
 }
 
 // total += partial · scale for the accumulator element at `coord` (its index in the register tensors), given the
-// k-block's combined scales: the expressions of CUTLASS's GmmaFP8Accumulation::scale_core.
-template <int kScaleMs, int kScaleNs, class ScalesA, class ScalesB, class... Coord>
+// k-block's combined scales: the expressions of CUTLASS's GmmaFP8Accumulation::scale_core, except with
+// kProductFirst, where per-row and per-column scales multiply each other before the partial sum.
+template <int kScaleMs, int kScaleNs, bool kProductFirst = false, class ScalesA, class ScalesB, class... Coord>
 CUTLASS_DEVICE void promote(float& total, float partial, ScalesA const& sfa, ScalesB const& sfb, Coord... coord) {
   if constexpr (kScaleMs == 1 && kScaleNs == 1) {
     total += partial * sfa(cute::_0{});
@@ -90,7 +91,10 @@ CUTLASS_DEVICE void promote(float& total, float partial, ScalesA const& sfa, Sca
   if constexpr (kScaleMs == 1 && kScaleNs > 1) {
     total += partial * sfb(coord...);
   }
-  if constexpr (kScaleMs > 1 && kScaleNs > 1) {
+  if constexpr (kScaleMs > 1 && kScaleNs > 1 && kProductFirst) {
+    total += partial * (sfa(coord...) * sfb(coord...));
+  }
+  if constexpr (kScaleMs > 1 && kScaleNs > 1 && !kProductFirst) {
     total += partial * sfa(coord...) * sfb(coord...);
   }
 }

@@ -10,6 +10,11 @@
 // (scales combined and applied by its expressions, sm90_fp8_block_promotion_common.hpp; k-blocks in the same
 // order), so the output equals a 128-row tile's bit for bit.
 //
+// It also runs 128-row tiles that cut across 128-row weight blocks (176 or 192 wide, one wave per warpgroup), whose
+// weight scales come expanded to groups of 4 or 8 rows. With ProductFirst, the scale of a total is sfa · sfb
+// formed first, as the 128-wide tiles' combined scales are, so the outputs equal theirs bit for bit (CUTLASS's
+// expression for per-row and per-column scales is (partial · sfa) · sfb).
+//
 // Everything but `mma` is the stock collective (`Base`, from CUTLASS's CollectiveBuilder).
 #pragma once
 
@@ -24,7 +29,7 @@
 
 namespace cutlass_ext::fp8_block {
 
-template <class Base>
+template <class Base, bool ProductFirst = false>
 struct WaveBlockScaledMainloop : Base {
   using typename Base::ElementBlockScale;
   using typename Base::MainloopPipeline;
@@ -89,7 +94,7 @@ struct WaveBlockScaledMainloop : Base {
         for (int n = 0; n < kColumns; ++n) {
           CUTLASS_PRAGMA_UNROLL
           for (int i = 0; i < size<0>(accum); ++i) {
-            promote<kScaleMs, kScaleNs>(accum(i, wave, n), partial(i, n), sfa, sfb, i, wave, n);
+            promote<kScaleMs, kScaleNs, ProductFirst>(accum(i, wave, n), partial(i, n), sfa, sfb, i, wave, n);
           }
         }
       }

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import cutlass_ext as ext
-from cutlass_ext import build, cache, fp8_block, fp8_rows, toolchain
+from cutlass_ext import build, cache, codegen, fp8_block, fp8_rows, toolchain
 from cutlass_ext.families.rules import DeviceLimits, apply_rules
 from cutlass_ext.fp8_block import Fp8BlockConfig, filters
 from cutlass_ext.fp8_block.api import activation_scales, is_block_scaled, m_major, weight_scales
@@ -216,6 +216,7 @@ def test_variant_names_round_trip():
         Fp8BlockConfig(out_dtype="fp32", scale_n=1, k_grouped=True, scale_a_major="m"),
         Fp8BlockConfig(tile=(128, 32, 128), swap_ab=True, overlapped=True),
         Fp8BlockConfig(tile=(256, 128, 128), cluster=(1, 2), scale_a_major="m", scheduler="streamk"),
+        Fp8BlockConfig(tile=(128, 176, 128), cluster=(2, 1), scale_a_major="m"),
     ]
     for config in configs:
         assert Fp8BlockConfig.from_name(config.name) == config
@@ -225,6 +226,42 @@ def test_variant_names_round_trip():
     assert configs[5].name == "fp8block_e4m3e4m3_fp32_128x128x128_c1x1_coop_sb1_kgrouped_am"
     assert configs[6].name == "fp8block_e4m3e4m3_bf16_128x32x128_c1x1_coop_sb128_swap_overlap"
     assert configs[7].name == "fp8block_e4m3e4m3_bf16_256x128x128_c1x2_coop_sb128_streamk_am"
+    assert configs[8].name == "fp8block_e4m3e4m3_bf16_128x176x128_c2x1_coop_sb128_am"
+
+
+@pytest.mark.parametrize("tile_n, extended", [(128, False), (192, False), (176, True), (144, True)])
+def test_only_tiles_needing_an_extended_wgmma_compile_the_extended_shapes(tile_n, extended):
+    """A 176-wide tile needs CuTe's extended wgmma shapes (else CollectiveBuilder cuts it into eleven n = 16 atoms);
+    other block-scaled variants are spared their parse, so such a variant gets a translation unit of its own."""
+    config = Fp8BlockConfig(tile=(128, tile_n, 128))
+    source = codegen.render_library([config])
+    assert ("#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED\n" in source) == extended
+    if extended:
+        with pytest.raises(ValueError, match="separate translation units"):
+            codegen.render_library([config, Fp8BlockConfig()])
+
+
+@pytest.mark.parametrize(
+    "tile_n, scale_n, swap_ab, rows",
+    [
+        (128, 128, False, 128),
+        (256, 128, False, 128),
+        (176, 128, False, 4),
+        (192, 128, False, 8),
+        (144, 128, False, 4),
+        (176, 1, False, 1),
+        (32, 128, True, 128),
+    ],
+)
+def test_tiles_across_weight_blocks_read_expanded_scales(tile_n, scale_n, swap_ab, rows):
+    """The kernel's rows per weight scale (the API expands 128-row blocks' scales to them): whole blocks as given;
+    across blocks, the largest g dividing both widths such that one of g and the tile's n / g divides the other
+    (what CUTLASS's producer can tile), the same rule the kernel header computes."""
+    config = Fp8BlockConfig(tile=(128, tile_n, 128), scale_n=scale_n, swap_ab=swap_ab)
+    assert config.scale_rows_n == rows
+    assert scale_n % rows == 0 and (swap_ab or tile_n % rows == 0)
+    per_tile = tile_n // rows
+    assert swap_ab or per_tile % rows == 0 or rows % per_tile == 0
 
 
 @pytest.mark.parametrize(
@@ -233,6 +270,12 @@ def test_variant_names_round_trip():
         ({"tile": (128, 128, 64)}, "its k must be 128"),
         ({"tile": (64, 128, 128)}, "takes m = 128"),
         ({"tile": (128, 64, 128)}, "multiple of scale_n=128"),
+        ({"tile": (128, 136, 128)}, "multiple of scale_n=128 or, wider than one weight block, of 16"),
+        ({"tile": (64, 32, 128), "schedule": "pingpong", "swap_ab": True}, "its m .swapped: the weights' side."),
+        ({"tile": (128, 176, 128), "overlapped": True}, "cuts across weight-scale blocks"),
+        ({"tile": (128, 176, 128), "grouped": True}, "cuts across weight-scale blocks"),
+        ({"tile": (64, 176, 128), "schedule": "pingpong"}, "cuts across weight-scale blocks"),
+        ({"tile": (256, 192, 128)}, "cuts across weight-scale blocks"),
         ({"scale_n": 64}, "scale_n=64"),
         ({"scheduler": "splitk"}, "splits=1 goes with"),
         ({"grouped": True, "scheduler": "streamk"}, "group scheduler"),

@@ -300,12 +300,20 @@ def gemm_fp8_block(
         scale_a = m_major(given if block_shaped else activation_scales("scale_a", given, m, k, a.device))
     else:
         scale_a = activation_scales("scale_a", scale_a, m, k, a.device)
+    rows = _scale_rows_n(variant)
+    if rows != scale_n:  # a tile across weight-scale blocks reads each block's scale once per `rows` rows of B
+        scale_b = scale_b.repeat_interleave(scale_n // rows, dim=0)
     return _gemm_op(a, b, scale_a, scale_b, bias, out_dtype, variant)
 
 
 @cached_constant
 def _scale_a_major(variant: str) -> str:
     return Fp8BlockConfig.from_name(variant).scale_a_major
+
+
+@cached_constant
+def _scale_rows_n(variant: str) -> int:
+    return Fp8BlockConfig.from_name(variant).scale_rows_n
 
 
 def m_major(scale: torch.Tensor) -> torch.Tensor:

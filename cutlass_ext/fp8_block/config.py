@@ -6,6 +6,7 @@ CSV columns and its derived `name` is what dispatch and the benchmarks record.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from string import Template
 from typing import ClassVar
@@ -37,7 +38,10 @@ class Fp8BlockConfig(VariantFields):
     tile: (m, n, k) of a CTA's output tile and k-tile (k = 128, one scale block); cluster: (m, n) CTAs sharing
     loads by TMA multicast. schedule: `cooperative` (128-row tiles, or 256-row ones whose warpgroups promote
     64 rows at a time: kernels/sm90_fp8_block_wave_promotion.hpp) or `pingpong` (64-row tiles). scale_n: rows
-    of B per scale (128 or 1; name `_sbN`). scheduler / splits: see SCHEDULERS (name `_streamk`, `_splitkN`).
+    of B per scale (128 or 1; name `_sbN`); a dense, unswapped 128-row cooperative tile may be n = 16·j > scale_n
+    wide across 128-row weight blocks (e.g. 176 or 192: whole waves of tiles for N = 2112), the kernel then reading
+    the weight scales expanded to `scale_rows_n` rows each. scheduler / splits: see SCHEDULERS (name `_streamk`,
+    `_splitkN`).
     grouped: the mixture-of-experts kernel (name suffix `_grouped`): one launch over the experts' products,
     their row counts read on the device. k_grouped: its weight-gradient form (name suffix `_kgrouped`): groups cut
     along K (each expert's tokens), both operands' 1x128 scales M-/N-major (scale_n = 1, scale_a_major = 'm'),
@@ -111,9 +115,20 @@ class Fp8BlockConfig(VariantFields):
         if tile_k != SCALE_BLOCK_K:
             raise ValueError(f"tile={self.tile!r}: its k must be {SCALE_BLOCK_K}, one scale block")
         weights_side = tile_m if self.swap_ab else tile_n
-        if weights_side % self.scale_n:
+        if weights_side % self.scale_n and (self.swap_ab or tile_n % 16 or tile_n < self.scale_n):
             side = "m (swapped: the weights' side)" if self.swap_ab else "n"
-            raise ValueError(f"tile={self.tile!r}: its {side} must be a multiple of scale_n={self.scale_n}")
+            raise ValueError(
+                f"tile={self.tile!r}: its {side} must be a multiple of scale_n={self.scale_n}"
+                + ("" if self.swap_ab else " or, wider than one weight block, of 16")
+            )
+        if self.scale_rows_n != self.scale_n and (
+            tile_m != 128 or self.schedule != "cooperative" or self.grouped or self.k_grouped or self.overlapped
+        ):
+            raise ValueError(
+                f"tile={self.tile!r} cuts across weight-scale blocks of {self.scale_n} rows: built for dense, "
+                f"unswapped 128-row cooperative tiles, not overlapped; got schedule={self.schedule!r}, "
+                f"grouped={self.grouped}, k_grouped={self.k_grouped}, overlapped={self.overlapped}"
+            )
         if self.swap_ab and (tile_n % 32 or self.grouped or self.scale_a_major != "k"):
             raise ValueError(
                 f"swap_ab=True takes dense kernels with K-major activation scales and a token side (tile n) that "
@@ -157,6 +172,19 @@ class Fp8BlockConfig(VariantFields):
             raise ValueError("grouped kernels read K-major activation scales (scale_a_major='k'): dense per group")
         if self.scheduler != "persistent" and self.schedule != "cooperative":
             raise ValueError(f"scheduler={self.scheduler!r} runs cooperative kernels; got schedule={self.schedule!r}")
+
+    @property
+    def scale_rows_n(self) -> int:
+        """Rows of B per weight scale as the kernel reads them, to which the API expands the scales: scale_n, or for
+        a tile across weight-scale blocks the largest g dividing both widths for which CUTLASS's producer can
+        tile the scales' (g, rows / g) mode by a tile's n / g scales (kernels/sm90_fp8_block_gemm.cuh)."""
+        if self.swap_ab:
+            return self.scale_n
+        tile_n, shared = self.tile[1], math.gcd(self.tile[1], self.scale_n)
+        return next(
+            (g for g in range(shared, 1, -1) if shared % g == 0 and ((tile_n // g) % g == 0 or g % (tile_n // g) == 0)),
+            1,
+        )
 
     @property
     def mode(self) -> str:

@@ -73,6 +73,15 @@ WAVE_TWINS = [
         Fp8BlockConfig(out_dtype="fp32", scheduler="streamk"),
         Fp8BlockConfig(tile=(256, 128, 128), out_dtype="fp32", scheduler="streamk"),
     ),
+    # 128-row tiles across the 128-row weight blocks (their scales expanded by the API), same mainloop
+    (Fp8BlockConfig(), Fp8BlockConfig(tile=(128, 176, 128))),
+    (Fp8BlockConfig(cluster=(2, 1)), Fp8BlockConfig(tile=(128, 192, 128), cluster=(2, 1))),
+    (Fp8BlockConfig(scale_a_major="m"), Fp8BlockConfig(tile=(128, 176, 128), scale_a_major="m")),
+    (Fp8BlockConfig(scheduler="streamk"), Fp8BlockConfig(tile=(128, 192, 128), scheduler="streamk")),
+    (
+        Fp8BlockConfig(out_dtype="fp32", scheduler="streamk"),
+        Fp8BlockConfig(tile=(128, 176, 128), out_dtype="fp32", scheduler="streamk"),
+    ),
 ]
 
 
@@ -230,11 +239,14 @@ def test_overlapped_promotion_gives_the_same_bits(config, m, n, k, distribution)
 
 
 @pytest.mark.parametrize("stock, wave", WAVE_TWINS, ids=[wave.name for _, wave in WAVE_TWINS])
-@pytest.mark.parametrize("m, n, k", [(3, 384, 128), (129, 384, 256), (300, 640, 400), (513, 256, 1040)])
+@pytest.mark.parametrize(
+    "m, n, k", [(3, 384, 128), (129, 384, 256), (300, 640, 400), (513, 256, 1040), (130, 2112, 384)]
+)
 @pytest.mark.parametrize("distribution", ["wide", "outliers"])
 def test_wave_promotion_gives_the_same_bits(stock, wave, m, n, k, distribution):
     """One, two and several k-blocks, a partial last k-block, M inside one 256-row tile's first or second warpgroup
-    rows and across tiles."""
+    rows and across tiles; for tiles across weight blocks, tiles holding a block boundary and N a whole number of
+    176- and 192-wide tiles (2112) or not."""
     weight_block = (stock.scale_n, 128)
     a8, b8, scale_a, scale_b = quantized(m, n, k, distribution, weight_block, seed=m + k)
     bias = seeded_bias(n, m + k).to(OUT_DTYPES[stock.out_dtype]) * 100
