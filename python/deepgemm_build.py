@@ -23,13 +23,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def build(source: Path, cxx: str | None) -> Path:
-    from torch.utils.cpp_extension import CUDA_HOME, load
-
+def install_headers(source: Path) -> Path:
+    """CUTLASS and CuTe where DeepGEMM's JIT looks for them (`deep_gemm/include`), copied from its submodule: also
+    needed beside an extension built elsewhere and carried in."""
     include = source / "deep_gemm" / "include"
     for library in ("cutlass", "cute"):
         if not (include / library).is_dir():
             shutil.copytree(source / "third-party" / "cutlass" / "include" / library, include / library)
+    return include
+
+
+def build(source: Path, cxx: str | None) -> Path:
+    from torch.utils.cpp_extension import CUDA_HOME, load
+
+    include = install_headers(source)
     if cxx:
         os.environ["CXX"] = cxx
     build_dir = source / "build_offline"
@@ -60,6 +67,9 @@ def main(argv=None) -> int:
     parser.add_argument("--source", type=Path, default=ROOT / "peers" / "deepgemm", help="a DeepGEMM checkout")
     system_gxx = shutil.which("g++", path="/usr/bin")
     parser.add_argument("--cxx", default=system_gxx, help="host compiler (default: /usr/bin/g++)")
+    parser.add_argument(
+        "--headers-only", action="store_true", help="only copy the JIT's headers (the extension was built elsewhere)"
+    )
     args = parser.parse_args(argv)
     if not (args.source / "csrc" / "python_api.cpp").is_file():
         print(f"--source {args.source}: not a DeepGEMM checkout (no csrc/python_api.cpp)", file=sys.stderr)
@@ -68,6 +78,9 @@ def main(argv=None) -> int:
     if not any(path.is_dir() for path in cutlass) or not (args.source / "third-party/fmt/include").is_dir():
         print(f"--source {args.source}: its cutlass or fmt submodule is missing (clone --recursive)", file=sys.stderr)
         return 2
+    if args.headers_only:
+        print("headers in", install_headers(args.source))
+        return 0
     print("built", build(args.source, args.cxx))
     return 0
 

@@ -23,7 +23,9 @@ if [ -z "${CUDA_HOME:-}" ]; then  # DeepGEMM's build and JIT want the toolkit's 
 fi
 if [ ! -f peers/deepgemm/csrc/python_api.cpp ]; then
   echo "peers/deepgemm was not carried: DeepGEMM not built" > "$logs/deepgemm_build.log"
-elif [ ! -f peers/deepgemm/deep_gemm/_C.so ]; then
+elif [ -f peers/deepgemm/deep_gemm/_C.so ]; then  # built elsewhere: its JIT still needs the headers in place
+  python3 python/deepgemm_build.py --headers-only > "$logs/deepgemm_build.log" 2>&1
+else
   { timeout "${FP8BLOCK_DEEPGEMM_BUILD_SECONDS:-240}" python3 python/deepgemm_build.py; echo "exit status $?"; } \
     > "$logs/deepgemm_build.log" 2>&1 &
 fi
