@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import cache, codegen, nvcc_steps, toolchain
+from . import cache, codegen, cubin_build, families, nvcc_steps, toolchain
 
 BINDING_SOURCE = "torch_binding.cpp"
 _NINJA_STATUS = re.compile(r"^\[(?P<finished>\d+)/(?P<total>\d+)\] ")
@@ -55,6 +55,10 @@ def _cutlass_digest() -> str:
     return digest.hexdigest()
 
 
+def _cubin(configs) -> bool:
+    return families.get(configs[0].family).cubin
+
+
 def library_key(configs: tuple, arch: str) -> str:
     return cache.fingerprint(
         *(c.fingerprint() for c in configs),
@@ -63,6 +67,7 @@ def library_key(configs: tuple, arch: str) -> str:
         toolchain.nvcc_version(),
         arch,
         " ".join(toolchain.NVCC_FLAGS),
+        *(cubin_build.key_parts() if _cubin(configs) else ()),
     )
 
 
@@ -101,10 +106,11 @@ _RULES = [
 ]
 
 
-def _write_ninja_file(staging_root: Path, jobs: list[tuple[list[Path], Path]], arch: str) -> Path:
+def _write_ninja_file(staging_root: Path, jobs: list[tuple[list[Path], Path, bool]], arch: str) -> Path:
     """The build edges of each library, from its translation units: one unit, nvcc whole, or (for a build of fewer
     libraries than cores) nvcc's host and device front ends side by side, then the link (nvcc_steps.py); several
-    units (a family's `parts`), one object each, side by side, then linked. Each library appears under its name
+    units (a family's `parts`), one object each, side by side, then linked; or a split family's two halves
+    (cubin_build.py). Each library appears under its name
     only once whole, so a build that is killed leaves no half-written one to commit; compiler output goes to logs in
     its staging folder, printed only when it fails."""
     arguments = _nvcc_arguments(arch)
@@ -116,8 +122,14 @@ def _write_ninja_file(staging_root: Path, jobs: list[tuple[list[Path], Path]], a
         f"object_flags = {' '.join(shlex.quote(a) for a in object_arguments)}",
         *_RULES,
     ]
+    if any(cubin_family for _, _, cubin_family in jobs):
+        lines += cubin_build.ninja_rules(arch, _ON_FAILURE)
     split = len(jobs) < (os.cpu_count() or 1)  # with more libraries than cores, ninja keeps every core busy anyway
-    for sources, library in jobs:
+    for sources, library, cubin_family in jobs:
+        if cubin_family:
+            (source,) = sources
+            lines += cubin_build.edges(source, library, _ninja_path)
+            continue
         if len(sources) > 1:
             objects = [source.with_suffix(".o") for source in sources]
             lines += [f"build {_ninja_path(o)}: nvcc_object {_ninja_path(s)}" for s, o in zip(sources, objects)]
@@ -156,7 +168,12 @@ def _compiler_output(library: Path) -> str:
     """What the compiler printed for one library (ptxas's resource usage, or the errors), whole, by step or by
     translation unit."""
     steps = [library.parent / f"{step}.done.log" for step in ("host", "device")]
-    logs = [*steps, *sorted(library.parent.glob("kernel*.o.log")), library.with_name(library.name + ".log")]
+    logs = [
+        *steps,
+        *cubin_build.compiler_logs(library.parent),
+        *sorted(library.parent.glob("kernel*.o.log")),
+        library.with_name(library.name + ".log"),
+    ]
     return "".join(log.read_text() for log in logs if log.is_file())
 
 
@@ -228,7 +245,9 @@ def _compile(groups, keys, missing, arch, jobs, verbose, on_finished=None) -> di
         for path, text in zip(paths, sources):
             path.write_text(text)
         work.append((i, staged, paths, staged / cache.LIBRARY))
-    ninja_file = _write_ninja_file(staging_root, [(paths, library) for _, _, paths, library in work], arch)
+    ninja_file = _write_ninja_file(
+        staging_root, [(paths, library, _cubin(groups[i])) for i, _, paths, library in work], arch
+    )
     jobs = jobs or os.cpu_count() or 1
     if verbose:
         names = ", ".join(

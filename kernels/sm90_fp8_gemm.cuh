@@ -24,13 +24,15 @@
 #include "cutlass/epilogue/fusion/sm90_visitor_load_tma_warpspecialized.hpp"
 #include "cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/gemm_universal_decl.h"
+#include "cutlass/gemm/kernel/sm90_gemm_tma_warpspecialized_cooperative.hpp"
+#include "cutlass/gemm/kernel/sm90_gemm_tma_warpspecialized_pingpong.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
 #include "launcher_abi.h"
 #include "library_exports.h"
+#include "cubin_launch.h"
 #include "sm90_dynamic_tile_scheduler.hpp"
 #include "sm90_fp8_overlapped_promotion.hpp"
 #include "sm90_fp8_turn_taking_promotion.hpp"
@@ -186,17 +188,16 @@ struct Sm90Fp8Gemm {
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
                                                       typename Decomposition::TileScheduler>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   static_assert(!kStageEpilogue ||
                     sizeof(typename Kernel::SharedStorage::TensorStorage) ==
                         sizeof(KernelTensorStorageMirror<typename Epilogue::TensorStorage,
                                                          typename StockMainloop::TensorStorage>),
                 "the stage epilogue finds the mainloop's stages where the kernel puts them");
 
-  static typename Gemm::Arguments arguments(const cutlass_ext_fp8_args& args) {
+  static typename Kernel::Arguments arguments(const cutlass_ext_fp8_args& args) {
     using cute::_0;
     using cute::_1;
-    typename Gemm::Arguments arguments{};
+    typename Kernel::Arguments arguments{};
     arguments.mode = cutlass::gemm::GemmUniversalMode::kGemm;
     // A (m, k) and B (n, k) row-major are CUTLASS's K-major operands, as FP8 wgmma wants both, in either order.
     const void* kernel_a = SwapAB ? args.b : args.a;
@@ -271,31 +272,30 @@ struct Sm90Fp8Gemm {
 
   static int can_implement(const cutlass_ext_fp8_args* args) {
     if (!tma_aligned(*args)) return int(cutlass::Status::kErrorMisalignedOperand);
-    return int(Gemm::can_implement(arguments(*args)));
+    return int(Kernel::can_implement(arguments(*args)) ? cutlass::Status::kSuccess
+                                                       : cutlass::Status::kErrorInvalidProblem);
   }
 
-  static size_t workspace_size(const cutlass_ext_fp8_args* args) { return Gemm::get_workspace_size(arguments(*args)); }
+  static size_t workspace_size(const cutlass_ext_fp8_args* args) {
+    return Kernel::get_workspace_size(arguments(*args));
+  }
 
 #ifdef CUTLASS_ENABLE_GDC_FOR_SM90
   static constexpr bool kProgrammaticLaunch = true;
 #else
   static constexpr bool kProgrammaticLaunch = false;  // a kernel without the wait must not start early
 #endif
-
-  static int run(const cutlass_ext_fp8_args* args, void* workspace, void* stream) {
-    Gemm gemm;
-    auto cuda_stream = static_cast<cudaStream_t>(stream);
-    cutlass::Status status = gemm.initialize(arguments(*args), workspace, cuda_stream);
-    if (status != cutlass::Status::kSuccess) return int(status);
-    return int(gemm.run(cuda_stream, /*cuda_adapter=*/nullptr, kProgrammaticLaunch));
-  }
 };
 
 }  // namespace cutlass_ext
 
-// Exports one FP8 variant's launcher functions under C names prefixed with the variant's name.
+// One FP8 variant: its kernel (device half) or its launcher functions under C names prefixed with the variant's
+// name (host half; cubin_launch.h).
+#ifdef CUTLASS_EXT_DEVICE_CODE
+#define CUTLASS_EXT_EXPORT_FP8_GEMM(NAME, ...) CUTLASS_EXT_CUBIN_KERNEL(NAME, __VA_ARGS__)
+#define CUTLASS_EXT_EXPORT_FP8_LIBRARY()
+#else
 #define CUTLASS_EXT_EXPORT_FP8_GEMM(NAME, ...) \
-  CUTLASS_EXT_EXPORT_LAUNCHERS(NAME, _fp8, cutlass_ext_fp8_args, __VA_ARGS__)
-
-// Exported once per FP8 kernel library.
-#define CUTLASS_EXT_EXPORT_FP8_LIBRARY() CUTLASS_EXT_EXPORT_ABI()
+  CUTLASS_EXT_CUBIN_LAUNCHERS(NAME, _fp8, cutlass_ext_fp8_args, __VA_ARGS__)
+#define CUTLASS_EXT_EXPORT_FP8_LIBRARY() CUTLASS_EXT_EXPORT_ABI()  // once per library
+#endif

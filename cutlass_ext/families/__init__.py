@@ -48,7 +48,9 @@ class Family:
     archs: the archs it builds for (None: every arch). defines: the preprocessor lines a config's translation
     unit starts with; configs with different defines never share a unit. parts: how many translation units a
     library is compiled from, side by side, and linked (each rendered with CUTLASS_EXT_LIBRARY_PART = 0…parts−1
-    and CUTLASS_EXT_LIBRARY_PARTS defined; the template says what each holds). torch_binding: its variants are
+    and CUTLASS_EXT_LIBRARY_PARTS defined; the template says what each holds). cubin: the library is built in two
+    halves (cutlass_ext/cubin_build.py, kernels/cubin_launch.h): nvcc compiles its kernels alone into a cubin, the
+    host compiler its launchers; its variants export through cubin_launch.h's macros. torch_binding: its variants are
     called through the torch binding (kernels/torch_binding.cpp), which loads their libraries; otherwise through
     ctypes (native.py). filters, space, measure: module paths of the sweep plug-ins (None where the family has
     none).
@@ -61,6 +63,7 @@ class Family:
     archs: tuple[str, ...] | None = None
     defines: Callable = field(default=lambda config: "")
     parts: int = 1
+    cubin: bool = False
     torch_binding: bool = False
     filters: str | None = None
     space: str | None = None
@@ -70,6 +73,8 @@ class Family:
         for path in (self.template, self.instance_template):
             if not Path(path).is_file():
                 raise FileNotFoundError(f"family {self.name!r}: template {path} does not exist")
+        if self.cubin and self.parts != 1:
+            raise ValueError(f"family {self.name!r}: a cubin library is one translation unit (parts=1)")
 
     @property
     def instance_template(self) -> Path:

@@ -11,6 +11,7 @@ FAMILY = Family(
     render_instance=render_instance,
     archs=("90a",),
     defines=defines,
+    cubin=True,
     torch_binding=True,
     filters="cutlass_ext.families.sm90_fp8.filters",
     space="cutlass_ext.families.sm90_fp8.space",

@@ -1,0 +1,154 @@
+"""A kernel library built in two halves (kernels/cubin_launch.h), for families whose `cubin` is set.
+
+nvcc compiles the translation unit's device code alone (`-cubin`: cicc, ptxas) while the host compiler compiles
+its launchers (the same text, CUTLASS_EXT_HOST_CODE defined, kernels/host_compiler_prelude.h first); the link
+embeds the cubin, which the launchers load by the kernels' C names. nvcc whole runs two C++ front ends over the
+unit, cudafe++ (the host side, which also instantiates every kernel template) then the host compile after cicc;
+here a cold build waits for cicc alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+from . import toolchain
+
+DEVICE_CODE = "kernel.cubin"
+HOST_OBJECT = "host.o"
+# Where the link's assembly puts the cubin: one symbol per library (RTLD_LOCAL keeps libraries apart).
+_EMBED = """\
+.section .rodata.cutlass_ext_device_code,"a"
+.balign 64
+.globl cutlass_ext_device_code
+.hidden cutlass_ext_device_code
+cutlass_ext_device_code:
+.incbin "{cubin}"
+.byte 0
+.section .note.GNU-stack,"",@progbits
+"""
+
+
+def host_compiler() -> str:
+    """The host C++ compiler: nvcc's (NVCC_CCBIN when set, else g++ on the PATH)."""
+    import os
+
+    found = os.environ.get("NVCC_CCBIN") or shutil.which("g++") or shutil.which("c++")
+    if found is None:
+        raise FileNotFoundError("no host C++ compiler (g++) found; install one, or set NVCC_CCBIN")
+    return found
+
+
+@functools.cache
+def host_compiler_version() -> str:
+    """Its first --version line: part of a cubin library's cache key."""
+    output = subprocess.run([host_compiler(), "--version"], capture_output=True, text=True, check=True).stdout
+    return output.strip().splitlines()[0]
+
+
+@functools.cache
+def nvcc_release() -> tuple[int, int]:
+    """(major, minor) of nvcc, which the host half must see as __CUDACC_VER_MAJOR__/MINOR__."""
+    found = re.search(
+        r"release (\d+)\.(\d+)",
+        subprocess.run([toolchain.nvcc(), "--version"], capture_output=True, text=True, check=True).stdout,
+    )
+    if found is None:
+        raise RuntimeError(f"cannot read the release from `{toolchain.nvcc()} --version`")
+    return int(found[1]), int(found[2])
+
+
+@functools.cache
+def _nvcc_paths() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The include and library folders nvcc itself passes (its --dryrun; nvcc may be a wrapper script elsewhere)."""
+    listing = subprocess.run(
+        [toolchain.nvcc(), "--dryrun", "-E", "-x", "cu", "/dev/null"], capture_output=True, text=True
+    ).stderr
+    includes, libraries = [], []
+    for line in listing.splitlines():
+        if line.startswith("#$ INCLUDES=") or line.startswith("#$ SYSTEM_INCLUDES="):
+            words = shlex.split(line.split("=", 1)[1])
+            includes += [w[2:] if w.startswith("-I") else w for w in words if w not in ("-isystem",)]
+        elif line.startswith("#$ LIBRARIES="):
+            libraries += [w[2:] for w in shlex.split(line.split("=", 1)[1]) if w.startswith("-L")]
+    return tuple(includes), tuple(libraries)
+
+
+def _cuda_includes() -> list[str]:
+    return [f"-I{d}" for d in _nvcc_paths()[0]]
+
+
+def host_flags() -> list[str]:
+    major, minor = nvcc_release()
+    return [
+        "-x", "c++", "-std=c++17", "-O2", "-fPIC", "-DNDEBUG",
+        # no GNU-unique symbols: an inline function's static (a loaded cubin) must stay in its own library
+        "-fno-gnu-unique",
+        # CUTLASS's headers name device builtins in inline functions no host code calls (declared by the prelude)
+        "-fpermissive", "-w",
+        "-DCUTLASS_EXT_HOST_CODE", f"-DCUTLASS_EXT_NVCC_MAJOR={major}", f"-DCUTLASS_EXT_NVCC_MINOR={minor}",
+        *(f"-I{d}" for d in toolchain.include_dirs()), *_cuda_includes(),
+    ]  # fmt: skip
+
+
+def device_flags(arch: str) -> list[str]:
+    shared = [f for f in toolchain.NVCC_FLAGS if f not in ("-shared", "-Xcompiler=-fPIC")]
+    return ["-cubin", *shared, "-DCUTLASS_EXT_DEVICE_CODE", toolchain.gencode(arch),
+            *(f"-I{d}" for d in toolchain.include_dirs())]  # fmt: skip
+
+
+def link_flags() -> list[str]:
+    folders = _nvcc_paths()[1]
+    lib = next((d for d in folders if (Path(d) / "libcudart_static.a").is_file()), None)
+    if lib is None:
+        raise FileNotFoundError(f"libcudart_static.a not found in nvcc's library folders {list(folders)}")
+    return [f"-L{lib}", "-l:libcudart_static.a", "-ldl", "-lrt", "-lpthread"]
+
+
+def key_parts() -> tuple[str, ...]:
+    """What a cubin library depends on beyond nvcc: the host compiler and both halves' flags."""
+    return (host_compiler_version(), " ".join(host_flags()), " ".join(link_flags()))
+
+
+def ninja_rules(arch: str, on_failure: str) -> list[str]:
+    def quoted(words):
+        return " ".join(shlex.quote(w) for w in words)
+
+    return [
+        f"cubin_device_flags = {quoted(device_flags(arch))}",
+        f"cubin_host_flags = {quoted(host_flags())}",
+        f"cubin_link_flags = {quoted(link_flags())}",
+        f"cxx = {shlex.quote(host_compiler())}",
+        "rule cubin_device",
+        f"  command = $nvcc $cubin_device_flags -o $out $in > $out.log 2>&1 {on_failure}",
+        "  description = nvcc -cubin $out",
+        "rule cubin_host",
+        f"  command = $cxx $cubin_host_flags -c -o $out $in > $out.log 2>&1 {on_failure}",
+        "  description = host compile $out",
+        "rule cubin_link",
+        f"  command = $cxx -shared -o $out.partial $in $cubin_link_flags > $out.log 2>&1 && mv $out.partial $out "
+        f"&& rm -f $in $cubin {on_failure}",
+        "  description = link $out",
+    ]
+
+
+def edges(source: Path, library: Path, ninja_path) -> list[str]:
+    """The three build edges of one library from its translation unit (and the assembly that embeds the cubin)."""
+    folder = library.parent
+    cubin, host, embed = folder / DEVICE_CODE, folder / HOST_OBJECT, folder / "device_code.S"
+    embed.write_text(_EMBED.format(cubin=str(cubin).replace("\\", "\\\\").replace('"', '\\"')))
+    return [
+        f"build {ninja_path(cubin)}: cubin_device {ninja_path(source)}",
+        f"build {ninja_path(host)}: cubin_host {ninja_path(source)}",
+        f"build {ninja_path(library)}: cubin_link {ninja_path(host)} {ninja_path(embed)} | {ninja_path(cubin)}",
+        f"  cubin = {ninja_path(cubin)}",
+    ]
+
+
+def compiler_logs(folder: Path) -> list[Path]:
+    """The halves' logs (ptxas's resource usage is in the device half's)."""
+    return [folder / f"{DEVICE_CODE}.log", folder / f"{HOST_OBJECT}.log"]

@@ -1,0 +1,155 @@
+// Launching the kernels of a library built in two halves: nvcc compiles the translation unit's device code alone
+// (-cubin: cicc and ptxas, no host front end) and the host compiler its launchers alone; the link embeds the cubin
+// (device_code.S). A cold build then waits for the longer of cicc and the host compile instead of nvcc's two front
+// ends (cudafe++, which instantiates the whole kernel for the host too, then the host compile after cicc).
+//
+// The translation unit is the same text on both sides: CUTLASS_EXT_DEVICE_CODE (nvcc) or CUTLASS_EXT_HOST_CODE (the
+// host compiler) says which half it is, and CUTLASS_EXT_CUBIN_KERNEL / CUTLASS_EXT_CUBIN_LAUNCHERS expand to the
+// kernel entry or to the host launchers. The kernel's Params crosses between the two compilers; its size is
+// checked against the cubin's parameter layout when the kernel is first loaded.
+#pragma once
+
+#include "cutlass/cutlass.h"
+
+#ifdef CUTLASS_EXT_DEVICE_CODE
+
+// One variant's kernel under a C name, as CUTLASS's device_kernel<Kernel>; the rest names the variant's launcher
+// class, whose Kernel it is.
+#define CUTLASS_EXT_CUBIN_KERNEL(NAME, ...)                                                             \
+  extern "C" __global__ void __launch_bounds__(__VA_ARGS__::Kernel::MaxThreadsPerBlock,                 \
+                                               __VA_ARGS__::Kernel::MinBlocksPerMultiprocessor)         \
+      NAME##_kernel(CUTLASS_GRID_CONSTANT typename __VA_ARGS__::Kernel::Params const params) {         \
+    extern __shared__ char smem[];                                                                      \
+    typename __VA_ARGS__::Kernel op;                                                                    \
+    op(params, smem);                                                                                   \
+  }
+
+#else  // the host half
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdio>
+
+#include "cute/layout.hpp"
+
+extern "C" const char cutlass_ext_device_code[];  // the cubin, embedded by the link (device_code.S)
+
+namespace cutlass_ext {
+namespace {  // internal linkage: an inline function's statics would be one GNU-unique object across all libraries
+
+// This library's cubin, loaded once per process and context-independent: its kernels run on every device.
+cudaLibrary_t device_code(cudaError_t* error) {
+  static cudaError_t load_error = cudaSuccess;
+  static cudaLibrary_t library = [] {
+    cudaLibrary_t handle = nullptr;
+    load_error = cudaLibraryLoadData(&handle, cutlass_ext_device_code, nullptr, nullptr, 0, nullptr, nullptr, 0);
+    return load_error == cudaSuccess ? handle : nullptr;
+  }();
+  *error = load_error;
+  return library;
+}
+
+// The parameter layout the cubin's kernel was compiled with (the driver's; the runtime does not expose it).
+cudaError_t kernel_parameter_size(cudaKernel_t kernel, size_t* size) {
+  using ParamInfo = CUresult (*)(CUkernel, size_t, size_t*, size_t*);
+  static ParamInfo get = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    cudaGetDriverEntryPointByVersion("cuKernelGetParamInfo", &function, 12040, cudaEnableDefault, &found);
+    return found == cudaDriverEntryPointSuccess ? reinterpret_cast<ParamInfo>(function) : nullptr;
+  }();
+  if (get == nullptr) return cudaErrorNotSupported;  // a driver older than 12.4: nothing to check against
+  size_t offset = 0;
+  return get(reinterpret_cast<CUkernel>(kernel), 0, &offset, size) == CUDA_SUCCESS ? cudaSuccess : cudaErrorUnknown;
+}
+
+// One variant's kernel, looked up once; its shared-memory allowance is set once per device.
+template <class Kernel>
+class CubinKernel {
+ public:
+  explicit CubinKernel(const char* name) {
+    cudaLibrary_t library = device_code(&error_);
+    if (library != nullptr && (error_ = cudaLibraryGetKernel(&kernel_, library, name)) == cudaSuccess) {
+      size_t size = 0;
+      if (kernel_parameter_size(kernel_, &size) == cudaSuccess && size != sizeof(typename Kernel::Params)) {
+        error_ = cudaErrorInvalidKernelImage;  // the two compilers disagree on Params: never launch it
+      }
+    }
+    if (error_ != cudaSuccess) {  // every call of this variant will fail: say why, once
+      std::fprintf(stderr, "cutlass_ext: kernel %s cannot be loaded from its library: %s\n", name,
+                   cudaGetErrorString(error_));
+    }
+  }
+
+  int run(typename Kernel::Arguments const& arguments, void* workspace, cudaStream_t stream, bool programmatic) {
+    if (error_ != cudaSuccess) return int(cutlass::Status::kErrorInternal);
+    cutlass::Status status = Kernel::initialize_workspace(arguments, workspace, stream, nullptr);
+    if (status != cutlass::Status::kSuccess) return int(status);
+    typename Kernel::Params params = Kernel::to_underlying_arguments(arguments, workspace);
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || !allow_shared_memory(device)) {
+      return int(cutlass::Status::kErrorInternal);
+    }
+    using Cluster = typename Kernel::DispatchPolicy::ClusterShape;
+    cudaLaunchAttribute attributes[2];
+    cudaLaunchConfig_t config{};
+    config.gridDim = Kernel::get_grid_shape(params);
+    config.blockDim = Kernel::get_block_shape();
+    config.dynamicSmemBytes = Kernel::SharedStorageSize;
+    config.stream = stream;
+    config.attrs = attributes;
+    if constexpr (cute::size(Cluster{}) > 1) {  // as CUTLASS's ClusterLauncher; 1x1x1 launches without
+      cudaLaunchAttribute& cluster = attributes[config.numAttrs++];
+      cluster.id = cudaLaunchAttributeClusterDimension;
+      cluster.val.clusterDim.x = cute::size<0>(Cluster{});
+      cluster.val.clusterDim.y = cute::size<1>(Cluster{});
+      cluster.val.clusterDim.z = cute::size<2>(Cluster{});
+    }
+    if (programmatic) {
+      cudaLaunchAttribute& early = attributes[config.numAttrs++];
+      early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      early.val.programmaticStreamSerializationAllowed = 1;
+    }
+    void* kernel_arguments[] = {&params};
+    cudaError_t launched = cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel_), kernel_arguments);
+    return launched == cudaSuccess ? int(cutlass::Status::kSuccess) : int(cutlass::Status::kErrorInternal);
+  }
+
+ private:
+  bool allow_shared_memory(int device) {
+    const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
+    if (bit != 0 && (allowed_.load(std::memory_order_acquire) & bit)) return true;
+    int bytes = int(Kernel::SharedStorageSize);
+    if (bytes >= (48 << 10) &&
+        cudaKernelSetAttributeForDevice(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes, device) !=
+            cudaSuccess) {
+      return false;
+    }
+    allowed_.fetch_or(bit, std::memory_order_acq_rel);
+    return true;
+  }
+
+  cudaKernel_t kernel_ = nullptr;
+  cudaError_t error_ = cudaSuccess;
+  std::atomic<uint64_t> allowed_{0};  // devices whose shared-memory allowance is set (bit per device, < 64)
+};
+
+}  // namespace
+}  // namespace cutlass_ext
+
+// One variant's launchers (as CUTLASS_EXT_EXPORT_LAUNCHERS), the kernel from the cubin. LAUNCHER is a class with
+// Kernel, arguments(ARGS), can_implement(const ARGS*), workspace_size(const ARGS*) and kProgrammaticLaunch.
+#define CUTLASS_EXT_CUBIN_LAUNCHERS(NAME, FAMILY, ARGS, ...)                                            \
+  extern "C" int NAME##FAMILY##_can_implement(const ARGS* args) { return __VA_ARGS__::can_implement(args); } \
+  extern "C" size_t NAME##FAMILY##_workspace_size(const ARGS* args) {                                   \
+    return __VA_ARGS__::workspace_size(args);                                                           \
+  }                                                                                                     \
+  extern "C" int NAME##FAMILY##_run(const ARGS* args, void* workspace, void* stream) {                  \
+    static cutlass_ext::CubinKernel<typename __VA_ARGS__::Kernel> kernel(#NAME "_kernel");              \
+    return kernel.run(__VA_ARGS__::arguments(*args), workspace, static_cast<cudaStream_t>(stream),      \
+                      __VA_ARGS__::kProgrammaticLaunch);                                                \
+  }
+
+#endif

@@ -1,0 +1,76 @@
+"""A library built in two halves (cutlass_ext/cubin_build.py): nvcc's folders, the build edges, the cache key."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cutlass_ext import build, cubin_build, families
+from cutlass_ext.families.sm90_fp8.config import DEFAULT_FP8
+
+LISTING = """\
+#$ _HERE_=/opt/cuda/bin
+#$ INCLUDES="-I/opt/cuda/bin/../targets/x86_64-linux/include"
+#$ SYSTEM_INCLUDES="-isystem" "/opt/cuda/bin/../targets/x86_64-linux/include/cccl"
+#$ LIBRARIES=  "-L/opt/cuda/bin/../targets/x86_64-linux/lib/stubs" "-L/opt/cuda/bin/../targets/x86_64-linux/lib"
+"""
+
+
+def test_nvcc_folders_come_from_its_own_listing(monkeypatch):
+    """nvcc may be a wrapper script far from its toolkit: the folders are the ones its --dryrun passes."""
+    cubin_build._nvcc_paths.cache_clear()
+    monkeypatch.setattr(cubin_build.toolchain, "nvcc", lambda: "/usr/local/bin/nvcc")
+    monkeypatch.setattr(cubin_build.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, "", LISTING))
+    try:
+        includes, libraries = cubin_build._nvcc_paths()
+    finally:
+        cubin_build._nvcc_paths.cache_clear()
+    assert includes == (
+        "/opt/cuda/bin/../targets/x86_64-linux/include",
+        "/opt/cuda/bin/../targets/x86_64-linux/include/cccl",
+    )
+    assert libraries[-1] == "/opt/cuda/bin/../targets/x86_64-linux/lib"
+
+
+def test_edges_compile_both_halves_of_one_unit_and_embed_the_cubin(tmp_path):
+    source, library = tmp_path / "kernel.cu", tmp_path / "lib.so"
+    edges = cubin_build.edges(source, library, str)
+    assert edges[0] == f"build {tmp_path / 'kernel.cubin'}: cubin_device {source}"
+    assert edges[1] == f"build {tmp_path / 'host.o'}: cubin_host {source}"
+    assert edges[2].startswith(f"build {library}: cubin_link {tmp_path / 'host.o'} {tmp_path / 'device_code.S'} |")
+    embed = (tmp_path / "device_code.S").read_text()
+    assert f'.incbin "{tmp_path / "kernel.cubin"}"' in embed
+    assert ".hidden cutlass_ext_device_code" in embed  # each library's own, never another's
+
+
+def test_host_half_sees_nvccs_version_and_no_gnu_unique(monkeypatch):
+    monkeypatch.setattr(cubin_build, "nvcc_release", lambda: (13, 0))
+    monkeypatch.setattr(cubin_build, "_cuda_includes", lambda: [])
+    flags = cubin_build.host_flags()
+    assert "-DCUTLASS_EXT_NVCC_MAJOR=13" in flags and "-DCUTLASS_EXT_NVCC_MINOR=0" in flags
+    assert "-DCUTLASS_EXT_HOST_CODE" in flags and "-fno-gnu-unique" in flags
+    device = cubin_build.device_flags("90a")
+    assert device[0] == "-cubin" and "-DCUTLASS_EXT_DEVICE_CODE" in device and "-shared" not in device
+
+
+def test_the_host_half_is_part_of_the_cache_key(monkeypatch):
+    monkeypatch.setattr(cubin_build, "key_parts", lambda: ("g++ 12", "-O2", "-lcudart"))
+    before = build.library_key((DEFAULT_FP8,), "90a")
+    monkeypatch.setattr(cubin_build, "key_parts", lambda: ("g++ 13", "-O2", "-lcudart"))
+    assert build.library_key((DEFAULT_FP8,), "90a") != before
+
+
+def test_fp8_is_built_in_halves_and_its_headers_are_in_its_key():
+    family = families.get("sm90_fp8")
+    assert family.cubin
+    names = {p.name for p in build.codegen.source_files("sm90_fp8")}
+    assert {"cubin_launch.h", "host_compiler_prelude.h", "sm90_fp8_gemm.cuh"} <= names
+
+
+def test_a_cubin_family_is_one_translation_unit():
+    fp8 = families.get("sm90_fp8")
+    with pytest.raises(ValueError, match="one translation unit"):
+        families.Family(
+            name="halves", config=fp8.config, template=Path(fp8.template), render_instance=fp8.render_instance,
+            parts=2, cubin=True,
+        )  # fmt: skip
