@@ -59,6 +59,12 @@ def _cubin(configs) -> bool:
     return families.get(configs[0].family).cubin
 
 
+def _cubin_host(configs) -> str | None:
+    """What compiles a cubin library's host half ("cxx" or "nvcc"); None for a library built otherwise."""
+    family = families.get(configs[0].family)
+    return family.cubin_host if family.cubin else None
+
+
 def library_key(configs: tuple, arch: str) -> str:
     return cache.fingerprint(
         *(c.fingerprint() for c in configs),
@@ -67,7 +73,7 @@ def library_key(configs: tuple, arch: str) -> str:
         toolchain.nvcc_version(),
         arch,
         " ".join(toolchain.NVCC_FLAGS),
-        *(cubin_build.key_parts() if _cubin(configs) else ()),
+        *(cubin_build.key_parts(arch) if _cubin(configs) else ()),
     )
 
 
@@ -106,7 +112,7 @@ _RULES = [
 ]
 
 
-def _write_ninja_file(staging_root: Path, jobs: list[tuple[list[Path], Path, bool]], arch: str) -> Path:
+def _write_ninja_file(staging_root: Path, jobs: list[tuple[list[Path], Path, str | None]], arch: str) -> Path:
     """The build edges of each library, from its translation units: one unit, nvcc whole, or (for a build of fewer
     libraries than cores) nvcc's host and device front ends side by side, then the link (nvcc_steps.py); several
     units (a family's `parts`), one object each, side by side, then linked; or a split family's two halves
@@ -122,13 +128,13 @@ def _write_ninja_file(staging_root: Path, jobs: list[tuple[list[Path], Path, boo
         f"object_flags = {' '.join(shlex.quote(a) for a in object_arguments)}",
         *_RULES,
     ]
-    if any(cubin_family for _, _, cubin_family in jobs):
+    if any(cubin_host for _, _, cubin_host in jobs):
         lines += cubin_build.ninja_rules(arch, _ON_FAILURE)
     split = len(jobs) < (os.cpu_count() or 1)  # with more libraries than cores, ninja keeps every core busy anyway
-    for sources, library, cubin_family in jobs:
-        if cubin_family:
+    for sources, library, cubin_host in jobs:
+        if cubin_host:
             (source,) = sources
-            lines += cubin_build.edges(source, library, _ninja_path)
+            lines += cubin_build.edges(source, library, _ninja_path, cubin_host)
             continue
         if len(sources) > 1:
             objects = [source.with_suffix(".o") for source in sources]
@@ -246,7 +252,7 @@ def _compile(groups, keys, missing, arch, jobs, verbose, on_finished=None) -> di
             path.write_text(text)
         work.append((i, staged, paths, staged / cache.LIBRARY))
     ninja_file = _write_ninja_file(
-        staging_root, [(paths, library, _cubin(groups[i])) for i, _, paths, library in work], arch
+        staging_root, [(paths, library, _cubin_host(groups[i])) for i, _, paths, library in work], arch
     )
     jobs = jobs or os.cpu_count() or 1
     if verbose:

@@ -101,6 +101,18 @@ def device_flags(arch: str) -> list[str]:
             *(f"-I{d}" for d in toolchain.include_dirs())]  # fmt: skip
 
 
+def nvcc_host_flags(arch: str) -> list[str]:
+    """The host half by nvcc (a family whose host half has kernels of its own): an object, no CUTLASS kernel."""
+    shared = [f for f in toolchain.NVCC_FLAGS if f != "-shared"]
+    return [
+        *shared,
+        "-Xcompiler=-fno-gnu-unique",
+        "-DCUTLASS_EXT_HOST_CODE",
+        toolchain.gencode(arch),
+        *(f"-I{d}" for d in toolchain.include_dirs()),
+    ]
+
+
 def link_flags() -> list[str]:
     folders = _nvcc_paths()[1]
     lib = next((d for d in folders if (Path(d) / "libcudart_static.a").is_file()), None)
@@ -109,9 +121,9 @@ def link_flags() -> list[str]:
     return [f"-L{lib}", "-l:libcudart_static.a", "-ldl", "-lrt", "-lpthread"]
 
 
-def key_parts() -> tuple[str, ...]:
+def key_parts(arch: str) -> tuple[str, ...]:
     """What a cubin library depends on beyond nvcc: the host compiler and both halves' flags."""
-    return (host_compiler_version(), " ".join(host_flags()), " ".join(link_flags()))
+    return (host_compiler_version(), " ".join(host_flags()), " ".join(nvcc_host_flags(arch)), " ".join(link_flags()))
 
 
 def ninja_rules(arch: str, on_failure: str) -> list[str]:
@@ -122,6 +134,7 @@ def ninja_rules(arch: str, on_failure: str) -> list[str]:
         f"cubin_device_flags = {quoted(device_flags(arch))}",
         f"cubin_host_flags = {quoted(host_flags())}",
         f"cubin_link_flags = {quoted(link_flags())}",
+        f"cubin_host_nvcc_flags = {quoted(nvcc_host_flags(arch))}",
         f"cxx = {shlex.quote(host_compiler())}",
         "rule cubin_device",
         f"  command = $nvcc $cubin_device_flags -o $out $in > $out.log 2>&1 {on_failure}",
@@ -129,6 +142,9 @@ def ninja_rules(arch: str, on_failure: str) -> list[str]:
         "rule cubin_host",
         f"  command = $cxx $cubin_host_flags -c -o $out $in > $out.log 2>&1 {on_failure}",
         "  description = host compile $out",
+        "rule cubin_host_nvcc",
+        f"  command = $nvcc $cubin_host_nvcc_flags -c -o $out $in > $out.log 2>&1 {on_failure}",
+        "  description = nvcc host half $out",
         "rule cubin_link",
         f"  command = $cxx -shared -o $out.partial $in $cubin_link_flags > $out.log 2>&1 && mv $out.partial $out "
         f"&& rm -f $in $cubin {on_failure}",
@@ -136,15 +152,17 @@ def ninja_rules(arch: str, on_failure: str) -> list[str]:
     ]
 
 
-def edges(source: Path, library: Path, ninja_path) -> list[str]:
-    """The three build edges of one library from its translation unit (and the assembly that embeds the cubin)."""
+def edges(source: Path, library: Path, ninja_path, host: str = "cxx") -> list[str]:
+    """The three build edges of one library from its translation unit (and the assembly that embeds the cubin);
+    `host` compiles the host half ("cxx" or "nvcc": the family's cubin_host)."""
     folder = library.parent
-    cubin, host, embed = folder / DEVICE_CODE, folder / HOST_OBJECT, folder / "device_code.S"
+    cubin, host_object, embed = folder / DEVICE_CODE, folder / HOST_OBJECT, folder / "device_code.S"
+    host_rule = "cubin_host_nvcc" if host == "nvcc" else "cubin_host"
     embed.write_text(_EMBED.format(cubin=str(cubin).replace("\\", "\\\\").replace('"', '\\"')))
     return [
         f"build {ninja_path(cubin)}: cubin_device {ninja_path(source)}",
-        f"build {ninja_path(host)}: cubin_host {ninja_path(source)}",
-        f"build {ninja_path(library)}: cubin_link {ninja_path(host)} {ninja_path(embed)} | {ninja_path(cubin)}",
+        f"build {ninja_path(host_object)}: {host_rule} {ninja_path(source)}",
+        f"build {ninja_path(library)}: cubin_link {ninja_path(host_object)} {ninja_path(embed)} | {ninja_path(cubin)}",
         f"  cubin = {ninja_path(cubin)}",
     ]
 

@@ -13,11 +13,13 @@
 #include "cutlass/epilogue/fusion/sm90_visitor_load_tma_warpspecialized.hpp"
 #include "cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/gemm_universal_decl.h"
+#include "cutlass/gemm/kernel/sm90_gemm_tma_warpspecialized_cooperative.hpp"
+#include "cutlass/gemm/kernel/sm90_gemm_tma_warpspecialized_pingpong.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
+#include "cubin_launch.h"
 #include "halfhalf_operands.cuh"
 #include "launcher_abi.h"
 #include "library_exports.h"
@@ -154,12 +156,11 @@ struct Sm90SplitGemm {
     int64_t by_occupancy = args.sm_count / tiles, by_depth = tiles_of(args.k, TileK) / kMinKTilesPerSplit;
     return int(cute::max(int64_t(1), cute::min(by_occupancy, by_depth)));
   }
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
-  static typename Gemm::Arguments arguments(const cutlass_ext_split_gemm_args& args) {
+  static typename Kernel::Arguments arguments(const cutlass_ext_split_gemm_args& args) {
     using cute::_0;
     using cute::_1;
-    typename Gemm::Arguments arguments{};
+    typename Kernel::Arguments arguments{};
     arguments.mode = cutlass::gemm::GemmUniversalMode::kGemm;
     arguments.problem_shape = {int(args.m), int(args.n), int(args.k), int(args.batch)};
     arguments.mainloop.ptr_A_hi = static_cast<const Element*>(args.a_hi);
@@ -211,29 +212,34 @@ struct Sm90SplitGemm {
   static int can_implement(const cutlass_ext_split_gemm_args* args) {
     if (!Bias && (args->bias != nullptr || args->alpha != 1.0f)) return int(cutlass::Status::kErrorNotSupported);
     if (!aligned(*args)) return int(cutlass::Status::kErrorMisalignedOperand);
-    return int(Gemm::can_implement(arguments(*args)));
+    return int(Kernel::can_implement(arguments(*args)) ? cutlass::Status::kSuccess
+                                                       : cutlass::Status::kErrorInvalidProblem);
   }
 
   static size_t workspace_size(const cutlass_ext_split_gemm_args* args) {
-    return Gemm::get_workspace_size(arguments(*args));
+    return Kernel::get_workspace_size(arguments(*args));
   }
 
-  static int run(const cutlass_ext_split_gemm_args* args, void* workspace, void* stream) {
-    Gemm gemm;
-    auto cuda_stream = static_cast<cudaStream_t>(stream);
-    cutlass::Status status = gemm.initialize(arguments(*args), workspace, cuda_stream);
-    if (status != cutlass::Status::kSuccess) return int(status);
-    return int(gemm.run(cuda_stream));
-  }
+  static constexpr bool kProgrammaticLaunch = false;
 };
 
 }  // namespace cutlass_ext
 
-// Exports one Hopper corrected variant's launcher functions under C names prefixed with the variant's name.
+// One Hopper corrected variant: its kernel (device half) or its launcher functions under C names prefixed with the
+// variant's name (host half; cubin_launch.h).
+#ifdef CUTLASS_EXT_DEVICE_CODE
+#define CUTLASS_EXT_EXPORT_SPLIT_GEMM(NAME, ...) CUTLASS_EXT_CUBIN_KERNEL(NAME, __VA_ARGS__)
+#else
 #define CUTLASS_EXT_EXPORT_SPLIT_GEMM(NAME, ...) \
-  CUTLASS_EXT_EXPORT_LAUNCHERS(NAME, _split, cutlass_ext_split_gemm_args, __VA_ARGS__)
+  CUTLASS_EXT_CUBIN_LAUNCHERS(NAME, _split, cutlass_ext_split_gemm_args, __VA_ARGS__)
+#endif
 
-// Exported once per Hopper corrected kernel library: the ABI, status strings and the operand pass.
+// Exported once per Hopper corrected kernel library, by its host half: the ABI, status strings and the operand pass
+// (whose kernels that half compiles and launches itself).
+#ifdef CUTLASS_EXT_DEVICE_CODE
+#define CUTLASS_EXT_EXPORT_SPLIT_LIBRARY()
+#else
 #define CUTLASS_EXT_EXPORT_SPLIT_LIBRARY() \
   CUTLASS_EXT_EXPORT_ABI()                 \
   CUTLASS_EXT_EXPORT_SPLIT_PLANES()
+#endif

@@ -54,17 +54,25 @@ def test_host_half_sees_nvccs_version_and_no_gnu_unique(monkeypatch):
 
 
 def test_the_host_half_is_part_of_the_cache_key(monkeypatch):
-    monkeypatch.setattr(cubin_build, "key_parts", lambda: ("g++ 12", "-O2", "-lcudart"))
+    monkeypatch.setattr(cubin_build, "key_parts", lambda arch: ("g++ 12", "-O2", "-lcudart"))
     before = build.library_key((DEFAULT_FP8,), "90a")
-    monkeypatch.setattr(cubin_build, "key_parts", lambda: ("g++ 13", "-O2", "-lcudart"))
+    monkeypatch.setattr(cubin_build, "key_parts", lambda arch: ("g++ 13", "-O2", "-lcudart"))
     assert build.library_key((DEFAULT_FP8,), "90a") != before
 
 
-def test_fp8_is_built_in_halves_and_its_headers_are_in_its_key():
-    family = families.get("sm90_fp8")
-    assert family.cubin
+def test_hopper_families_are_built_in_halves_and_their_headers_are_in_their_keys():
+    fp8, corrected = families.get("sm90_fp8"), families.get("sm90")
+    assert fp8.cubin and fp8.cubin_host == "cxx"
+    assert corrected.cubin and corrected.cubin_host == "nvcc"  # its operand pass launches kernels of its own
     names = {p.name for p in build.codegen.source_files("sm90_fp8")}
     assert {"cubin_launch.h", "host_compiler_prelude.h", "sm90_fp8_gemm.cuh"} <= names
+    assert "cubin_launch.h" in {p.name for p in build.codegen.source_files("sm90")}
+
+
+def test_an_nvcc_host_half_gets_its_own_rule(tmp_path):
+    edges = cubin_build.edges(tmp_path / "kernel.cu", tmp_path / "lib.so", str, "nvcc")
+    assert edges[1] == f"build {tmp_path / 'host.o'}: cubin_host_nvcc {tmp_path / 'kernel.cu'}"
+    assert "-Xcompiler=-fno-gnu-unique" in cubin_build.nvcc_host_flags("90a")
 
 
 def test_a_cubin_family_is_one_translation_unit():

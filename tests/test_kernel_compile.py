@@ -203,5 +203,9 @@ def test_hopper_corrected_defaults_compile_without_spills(family_defaults):
         for fn in ("split_can_implement", "split_workspace_size", "split_run"):
             assert f" T {config.name}_{fn}\n" in exported
     resource_usage = json.loads((result.library.parent / cache.MANIFEST).read_text())["resource_usage"]
+    # built in two halves, the host half by nvcc (the operand pass's kernels are its own): the GEMMs in the cubin
+    for config in DEFAULT_SPLIT.values():
+        assert f"Compiling entry function '{config.name}_kernel'" in resource_usage
+    assert not [line for line in exported.splitlines() if " u " in line]
     spill_reports = [line for line in resource_usage.splitlines() if "spill stores" in line]
     assert spill_reports and all(" 0 bytes spill stores" in line for line in spill_reports), spill_reports

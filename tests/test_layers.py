@@ -49,6 +49,7 @@ LAYER_OF = [
         [
             "cutlass_ext.build",
             "cutlass_ext.nvcc_steps",
+            "cutlass_ext.cubin_build",
             "cutlass_ext.codegen",
             "cutlass_ext.families",
             "cutlass_ext.variants",
