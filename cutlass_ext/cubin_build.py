@@ -10,6 +10,7 @@ here a cold build waits for cicc alone.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shlex
 import shutil
@@ -35,8 +36,6 @@ cutlass_ext_device_code:
 
 def host_compiler() -> str:
     """The host C++ compiler: nvcc's (NVCC_CCBIN when set, else g++ on the PATH)."""
-    import os
-
     found = os.environ.get("NVCC_CCBIN") or shutil.which("g++") or shutil.which("c++")
     if found is None:
         raise FileNotFoundError("no host C++ compiler (g++) found; install one, or set NVCC_CCBIN")
@@ -50,13 +49,9 @@ def host_compiler_version() -> str:
     return output.strip().splitlines()[0]
 
 
-@functools.cache
 def nvcc_release() -> tuple[int, int]:
     """(major, minor) of nvcc, which the host half must see as __CUDACC_VER_MAJOR__/MINOR__."""
-    found = re.search(
-        r"release (\d+)\.(\d+)",
-        subprocess.run([toolchain.nvcc(), "--version"], capture_output=True, text=True, check=True).stdout,
-    )
+    found = re.search(r"release (\d+)\.(\d+)", toolchain.nvcc_version_text())
     if found is None:
         raise RuntimeError(f"cannot read the release from `{toolchain.nvcc()} --version`")
     return int(found[1]), int(found[2])

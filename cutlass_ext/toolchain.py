@@ -69,11 +69,16 @@ def nvcc() -> str:
 
 
 @functools.cache
-def nvcc_version() -> str:
-    """nvcc's build line, e.g. `Build cuda_13.0.r13.0/compiler.36424714_0`: part of every cache key."""
+def nvcc_version_text() -> str:
+    """What `nvcc --version` prints (checked against the supported releases)."""
     output = subprocess.run([nvcc(), "--version"], capture_output=True, text=True, check=True).stdout
     requirements.check_nvcc(output, nvcc())
-    return output.strip().splitlines()[-1]
+    return output
+
+
+def nvcc_version() -> str:
+    """nvcc's build line, e.g. `Build cuda_13.0.r13.0/compiler.36424714_0`: part of every cache key."""
+    return nvcc_version_text().strip().splitlines()[-1]
 
 
 def gencode(arch: str) -> str:

@@ -54,12 +54,12 @@ def test_the_build_checks_nvcc_when_it_asks_its_version(monkeypatch):
         stdout = NVCC_11
 
     monkeypatch.setattr(toolchain.subprocess, "run", lambda *args, **kwargs: Completed())
-    toolchain.nvcc_version.cache_clear()
+    toolchain.nvcc_version_text.cache_clear()
     try:
         with pytest.raises(RuntimeError, match=r"release 11\.8"):
             toolchain.nvcc_version()
     finally:
-        toolchain.nvcc_version.cache_clear()
+        toolchain.nvcc_version_text.cache_clear()
 
 
 @pytest.mark.parametrize(
@@ -130,7 +130,7 @@ def test_import_does_not_ask_the_driver_or_nvcc():
 
     code = (
         "import cutlass_ext.requirements as r, cutlass_ext.toolchain as t, cutlass_ext;"
-        "print(r.check_driver.cache_info().currsize, t.nvcc_version.cache_info().currsize)"
+        "print(r.check_driver.cache_info().currsize, t.nvcc_version_text.cache_info().currsize)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["0", "0"]
