@@ -117,8 +117,13 @@ def link_flags() -> list[str]:
 
 
 def key_parts(arch: str) -> tuple[str, ...]:
-    """What a cubin library depends on beyond nvcc: the host compiler and both halves' flags."""
-    return (host_compiler_version(), " ".join(host_flags()), " ".join(nvcc_host_flags(arch)), " ".join(link_flags()))
+    """What a cubin library depends on beyond nvcc: the host compiler and both halves' flags, without folders (the
+    headers' contents are keyed already; a cache stays valid where the same toolkit and packages sit elsewhere)."""
+
+    def flags(words):
+        return " ".join(w for w in words if not w.startswith(("-I", "-L")))
+
+    return (host_compiler_version(), flags(host_flags()), flags(nvcc_host_flags(arch)), flags(link_flags()))
 
 
 def ninja_rules(arch: str, on_failure: str) -> list[str]:

@@ -82,3 +82,16 @@ def test_a_cubin_family_is_one_translation_unit():
             name="halves", config=fp8.config, template=Path(fp8.template), render_instance=fp8.render_instance,
             parts=2, cubin=True,
         )  # fmt: skip
+
+
+def test_the_key_names_no_folder(monkeypatch):
+    """A cache built where the packages sit elsewhere (another machine, another venv) stays valid."""
+    monkeypatch.setattr(cubin_build, "host_compiler_version", lambda: "g++ 12")
+    monkeypatch.setattr(cubin_build, "nvcc_release", lambda: (13, 0))
+    monkeypatch.setattr(cubin_build, "_nvcc_paths", lambda: (("/opt/cuda/include",), ("/opt/cuda/lib",)))
+    monkeypatch.setattr(cubin_build, "link_flags", lambda: ["-L/opt/cuda/lib", "-l:libcudart_static.a"])
+    parts = cubin_build.key_parts("90a")
+    assert not any(
+        folder in part for part in parts for folder in ("/opt/cuda", str(cubin_build.toolchain.kernels_dir()))
+    )
+    assert "-DCUTLASS_EXT_HOST_CODE" in parts[1] and "-l:libcudart_static.a" in parts[3]
