@@ -35,8 +35,12 @@ cutlass_ext_device_code:
 
 
 def host_compiler() -> str:
-    """The host C++ compiler: nvcc's (NVCC_CCBIN when set, else g++ on the PATH)."""
-    found = os.environ.get("NVCC_CCBIN") or shutil.which("g++") or shutil.which("c++")
+    """The host C++ compiler: nvcc's (NVCC_CCBIN when set: a compiler, or the folder nvcc would take g++ from),
+    else g++ on the PATH."""
+    chosen = os.environ.get("NVCC_CCBIN")
+    if chosen and Path(chosen).is_dir():
+        chosen = next((str(Path(chosen) / n) for n in ("g++", "c++") if (Path(chosen) / n).is_file()), None)
+    found = chosen or shutil.which("g++") or shutil.which("c++")
     if found is None:
         raise FileNotFoundError("no host C++ compiler (g++) found; install one, or set NVCC_CCBIN")
     return found
@@ -113,7 +117,8 @@ def link_flags() -> list[str]:
     lib = next((d for d in folders if (Path(d) / "libcudart_static.a").is_file()), None)
     if lib is None:
         raise FileNotFoundError(f"libcudart_static.a not found in nvcc's library folders {list(folders)}")
-    return [f"-L{lib}", "-l:libcudart_static.a", "-ldl", "-lrt", "-lpthread"]
+    # libstdc++ named (NVCC_CCBIN may be a C driver such as gcc); nothing left undefined for dlopen to find missing
+    return [f"-L{lib}", "-l:libcudart_static.a", "-ldl", "-lrt", "-lpthread", "-lstdc++", "-Wl,--no-undefined"]
 
 
 def key_parts(arch: str) -> tuple[str, ...]:
@@ -123,7 +128,14 @@ def key_parts(arch: str) -> tuple[str, ...]:
     def flags(words):
         return " ".join(w for w in words if not w.startswith(("-I", "-L")))
 
-    return (host_compiler_version(), flags(host_flags()), flags(nvcc_host_flags(arch)), flags(link_flags()))
+    return (
+        host_compiler_version(),
+        flags(host_flags()),
+        flags(device_flags(arch)),
+        flags(nvcc_host_flags(arch)),
+        flags(link_flags()),
+        _EMBED,
+    )
 
 
 def ninja_rules(arch: str, on_failure: str) -> list[str]:

@@ -51,15 +51,24 @@ cudaLibrary_t device_code(cudaError_t* error) {
   return library;
 }
 
-// The parameter layout the cubin's kernel was compiled with (the driver's; the runtime does not expose it).
+// A driver entry point by name (the runtime exposes no parameter layouts); null where the driver lacks it.
+void* driver_function(const char* name, int version) {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+  cudaGetDriverEntryPointByVersion(name, &function, version, cudaEnableDefault, &found);
+#else
+  (void)version;
+  cudaGetDriverEntryPoint(name, &function, cudaEnableDefault, &found);
+#endif
+  if (found != cudaDriverEntryPointSuccess) (void)cudaGetLastError();
+  return found == cudaDriverEntryPointSuccess ? function : nullptr;
+}
+
+// The parameter layout the cubin's kernel was compiled with.
 cudaError_t kernel_parameter_size(cudaKernel_t kernel, size_t* size) {
   using ParamInfo = CUresult (*)(CUkernel, size_t, size_t*, size_t*);
-  static ParamInfo get = [] {
-    void* function = nullptr;
-    cudaDriverEntryPointQueryResult found;
-    cudaGetDriverEntryPointByVersion("cuKernelGetParamInfo", &function, 12040, cudaEnableDefault, &found);
-    return found == cudaDriverEntryPointSuccess ? reinterpret_cast<ParamInfo>(function) : nullptr;
-  }();
+  static ParamInfo get = reinterpret_cast<ParamInfo>(driver_function("cuKernelGetParamInfo", 12040));
   if (get == nullptr) return cudaErrorNotSupported;  // a driver older than 12.4: nothing to check against
   size_t offset = 0;
   return get(reinterpret_cast<CUkernel>(kernel), 0, &offset, size) == CUDA_SUCCESS ? cudaSuccess : cudaErrorUnknown;
@@ -78,6 +87,7 @@ class CubinKernel {
       }
     }
     if (error_ != cudaSuccess) {  // every call of this variant will fail: say why, once
+      (void)cudaGetLastError();     // and keep the runtime's sticky last error out of later, unrelated calls
       std::fprintf(stderr, "cutlass_ext: kernel %s cannot be loaded from its library: %s\n", name,
                    cudaGetErrorString(error_));
     }
@@ -90,6 +100,7 @@ class CubinKernel {
     typename Kernel::Params params = Kernel::to_underlying_arguments(arguments, workspace);
     int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess || !allow_shared_memory(device)) {
+      (void)cudaGetLastError();
       return int(cutlass::Status::kErrorInternal);
     }
     using Cluster = typename Kernel::DispatchPolicy::ClusterShape;
@@ -113,8 +124,11 @@ class CubinKernel {
       early.val.programmaticStreamSerializationAllowed = 1;
     }
     void* kernel_arguments[] = {&params};
-    cudaError_t launched = cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel_), kernel_arguments);
-    return launched == cudaSuccess ? int(cutlass::Status::kSuccess) : int(cutlass::Status::kErrorInternal);
+    if (cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel_), kernel_arguments) != cudaSuccess) {
+      (void)cudaGetLastError();  // as CUTLASS's adapter: the failure is this call's status, not the next call's
+      return int(cutlass::Status::kErrorInternal);
+    }
+    return int(cutlass::Status::kSuccess);
   }
 
  private:
@@ -122,10 +136,15 @@ class CubinKernel {
     const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
     if (bit != 0 && (allowed_.load(std::memory_order_acquire) & bit)) return true;
     int bytes = int(Kernel::SharedStorageSize);
-    if (bytes >= (48 << 10) &&
-        cudaKernelSetAttributeForDevice(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes, device) !=
-            cudaSuccess) {
-      return false;
+    if (bytes >= (48 << 10)) {
+#if CUDART_VERSION >= 12050
+      cudaError_t set = cudaKernelSetAttributeForDevice(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes,
+                                                        device);
+#else  // the current device's, which is `device`
+      cudaError_t set = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel_),
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+#endif
+      if (set != cudaSuccess) return false;
     }
     allowed_.fetch_or(bit, std::memory_order_acq_rel);
     return true;

@@ -94,4 +94,10 @@ def test_the_key_names_no_folder(monkeypatch):
     assert not any(
         folder in part for part in parts for folder in ("/opt/cuda", str(cubin_build.toolchain.kernels_dir()))
     )
-    assert "-DCUTLASS_EXT_HOST_CODE" in parts[1] and "-l:libcudart_static.a" in parts[3]
+    assert "-DCUTLASS_EXT_HOST_CODE" in parts[1] and "-cubin" in parts[2] and "-l:libcudart_static.a" in parts[4]
+
+
+def test_nvcc_ccbin_may_name_a_folder(monkeypatch, tmp_path):
+    (tmp_path / "g++").write_text("")
+    monkeypatch.setenv("NVCC_CCBIN", str(tmp_path))
+    assert cubin_build.host_compiler() == str(tmp_path / "g++")
