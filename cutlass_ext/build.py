@@ -55,10 +55,6 @@ def _cutlass_digest() -> str:
     return digest.hexdigest()
 
 
-def _cubin(configs) -> bool:
-    return families.get(configs[0].family).cubin
-
-
 def _cubin_host(configs) -> str | None:
     """What compiles a cubin library's host half ("cxx" or "nvcc"); None for a library built otherwise."""
     family = families.get(configs[0].family)
@@ -73,7 +69,7 @@ def library_key(configs: tuple, arch: str) -> str:
         toolchain.nvcc_version(),
         arch,
         " ".join(toolchain.NVCC_FLAGS),
-        *(cubin_build.key_parts(arch) if _cubin(configs) else ()),
+        *(cubin_build.key_parts(arch) if _cubin_host(configs) else ()),
     )
 
 
@@ -115,7 +111,7 @@ _RULES = [
 def _write_ninja_file(staging_root: Path, jobs: list[tuple[list[Path], Path, str | None]], arch: str) -> Path:
     """The build edges of each library, from its translation units: one unit, nvcc whole, or (for a build of fewer
     libraries than cores) nvcc's host and device front ends side by side, then the link (nvcc_steps.py); several
-    units (a family's `parts`), one object each, side by side, then linked; or a split family's two halves
+    units (a family's `parts`), one object each, side by side, then linked; or a cubin family's two halves
     (cubin_build.py). Each library appears under its name
     only once whole, so a build that is killed leaves no half-written one to commit; compiler output goes to logs in
     its staging folder, printed only when it fails."""

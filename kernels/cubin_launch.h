@@ -11,6 +11,13 @@
 
 #include "cutlass/cutlass.h"
 
+namespace cutlass_ext {
+// CUTLASS's device adapter's status for its kernel's can_implement.
+inline int implementable(bool can) {
+  return int(can ? cutlass::Status::kSuccess : cutlass::Status::kErrorInvalidProblem);
+}
+}  // namespace cutlass_ext
+
 #ifdef CUTLASS_EXT_DEVICE_CODE
 
 // One variant's kernel under a C name, as CUTLASS's device_kernel<Kernel>; the rest names the variant's launcher

@@ -212,8 +212,7 @@ struct Sm90SplitGemm {
   static int can_implement(const cutlass_ext_split_gemm_args* args) {
     if (!Bias && (args->bias != nullptr || args->alpha != 1.0f)) return int(cutlass::Status::kErrorNotSupported);
     if (!aligned(*args)) return int(cutlass::Status::kErrorMisalignedOperand);
-    return int(Kernel::can_implement(arguments(*args)) ? cutlass::Status::kSuccess
-                                                       : cutlass::Status::kErrorInvalidProblem);
+    return implementable(Kernel::can_implement(arguments(*args)));
   }
 
   static size_t workspace_size(const cutlass_ext_split_gemm_args* args) {

@@ -272,8 +272,7 @@ struct Sm90Fp8Gemm {
 
   static int can_implement(const cutlass_ext_fp8_args* args) {
     if (!tma_aligned(*args)) return int(cutlass::Status::kErrorMisalignedOperand);
-    return int(Kernel::can_implement(arguments(*args)) ? cutlass::Status::kSuccess
-                                                       : cutlass::Status::kErrorInvalidProblem);
+    return implementable(Kernel::can_implement(arguments(*args)));
   }
 
   static size_t workspace_size(const cutlass_ext_fp8_args* args) {
