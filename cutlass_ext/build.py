@@ -112,7 +112,8 @@ def _write_ninja_file(staging_root: Path, jobs: list[tuple[list[Path], Path, str
     """The build edges of each library, from its translation units: one unit, nvcc whole, or (for a build of fewer
     libraries than cores) nvcc's host and device front ends side by side, then the link (nvcc_steps.py); several
     units (a family's `parts`), one object each, side by side, then linked; or a cubin family's two halves
-    (cubin_build.py). Each library appears under its name
+    (cubin_build.py). Building more libraries than cores, each library is one edge, so they finish one by one and a
+    killed build keeps those done. Each library appears under its name
     only once whole, so a build that is killed leaves no half-written one to commit; compiler output goes to logs in
     its staging folder, printed only when it fails."""
     arguments = _nvcc_arguments(arch)
@@ -126,11 +127,16 @@ def _write_ninja_file(staging_root: Path, jobs: list[tuple[list[Path], Path, str
     ]
     if any(cubin_host for _, _, cubin_host in jobs):
         lines += cubin_build.ninja_rules(arch, _ON_FAILURE)
-    split = len(jobs) < (os.cpu_count() or 1)  # with more libraries than cores, ninja keeps every core busy anyway
+    # With more libraries than cores, ninja keeps every core busy anyway, and each library is one edge: ninja runs
+    # every ready compile before any link (critical-path order), so split libraries would all finish last.
+    split = len(jobs) < (os.cpu_count() or 1)
     for sources, library, cubin_host in jobs:
         if cubin_host:
             (source,) = sources
-            lines += cubin_build.edges(source, library, _ninja_path, cubin_host)
+            lines += cubin_build.edges(source, library, _ninja_path, cubin_host, split=split)
+            continue
+        if not split:
+            lines.append(f"build {_ninja_path(library)}: nvcc_library {' '.join(map(_ninja_path, sources))}")
             continue
         if len(sources) > 1:
             objects = [source.with_suffix(".o") for source in sources]
@@ -139,7 +145,7 @@ def _write_ninja_file(staging_root: Path, jobs: list[tuple[list[Path], Path, str
             continue
         (source,) = sources
         work = library.parent / "steps"
-        steps = split and nvcc_steps.split(
+        steps = nvcc_steps.split(
             toolchain.nvcc(),
             [*arguments, str(source)],
             library.with_name(library.name + ".partial"),

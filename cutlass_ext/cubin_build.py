@@ -161,16 +161,39 @@ def ninja_rules(arch: str, on_failure: str) -> list[str]:
         f"  command = $cxx -shared -o $out.partial $in $cubin_link_flags > $out.log 2>&1 && mv $out.partial $out "
         f"&& rm -f $in $cubin {on_failure}",
         "  description = link $out",
+        *_whole_rule("cubin_whole", "$cxx $cubin_host_flags"),
+        *_whole_rule("cubin_whole_nvcc", "$nvcc $cubin_host_nvcc_flags"),
     ]
 
 
-def edges(source: Path, library: Path, ninja_path, host: str = "cxx") -> list[str]:
-    """The three build edges of one library from its translation unit (and the assembly that embeds the cubin);
-    `host` compiles the host half ("cxx" or "nvcc": the family's cubin_host)."""
+def _whole_rule(name: str, host_compile: str) -> list[str]:
+    """One edge for a whole library, its halves one after the other (a build of more libraries than cores)."""
+    return [
+        f"rule {name}",
+        "  command = ($nvcc $cubin_device_flags -o $cubin $in > $cubin.log 2>&1 "
+        f"&& {host_compile} -c -o $host_object $in > $host_object.log 2>&1 "
+        "&& $cxx -shared -o $out.partial $host_object $embed $cubin_link_flags > $out.log 2>&1 "
+        "&& mv $out.partial $out && rm -f $host_object $cubin) "
+        "|| { cat $cubin.log $host_object.log $out.log 2>/dev/null; exit 1; }",
+        "  description = nvcc -cubin, host compile, link $out",
+    ]
+
+
+def edges(source: Path, library: Path, ninja_path, host: str = "cxx", split: bool = True) -> list[str]:
+    """The build edges of one library from its translation unit (and the assembly that embeds the cubin): its
+    halves side by side then the link, or (`split` false) one edge doing the three in turn. `host` compiles the
+    host half ("cxx" or "nvcc": the family's cubin_host)."""
     folder = library.parent
     cubin, host_object, embed = folder / DEVICE_CODE, folder / HOST_OBJECT, folder / "device_code.S"
-    host_rule = "cubin_host_nvcc" if host == "nvcc" else "cubin_host"
     embed.write_text(_EMBED.format(cubin=str(cubin).replace("\\", "\\\\").replace('"', '\\"')))
+    if not split:
+        return [
+            f"build {ninja_path(library)}: cubin_whole{'_nvcc' if host == 'nvcc' else ''} {ninja_path(source)}",
+            f"  cubin = {ninja_path(cubin)}",
+            f"  host_object = {ninja_path(host_object)}",
+            f"  embed = {ninja_path(embed)}",
+        ]
+    host_rule = "cubin_host_nvcc" if host == "nvcc" else "cubin_host"
     return [
         f"build {ninja_path(cubin)}: cubin_device {ninja_path(source)}",
         f"build {ninja_path(host_object)}: {host_rule} {ninja_path(source)}",

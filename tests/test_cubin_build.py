@@ -101,3 +101,37 @@ def test_nvcc_ccbin_may_name_a_folder(monkeypatch, tmp_path):
     (tmp_path / "g++").write_text("")
     monkeypatch.setenv("NVCC_CCBIN", str(tmp_path))
     assert cubin_build.host_compiler() == str(tmp_path / "g++")
+
+
+def test_more_libraries_than_cores_finish_one_by_one(tmp_path, monkeypatch):
+    """ninja runs every ready compile before any link; with more libraries than cores each library is one edge, so
+    the first is whole before the next starts (a build killed midway keeps it). The real ninja, compilers stubbed."""
+    ninja = pytest.importorskip("ninja")
+    monkeypatch.setattr(build.os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(cubin_build, "host_compiler", lambda: "cxx")  # no toolkit needed: the stub ignores flags
+    monkeypatch.setattr(cubin_build, "link_flags", lambda: [])
+    monkeypatch.setattr(cubin_build, "_nvcc_paths", lambda: ((), ()))
+    monkeypatch.setattr(cubin_build, "nvcc_release", lambda: (13, 0))
+    jobs = []
+    for i, host in enumerate(("cxx", "nvcc", None)):
+        folder = tmp_path / f"entry{i}"
+        folder.mkdir()
+        sources = [folder / f"kernel{p}.cu" for p in range(1 if host else 2)]
+        for source in sources:
+            source.write_text("")
+        jobs.append((sources, folder / "lib.so", host))
+    ninja_file = build._write_ninja_file(tmp_path, jobs, "90a")
+    stub, log = tmp_path / "compiler", tmp_path / "calls.txt"
+    stub.write_text(f'#!/bin/sh\nwhile [ "$1" != -o ]; do shift; done\necho "$2" >> {log}\ntouch "$2"\n')
+    stub.chmod(0o755)
+    text = ninja_file.read_text()
+    text = "\n".join(
+        f"{line.split(' = ')[0]} = {stub}" if line.startswith(("nvcc = ", "cxx = ")) else line
+        for line in text.splitlines()
+    )
+    ninja_file.write_text(text + "\n")
+    subprocess.run([Path(ninja.BIN_DIR) / "ninja", "-f", ninja_file, "-j", "1"], check=True, capture_output=True)
+    order = [Path(line).parent.name for line in log.read_text().split()]
+    assert all(library.is_file() for _, library, _ in jobs)
+    assert order == sorted(order)  # each library's compiles and link together, entry0's first
+    assert order.count("entry0") == 3 and order.count("entry2") == 1  # two halves and the link; nvcc whole
