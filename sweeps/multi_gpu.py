@@ -7,8 +7,10 @@ either serves the other. Each part runs `python -m sweeps.run` with CUDA_VISIBLE
 `--part I/N`, in `<out>/parts/<I>of<N>/` (its table, tuned table and log). A part's table is given the rows of
 the merged table that are its own and the peers', so a rerun with any N measures only what is missing, and an
 interrupted part resumes where it stopped. The peers' rows are dealt by shape (part I measures the peers of
-shapes I, I + N, …); each part picks its own finalists and power rows per (mode, shape) (a superset of one GPU's:
-the fastest of all is the fastest of its part).
+shapes I, I + N, …). Each part re-times its own fastest rows per (mode, shape) less those the other parts' rows
+(read from their tables as they stand) already beat --finalists times over: a superset of one GPU's finalists
+(the fastest of all is the fastest of its part), and, the parts screening each shape at about the same time, not
+the N-fold re-timing that each part taking its own fastest would be. Power rows are each part's own.
 """
 
 from __future__ import annotations
@@ -58,6 +60,42 @@ def measures_peers(args, shape_index: int) -> bool:
         return True
     index, count = _parse_part(args.part)
     return shape_index % count == index
+
+
+def sibling_tables(args, table: Path) -> list[Path]:
+    """The tables of the other parts of this `--part I/N` run (none without --part): their folders sit beside
+    this part's."""
+    if getattr(args, "part", None) is None:
+        return []
+    index, count = _parse_part(args.part)
+    return [Path(table).parent.parent / f"{j}of{count}" / Path(table).name for j in range(count) if j != index]
+
+
+def sibling_rows(tables: list[Path]) -> pd.DataFrame | None:
+    """The other parts' rows as they stand (they are still appending: a half-written last line is dropped), or
+    None when there are none yet."""
+    frames = []
+    for path in tables:
+        if path.is_file() and path.stat().st_size:
+            frame = pd.read_csv(path, on_bad_lines="skip")
+            frame["tflops"] = pd.to_numeric(frame["tflops"], errors="coerce")
+            frames.append(frame.dropna(subset=["tflops", "status", "gpu"]))
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def among_fastest(chosen: pd.DataFrame, others: pd.DataFrame, count: int) -> pd.DataFrame:
+    """The rows of `chosen` (this part's `count` fastest per mode of one shape) that fewer than `count` rows of
+    `chosen` and `others` (the other parts' rows of that shape, as far as measured) beat in their mode. Every
+    finalist of a one-GPU run stays one (rows not yet measured could only remove rows), and the parts together
+    re-time about as many rows as one GPU would, not N times as many."""
+    if others.empty:
+        return chosen
+    rows = pd.concat([chosen[["mode", "tflops"]], others[["mode", "tflops"]]], ignore_index=True)
+    faster = [
+        ((rows["mode"] == mode) & (rows["tflops"] > tflops)).sum()
+        for mode, tflops in zip(chosen["mode"], chosen["tflops"])
+    ]
+    return chosen[[beaten < count for beaten in faster]]
 
 
 def visible_devices() -> list[str]:

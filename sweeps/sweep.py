@@ -156,6 +156,11 @@ class Sweep:
         here = self._rows_of(frame, shape)
         here = here[~here["family"].isin(tuned.PEER_FAMILIES)]
         chosen = here.sort_values("tflops", ascending=False).groupby("mode").head(self.args.finalists)
+        others = multi_gpu.sibling_rows(multi_gpu.sibling_tables(self.args, self.table.path))
+        if others is not None:  # a --part run: the rows the other parts beat --finalists times over are no finalists
+            others = self._rows_of(others, shape)
+            others = others[~others["family"].isin(tuned.PEER_FAMILIES)]
+            chosen = multi_gpu.among_fastest(chosen, others, self.args.finalists)
         chosen = chosen[~(chosen["repeats"] >= self.args.repeats)]  # an empty cell (older table) counts as short
         runnable = {c.name: c for c in self.runnable}
         for index, row in tqdm(list(chosen.iterrows()), desc="finalists", unit="row"):

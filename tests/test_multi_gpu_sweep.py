@@ -185,3 +185,59 @@ def test_the_peers_are_dealt_by_shape(sweep_run):
     # each shape's peers once, by a different part for each of the two shapes, and all in the merged table
     assert status == 0 and len(peers) == 2 and len({call[1] for call in peers}) == 2
     assert (table["name"] == "torch.matmul ieee").sum() == 2
+
+
+def _rows(mode_tflops, shape=(256, 256, 256, 1), gpu=GPU, **extra):
+    m, n, k, batch = shape
+    return pd.DataFrame(
+        [
+            {"family": "sm80", "mode": mode, "name": f"{mode}_{i}", "m": m, "n": n, "k": k, "batch": batch,
+             "tflops": tflops, "repeats": 3, "status": "ok", "gpu": gpu, **extra}
+            for i, (mode, tflops) in enumerate(mode_tflops)
+        ]
+    )  # fmt: skip
+
+
+def test_a_part_keeps_only_finalists_the_other_parts_do_not_beat():
+    mine = _rows([("tf32tf32", 50.0), ("tf32tf32", 40.0), ("tf32tf32", 30.0), ("halfhalf", 10.0)])
+    theirs = _rows([("tf32tf32", 45.0), ("tf32tf32", 35.0), ("halfhalf", 90.0), ("halfhalf", 80.0)])
+    kept = multi_gpu.among_fastest(mine, theirs, 3)
+    # the three fastest tf32tf32 of both parts are 50, 45, 40: 30 goes; halfhalf's 10 is beaten twice, stays (< 3)
+    assert kept["tflops"].tolist() == [50.0, 40.0, 10.0]
+    assert multi_gpu.among_fastest(mine, theirs, 2)["tflops"].tolist() == [50.0]
+    assert multi_gpu.among_fastest(mine, theirs.iloc[:0], 2).equals(mine)  # nothing measured there yet
+
+
+def test_a_part_reads_the_other_parts_tables_as_they_stand(tmp_path):
+    args = argparse.Namespace(part="1/3")
+    table = tmp_path / "parts" / "1of3" / "sweep_x.csv"
+    siblings = multi_gpu.sibling_tables(args, table)
+    assert siblings == [tmp_path / "parts" / f"{j}of3" / "sweep_x.csv" for j in (0, 2)]
+    assert multi_gpu.sibling_tables(argparse.Namespace(part=None), table) == []
+    assert multi_gpu.sibling_rows(siblings) is None  # no part has written yet
+    siblings[0].parent.mkdir(parents=True)
+    text = _rows([("tf32tf32", 45.0), ("tf32tf32", 35.0)]).to_csv(index=False)
+    siblings[0].write_text(text + "sm80,tf32tf32,cut,256,256,256,1,12")  # a row still being written
+    rows = multi_gpu.sibling_rows(siblings)
+    assert rows["tflops"].tolist() == [45.0, 35.0]
+
+
+def test_a_parts_finalists_leave_out_rows_the_other_part_beats(tmp_path, monkeypatch):
+    """Sweep._finals of part 0/2 with part 1's table beside it: only its rows among the two fastest of both."""
+    shape = (256, 256, 256, 1)
+    folder = tmp_path / "parts" / "0of2"
+    table = ResumableTable(folder / "sweep_sm80_corrected.csv")
+    for row in _rows([("tf32tf32", 50.0), ("tf32tf32", 40.0), ("tf32tf32", 30.0)]).to_dict("records"):
+        table.append(row)
+    other = tmp_path / "parts" / "1of2" / "sweep_sm80_corrected.csv"
+    other.parent.mkdir(parents=True)
+    _rows([("tf32tf32", 45.0), ("tf32tf32", 44.0)]).assign(name=["t_a", "t_b"]).to_csv(other, index=False)
+    sweep = object.__new__(sweep_module.Sweep)
+    sweep.args = argparse.Namespace(part="0/2", finalists=2, repeats=15)
+    sweep.table, sweep.gpu = table, GPU
+    sweep.runnable = [argparse.Namespace(name=f"tf32tf32_{i}") for i in range(3)]
+    sweep.family = argparse.Namespace(kernel_runner=lambda config: (config.name, None))
+    retimed = []
+    monkeypatch.setattr(sweep_module.measure, "retime", lambda run, *_: retimed.append(run) or {"repeats": 15})
+    sweep._finals(None, shape)
+    assert retimed == ["tf32tf32_0"]  # 50 and 45 are the two fastest of both parts: 40 and 30 are no finalists
