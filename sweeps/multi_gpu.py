@@ -85,9 +85,10 @@ def sibling_rows(tables: list[Path]) -> pd.DataFrame | None:
 
 def among_fastest(chosen: pd.DataFrame, others: pd.DataFrame, count: int) -> pd.DataFrame:
     """The rows of `chosen` (this part's `count` fastest per mode of one shape) that fewer than `count` rows of
-    `chosen` and `others` (the other parts' rows of that shape, as far as measured) beat in their mode. Every
-    finalist of a one-GPU run stays one (rows not yet measured could only remove rows), and the parts together
-    re-time about as many rows as one GPU would, not N times as many."""
+    `chosen` and `others` (the other parts' rows of that shape, as far as measured) beat in their mode, by the
+    times the tables hold. Every finalist of a one-GPU run stays one (rows not yet measured could only remove rows;
+    an other part's finalist may already hold its re-timed time), and the parts together re-time about as many
+    rows as one GPU would, not N times as many."""
     if others.empty:
         return chosen
     rows = pd.concat([chosen[["mode", "tflops"]], others[["mode", "tflops"]]], ignore_index=True)
