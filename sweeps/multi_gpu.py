@@ -68,7 +68,8 @@ def sibling_tables(args, table: Path) -> list[Path]:
     if getattr(args, "part", None) is None:
         return []
     index, count = _parse_part(args.part)
-    return [Path(table).parent.parent / f"{j}of{count}" / Path(table).name for j in range(count) if j != index]
+    out = Path(table).parent.parent.parent
+    return [part_folder(out, j, count) / Path(table).name for j in range(count) if j != index]
 
 
 def sibling_rows(tables: list[Path]) -> pd.DataFrame | None:
