@@ -130,7 +130,9 @@ def test_more_libraries_than_cores_finish_one_by_one(tmp_path, monkeypatch):
         for line in text.splitlines()
     )
     ninja_file.write_text(text + "\n")
-    subprocess.run([Path(ninja.BIN_DIR) / "ninja", "-f", ninja_file, "-j", "1"], check=True, capture_output=True)
+    subprocess.run(
+        [Path(ninja.BIN_DIR) / "ninja", "-f", ninja_file, "-j", "1"], check=True, capture_output=True, cwd=tmp_path
+    )
     order = [Path(line).parent.name for line in log.read_text().split()]
     assert all(library.is_file() for _, library, _ in jobs)
     assert order == sorted(order)  # each library's compiles and link together, entry0's first
