@@ -28,25 +28,27 @@ SIZES = (64, 128, 256, 512, 1024, 2048, 4096)
 MODES = ("tf32tf32", "halfhalf", "markidis", "tf32", "fp32")
 
 
-def per_call_us(run, a, b, calls: int) -> float:
+def per_call_us(run, operands, calls: int) -> float:
     for _ in range(3):
-        run(a, b)
+        run(*operands)
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(calls):
-        run(a, b)
+        run(*operands)
     torch.cuda.synchronize()
     return (time.perf_counter() - start) * 1e6 / calls
 
 
 def contenders():
-    """(name, run, torch's FP32 matmul precision while it runs): set once around the calls, not per call."""
-    yield "torch.mm fp32 (ieee)", torch.mm, "ieee"
-    yield "torch.mm tf32", torch.mm, "tf32"
+    """(name, run, torch's FP32 matmul precision while it runs (set once around the calls, not per call), whether
+    it takes a bias). The bias is made once, as nn.Linear's parameter is, and added by torch.addmm beside ours."""
+    yield "torch.mm fp32 (ieee)", torch.mm, "ieee", False
+    yield "torch.mm tf32", torch.mm, "tf32", False
     for mode in MODES:
-        yield f"ext.gemm {mode}", lambda a, b, mode=mode: ext.gemm(a, b, mode=mode), "ieee"
-    for mode in ("tf32tf32", "halfhalf"):  # nn.Linear's call: the bias in the epilogue (a row of a: square sizes)
-        yield f"ext.gemm {mode} +bias", lambda a, b, mode=mode: ext.gemm(a, b, mode=mode, bias=a[0]), "ieee"
+        yield f"ext.gemm {mode}", lambda a, b, mode=mode: ext.gemm(a, b, mode=mode), "ieee", False
+    yield "torch.addmm fp32 (ieee) +bias", lambda a, b, bias: torch.addmm(bias, a, b), "ieee", True
+    for mode in ("tf32tf32", "halfhalf"):  # nn.Linear's call: the bias in the epilogue
+        yield f"ext.gemm {mode} +bias", lambda a, b, bias, mode=mode: ext.gemm(a, b, mode=mode, bias=bias), "ieee", True
 
 
 def plot(frame: pd.DataFrame, path: Path) -> None:
@@ -80,10 +82,11 @@ def main(argv=None) -> int:
         a = torch.randn(size, size, device="cuda")
         b = torch.randn(size, size, device="cuda")
         calls = max(10, min(args.calls, int(args.calls * (1024 / size) ** 3)))
-        for name, run, precision in contenders():
+        bias = torch.randn(size, device="cuda")
+        for name, run, precision, takes_bias in contenders():
             previous, torch.backends.cuda.matmul.fp32_precision = torch.backends.cuda.matmul.fp32_precision, precision
             try:
-                time_us = per_call_us(run, a, b, calls)
+                time_us = per_call_us(run, (a, b, bias) if takes_bias else (a, b), calls)
             finally:
                 torch.backends.cuda.matmul.fp32_precision = previous
             rows.append({"contender": name, "size": size, "us_per_call": round(time_us, 2)})
