@@ -15,6 +15,7 @@ the N-fold re-timing that each part taking its own fastest would be. Power rows 
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -73,12 +74,17 @@ def sibling_tables(args, table: Path) -> list[Path]:
 
 
 def sibling_rows(tables: list[Path]) -> pd.DataFrame | None:
-    """The other parts' rows as they stand (they are still appending: a half-written last line is dropped), or
-    None when there are none yet."""
+    """The other parts' rows as they stand, or None when there are none yet. They are still appending: the text
+    after the last line break is left out, and a table that does not parse (a quoted field cut short) is skipped,
+    which only keeps this part's finalists as they are."""
     frames = []
     for path in tables:
-        if path.is_file() and path.stat().st_size:
-            frame = pd.read_csv(path, on_bad_lines="skip")
+        text = path.read_text() if path.is_file() else ""
+        try:
+            frame = pd.read_csv(io.StringIO(text[: text.rfind("\n") + 1]), on_bad_lines="skip")
+        except (pd.errors.ParserError, pd.errors.EmptyDataError):
+            continue
+        if "tflops" in frame:
             frame["tflops"] = pd.to_numeric(frame["tflops"], errors="coerce")
             frames.append(frame.dropna(subset=["tflops", "status", "gpu"]))
     return pd.concat(frames, ignore_index=True) if frames else None

@@ -220,6 +220,10 @@ def test_a_part_reads_the_other_parts_tables_as_they_stand(tmp_path):
     siblings[0].write_text(text + "sm80,tf32tf32,cut,256,256,256,1,12")  # a row still being written
     rows = multi_gpu.sibling_rows(siblings)
     assert rows["tflops"].tolist() == [45.0, 35.0]
+    siblings[0].write_text(text + 'sm80,tf32tf32,cut,256,256,256,1,12,3,ok,"a detail\nof two lines, cut')
+    assert multi_gpu.sibling_rows(siblings) is None  # cut inside a quoted field: that table is skipped
+    siblings[0].write_text(text.splitlines()[0])  # the header being written
+    assert multi_gpu.sibling_rows(siblings) is None
 
 
 def test_a_parts_finalists_leave_out_rows_the_other_part_beats(tmp_path, monkeypatch):
