@@ -173,7 +173,7 @@ def _whole_rule(name: str, host_compile: str) -> list[str]:
         "  command = ($nvcc $cubin_device_flags -o $cubin $in > $cubin.log 2>&1 "
         f"&& {host_compile} -c -o $host_object $in > $host_object.log 2>&1 "
         "&& $cxx -shared -o $out.partial $host_object $embed $cubin_link_flags > $out.log 2>&1 "
-        "&& mv $out.partial $out && rm -f $host_object $cubin) "
+        "&& mv $out.partial $out && rm -f $host_object $embed $cubin) "
         "|| { cat $cubin.log $host_object.log $out.log 2>/dev/null; exit 1; }",
         "  description = nvcc -cubin, host compile, link $out",
     ]

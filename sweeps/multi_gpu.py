@@ -8,9 +8,10 @@ either serves the other. Each part runs `python -m sweeps.run` with CUDA_VISIBLE
 the merged table that are its own and the peers', so a rerun with any N measures only what is missing, and an
 interrupted part resumes where it stopped. The peers' rows are dealt by shape (part I measures the peers of
 shapes I, I + N, …). Each part re-times its own fastest rows per (mode, shape) less those the other parts' rows
-(read from their tables as they stand) already beat --finalists times over: a superset of one GPU's finalists
-(the fastest of all is the fastest of its part), and, the parts screening each shape at about the same time, not
-the N-fold re-timing that each part taking its own fastest would be. Power rows are each part's own.
+(read from their tables as they stand) already beat --finalists times over: one GPU's finalists (up to rows
+within an other part's re-timing of the cut, `among_fastest`), and, the parts screening each shape at about the
+same time, not the N-fold re-timing that each part taking its own fastest would be. Power rows are each part's
+own.
 """
 
 from __future__ import annotations
@@ -93,10 +94,11 @@ def sibling_rows(tables: list[Path]) -> pd.DataFrame | None:
 def among_fastest(chosen: pd.DataFrame, others: pd.DataFrame, count: int) -> pd.DataFrame:
     """The rows of `chosen` (this part's `count` fastest per mode of one shape) that fewer than `count` rows of
     `chosen` and `others` (the other parts' rows of that shape, as far as measured) beat in their mode, by the
-    times the tables hold. Every finalist of a one-GPU run stays one (rows not yet measured could only remove rows;
-    an other part's finalist may already hold its re-timed time), and the parts together re-time about as many
-    rows as one GPU would, not N times as many."""
-    if others.empty:
+    times the tables hold. Rows not yet measured could only remove rows, so with screening times alone these are
+    every finalist a one-GPU run has; an other part's finalist may already hold its re-timed time, which can move a
+    row within that re-timing's change of the cut out of them. The parts together re-time about as many rows as
+    one GPU would, not N times as many."""
+    if others.empty or chosen.empty:
         return chosen
     rows = pd.concat([chosen[["mode", "tflops"]], others[["mode", "tflops"]]], ignore_index=True)
     faster = [

@@ -159,7 +159,8 @@ class Sweep:
         others = multi_gpu.sibling_rows(multi_gpu.sibling_tables(self.args, self.table.path))
         if others is not None:  # a --part run: the rows the other parts beat --finalists times over are no finalists
             others = self._rows_of(others, shape)
-            others = others[~others["family"].isin(tuned.PEER_FAMILIES)]
+            # a variant in this part's table too was dealt to another part by an earlier run: count it once
+            others = others[~others["family"].isin(tuned.PEER_FAMILIES) & ~others["name"].isin(here["name"])]
             chosen = multi_gpu.among_fastest(chosen, others, self.args.finalists)
         chosen = chosen[~(chosen["repeats"] >= self.args.repeats)]  # an empty cell (older table) counts as short
         runnable = {c.name: c for c in self.runnable}

@@ -206,6 +206,8 @@ def test_a_part_keeps_only_finalists_the_other_parts_do_not_beat():
     assert kept["tflops"].tolist() == [50.0, 40.0, 10.0]
     assert multi_gpu.among_fastest(mine, theirs, 2)["tflops"].tolist() == [50.0]
     assert multi_gpu.among_fastest(mine, theirs.iloc[:0], 2).equals(mine)  # nothing measured there yet
+    nothing = multi_gpu.among_fastest(mine.iloc[:0], theirs, 2)  # every variant here failed at this shape
+    assert nothing.empty and list(nothing.columns) == list(mine.columns)
 
 
 def test_a_part_reads_the_other_parts_tables_as_they_stand(tmp_path):
@@ -235,7 +237,9 @@ def test_a_parts_finalists_leave_out_rows_the_other_part_beats(tmp_path, monkeyp
         table.append(row)
     other = tmp_path / "parts" / "1of2" / "sweep_sm80_corrected.csv"
     other.parent.mkdir(parents=True)
-    _rows([("tf32tf32", 45.0), ("tf32tf32", 44.0)]).assign(name=["t_a", "t_b"]).to_csv(other, index=False)
+    # t_a, t_b: part 1's; tf32tf32_1: part 1's table kept it from an earlier run that dealt the groups otherwise
+    theirs = _rows([("tf32tf32", 45.0), ("tf32tf32", 44.0), ("tf32tf32", 60.0)])  # its 60 must not count
+    theirs.assign(name=["t_a", "t_b", "tf32tf32_1"]).to_csv(other, index=False)
     sweep = object.__new__(sweep_module.Sweep)
     sweep.args = argparse.Namespace(part="0/2", finalists=2, repeats=15)
     sweep.table, sweep.gpu = table, GPU
@@ -245,3 +249,6 @@ def test_a_parts_finalists_leave_out_rows_the_other_part_beats(tmp_path, monkeyp
     monkeypatch.setattr(sweep_module.measure, "retime", lambda run, *_: retimed.append(run) or {"repeats": 15})
     sweep._finals(None, shape)
     assert retimed == ["tf32tf32_0"]  # 50 and 45 are the two fastest of both parts: 40 and 30 are no finalists
+    sweep.args.finalists, sweep.args.repeats, retimed[:] = 1, 30, []  # more repeats: re-timed again
+    sweep._finals(None, shape)
+    assert retimed == ["tf32tf32_0"]  # the fastest of all (the stale copy of tf32tf32_1 at 60 counted would drop it)
