@@ -108,12 +108,15 @@ _RULES = [
 ]
 
 
-def _write_ninja_file(staging_root: Path, jobs: list[tuple[list[Path], Path, str | None]], arch: str) -> Path:
+def _write_ninja_file(
+    staging_root: Path, jobs: list[tuple[list[Path], Path, str | None]], arch: str, parallel: int
+) -> Path:
     """The build edges of each library, from its translation units: one unit, nvcc whole, or (for a build of fewer
     libraries than cores) nvcc's host and device front ends side by side, then the link (nvcc_steps.py); several
     units (a family's `parts`), one object each, side by side, then linked; or a cubin family's two halves
-    (cubin_build.py). Building more libraries than cores, each library is one edge, so they finish one by one and a
-    killed build keeps those done. Each library appears under its name
+    (cubin_build.py). Side by side only where `parallel` (ninja's -j) runs every split compile at once; otherwise
+    each library is one edge, so they finish one by one and a killed build keeps those done. Each library appears
+    under its name
     only once whole, so a build that is killed leaves no half-written one to commit; compiler output goes to logs in
     its staging folder, printed only when it fails."""
     arguments = _nvcc_arguments(arch)
@@ -127,9 +130,10 @@ def _write_ninja_file(staging_root: Path, jobs: list[tuple[list[Path], Path, str
     ]
     if any(cubin_host for _, _, cubin_host in jobs):
         lines += cubin_build.ninja_rules(arch, _ON_FAILURE)
-    # With more libraries than cores, ninja keeps every core busy anyway, and each library is one edge: ninja runs
-    # every ready compile before any link (critical-path order), so split libraries would all finish last.
-    split = len(jobs) < (os.cpu_count() or 1)
+    # Splits pay only where all their compiles run at once: ninja runs every ready compile before any link
+    # (critical-path order), so with more compiles than jobs every split library would finish last, and a library
+    # whole on one job takes about as long as its split halves queued behind others.
+    split = sum(max(2, len(sources)) for sources, _, _ in jobs) <= parallel
     for sources, library, cubin_host in jobs:
         if cubin_host:
             (source,) = sources
@@ -253,10 +257,10 @@ def _compile(groups, keys, missing, arch, jobs, verbose, on_finished=None) -> di
         for path, text in zip(paths, sources):
             path.write_text(text)
         work.append((i, staged, paths, staged / cache.LIBRARY))
-    ninja_file = _write_ninja_file(
-        staging_root, [(paths, library, _cubin_host(groups[i])) for i, _, paths, library in work], arch
-    )
     jobs = jobs or os.cpu_count() or 1
+    ninja_file = _write_ninja_file(
+        staging_root, [(paths, library, _cubin_host(groups[i])) for i, _, paths, library in work], arch, jobs
+    )
     if verbose:
         names = ", ".join(
             groups[i][0].name + (f" +{len(groups[i]) - 1}" if len(groups[i]) > 1 else "") for i in missing

@@ -103,11 +103,11 @@ def test_nvcc_ccbin_may_name_a_folder(monkeypatch, tmp_path):
     assert cubin_build.host_compiler() == str(tmp_path / "g++")
 
 
-def test_more_libraries_than_cores_finish_one_by_one(tmp_path, monkeypatch):
-    """ninja runs every ready compile before any link; with more libraries than cores each library is one edge, so
-    the first is whole before the next starts (a build killed midway keeps it). The real ninja, compilers stubbed."""
+def test_with_more_compiles_than_jobs_libraries_finish_one_by_one(tmp_path, monkeypatch):
+    """ninja runs every ready compile before any link; where the split compiles outnumber the jobs each library is
+    one edge, so the first is whole before the next starts (a build killed midway keeps it). The real ninja,
+    compilers stubbed."""
     ninja = pytest.importorskip("ninja")
-    monkeypatch.setattr(build.os, "cpu_count", lambda: 1)
     monkeypatch.setattr(cubin_build, "host_compiler", lambda: "cxx")  # no toolkit needed: the stub ignores flags
     monkeypatch.setattr(cubin_build, "link_flags", lambda: [])
     monkeypatch.setattr(cubin_build, "_nvcc_paths", lambda: ((), ()))
@@ -120,7 +120,10 @@ def test_more_libraries_than_cores_finish_one_by_one(tmp_path, monkeypatch):
         for source in sources:
             source.write_text("")
         jobs.append((sources, folder / "lib.so", host))
-    ninja_file = build._write_ninja_file(tmp_path, jobs, "90a")
+    (tmp_path / "split").mkdir()
+    split = build._write_ninja_file(tmp_path / "split", jobs, "90a", parallel=6).read_text()
+    assert ": cubin_device " in split and ": nvcc_object " in split  # 6 jobs run the 6 split compiles at once
+    ninja_file = build._write_ninja_file(tmp_path, jobs, "90a", parallel=4)  # 6 compiles split: more than 4
     stub, log = tmp_path / "compiler", tmp_path / "calls.txt"
     stub.write_text(f'#!/bin/sh\nwhile [ "$1" != -o ]; do shift; done\necho "$2" >> {log}\ntouch "$2"\n')
     stub.chmod(0o755)
