@@ -116,9 +116,8 @@ def _write_ninja_file(
     units (a family's `parts`), one object each, side by side, then linked; or a cubin family's two halves
     (cubin_build.py). Side by side only where `parallel` (ninja's -j) runs every split compile at once; otherwise
     each library is one edge, so they finish one by one and a killed build keeps those done. Each library appears
-    under its name
-    only once whole, so a build that is killed leaves no half-written one to commit; compiler output goes to logs in
-    its staging folder, printed only when it fails."""
+    under its name only once whole, so a build that is killed leaves no half-written one to commit; compiler output
+    goes to logs in its staging folder, printed only when it fails."""
     arguments = _nvcc_arguments(arch)
     object_arguments = [a for a in arguments if a != "-shared"]
     lines = [

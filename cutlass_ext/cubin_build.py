@@ -49,8 +49,7 @@ def host_compiler() -> str:
 @functools.cache
 def host_compiler_version() -> str:
     """Its first --version line: part of a cubin library's cache key."""
-    output = subprocess.run([host_compiler(), "--version"], capture_output=True, text=True, check=True).stdout
-    return output.strip().splitlines()[0]
+    return toolchain.version_text(host_compiler()).strip().splitlines()[0]
 
 
 def nvcc_release() -> tuple[int, int]:

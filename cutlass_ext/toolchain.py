@@ -69,9 +69,15 @@ def nvcc() -> str:
 
 
 @functools.cache
+def version_text(executable: str) -> str:
+    """What `EXECUTABLE --version` prints (a compiler's version is part of the cache keys)."""
+    return subprocess.run([executable, "--version"], capture_output=True, text=True, check=True).stdout
+
+
+@functools.cache
 def nvcc_version_text() -> str:
     """What `nvcc --version` prints (checked against the supported releases)."""
-    output = subprocess.run([nvcc(), "--version"], capture_output=True, text=True, check=True).stdout
+    output = version_text(nvcc())
     requirements.check_nvcc(output, nvcc())
     return output
 

@@ -85,9 +85,8 @@ def sibling_rows(tables: list[Path]) -> pd.DataFrame | None:
             frame = pd.read_csv(io.StringIO(text[: text.rfind("\n") + 1]), on_bad_lines="skip")
         except (pd.errors.ParserError, pd.errors.EmptyDataError):
             continue
-        if "tflops" in frame:
-            frame["tflops"] = pd.to_numeric(frame["tflops"], errors="coerce")
-            frames.append(frame.dropna(subset=["tflops", "status", "gpu"]))
+        frame["tflops"] = pd.to_numeric(frame["tflops"], errors="coerce")  # a row skipped as bad counts for none
+        frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
@@ -101,11 +100,9 @@ def among_fastest(chosen: pd.DataFrame, others: pd.DataFrame, count: int) -> pd.
     if others.empty or chosen.empty:
         return chosen
     rows = pd.concat([chosen[["mode", "tflops"]], others[["mode", "tflops"]]], ignore_index=True)
-    faster = [
-        ((rows["mode"] == mode) & (rows["tflops"] > tflops)).sum()
-        for mode, tflops in zip(chosen["mode"], chosen["tflops"])
-    ]
-    return chosen[[beaten < count for beaten in faster]]
+    # rank "min": one more than the rows strictly faster in the mode
+    ranks = rows.groupby("mode")["tflops"].rank(method="min", ascending=False).iloc[: len(chosen)]
+    return chosen[(ranks <= count).to_numpy()]
 
 
 def visible_devices() -> list[str]:
