@@ -45,3 +45,22 @@ def test_sm90_bias_variants_are_twins_whose_plain_names_are_unchanged():
     assert twins == [name + "_bias" for name in plain] + ["halfhalf_sm90_128x128x64_c2x1_coop_p2_w4_bias"]
     assert all(Sm90Config.from_name(name).epilogue == "bias" for name in twins)
     assert all(Sm90Config.from_name(name).epilogue == "plain" for name in plain)
+
+
+@pytest.mark.parametrize("alpha", [1, 1.0, 2])
+def test_a_bias_with_an_int_or_float_alpha_is_checked_once_per_signature(monkeypatch, alpha):
+    # nn.Linear's call (gemm's default alpha is the int 1) must not run the per-call epilogue checks
+    gemm_module = importlib.import_module("cutlass_ext.gemm")
+    launched = []
+    monkeypatch.setattr(gemm_module, "_check_epilogue", lambda *args: pytest.fail("per-call epilogue check"))
+    monkeypatch.setattr(gemm_module, "_launch", lambda plan, a, b, bias, alpha, scale, mode: launched.append(alpha))
+    a, b, bias = torch.ones(4, 3), torch.ones(3, 5), torch.ones(5)
+    gemm_module._kernel_call(a, b, "tf32tf32", bias, alpha, 0, ("sm80", ["variant"]))
+    assert launched == [float(alpha)] and type(launched[0]) is float
+
+
+def test_a_bool_alpha_is_rejected_with_a_bias():
+    gemm_module = importlib.import_module("cutlass_ext.gemm")
+    a, b, bias = torch.ones(4, 3), torch.ones(3, 5), torch.ones(5)
+    with pytest.raises(TypeError, match="alpha must be a real number"):
+        gemm_module._kernel_call(a, b, "tf32tf32", bias, True, 0, ("sm80", ["variant"]))
