@@ -20,7 +20,9 @@
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
 #include "cubin_launch.h"
+#ifndef CUTLASS_EXT_DEVICE_CODE  // the operand pass's kernels belong to the host half, which launches them
 #include "halfhalf_operands.cuh"
+#endif
 #include "launcher_abi.h"
 #include "library_exports.h"
 #include "sm90_split_mainloop.hpp"
