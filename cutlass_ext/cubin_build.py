@@ -137,45 +137,52 @@ def key_parts(arch: str) -> tuple[str, ...]:
     )
 
 
+# The three steps of a cubin library, shared by the split edges and the one-edge form: the device half, the host
+# half by the family's cubin_host ("cxx" or "nvcc"), and the link of the host object with the embedded cubin.
+_DEVICE_COMPILE = "$nvcc $cubin_device_flags"
+_HOST_COMPILES = {"cxx": "$cxx $cubin_host_flags", "nvcc": "$nvcc $cubin_host_nvcc_flags"}
+_HOST_RULES = {"cxx": "cubin_host", "nvcc": "cubin_host_nvcc"}
+_WHOLE_RULES = {"cxx": "cubin_whole", "nvcc": "cubin_whole_nvcc"}
+
+
+def _link(inputs: str) -> str:
+    return f"$cxx -shared -o $out.partial {inputs} $cubin_link_flags > $out.log 2>&1 && mv $out.partial $out"
+
+
 def ninja_rules(arch: str, on_failure: str) -> list[str]:
     def quoted(words):
         return " ".join(shlex.quote(w) for w in words)
 
-    return [
+    lines = [
         f"cubin_device_flags = {quoted(device_flags(arch))}",
         f"cubin_host_flags = {quoted(host_flags())}",
         f"cubin_link_flags = {quoted(link_flags())}",
         f"cubin_host_nvcc_flags = {quoted(nvcc_host_flags(arch))}",
         f"cxx = {shlex.quote(host_compiler())}",
         "rule cubin_device",
-        f"  command = $nvcc $cubin_device_flags -o $out $in > $out.log 2>&1 {on_failure}",
+        f"  command = {_DEVICE_COMPILE} -o $out $in > $out.log 2>&1 {on_failure}",
         "  description = nvcc -cubin $out",
         "rule cubin_host",
-        f"  command = $cxx $cubin_host_flags -c -o $out $in > $out.log 2>&1 {on_failure}",
+        f"  command = {_HOST_COMPILES['cxx']} -c -o $out $in > $out.log 2>&1 {on_failure}",
         "  description = host compile $out",
         "rule cubin_host_nvcc",
-        f"  command = $nvcc $cubin_host_nvcc_flags -c -o $out $in > $out.log 2>&1 {on_failure}",
+        f"  command = {_HOST_COMPILES['nvcc']} -c -o $out $in > $out.log 2>&1 {on_failure}",
         "  description = nvcc host half $out",
         "rule cubin_link",
-        f"  command = $cxx -shared -o $out.partial $in $cubin_link_flags > $out.log 2>&1 && mv $out.partial $out "
-        f"&& rm -f $in $cubin {on_failure}",
+        f"  command = {_link('$in')} && rm -f $in $cubin {on_failure}",
         "  description = link $out",
-        *_whole_rule("cubin_whole", "$cxx $cubin_host_flags"),
-        *_whole_rule("cubin_whole_nvcc", "$nvcc $cubin_host_nvcc_flags"),
     ]
-
-
-def _whole_rule(name: str, host_compile: str) -> list[str]:
-    """One edge for a whole library, its halves one after the other (a build of more libraries than cores)."""
-    return [
-        f"rule {name}",
-        "  command = ($nvcc $cubin_device_flags -o $cubin $in > $cubin.log 2>&1 "
-        f"&& {host_compile} -c -o $host_object $in > $host_object.log 2>&1 "
-        "&& $cxx -shared -o $out.partial $host_object $embed $cubin_link_flags > $out.log 2>&1 "
-        "&& mv $out.partial $out && rm -f $host_object $embed $cubin) "
-        "|| { cat $cubin.log $host_object.log $out.log 2>/dev/null; exit 1; }",
-        "  description = nvcc -cubin, host compile, link $out",
-    ]
+    # One edge for a whole library, its halves one after the other (a build of more compiles than jobs).
+    for host, rule in _WHOLE_RULES.items():
+        lines += [
+            f"rule {rule}",
+            f"  command = ({_DEVICE_COMPILE} -o $cubin $in > $cubin.log 2>&1 "
+            f"&& {_HOST_COMPILES[host]} -c -o $host_object $in > $host_object.log 2>&1 "
+            f"&& {_link('$host_object $embed')} && rm -f $host_object $embed $cubin) "
+            "|| { cat $cubin.log $host_object.log $out.log 2>/dev/null; exit 1; }",
+            "  description = nvcc -cubin, host compile, link $out",
+        ]
+    return lines
 
 
 def edges(source: Path, library: Path, ninja_path, host: str = "cxx", split: bool = True) -> list[str]:
@@ -187,15 +194,14 @@ def edges(source: Path, library: Path, ninja_path, host: str = "cxx", split: boo
     embed.write_text(_EMBED.format(cubin=str(cubin).replace("\\", "\\\\").replace('"', '\\"')))
     if not split:
         return [
-            f"build {ninja_path(library)}: cubin_whole{'_nvcc' if host == 'nvcc' else ''} {ninja_path(source)}",
+            f"build {ninja_path(library)}: {_WHOLE_RULES[host]} {ninja_path(source)}",
             f"  cubin = {ninja_path(cubin)}",
             f"  host_object = {ninja_path(host_object)}",
             f"  embed = {ninja_path(embed)}",
         ]
-    host_rule = "cubin_host_nvcc" if host == "nvcc" else "cubin_host"
     return [
         f"build {ninja_path(cubin)}: cubin_device {ninja_path(source)}",
-        f"build {ninja_path(host_object)}: {host_rule} {ninja_path(source)}",
+        f"build {ninja_path(host_object)}: {_HOST_RULES[host]} {ninja_path(source)}",
         f"build {ninja_path(library)}: cubin_link {ninja_path(host_object)} {ninja_path(embed)} | {ninja_path(cubin)}",
         f"  cubin = {ninja_path(cubin)}",
     ]
