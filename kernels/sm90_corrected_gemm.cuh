@@ -25,6 +25,7 @@
 #endif
 #include "launcher_abi.h"
 #include "library_exports.h"
+#include "sm90_corrected_epilogue.hpp"
 #include "sm90_split_mainloop.hpp"
 
 namespace cutlass_ext {
@@ -51,42 +52,6 @@ struct SplitPingpong {
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
 };
 
-// acc · 2^-(row_shift + column_shift), rounded once: the factor (|exponent| <= 252) is exact in FP64. The shifts
-// arrive converted to float (exact: they are small integers).
-template <class T>
-struct Unscale {
-  CUTLASS_DEVICE T operator()(T acc, T row_shift, T column_shift) const {
-    int exponent = int(row_shift) + int(column_shift);
-    return T(double(acc) * __longlong_as_double((long long)(1023 - exponent) << 52));
-  }
-};
-template <class T, int N>
-struct Unscale<cutlass::Array<T, N>> {
-  CUTLASS_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& acc, cutlass::Array<T, N> const& rows,
-                                                 cutlass::Array<T, N> const& columns) const {
-    cutlass::Array<T, N> out;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < N; ++i) out[i] = Unscale<T>{}(acc[i], rows[i], columns[i]);
-    return out;
-  }
-};
-
-// gemm's epilogue in the variants that have one: alpha · x + bias[n], one rounding.
-template <class T>
-struct ScaledPlusBias {
-  CUTLASS_DEVICE T operator()(T x, T alpha, T bias) const { return fmaf(alpha, x, bias); }
-};
-template <class T, int N>
-struct ScaledPlusBias<cutlass::Array<T, N>> {
-  CUTLASS_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& x, cutlass::Array<T, N> const& alpha,
-                                                 cutlass::Array<T, N> const& bias) const {
-    cutlass::Array<T, N> out;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < N; ++i) out[i] = ScaledPlusBias<T>{}(x[i], alpha[i], bias[i]);
-    return out;
-  }
-};
-
 // PromotionInterval: k-tiles between promotions of hi·hi into the FP32 accumulator (a run-time argument: variants
 // differing only in it, or in Swizzle, share the kernel). Bias: the epilogue computes alpha · product + bias (n)
 // (alpha = 1 and no bias otherwise).
@@ -99,23 +64,7 @@ struct Sm90SplitGemm {
   static constexpr int kAlignmentAB = 16 / int(sizeof(Element));  // elements: TMA moves 16-byte aligned rows
   static constexpr int kAlignmentD = 4;
 
-  using RowShift = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, int32_t, float,
-                                                               cute::Stride<cute::_1, cute::_0, int64_t>>;
-  using ColumnShift = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, int32_t, float,
-                                                                  cute::Stride<cute::_0, cute::_1, int64_t>>;
-  using Unscaled = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<Unscale, float, float, cutlass::FloatRoundStyle::round_to_nearest>,
-      cutlass::epilogue::fusion::Sm90AccFetch, RowShift, ColumnShift>;
-  using Product = cute::conditional_t<Mode::kScaled, Unscaled, cutlass::epilogue::fusion::Sm90AccFetch>;
-  using BiasRow = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float, float,
-                                                              cute::Stride<cute::_0, cute::_1, int64_t>>;
-  using WithBias = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<ScaledPlusBias, float, float, cutlass::FloatRoundStyle::round_to_nearest>,
-      Product, cutlass::epilogue::fusion::Sm90ScalarBroadcast<float>, BiasRow>;
-  using Fusion = cute::conditional_t<
-      Bias, WithBias,
-      cute::conditional_t<Mode::kScaled, Unscaled,
-                          cutlass::epilogue::fusion::LinearCombination<float, float, void, float>>>;
+  using Fusion = Sm90CorrectedEpilogue<Mode::kScaled, Bias>;
 
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -172,20 +121,9 @@ struct Sm90SplitGemm {
     arguments.mainloop.ptr_B_lo = static_cast<const Element*>(args.b_lo);
     arguments.mainloop.dB = cute::make_stride(args.ldb, _1{}, args.batch_stride_b);
     arguments.mainloop.promotion_interval = PromotionInterval;
-    typename Unscaled::Arguments unscaled{{},
-                                          {args.row_shift, 0, {_1{}, _0{}, args.row_shift_batch_stride}},
-                                          {args.column_shift, 0, {_0{}, _1{}, args.column_shift_batch_stride}},
-                                          {}};
-    if constexpr (Bias) {
-      typename Product::Arguments product{};
-      if constexpr (Mode::kScaled) product = unscaled;
-      arguments.epilogue.thread = {product, {{args.alpha}}, {args.bias, 0.0f, {_0{}, _1{}, 0}}, {}};
-    } else if constexpr (Mode::kScaled) {
-      arguments.epilogue.thread = unscaled;
-    } else {
-      arguments.epilogue.thread.alpha = 1.0f;
-      arguments.epilogue.thread.beta = 0.0f;
-    }
+    arguments.epilogue.thread = {static_cast<const int32_t*>(args.row_shift), args.row_shift_batch_stride,
+                                 static_cast<const int32_t*>(args.column_shift), args.column_shift_batch_stride,
+                                 Bias ? args.alpha : 1.0f, Bias ? static_cast<const float*>(args.bias) : nullptr};
     arguments.epilogue.ptr_C = nullptr;
     arguments.epilogue.dC = cute::make_stride(args.ldd, _1{}, args.batch_stride_d);
     arguments.epilogue.ptr_D = args.d;
