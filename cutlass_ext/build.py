@@ -55,10 +55,10 @@ def _cutlass_digest() -> str:
     return digest.hexdigest()
 
 
-def _cubin_host(configs) -> str | None:
-    """What compiles a cubin library's host half ("cxx" or "nvcc"); None for a library built otherwise."""
+def _cubin_family(configs):
+    """The family of a library built in halves (cubin_build.py); None for a library built otherwise."""
     family = families.get(configs[0].family)
-    return family.cubin_host if family.cubin else None
+    return family if family.cubin else None
 
 
 def library_key(configs: tuple, arch: str) -> str:
@@ -69,7 +69,7 @@ def library_key(configs: tuple, arch: str) -> str:
         toolchain.nvcc_version(),
         arch,
         " ".join(toolchain.NVCC_FLAGS),
-        *(cubin_build.key_parts(arch) if _cubin_host(configs) else ()),
+        *(cubin_build.key_parts(arch) if _cubin_family(configs) else ()),
     )
 
 
@@ -108,9 +108,15 @@ _RULES = [
 ]
 
 
-def _write_ninja_file(
-    staging_root: Path, jobs: list[tuple[list[Path], Path, str | None]], arch: str, parallel: int
-) -> Path:
+def _compiles(sources: list[Path], cubin_family) -> int:
+    """The compiles a library's split build runs side by side: nvcc's two front ends, its units, or a cubin
+    library's halves and nvcc part."""
+    if cubin_family:
+        return 3 if cubin_family.cubin_nvcc_part else 2
+    return max(2, len(sources))
+
+
+def _write_ninja_file(staging_root: Path, jobs: list[tuple[list[Path], Path, object]], arch: str, parallel: int) -> Path:
     """The build edges of each library, from its translation units: one unit, nvcc whole, or (for a build of fewer
     libraries than cores) nvcc's host and device front ends side by side, then the link (nvcc_steps.py); several
     units (a family's `parts`), one object each, side by side, then linked; or a cubin family's two halves
@@ -127,16 +133,17 @@ def _write_ninja_file(
         f"object_flags = {' '.join(shlex.quote(a) for a in object_arguments)}",
         *_RULES,
     ]
-    if any(cubin_host for _, _, cubin_host in jobs):
+    if any(cubin_family for _, _, cubin_family in jobs):
         lines += cubin_build.ninja_rules(arch, _ON_FAILURE)
-    # Splits pay only where all their compiles run at once: ninja runs every ready compile before any link
+    # Splits pay only where all their compiles run at once, or for one library (a first call: its short host-side
+    # compiles then share the cores with its long device compile): ninja runs every ready compile before any link
     # (critical-path order), so with more compiles than jobs every split library would finish last, and a library
     # whole on one job takes about as long as its split halves queued behind others.
-    split = sum(max(2, len(sources)) for sources, _, _ in jobs) <= parallel
-    for sources, library, cubin_host in jobs:
-        if cubin_host:
+    split = len(jobs) == 1 or sum(_compiles(sources, cubin_family) for sources, _, cubin_family in jobs) <= parallel
+    for sources, library, cubin_family in jobs:
+        if cubin_family:
             (source,) = sources
-            lines += cubin_build.edges(source, library, _ninja_path, cubin_host, split=split)
+            lines += cubin_build.edges(source, library, _ninja_path, cubin_family.cubin_nvcc_part, split=split)
             continue
         if not split:
             lines.append(f"build {_ninja_path(library)}: nvcc_library {' '.join(map(_ninja_path, sources))}")
@@ -258,7 +265,7 @@ def _compile(groups, keys, missing, arch, jobs, verbose, on_finished=None) -> di
         work.append((i, staged, paths, staged / cache.LIBRARY))
     jobs = jobs or os.cpu_count() or 1
     ninja_file = _write_ninja_file(
-        staging_root, [(paths, library, _cubin_host(groups[i])) for i, _, paths, library in work], arch, jobs
+        staging_root, [(paths, library, _cubin_family(groups[i])) for i, _, paths, library in work], arch, jobs
     )
     if verbose:
         names = ", ".join(

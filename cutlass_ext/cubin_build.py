@@ -4,7 +4,9 @@ nvcc compiles the translation unit's device code alone (`-cubin`: cicc, ptxas) w
 its launchers (the same text, CUTLASS_EXT_HOST_CODE defined, kernels/host_compiler_prelude.h first); the link
 embeds the cubin, which the launchers load by the kernels' C names. nvcc whole runs two C++ front ends over the
 unit, cudafe++ (the host side, which also instantiates every kernel template) then the host compile after cicc;
-here a cold build waits for cicc alone.
+here a cold build waits for cicc alone. A family whose library also launches small kernels of its own with <<<>>>
+(the corrected SGEMM's operand pass), which the host compiler cannot compile, names a macro (`cubin_nvcc_part`)
+under which the unit holds only those: nvcc compiles it a third time, into an object of its own, beside the halves.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from . import toolchain
 
 DEVICE_CODE = "kernel.cubin"
 HOST_OBJECT = "host.o"
+NVCC_PART_OBJECT = "nvcc_part.o"
 # Where the link's assembly puts the cubin: one symbol per library (RTLD_LOCAL keeps libraries apart).
 _EMBED = """\
 .section .rodata.cutlass_ext_device_code,"a"
@@ -99,8 +102,9 @@ def device_flags(arch: str) -> list[str]:
             *(f"-I{d}" for d in toolchain.include_dirs())]  # fmt: skip
 
 
-def nvcc_host_flags(arch: str) -> list[str]:
-    """The host half by nvcc (a family whose host half has kernels of its own): an object, no CUTLASS kernel."""
+def nvcc_part_flags(arch: str) -> list[str]:
+    """The third object (a family's cubin_nvcc_part): nvcc whole over the kernels the library launches itself. It
+    is host-side code too (CUTLASS_EXT_HOST_CODE; __CUDACC__ tells the unit it is nvcc's, not the host compiler's)."""
     shared = [f for f in toolchain.NVCC_FLAGS if f != "-shared"]
     return [
         *shared,
@@ -131,18 +135,17 @@ def key_parts(arch: str) -> tuple[str, ...]:
         host_compiler_version(),
         flags(host_flags()),
         flags(device_flags(arch)),
-        flags(nvcc_host_flags(arch)),
+        flags(nvcc_part_flags(arch)),
         flags(link_flags()),
         _EMBED,
     )
 
 
-# The three steps of a cubin library, shared by the split edges and the one-edge form: the device half, the host
-# half by the family's cubin_host ("cxx" or "nvcc"), and the link of the host object with the embedded cubin.
+# The steps of a cubin library, shared by the split edges and the one-edge form: the device half, the host half,
+# the nvcc part where the family has one, and the link of their objects with the embedded cubin.
 _DEVICE_COMPILE = "$nvcc $cubin_device_flags"
-_HOST_COMPILES = {"cxx": "$cxx $cubin_host_flags", "nvcc": "$nvcc $cubin_host_nvcc_flags"}
-_HOST_RULES = {"cxx": "cubin_host", "nvcc": "cubin_host_nvcc"}
-_WHOLE_RULES = {"cxx": "cubin_whole", "nvcc": "cubin_whole_nvcc"}
+_HOST_COMPILE = "$cxx $cubin_host_flags"
+_NVCC_PART_COMPILE = "$nvcc $cubin_nvcc_part_flags -D$part_macro"
 
 
 def _link(inputs: str) -> str:
@@ -157,56 +160,67 @@ def ninja_rules(arch: str, on_failure: str) -> list[str]:
         f"cubin_device_flags = {quoted(device_flags(arch))}",
         f"cubin_host_flags = {quoted(host_flags())}",
         f"cubin_link_flags = {quoted(link_flags())}",
-        f"cubin_host_nvcc_flags = {quoted(nvcc_host_flags(arch))}",
+        f"cubin_nvcc_part_flags = {quoted(nvcc_part_flags(arch))}",
         f"cxx = {shlex.quote(host_compiler())}",
         "rule cubin_device",
         f"  command = {_DEVICE_COMPILE} -o $out $in > $out.log 2>&1 {on_failure}",
         "  description = nvcc -cubin $out",
         "rule cubin_host",
-        f"  command = {_HOST_COMPILES['cxx']} -c -o $out $in > $out.log 2>&1 {on_failure}",
+        f"  command = {_HOST_COMPILE} -c -o $out $in > $out.log 2>&1 {on_failure}",
         "  description = host compile $out",
-        "rule cubin_host_nvcc",
-        f"  command = {_HOST_COMPILES['nvcc']} -c -o $out $in > $out.log 2>&1 {on_failure}",
-        "  description = nvcc host half $out",
+        "rule cubin_nvcc_part",
+        f"  command = {_NVCC_PART_COMPILE} -c -o $out $in > $out.log 2>&1 {on_failure}",
+        "  description = nvcc part $out",
         "rule cubin_link",
         f"  command = {_link('$in')} && rm -f $in $cubin {on_failure}",
         "  description = link $out",
     ]
-    # One edge for a whole library, its halves one after the other (a build of more compiles than jobs).
-    for host, rule in _WHOLE_RULES.items():
+    # One edge for a whole library, its steps one after the other (a build of more compiles than jobs).
+    part_step = f"&& {_NVCC_PART_COMPILE} -c -o $part_object $in > $part_object.log 2>&1 "
+    for rule, part in (("cubin_whole", ""), ("cubin_whole_nvcc_part", part_step)):
+        objects = "$host_object $part_object" if part else "$host_object"
         lines += [
             f"rule {rule}",
             f"  command = ({_DEVICE_COMPILE} -o $cubin $in > $cubin.log 2>&1 "
-            f"&& {_HOST_COMPILES[host]} -c -o $host_object $in > $host_object.log 2>&1 "
-            f"&& {_link('$host_object $embed')} && rm -f $host_object $embed $cubin) "
-            "|| { cat $cubin.log $host_object.log $out.log 2>/dev/null; exit 1; }",
+            f"&& {_HOST_COMPILE} -c -o $host_object $in > $host_object.log 2>&1 {part}"
+            f"&& {_link(objects + ' $embed')} && rm -f {objects} $embed $cubin) "
+            f"|| {{ cat $cubin.log $host_object.log {'$part_object.log ' if part else ''}$out.log 2>/dev/null; exit 1; }}",
             "  description = nvcc -cubin, host compile, link $out",
         ]
     return lines
 
 
-def edges(source: Path, library: Path, ninja_path, host: str = "cxx", split: bool = True) -> list[str]:
+def edges(source: Path, library: Path, ninja_path, nvcc_part: str | None = None, split: bool = True) -> list[str]:
     """The build edges of one library from its translation unit (and the assembly that embeds the cubin): its
-    halves side by side then the link, or (`split` false) one edge doing the three in turn. `host` compiles the
-    host half ("cxx" or "nvcc": the family's cubin_host)."""
+    halves (and its nvcc part, compiled with the macro `nvcc_part` defined, where the family has one) side by side
+    then the link, or (`split` false) one edge doing them in turn."""
     folder = library.parent
     cubin, host_object, embed = folder / DEVICE_CODE, folder / HOST_OBJECT, folder / "device_code.S"
+    part_object = folder / NVCC_PART_OBJECT
     embed.write_text(_EMBED.format(cubin=str(cubin).replace("\\", "\\\\").replace('"', '\\"')))
+    part_variables = [f"  part_macro = {nvcc_part}", f"  part_object = {ninja_path(part_object)}"] if nvcc_part else []
     if not split:
         return [
-            f"build {ninja_path(library)}: {_WHOLE_RULES[host]} {ninja_path(source)}",
+            f"build {ninja_path(library)}: {'cubin_whole_nvcc_part' if nvcc_part else 'cubin_whole'} {ninja_path(source)}",
             f"  cubin = {ninja_path(cubin)}",
             f"  host_object = {ninja_path(host_object)}",
             f"  embed = {ninja_path(embed)}",
+            *part_variables,
         ]
-    return [
+    objects = [ninja_path(host_object)]
+    lines = [
         f"build {ninja_path(cubin)}: cubin_device {ninja_path(source)}",
-        f"build {ninja_path(host_object)}: {_HOST_RULES[host]} {ninja_path(source)}",
-        f"build {ninja_path(library)}: cubin_link {ninja_path(host_object)} {ninja_path(embed)} | {ninja_path(cubin)}",
+        f"build {ninja_path(host_object)}: cubin_host {ninja_path(source)}",
+    ]
+    if nvcc_part:
+        lines += [f"build {ninja_path(part_object)}: cubin_nvcc_part {ninja_path(source)}", f"  part_macro = {nvcc_part}"]
+        objects.append(ninja_path(part_object))
+    return lines + [
+        f"build {ninja_path(library)}: cubin_link {' '.join(objects)} {ninja_path(embed)} | {ninja_path(cubin)}",
         f"  cubin = {ninja_path(cubin)}",
     ]
 
 
 def compiler_logs(folder: Path) -> list[Path]:
-    """The halves' logs (ptxas's resource usage is in the device half's)."""
-    return [folder / f"{DEVICE_CODE}.log", folder / f"{HOST_OBJECT}.log"]
+    """The steps' logs (ptxas's resource usage is in the device half's)."""
+    return [folder / f"{DEVICE_CODE}.log", folder / f"{HOST_OBJECT}.log", folder / f"{NVCC_PART_OBJECT}.log"]

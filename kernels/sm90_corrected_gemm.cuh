@@ -1,17 +1,23 @@
 // The Hopper corrected SGEMM (sm90a: TMA, wgmma, warp-specialized, persistent) behind the split launcher of
 // launcher_abi.h. The operands arrive as hi/lo planes written by split_planes (halfhalf_operands.cuh); the
 // mainloop is ours (sm90_split_mainloop.hpp), its atoms (TiledMma, shared-memory layouts, TMA copies) are the ones
-// CUTLASS's CollectiveBuilder picks for the plane type, and the kernel layer and epilogue are CUTLASS's.
+// CUTLASS's CollectiveBuilder picks for the plane type, the kernel layer is CUTLASS's, the epilogue ours
+// (sm90_corrected_epilogue.hpp).
 #pragma once
+
+#ifdef CUTLASS_EXT_OPERAND_PASS_CODE
+// The library's third object (nvcc -c; cutlass_ext/cubin_build.py): the operand pass, whose kernels it compiles and
+// launches itself, and no GEMM.
+#include "halfhalf_operands.cuh"
+#include "library_exports.h"
+#define CUTLASS_EXT_EXPORT_SPLIT_LIBRARY() CUTLASS_EXT_EXPORT_SPLIT_PLANES()
+#define CUTLASS_EXT_EXPORT_SPLIT_GEMM(NAME, ...)
+#else
 
 #include <cuda_runtime.h>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/epilogue/fusion/sm90_visitor_compute_tma_warpspecialized.hpp"
-#include "cutlass/epilogue/fusion/sm90_visitor_load_tma_warpspecialized.hpp"
-#include "cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/kernel/gemm_universal_decl.h"
@@ -20,9 +26,6 @@
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
 #include "cubin_launch.h"
-#ifndef CUTLASS_EXT_DEVICE_CODE  // the operand pass's kernels belong to the host half, which launches them
-#include "halfhalf_operands.cuh"
-#endif
 #include "launcher_abi.h"
 #include "library_exports.h"
 #include "sm90_corrected_epilogue.hpp"
@@ -45,11 +48,9 @@ struct SplitHalfHalf {
 
 struct SplitCooperative {
   using Kernel = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
 };
 struct SplitPingpong {
   using Kernel = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
-  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
 };
 
 // PromotionInterval: k-tiles between promotions of hi·hi into the FP32 accumulator (a run-time argument: variants
@@ -64,12 +65,7 @@ struct Sm90SplitGemm {
   static constexpr int kAlignmentAB = 16 / int(sizeof(Element));  // elements: TMA moves 16-byte aligned rows
   static constexpr int kAlignmentD = 4;
 
-  using Fusion = Sm90CorrectedEpilogue<Mode::kScaled, Bias>;
-
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, kAlignmentD,
-      float, cutlass::layout::RowMajor, kAlignmentD, typename Schedule::Epilogue, Fusion>::CollectiveOp;
+  using Epilogue = Sm90CorrectedEpilogue<Mode::kScaled, Bias>;  // stored from registers
 
   // CUTLASS's own mainloop for one plane of each operand: ours takes its atoms.
   using Stock = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -136,7 +132,8 @@ struct Sm90SplitGemm {
     return arguments;
   }
 
-  // TMA needs 16-byte aligned base addresses and strides; the column shifts are read 16 bytes at a time.
+  // TMA needs 16-byte aligned base addresses and strides; D (stored two floats at a time), the shifts and the
+  // bias are held to the same, which our allocations meet.
   static bool aligned(const cutlass_ext_split_gemm_args& args) {
     auto at16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     bool planes = at16(args.a_hi) && at16(args.a_lo) && at16(args.b_hi) && at16(args.b_lo) &&
@@ -173,12 +170,12 @@ struct Sm90SplitGemm {
   CUTLASS_EXT_CUBIN_LAUNCHERS(NAME, _split, cutlass_ext_split_gemm_args, __VA_ARGS__)
 #endif
 
-// Exported once per Hopper corrected kernel library, by its host half: the ABI, status strings and the operand pass
-// (whose kernels that half compiles and launches itself).
+// Exported once per Hopper corrected kernel library, by its host half: the ABI and status strings (the operand
+// pass by the third object, above).
 #ifdef CUTLASS_EXT_DEVICE_CODE
 #define CUTLASS_EXT_EXPORT_SPLIT_LIBRARY()
 #else
-#define CUTLASS_EXT_EXPORT_SPLIT_LIBRARY() \
-  CUTLASS_EXT_EXPORT_ABI()                 \
-  CUTLASS_EXT_EXPORT_SPLIT_PLANES()
+#define CUTLASS_EXT_EXPORT_SPLIT_LIBRARY() CUTLASS_EXT_EXPORT_ABI()
 #endif
+
+#endif  // CUTLASS_EXT_OPERAND_PASS_CODE

@@ -62,17 +62,35 @@ def test_the_host_half_is_part_of_the_cache_key(monkeypatch):
 
 def test_hopper_families_are_built_in_halves_and_their_headers_are_in_their_keys():
     fp8, corrected = families.get("sm90_fp8"), families.get("sm90")
-    assert fp8.cubin and fp8.cubin_host == "cxx"
-    assert corrected.cubin and corrected.cubin_host == "nvcc"  # its operand pass launches kernels of its own
+    assert fp8.cubin and fp8.cubin_nvcc_part is None
+    # the corrected SGEMM's operand pass launches kernels of its own: nvcc compiles them apart
+    assert corrected.cubin and corrected.cubin_nvcc_part == "CUTLASS_EXT_OPERAND_PASS_CODE"
     names = {p.name for p in build.codegen.source_files("sm90_fp8")}
     assert {"cubin_launch.h", "host_compiler_prelude.h", "sm90_fp8_gemm.cuh"} <= names
-    assert "cubin_launch.h" in {p.name for p in build.codegen.source_files("sm90")}
+    assert {"cubin_launch.h", "halfhalf_operands.cuh"} <= {p.name for p in build.codegen.source_files("sm90")}
 
 
-def test_an_nvcc_host_half_gets_its_own_rule(tmp_path):
-    edges = cubin_build.edges(tmp_path / "kernel.cu", tmp_path / "lib.so", str, "nvcc")
-    assert edges[1] == f"build {tmp_path / 'host.o'}: cubin_host_nvcc {tmp_path / 'kernel.cu'}"
-    assert "-Xcompiler=-fno-gnu-unique" in cubin_build.nvcc_host_flags("90a")
+def test_an_nvcc_part_is_a_third_compile_beside_the_halves_and_is_linked(tmp_path):
+    source, library = tmp_path / "kernel.cu", tmp_path / "lib.so"
+    edges = cubin_build.edges(source, library, str, "OPERANDS")
+    assert edges[2] == f"build {tmp_path / 'nvcc_part.o'}: cubin_nvcc_part {source}"
+    assert edges[3] == "  part_macro = OPERANDS"
+    assert edges[4].startswith(f"build {library}: cubin_link {tmp_path / 'host.o'} {tmp_path / 'nvcc_part.o'} ")
+    whole = cubin_build.edges(source, library, str, "OPERANDS", split=False)
+    assert whole[0] == f"build {library}: cubin_whole_nvcc_part {source}"
+    assert "  part_macro = OPERANDS" in whole and f"  part_object = {tmp_path / 'nvcc_part.o'}" in whole
+    flags = cubin_build.nvcc_part_flags("90a")
+    assert "-Xcompiler=-fno-gnu-unique" in flags and "-shared" not in flags and "-cubin" not in flags
+
+
+def test_an_nvcc_part_is_a_macro_of_a_cubin_family():
+    fp8 = families.get("sm90_fp8")
+    for cubin, part in ((False, "OPERANDS"), (True, "not a macro")):
+        with pytest.raises(ValueError, match="cubin_nvcc_part"):
+            families.Family(
+                name="parted", config=fp8.config, template=Path(fp8.template), render_instance=fp8.render_instance,
+                cubin=cubin, cubin_nvcc_part=part,
+            )  # fmt: skip
 
 
 def test_a_cubin_family_is_one_translation_unit():
@@ -113,17 +131,17 @@ def test_with_more_compiles_than_jobs_libraries_finish_one_by_one(tmp_path, monk
     monkeypatch.setattr(cubin_build, "_nvcc_paths", lambda: ((), ()))
     monkeypatch.setattr(cubin_build, "nvcc_release", lambda: (13, 0))
     jobs = []
-    for i, host in enumerate(("cxx", "nvcc", None)):
+    for i, family in enumerate((families.get("sm90_fp8"), families.get("sm90"), None)):
         folder = tmp_path / f"entry{i}"
         folder.mkdir()
-        sources = [folder / f"kernel{p}.cu" for p in range(1 if host else 2)]
+        sources = [folder / f"kernel{p}.cu" for p in range(1 if family else 2)]
         for source in sources:
             source.write_text("")
-        jobs.append((sources, folder / "lib.so", host))
+        jobs.append((sources, folder / "lib.so", family))
     (tmp_path / "split").mkdir()
-    split = build._write_ninja_file(tmp_path / "split", jobs, "90a", parallel=6).read_text()
-    assert ": cubin_device " in split and ": nvcc_object " in split  # 6 jobs run the 6 split compiles at once
-    ninja_file = build._write_ninja_file(tmp_path, jobs, "90a", parallel=4)  # 6 compiles split: more than 4
+    split = build._write_ninja_file(tmp_path / "split", jobs, "90a", parallel=7).read_text()
+    assert ": cubin_device " in split and ": cubin_nvcc_part " in split and ": nvcc_object " in split  # 7 at once
+    ninja_file = build._write_ninja_file(tmp_path, jobs, "90a", parallel=4)  # 7 compiles split: more than 4
     stub, log = tmp_path / "compiler", tmp_path / "calls.txt"
     stub.write_text(f'#!/bin/sh\nwhile [ "$1" != -o ]; do shift; done\necho "$2" >> {log}\ntouch "$2"\n')
     stub.chmod(0o755)
@@ -139,4 +157,5 @@ def test_with_more_compiles_than_jobs_libraries_finish_one_by_one(tmp_path, monk
     order = [Path(line).parent.name for line in log.read_text().split()]
     assert all(library.is_file() for _, library, _ in jobs)
     assert order == sorted(order)  # each library's compiles and link together, entry0's first
-    assert order.count("entry0") == 3 and order.count("entry2") == 1  # two halves and the link; nvcc whole
+    # two halves and the link; the same and the nvcc part; nvcc whole
+    assert order.count("entry0") == 3 and order.count("entry1") == 4 and order.count("entry2") == 1

@@ -50,9 +50,10 @@ class Family:
     library is compiled from, side by side, and linked (each rendered with CUTLASS_EXT_LIBRARY_PART = 0…parts−1
     and CUTLASS_EXT_LIBRARY_PARTS defined; the template says what each holds). cubin: the library is built in two
     halves (cutlass_ext/cubin_build.py, kernels/cubin_launch.h): nvcc compiles its kernels alone into a cubin, the
-    host compiler its launchers; its variants export through cubin_launch.h's macros. cubin_host: what compiles
-    the host half, "cxx" (the host compiler alone, fastest) or "nvcc" (for a library whose host half compiles and
-    launches small kernels of its own). torch_binding: its variants are
+    host compiler its launchers; its variants export through cubin_launch.h's macros. cubin_nvcc_part: for a
+    cubin library that also launches small kernels of its own (<<<>>>, which the host compiler cannot compile), the
+    macro under which its unit holds only those: nvcc compiles it a third time, side by side with the halves, and
+    the link takes that object too. torch_binding: its variants are
     called through the torch binding (kernels/torch_binding.cpp), which loads their libraries; otherwise through
     ctypes (native.py). filters, space, measure: module paths of the sweep plug-ins (None where the family has
     none).
@@ -66,7 +67,7 @@ class Family:
     defines: Callable = field(default=lambda config: "")
     parts: int = 1
     cubin: bool = False
-    cubin_host: str = "cxx"
+    cubin_nvcc_part: str | None = None
     torch_binding: bool = False
     filters: str | None = None
     space: str | None = None
@@ -76,8 +77,8 @@ class Family:
         for path in (self.template, self.instance_template):
             if not Path(path).is_file():
                 raise FileNotFoundError(f"family {self.name!r}: template {path} does not exist")
-        if self.cubin_host not in ("cxx", "nvcc"):
-            raise ValueError(f"family {self.name!r}: cubin_host must be 'cxx' or 'nvcc', not {self.cubin_host!r}")
+        if self.cubin_nvcc_part is not None and not (self.cubin and self.cubin_nvcc_part.isidentifier()):
+            raise ValueError(f"family {self.name!r}: cubin_nvcc_part must be a macro name, for a cubin family")
         if self.cubin and self.parts != 1:
             raise ValueError(f"family {self.name!r}: a cubin library is one translation unit (parts=1)")
 
