@@ -116,7 +116,9 @@ def _compiles(sources: list[Path], cubin_family) -> int:
     return max(2, len(sources))
 
 
-def _write_ninja_file(staging_root: Path, jobs: list[tuple[list[Path], Path, object]], arch: str, parallel: int) -> Path:
+def _write_ninja_file(
+    staging_root: Path, jobs: list[tuple[list[Path], Path, object]], arch: str, parallel: int
+) -> Path:
     """The build edges of each library, from its translation units: one unit, nvcc whole, or (for a build of fewer
     libraries than cores) nvcc's host and device front ends side by side, then the link (nvcc_steps.py); several
     units (a family's `parts`), one object each, side by side, then linked; or a cubin family's two halves

@@ -179,12 +179,13 @@ def ninja_rules(arch: str, on_failure: str) -> list[str]:
     part_step = f"&& {_NVCC_PART_COMPILE} -c -o $part_object $in > $part_object.log 2>&1 "
     for rule, part in (("cubin_whole", ""), ("cubin_whole_nvcc_part", part_step)):
         objects = "$host_object $part_object" if part else "$host_object"
+        logs = "$cubin.log $host_object.log " + ("$part_object.log " if part else "") + "$out.log"
         lines += [
             f"rule {rule}",
             f"  command = ({_DEVICE_COMPILE} -o $cubin $in > $cubin.log 2>&1 "
             f"&& {_HOST_COMPILE} -c -o $host_object $in > $host_object.log 2>&1 {part}"
             f"&& {_link(objects + ' $embed')} && rm -f {objects} $embed $cubin) "
-            f"|| {{ cat $cubin.log $host_object.log {'$part_object.log ' if part else ''}$out.log 2>/dev/null; exit 1; }}",
+            f"|| {{ cat {logs} 2>/dev/null; exit 1; }}",
             "  description = nvcc -cubin, host compile, link $out",
         ]
     return lines
@@ -200,8 +201,9 @@ def edges(source: Path, library: Path, ninja_path, nvcc_part: str | None = None,
     embed.write_text(_EMBED.format(cubin=str(cubin).replace("\\", "\\\\").replace('"', '\\"')))
     part_variables = [f"  part_macro = {nvcc_part}", f"  part_object = {ninja_path(part_object)}"] if nvcc_part else []
     if not split:
+        rule = "cubin_whole_nvcc_part" if nvcc_part else "cubin_whole"
         return [
-            f"build {ninja_path(library)}: {'cubin_whole_nvcc_part' if nvcc_part else 'cubin_whole'} {ninja_path(source)}",
+            f"build {ninja_path(library)}: {rule} {ninja_path(source)}",
             f"  cubin = {ninja_path(cubin)}",
             f"  host_object = {ninja_path(host_object)}",
             f"  embed = {ninja_path(embed)}",
@@ -213,7 +215,10 @@ def edges(source: Path, library: Path, ninja_path, nvcc_part: str | None = None,
         f"build {ninja_path(host_object)}: cubin_host {ninja_path(source)}",
     ]
     if nvcc_part:
-        lines += [f"build {ninja_path(part_object)}: cubin_nvcc_part {ninja_path(source)}", f"  part_macro = {nvcc_part}"]
+        lines += [
+            f"build {ninja_path(part_object)}: cubin_nvcc_part {ninja_path(source)}",
+            f"  part_macro = {nvcc_part}",
+        ]
         objects.append(ninja_path(part_object))
     return lines + [
         f"build {ninja_path(library)}: cubin_link {' '.join(objects)} {ninja_path(embed)} | {ninja_path(cubin)}",
