@@ -37,6 +37,7 @@
 #include "sm90_fp8_overlapped_promotion.hpp"
 #include "sm90_fp8_turn_taking_promotion.hpp"
 #include "sm90_l2_prefetch_mainloop.hpp"
+#include "sm90_register_epilogue.hpp"
 #include "sm90_stage_epilogue.hpp"
 #include "sm90_weights_load_mainloop.hpp"
 
@@ -75,6 +76,43 @@ struct DecomposeSplitK {
 // (sm90_dynamic_tile_scheduler.hpp): cooperative kernels with one-CTA clusters.
 struct DecomposeDynamic {
   using TileScheduler = DynamicScheduler;
+};
+
+// D = row_scale[m] · (column_scale[n] · acc) + bias in the kernel's rows and columns, with the EVT's roundings (FP32,
+// then to D's type), for the epilogue stored from registers (sm90_register_epilogue.hpp). A scale is one value or,
+// where its rowwise flag is set, a vector; null reads as 1. The bias runs along the kernel's columns, or its rows
+// (BiasAlongRows: swapped); null reads as 0.
+template <class ElementD, bool BiasAlongRows>
+struct ScaleBiasFusion {
+  struct Arguments {
+    float const* row_scale = nullptr;
+    bool row_scale_rowwise = false;
+    float const* column_scale = nullptr;
+    bool column_scale_rowwise = false;
+    ElementD const* bias = nullptr;
+  };
+
+  struct Tile {
+    Arguments args;
+
+    CUTLASS_DEVICE Tile(Arguments const& args, int64_t) : args(args) {}
+
+    CUTLASS_DEVICE float operator()(float acc, int m, int n) const {
+      float row = read_or(args.row_scale, args.row_scale_rowwise ? m : 0, &kOneWord);
+      float column = read_or(args.column_scale, args.column_scale_rowwise ? n : 0, &kOneWord);
+      return fmaf(row, column * acc, read_or_zero(args.bias, BiasAlongRows ? m : n));
+    }
+  };
+};
+
+// Builder::CollectiveOp where Instantiate, else Otherwise, without instantiating the builder.
+template <bool Instantiate, class Builder, class Otherwise>
+struct CollectiveIf {
+  using type = Otherwise;
+};
+template <class Builder, class Otherwise>
+struct CollectiveIf<true, Builder, Otherwise> {
+  using type = typename Builder::CollectiveOp;
 };
 
 // Which output side the persistent scheduler's tile order runs along first, in the output's M and N (the kernel's
@@ -131,10 +169,19 @@ struct Sm90Fp8Gemm {
       cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float, kRound>, RowScale,
       ScaledAccumulator, Bias>;
 
-  using TmaEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignmentD, ElementD, LayoutD,
-      kAlignmentD, typename Schedule::Epilogue, Output>::CollectiveOp;
+  // Decode's swapped kernels store D from registers (sm90_register_epilogue.hpp): a few values a thread behind a
+  // stream of weights, and half the kernel's compile. The others keep CUTLASS's TMA epilogue, which stages a tile's
+  // scales once (per-element reads cost prefill 1.4-3.9%, docs/design-notes.md).
+  static constexpr bool kRegisterEpilogue = SwapAB;
+  using RegisterEpilogue = Sm90RegisterEpilogue<ScaleBiasFusion<ElementD, SwapAB>, ElementD,
+                                                cutlass::detail::TagToStrideC_t<LayoutD>>;
+  using BaseEpilogue = typename CollectiveIf<
+      !kRegisterEpilogue,
+      cutlass::epilogue::collective::CollectiveBuilder<
+          cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+          cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignmentD, ElementD,
+          LayoutD, kAlignmentD, typename Schedule::Epilogue, Output>,
+      RegisterEpilogue>::type;
 
   static constexpr bool kDynamic = cute::is_same_v<Decomposition, DecomposeDynamic>;
   static_assert(!kDynamic || (cute::is_same_v<Schedule, ScheduleCooperative> && ClusterM * ClusterN == 1),
@@ -151,7 +198,7 @@ struct Sm90Fp8Gemm {
   // Shared memory the mainloop's stages leave to the rest: the epilogue's, and the dynamic scheduler's posted tiles.
   static constexpr int kCarveoutBytes =
       (kStageEpilogue ? int(sizeof(StageEpilogueColumns<ElementD, TileN>))
-                      : int(sizeof(typename TmaEpilogue::SharedStorage))) +
+                      : int(sizeof(typename BaseEpilogue::SharedStorage))) +
       (kDynamic ? int(sizeof(typename DynamicTileSchedulerSm90::SharedStorage)) + 16 : 0);
 
   using StockMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -184,7 +231,7 @@ struct Sm90Fp8Gemm {
       kStageEpilogue,
       StageEpilogueAdapter<StageEpilogue<ElementD, TileShape, typename StockMainloop::TensorStorage,
                                          StockMainloop::DispatchPolicy::Stages>>,
-      TmaEpilogue>;
+      BaseEpilogue>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
                                                       typename Decomposition::TileScheduler>;
@@ -220,6 +267,10 @@ struct Sm90Fp8Gemm {
       arguments.epilogue.column_scale = static_cast<const float*>(column_scale);
       arguments.epilogue.column_scale_rowwise = column_scale_rowwise;
       arguments.epilogue.bias = static_cast<const ElementD*>(args.bias);
+    } else if constexpr (kRegisterEpilogue) {
+      arguments.epilogue.thread = {static_cast<const float*>(row_scale), row_scale_rowwise,
+                                   static_cast<const float*>(column_scale), column_scale_rowwise,
+                                   static_cast<const ElementD*>(args.bias)};
     } else {
       typename Bias::Arguments bias{static_cast<const ElementD*>(args.bias), ElementD(0), {}};
       arguments.epilogue.thread = {
