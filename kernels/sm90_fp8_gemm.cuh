@@ -98,8 +98,8 @@ struct ScaleBiasFusion {
     CUTLASS_DEVICE Tile(Arguments const& args, int64_t) : args(args) {}
 
     CUTLASS_DEVICE float operator()(float acc, int m, int n) const {
-      float row = read_or(args.row_scale, args.row_scale_rowwise ? m : 0, &kOneWord);
-      float column = read_or(args.column_scale, args.column_scale_rowwise ? n : 0, &kOneWord);
+      float row = read_or_one(args.row_scale, args.row_scale_rowwise ? m : 0);
+      float column = read_or_one(args.column_scale, args.column_scale_rowwise ? n : 0);
       return fmaf(row, column * acc, read_or_zero(args.bias, BiasAlongRows ? m : n));
     }
   };

@@ -14,13 +14,14 @@
 #include <cstdint>
 
 #include "cute/tensor.hpp"
+#include "cutlass/arch/grid_dependency_control.h"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/detail.hpp"
 #include "cutlass/numeric_conversion.h"
 
 namespace cutlass_ext {
 
-// What a null pointer reads in read_or: a zero word, and a float one.
+// What a null pointer reads: a zero word (0 as a 16- or 32-bit float), and a float one.
 static __device__ const int32_t kZeroWord = 0;
 static __device__ const float kOneWord = 1.f;
 
@@ -28,9 +29,9 @@ static __device__ const float kOneWord = 1.f;
 // a branch, so the compiler merges the loads of one row's or column's value (a load behind a null test, one branch
 // per element, keeps it from doing that). T: float, or a 16-bit CUTLASS float (half_t, bfloat16_t).
 template <class T>
-CUTLASS_DEVICE float read_or(T const* base, int64_t index, float const* fallback) {
+CUTLASS_DEVICE float read_or(T const* base, int64_t index, T const* fallback) {
   if (base == nullptr) {
-    base = reinterpret_cast<T const*>(fallback);  // 0 and 1 as T: a zero word, or (for float) kOneWord
+    base = fallback;
     index = 0;
   }
   if constexpr (sizeof(T) == 4) {
@@ -42,8 +43,9 @@ CUTLASS_DEVICE float read_or(T const* base, int64_t index, float const* fallback
 }
 template <class T>
 CUTLASS_DEVICE float read_or_zero(T const* base, int64_t index) {
-  return read_or(base, index, reinterpret_cast<float const*>(&kZeroWord));
+  return read_or(base, index, reinterpret_cast<T const*>(&kZeroWord));
 }
+CUTLASS_DEVICE float read_or_one(float const* base, int64_t index) { return read_or(base, index, &kOneWord); }
 
 template <class Fusion, class ElementD_, class StrideD_>
 class Sm90RegisterEpilogueOp {
@@ -111,11 +113,16 @@ class Sm90RegisterEpilogueOp {
     int first_n = int(get<1>(blk_coord_mnkl)) * int(size<1>(blk_shape_mnk));
     int64_t batch = int64_t(get<3>(blk_coord_mnkl));
 
+    // The values may come from the grid before (programmatic launch): the producer waited for it, but these reads
+    // are the consumers' own (a no-op without programmatic launch, and once that grid is done).
+    cutlass::arch::wait_on_dependent_grids();
+
     // (m, n) within the tile of each of this thread's accumulator elements
     Tensor tCcD = tiled_mma.get_thread_slice(thread_idx).partition_C(make_identity_tensor(take<0, 2>(blk_shape_mnk)));
     constexpr int kElements = decltype(size(accumulators))::value;
     static_assert(decltype(size(tCcD))::value == kElements, "one coordinate per element");
     static_assert(kElements % 2 == 0, "accumulators come in column pairs");
+    static_assert(decltype(size<1>(blk_shape_mnk))::value % 2 == 0, "pairs start at even columns: n even");
 
     // Every value first, then the stores: loads of one row's or column's values merge only where no store to D
     // (which could alias them, for the compiler) comes between.

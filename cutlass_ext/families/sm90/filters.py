@@ -8,7 +8,6 @@ from ..sm90_fp8.filters import RULES as FP8_RULES
 from .config import PLANE_BYTES, Sm90Config
 
 SWIZZLE_ATOM_BYTES = 32  # a k-tile row fills whole 32-, 64- or 128-byte swizzle atoms of shared memory
-EPILOGUE_SHARED_BYTES = 34 * 1024  # the FP32 TMA-store epilogue's staging (34816 bytes at 128x128, measured by nvcc)
 # Three FP32 fragments per consumer thread (accumulator, hi·hi since the last promotion, lo terms): 192 registers
 # at a 128x128 cooperative tile built without spills (ptxas, 2026-11-23); consumers get 240 through setmaxnreg.
 ACCUMULATOR_BUDGET = 192
@@ -24,9 +23,9 @@ def accumulator_registers(config: Sm90Config) -> int:
 
 
 def two_stage_shared_bytes(config: Sm90Config) -> int:
-    """Two pipeline stages of four planes (hi and lo of A and B) and the epilogue."""
+    """Two pipeline stages of four planes (hi and lo of A and B); the epilogue stores from registers."""
     tm, tn, tk = config.tile
-    return 2 * 2 * (tm + tn) * tk * PLANE_BYTES[config.mode] + EPILOGUE_SHARED_BYTES
+    return 2 * 2 * (tm + tn) * tk * PLANE_BYTES[config.mode]
 
 
 # The wgmma tile shape and cluster rules read `tile`, `schedule` and `cluster` alike in both Hopper families.

@@ -11,7 +11,8 @@ WGMMA_MAX_N = 256
 WGMMA_N_STEP = 8  # FP8 wgmma n: every multiple of 8 (render.defines enables the ones CuTe leaves out by default)
 SWIZZLE_K = 64  # FP8 elements: tile k in whole 64-byte swizzle atoms of shared memory
 MAX_CLUSTER = 8  # CTAs in a portable thread-block cluster
-EPILOGUE_SHARED_BYTES = 32 * 1024  # the TMA-store epilogue's staging buffers, at most (EpilogueTileAuto)
+EPILOGUE_SHARED_BYTES = 32 * 1024  # the TMA-store epilogue's staging buffers, at most (EpilogueTileAuto); swapped
+# kernels store from registers (kernels/sm90_register_epilogue.hpp) and need none
 # FP32 accumulator registers per consumer thread above this spill in the mainloop: consumers get 232-240 registers
 # through setmaxnreg, and addresses, scales and the pipeline take the rest. A 128x144 cooperative promoted tile
 # (three fragments of 72: 216) builds without spills; a 128x224 turn-taking tile (two fragments of 112: 224)
@@ -42,7 +43,7 @@ def accumulator_registers(config: Fp8Config) -> int:
 
 def two_stage_shared_bytes(config: Fp8Config) -> int:
     tm, tn, tk = config.tile
-    return 2 * (tm + tn) * tk + EPILOGUE_SHARED_BYTES
+    return 2 * (tm + tn) * tk + (0 if config.swap_ab else EPILOGUE_SHARED_BYTES)
 
 
 def slices_k_blocks(config: Fp8Config) -> bool:
