@@ -38,6 +38,7 @@
 #include "sm90_fp8_turn_taking_promotion.hpp"
 #include "sm90_l2_prefetch_mainloop.hpp"
 #include "sm90_register_epilogue.hpp"
+#include "sm90_scale_bias_arguments.hpp"
 #include "sm90_stage_epilogue.hpp"
 #include "sm90_weights_load_mainloop.hpp"
 
@@ -84,13 +85,7 @@ struct DecomposeDynamic {
 // (BiasAlongRows: swapped); null reads as 0.
 template <class ElementD, bool BiasAlongRows>
 struct ScaleBiasFusion {
-  struct Arguments {
-    float const* row_scale = nullptr;
-    bool row_scale_rowwise = false;
-    float const* column_scale = nullptr;
-    bool column_scale_rowwise = false;
-    ElementD const* bias = nullptr;
-  };
+  using Arguments = ScaleBiasArguments<ElementD>;
 
   struct Tile {
     Arguments args;

@@ -45,7 +45,11 @@ template <class T>
 CUTLASS_DEVICE float read_or_zero(T const* base, int64_t index) {
   return read_or(base, index, reinterpret_cast<T const*>(&kZeroWord));
 }
-CUTLASS_DEVICE float read_or_one(float const* base, int64_t index) { return read_or(base, index, &kOneWord); }
+template <class T>  // a template, as the others: host compiles of this header never instantiate it
+CUTLASS_DEVICE float read_or_one(T const* base, int64_t index) {
+  static_assert(cute::is_same_v<T, float>, "a float: the scales");
+  return read_or(base, index, &kOneWord);
+}
 
 template <class Fusion, class ElementD_, class StrideD_>
 class Sm90RegisterEpilogueOp {

@@ -26,6 +26,8 @@
 #include "cutlass/epilogue/thread/linear_combination.h"
 #include "cutlass/numeric_conversion.h"
 
+#include "sm90_scale_bias_arguments.hpp"
+
 namespace cutlass_ext {
 
 namespace stage_epilogue {
@@ -94,12 +96,7 @@ class StageEpilogue {
                         cute::make_stride(int64_t(0), cute::_1{})),
       SmemLayoutBox{}));
 
-  struct Arguments {
-    float const* row_scale = nullptr;
-    bool row_scale_rowwise = false;
-    float const* column_scale = nullptr;
-    bool column_scale_rowwise = false;
-    ElementD const* bias = nullptr;
+  struct Arguments : ScaleBiasArguments<ElementD> {
     void const* ptr_C = nullptr;
     StrideC dC{};
     ElementD* ptr_D = nullptr;
