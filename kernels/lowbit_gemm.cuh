@@ -494,11 +494,13 @@ int LowbitGemm<kBlockM, kBlockN, kBlockK, kThreadM, kThreadN, kWindow>::run_forw
   return int(cudaGetLastError());
 }
 
-template <class Gemm, int kSte>
+// One STE's gradient kernels for formats with or without underflow (six of a variant's 44: one library part each).
+template <class Gemm, int kSte, bool kUnderflow>
 void launch_grads(const cutlass_ext_lowbit_grads_args* args, dim3 grid, cudaStream_t stream) {
   const int span = window_span(args->format.chunk, Gemm::kWindowSize);  // GradRowWindow's kSpan
-  dispatch_format(args->format, [&](auto underflow, auto fast) {
-    constexpr bool uf = decltype(underflow)::value, fa = decltype(fast)::value;
+  const bool fast = Format::from(args->format).has_fast_form();
+  auto with_fast_form = [&](auto fast_form) {
+    constexpr bool uf = kUnderflow, fa = decltype(fast_form)::value;
     // kGradBlocksPerSm CTAs of ~34 KB shared memory each: ask for the largest shared-memory carveout
     auto launch = [&](auto kernel) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
@@ -510,7 +512,11 @@ void launch_grads(const cutlass_ext_lowbit_grads_args* args, dim3 grid, cudaStre
       launch(lowbit_grads_kernel<Gemm, kSte, uf, fa, kSpanInChunk>);
     else
       launch(lowbit_grads_kernel<Gemm, kSte, uf, fa, kSpanAcross>);
-  });
+  };
+  if (fast)
+    with_fast_form(std::true_type{});
+  else
+    with_fast_form(std::false_type{});
 }
 
 // One CTA per (batch, window, row block); the workspace holds the CTA counter and each CTA's finished steps.
@@ -538,15 +544,19 @@ int LowbitGemm<kBlockM, kBlockN, kBlockK, kThreadM, kThreadN, kWindow>::run_grad
   const cudaError_t cleared = cudaMemsetAsync(args->workspace, 0, size_t(workspace), cuda_stream);
   if (cleared != cudaSuccess) return int(cleared);
   const dim3 grid(unsigned(workspace / int64_t(sizeof(int32_t)) - 1));
+  const bool underflow = args->format.underflow;
   switch (args->ste) {
     case CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF:
-      launch_grads<Gemm, CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF>(args, grid, cuda_stream);
+      underflow ? launch_grads<Gemm, CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF, true>(args, grid, cuda_stream)
+                : launch_grads<Gemm, CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF, false>(args, grid, cuda_stream);
       break;
     case CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_OF:
-      launch_grads<Gemm, CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_OF>(args, grid, cuda_stream);
+      underflow ? launch_grads<Gemm, CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_OF, true>(args, grid, cuda_stream)
+                : launch_grads<Gemm, CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_OF, false>(args, grid, cuda_stream);
       break;
     case CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF:
-      launch_grads<Gemm, CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF>(args, grid, cuda_stream);
+      underflow ? launch_grads<Gemm, CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF, true>(args, grid, cuda_stream)
+                : launch_grads<Gemm, CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF, false>(args, grid, cuda_stream);
       break;
     default:
       return int(cudaErrorInvalidValue);
@@ -572,25 +582,29 @@ int LowbitGemm<kBlockM, kBlockN, kBlockK, kThreadM, kThreadN, kWindow>::run_grad
     return __VA_ARGS__::grads_workspace(args);                                                             \
   }
 
-// One STE's gradient kernels (twelve of a variant's 44) as an explicit instantiation (KIND `template`) or its
-// declaration (`extern template`).
-#define CUTLASS_EXT_LOWBIT_GRADS(KIND, STE, ...)                                  \
-  KIND void cutlass_ext::lowbit::launch_grads<__VA_ARGS__, STE>(const cutlass_ext_lowbit_grads_args*, dim3, \
-                                                                cudaStream_t);
+// One STE's gradient kernels for one underflow setting (six of a variant's 44) as an explicit instantiation (KIND
+// `template`) or its declaration (`extern template`).
+#define CUTLASS_EXT_LOWBIT_GRADS(KIND, STE, UNDERFLOW, ...)                                                   \
+  KIND void cutlass_ext::lowbit::launch_grads<__VA_ARGS__, STE, UNDERFLOW>(const cutlass_ext_lowbit_grads_args*, \
+                                                                           dim3, cudaStream_t);
+#define CUTLASS_EXT_LOWBIT_STE_GRADS(KIND, STE, ...)         \
+  CUTLASS_EXT_LOWBIT_GRADS(KIND, STE, false, __VA_ARGS__) \
+  CUTLASS_EXT_LOWBIT_GRADS(KIND, STE, true, __VA_ARGS__)
 
-// A library compiled from four translation units side by side (the family's `parts`, CUTLASS_EXT_LIBRARY_PART
-// 0-3): part 0 holds the launchers and the forward kernels, part p the gradient kernels of the STE numbered p
-// (CUTLASS_EXT_LOWBIT_STE_*), which part 0 only declares. One unit alone (no parts defined) holds everything.
+// A library compiled from seven translation units side by side (the family's `parts`, CUTLASS_EXT_LIBRARY_PART
+// 0-6): part 0 holds the launchers and the forward kernels, part p the gradient kernels of the STE numbered
+// (p + 1) / 2 (CUTLASS_EXT_LOWBIT_STE_*) for formats without underflow (p odd) or with it (p even), which part 0
+// only declares. One unit alone (no parts defined) holds everything.
 #if !defined(CUTLASS_EXT_LIBRARY_PART)
 #define CUTLASS_EXT_EXPORT_LOWBIT_GEMM(NAME, ...) CUTLASS_EXT_LOWBIT_LAUNCHERS(NAME, __VA_ARGS__)
 #elif CUTLASS_EXT_LIBRARY_PART == 0
-static_assert(CUTLASS_EXT_LIBRARY_PARTS == 4, "a low-bit library is one unit, or four");
-#define CUTLASS_EXT_EXPORT_LOWBIT_GEMM(NAME, ...)                                     \
-  CUTLASS_EXT_LOWBIT_GRADS(extern template, CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF, __VA_ARGS__)  \
-  CUTLASS_EXT_LOWBIT_GRADS(extern template, CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_OF, __VA_ARGS__)  \
-  CUTLASS_EXT_LOWBIT_GRADS(extern template, CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF, __VA_ARGS__) \
+static_assert(CUTLASS_EXT_LIBRARY_PARTS == 7, "a low-bit library is one unit, or seven");
+#define CUTLASS_EXT_EXPORT_LOWBIT_GEMM(NAME, ...)                                          \
+  CUTLASS_EXT_LOWBIT_STE_GRADS(extern template, CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF, __VA_ARGS__)  \
+  CUTLASS_EXT_LOWBIT_STE_GRADS(extern template, CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_OF, __VA_ARGS__)  \
+  CUTLASS_EXT_LOWBIT_STE_GRADS(extern template, CUTLASS_EXT_LOWBIT_STE_IMMEDIATE_DIFF, __VA_ARGS__) \
   CUTLASS_EXT_LOWBIT_LAUNCHERS(NAME, __VA_ARGS__)
 #else
 #define CUTLASS_EXT_EXPORT_LOWBIT_GEMM(NAME, ...) \
-  CUTLASS_EXT_LOWBIT_GRADS(template, CUTLASS_EXT_LIBRARY_PART, __VA_ARGS__)
+  CUTLASS_EXT_LOWBIT_GRADS(template, (CUTLASS_EXT_LIBRARY_PART + 1) / 2, CUTLASS_EXT_LIBRARY_PART % 2 == 0, __VA_ARGS__)
 #endif

@@ -226,12 +226,13 @@ def test_library_compiles_and_exports_launchers(tmp_path, monkeypatch):
     ).stdout
     for function in ("lowbit_forward", "lowbit_grads", "lowbit_grads_workspace"):
         assert f" T {DEFAULT_CONFIG.name}_{function}\n" in exported
-    # Compiled from four units side by side: each STE's gradient kernels come from their own (the launchers' unit
-    # only declares them), and all three are in the library.
+    # Compiled from seven units side by side: each STE's gradient kernels, with and without underflow, come from
+    # their own (the launchers' unit only declares them), and all six are in the library.
     sources = codegen.render_parts([DEFAULT_CONFIG])
-    assert [s.splitlines()[0] for s in sources] == [f"#define CUTLASS_EXT_LIBRARY_PART {p}" for p in range(4)]
+    assert [s.splitlines()[0] for s in sources] == [f"#define CUTLASS_EXT_LIBRARY_PART {p}" for p in range(7)]
     for ste in (1, 2, 3):  # CUTLASS_EXT_LOWBIT_STE_*
-        assert re.search(rf"W _ZN11cutlass_ext6lowbit12launch_grads\S*Li{ste}EEEv", exported)
+        for underflow in (0, 1):
+            assert re.search(rf"W _ZN11cutlass_ext6lowbit12launch_grads\S*Li{ste}ELb{underflow}EEEv", exported)
 
 
 def test_config_names_parse_back():
