@@ -346,6 +346,17 @@ def _eager_plan(mode, a_dtype, b_dtype, a_device, b_device, a_shape, b_shape, a_
     return _cached_runtime_plan(a_device.index, mode, layout_a, layout_b, m, n, k, hopper_ok, _generation)
 
 
+def dispatched_variant(a: torch.Tensor, b: torch.Tensor, mode: str) -> str:
+    """The kernel `gemm(a, b, mode=mode)` runs for these operands (benchmarks record it beside their times):
+    a variant's name, `cuBLAS` for `fp32`, or `none` for empty products."""
+    plan = _eager_plan(
+        mode, a.dtype, b.dtype, a.device, b.device, a.shape, b.shape, a.stride(), b.stride(), tuned.generation()
+    )
+    if plan is None:
+        return "none"
+    return "cuBLAS" if plan[0] == "fp32" else plan[1][0]
+
+
 def _launch(plan, a, b, source, alpha: float, beta: float, mode: str) -> torch.Tensor:
     """The kernels of `plan` for kernel operands a and b, with alpha and beta·source (c, or a bias (n,))."""
     path, variants = plan

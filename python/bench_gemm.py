@@ -22,8 +22,9 @@ import torch
 
 import cutlass_ext as ext
 from cutlass_ext import benchmark, corrected_sm90, numerics, ops, peers, registry, scaling
-from cutlass_ext.families.sm80.config import KernelConfig, default_configs
+from cutlass_ext.families.sm80.config import KernelConfig
 from cutlass_ext.families.sm90.config import Sm90Config as SplitConfig
+from cutlass_ext.gemm import dispatched_variant
 
 DEFAULT_SHAPES = ["1024", "2048", "4096", "8192", "16384", "1024x1024x65536"]
 
@@ -44,7 +45,7 @@ def contenders(modes, variants, input_sets, repeats):
     yield ("triton", "tf32x3", *peers.triton_tf32x3(input_sets, repeats), None)
     yield ("cutlass", "3xtf32", *peers.cutlass_3xtf32())
     for mode in modes:
-        name = "cuBLAS passthrough" if mode == "fp32" else default_configs(mode)[0].name
+        name = dispatched_variant(*input_sets[0], mode)  # what dispatch runs at this shape on this GPU
         yield "cutlass_ext", mode, name, lambda a, b, mode=mode: ext.gemm(a, b, mode=mode), None
     for name in variants:
         if SplitConfig.is_name(name):

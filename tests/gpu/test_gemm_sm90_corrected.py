@@ -4,9 +4,10 @@ on the seed's distributions and on odd shapes, strides and batches; and its spli
 import pytest
 import torch
 
-from cutlass_ext import corrected_sm90, numerics, ops, tuned
+from cutlass_ext import corrected_sm90, device, numerics, ops, tuned
 from cutlass_ext.families.sm90.config import DEFAULTS as DEFAULT_SPLIT
 from cutlass_ext.families.sm90.config import Sm90Config as SplitConfig
+from cutlass_ext.gemm import dispatched_variant, plan
 
 from .helpers import cublas_precision, operands, poison_allocator, reference
 
@@ -132,3 +133,14 @@ def test_graph_capture():
     a.copy_(a * 2)
     graph.replay()
     torch.testing.assert_close(captured, 2 * expected, rtol=1e-6, atol=1e-5)
+
+
+def test_dispatched_variant_names_what_runs_on_hopper():
+    """Benchmarks label ext.gemm's rows with dispatched_variant: a Hopper kernel at large shapes, cuBLAS for fp32."""
+    a = torch.randn(4096, 4096, device="cuda")
+    for mode in ("tf32tf32", "halfhalf"):
+        name = dispatched_variant(a, a, mode)
+        assert SplitConfig.is_name(name), name
+        assert name == plan(device.info(a.device.index), mode, 4096, 4096, 4096).variants[0]
+    assert dispatched_variant(a, a, "fp32") == "cuBLAS"
+    assert dispatched_variant(a[:0], a, "tf32tf32") == "none"
