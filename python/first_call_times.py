@@ -15,6 +15,9 @@ Cache states (the CUTLASS_EXT_CACHE folder the process sees):
   prebuilt  a new folder after `python -m cutlass_ext.build --prebuild` (FP8 modes: `--modes fp8_promoted`), the
             package's ahead-of-time build; setup_s is that command's time, one build shared by the modes using it
 
+binding_build_s and kernel_build_s: what a cold first call built and how long each took, from the build's own
+log lines (the two build side by side; empty where nothing was built).
+
 Rows are appended to --out as they are measured, so a run cut short keeps what it measured and a second run with
 other modes or states adds to the same file.
 """
@@ -25,6 +28,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,7 +43,22 @@ STATES = ("cold", "warm", "prebuilt")
 SIZE = 4096
 # What a user runs to build ahead: the plain command covers ext.gemm's modes; FP8 is named (it is not a default).
 PREBUILD_ARGS = {"fp8_decode": ("--modes", "fp8_promoted"), "fp8_prefill": ("--modes", "fp8_promoted")}
-COLUMNS = ("mode", "state", "first_call_s", "second_call_ms", "import_s", "setup_s", "gpu")
+COLUMNS = (
+    "mode",
+    "state",
+    "first_call_s",
+    "second_call_ms",
+    "import_s",
+    "setup_s",
+    "gpu",
+    "binding_build_s",
+    "kernel_build_s",
+)
+# What a cold first call waited for, from the build's own log lines (the binding and the kernels build side by side).
+_BUILD_TIMES = {
+    "binding_build_s": re.compile(r"torch binding built in ([0-9.]+) s"),
+    "kernel_build_s": re.compile(r"kernel build finished in ([0-9.]+) s"),
+}
 
 
 def child(mode: str) -> None:
@@ -89,10 +108,14 @@ def run_child(mode: str, cache: Path | None, timeout: float) -> dict:
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
         raise RuntimeError(f"{mode}: the measuring process exited {done.returncode}:\n{done.stderr[-3000:]}")
-    for line in done.stderr.splitlines():  # what the first call built, for the log
+    result = json.loads(lines[-1])
+    for line in done.stderr.splitlines():  # what the first call built, for the log and the build-time columns
         if line.startswith("cutlass_ext:"):
             print(f"  {mode}: {line}", file=sys.stderr)
-    return json.loads(lines[-1])
+            for column, pattern in _BUILD_TIMES.items():
+                if match := pattern.search(line):
+                    result[column] = result.get(column, 0.0) + float(match.group(1))
+    return result
 
 
 def prebuild(args: tuple[str, ...], cache: Path, timeout: float) -> float:
@@ -140,6 +163,11 @@ class Caches:
 def measure(modes, states, out: Path, timeout: float, run=run_child) -> int:
     """Appends one row per (mode, state) to `out`; the number of measurements that failed."""
     new_file = not out.exists() or out.stat().st_size == 0
+    if not new_file:
+        with out.open() as file:
+            header = next(csv.reader(file), [])
+        if tuple(header) != COLUMNS:
+            raise ValueError(f"--out {out} has the columns {header}, not {list(COLUMNS)}: write to a new file")
     out.parent.mkdir(parents=True, exist_ok=True)
     failed = 0
     with tempfile.TemporaryDirectory(prefix="cutlass_ext_first_call_") as root, out.open("a", newline="") as file:
@@ -165,6 +193,7 @@ def measure(modes, states, out: Path, timeout: float, run=run_child) -> int:
                     f"{result['import_s']:.2f}",
                     "" if setup_s is None else f"{setup_s:.1f}",
                     result["gpu"],
+                    *(f"{result[column]:.1f}" if column in result else "" for column in _BUILD_TIMES),
                 )
                 writer.writerow(row)
                 file.flush()

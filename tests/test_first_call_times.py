@@ -94,6 +94,28 @@ def test_a_second_run_appends_to_the_same_table(timer, tmp_path):
     assert out.read_text().count("first_call_s") == 1
 
 
+def test_a_table_with_other_columns_is_refused(timer, tmp_path):
+    out = tmp_path / "old.csv"
+    out.write_text("mode,state,first_call_s,second_call_ms,import_s,setup_s,gpu\n")
+    with pytest.raises(ValueError, match="write to a new file"):
+        timer.measure(["tf32"], ["cold"], out, 60.0, run=Recorder())
+
+
+def test_build_times_come_from_the_first_calls_log(timer, tmp_path, monkeypatch):
+    log = (
+        "cutlass_ext: building the torch binding (cutlass_ext_binding_0)\n"
+        "cutlass_ext: torch binding built in 12.6 s\ncutlass_ext: kernel build finished in 16.7 s\n"
+    )
+    done = timer.subprocess.CompletedProcess(
+        [], 0, stdout='{"import_s": 0.1, "first_call_s": 17.0, "second_call_s": 0.001, "gpu": "GPU"}\n', stderr=log
+    )
+    monkeypatch.setattr(timer.subprocess, "run", lambda *args, **kwargs: done)
+    out = tmp_path / "out.csv"
+    timer.measure(["fp8_decode"], ["cold"], out, 60.0)
+    (row,) = read(out)
+    assert (row["binding_build_s"], row["kernel_build_s"], row["first_call_s"]) == ("12.6", "16.7", "17.00")
+
+
 def test_out_is_required_and_states_run_cold_first(timer, tmp_path, monkeypatch):
     with pytest.raises(SystemExit):
         timer.main(["--modes", "tf32"])
