@@ -23,7 +23,9 @@ from pathlib import Path
 
 from . import cache, codegen, cubin_build, families, nvcc_steps, toolchain
 
-BINDING_SOURCE = "torch_binding.cpp"
+# The binding: its ops and their registration, compiled side by side (only the second parses torch/library.h).
+BINDING_SOURCES = ("torch_binding.cpp", "torch_binding_registration.cpp")
+BINDING_HEADERS = ("torch_binding.h", "launcher_abi.h", "range_shift_abi.h")
 _NINJA_STATUS = re.compile(r"^\[(?P<finished>\d+)/(?P<total>\d+)\] ")
 
 
@@ -327,11 +329,10 @@ def load_binding(verbose: bool = True):
     from torch.utils import cpp_extension
 
     kernels = toolchain.kernels_dir()
-    source = kernels / BINDING_SOURCE
+    sources = [kernels / file for file in BINDING_SOURCES]
     key = cache.fingerprint(
-        source.read_text(),
-        (kernels / "launcher_abi.h").read_text(),
-        (kernels / "range_shift_abi.h").read_text(),
+        *(path.read_text() for path in sources),
+        *((kernels / file).read_text() for file in BINDING_HEADERS),
         torch.__version__,
         str(torch.version.cuda),
         sys.version,
@@ -351,7 +352,7 @@ def load_binding(verbose: bool = True):
     def load():
         return cpp_extension.load(
             name=name,
-            sources=[str(source)],
+            sources=[str(path) for path in sources],
             extra_include_paths=[str(kernels)],
             build_directory=str(build_directory),
             extra_cflags=["-O2"],

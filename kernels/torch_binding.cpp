@@ -1,6 +1,7 @@
-// The one translation unit that includes torch: validates tensors, picks a registered kernel variant that can
-// run the problem, and calls its C launcher on the current stream. The op schemas live in cutlass_ext/ops.py
-// (so torch.compile's fake kernels exist before this is built); this file gives them their CUDA implementation.
+// The torch binding's ops (torch_binding_registration.cpp registers them): each validates tensors, picks a
+// registered kernel variant that can run the problem, and calls its C launcher on the current stream. The op
+// schemas live in cutlass_ext/ops.py (so torch.compile's fake kernels exist before this is built); this file gives
+// them their CUDA implementation.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -11,15 +12,19 @@
 #include <unordered_map>
 #include <vector>
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/mul.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
+#include <c10/util/StringUtil.h>
 
 #include "launcher_abi.h"
 #include "range_shift_abi.h"
+#include "torch_binding.h"
 
-namespace {
+namespace cutlass_ext_binding {
 
 // A variant whose launchers take one argument struct: FP8 (kernels/sm90_fp8_gemm.cuh), the corrected SGEMM from
 // split planes (kernels/sm90_corrected_gemm.cuh), or a packed halfhalf product with its unscaling
@@ -835,21 +840,4 @@ at::Tensor gemm_split_cuda(const at::Tensor& a_hi, const at::Tensor& a_lo, const
               " (TMA needs 16-byte aligned rows and n a multiple of 4)");
 }
 
-}  // namespace
-
-TORCH_LIBRARY_IMPL(cutlass_ext, CUDA, m) {
-  m.impl("gemm", &gemm_cuda);
-  m.impl("gemm_fp8", &gemm_fp8_cuda);
-  m.impl("halfhalf_pack", &halfhalf_pack_cuda);
-  m.impl("halfhalf_unscale", &halfhalf_unscale_cuda);
-  m.impl("split_planes", &split_planes_cuda);
-  m.impl("range_shift", &range_shift_cuda);
-  m.impl("halfhalf_gemm", &halfhalf_gemm_cuda);
-  m.impl("gemm_split", &gemm_split_cuda);
-}
-
-// Plain ops rather than a Python module: no pybind11 or torch/extension.h to compile on a user's first call.
-TORCH_LIBRARY_FRAGMENT(cutlass_ext, m) {
-  m.def("register_variant(str name, str arch, str library) -> ()", &register_variant);
-  m.def("registered_variants() -> str[]", &registered_variants);
-}
+}  // namespace cutlass_ext_binding

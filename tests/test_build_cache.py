@@ -141,7 +141,7 @@ def test_a_family_key_covers_its_own_headers_only():
     assert {"halfhalf_operands.cuh", "launcher_abi.h", "library_exports.h"} <= names["sm80"] & names["sm90"]
     assert "sm90_split_mainloop.hpp" in names["sm90"]
     assert "sm90_fp8_gemm.cuh" in names["sm90_fp8"] and not names["sm90_fp8"] & {"halfhalf_operands.cuh", "split_mma.h"}
-    assert "torch_binding.cpp" not in set().union(*names.values())
+    assert not set(build.BINDING_SOURCES) & set().union(*names.values())
 
 
 def test_every_kernel_source_ships_as_package_data():
@@ -151,7 +151,7 @@ def test_every_kernel_source_ships_as_package_data():
     package_data = ast.literal_eval(re.search(r"package_data=(\{[^}]*\})", setup_text).group(1))
     roots = {"cutlass_ext.kernels": toolchain.kernels_dir(), "cutlass_ext": Path(cutlass_ext.__file__).parent}
     needed = {path for family in families.names() for path in codegen.source_files(family)}
-    needed.add(toolchain.kernels_dir() / "torch_binding.cpp")
+    needed.update(toolchain.kernels_dir() / file for file in build.BINDING_SOURCES + build.BINDING_HEADERS)
     assert toolchain.kernels_dir() / "sm90_fp8_overlapped_promotion.hpp" in needed
 
     def shipped(path):
