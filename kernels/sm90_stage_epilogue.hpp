@@ -17,7 +17,7 @@
 //
 // OwnBuffer: the same epilogue writing D into a tile-sized buffer of its own instead of a held stage (the
 // mainloop keeps CUTLASS's stage count and releases every stage): the output of CUTLASS's TMA epilogue, bit for
-// bit, in less than half its compile (17 s against 41 for a 128x128x128 kernel's device code on two cores). Each
+// bit, in less than half its compile (18 s against 41 for a 128x128x128 kernel's device code on two cores). Each
 // warpgroup's store thread waits for its previous tile's stores to have read the buffer before the tile's writes;
 // they were issued a mainloop earlier.
 #pragma once
@@ -146,7 +146,9 @@ class StageEpilogue {
   }
 
   // A reference to the kernel's parameters: TMA reads the descriptor there (it cannot be a local copy).
-  CUTLASS_HOST_DEVICE StageEpilogue(Params const& params_, SharedStorage const& = SharedStorage()) : params(params_) {}
+  // (No default SharedStorage argument: with OwnBuffer it is a 34 KB temporary.)
+  CUTLASS_HOST_DEVICE explicit StageEpilogue(Params const& params_) : params(params_) {}
+  CUTLASS_HOST_DEVICE StageEpilogue(Params const& params_, SharedStorage const&) : params(params_) {}
   CUTLASS_DEVICE bool is_source_needed() { return false; }
 
   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
@@ -216,7 +218,9 @@ class StageEpilogue {
     }
     ++tiles_done;
     uint32_t half_address = cute::cast_smem_ptr_to_uint(half);
-    cutlass::arch::fence_view_async_shared();  // the stage was last read by wgmma (the async proxy)
+    if constexpr (!OwnBuffer) {
+      cutlass::arch::fence_view_async_shared();  // the stage was last read by wgmma (the async proxy)
+    }
 
     cutlass::NumericConverter<ElementD, float, cutlass::FloatRoundStyle::round_to_nearest> to_d;
     cutlass::NumericConverter<float, ElementD> from_d;

@@ -250,6 +250,16 @@ def test_the_buffer_epilogue_space_measures_three_epilogues_of_each_fitting_kern
     assert all(c.stage_epilogue_fits for c in result.survivors if c.stage_epilogue or c.buffer_epilogue)
 
 
+def test_a_space_with_both_epilogues_only_true_is_an_error(tmp_path):
+    both = write(
+        tmp_path,
+        "family: sm90_fp8\nmodes: [fp8_promoted]\nspace:\n  tile: {m: [128], n: [128], k: [128]}\n"
+        "  scheduler: [persistent]\n  stage_epilogue: [true]\n  buffer_epilogue: [true]\n",
+    )
+    with pytest.raises(SpaceError, match="cannot both be only true"):
+        load_space(both)
+
+
 def test_weights_first_pairs_each_unswapped_kernel_with_cutlass_order(tmp_path):
     configs = load_space(CONFIGS / "sm90_fp8_weights_first.yaml")
     first = [c for c in configs if c.weights_first]

@@ -11,7 +11,7 @@ space:
   swizzle: [1, 4]
   promotion: [1, 2]       # taken by fp8_promoted only
   stage_epilogue: [false, true]  # taken by the kernels whose D fits a mainloop stage (Fp8Config)
-  buffer_epilogue: [false, true] # taken by the same kernels, not with stage_epilogue
+  buffer_epilogue: [false, true] # taken by the same kernels; (true, true) pairs with stage_epilogue are left out
   weights_first: [false, true]   # taken by unswapped kernels (swapped, the weights already load first)
   out_dtype: [bf16]       # a_dtype, b_dtype, out_dtype default to e4m3, e4m3, bf16
 """
@@ -80,6 +80,8 @@ def load_space(path: Path, document: dict) -> list:
                 )
                 turn_choices = turn_taking if takes_turns else [False]
                 epilogues = [(s, b) for s in stage_epilogues for b in buffer_epilogues if not (s and b)]
+                if not epilogues:
+                    raise SpaceError(f"{path}: stage_epilogue and buffer_epilogue cannot both be only true")
                 for turns, (stage_epilogue, buffer_epilogue) in itertools.product(turn_choices, epilogues):
                     try:
                         config = fp8_config.Fp8Config(
