@@ -26,7 +26,7 @@ inline int implementable(bool can) {
   extern "C" __global__ void __launch_bounds__(__VA_ARGS__::Kernel::MaxThreadsPerBlock,                 \
                                                __VA_ARGS__::Kernel::MinBlocksPerMultiprocessor)         \
       NAME##_kernel(CUTLASS_GRID_CONSTANT typename __VA_ARGS__::Kernel::Params const params) {         \
-    extern __shared__ char smem[];                                                                      \
+    extern __shared__ __align__(1024) char smem[]; /* TMA's 128-byte swizzle repeats every 1024 bytes */ \
     typename __VA_ARGS__::Kernel op;                                                                    \
     op(params, smem);                                                                                   \
   }

@@ -49,6 +49,8 @@ FP8_CONFIG_FIELDS = [
     "swap_ab",
     "l2_prefetch",
     "stage_epilogue",
+    "weights_first",
+    "buffer_epilogue",
 ]
 SPLIT_CONFIG_FIELDS = ["tile", "cluster", "schedule", "promotion", "swizzle"]
 # The column order of the tables already written; a family without an entry gets its config's fields.
@@ -56,7 +58,17 @@ FAMILY_CONFIG_FIELDS = {"sm80": CONFIG_FIELDS, "sm90_fp8": FP8_CONFIG_FIELDS, "s
 COLUMNS = MEASURED + PROVENANCE + CONFIG_FIELDS
 KEY = ["name", "m", "n", "k", "batch", "gpu"]
 # Columns added after tables were first written: an older table gains them (empty) when it is opened.
-ADDED_LATER = {"repeats", "swizzle", "swap_ab", "l2_prefetch", "raster", "turns", "stage_epilogue"}
+ADDED_LATER = {
+    "repeats",
+    "swizzle",
+    "swap_ab",
+    "l2_prefetch",
+    "raster",
+    "turns",
+    "stage_epilogue",
+    "weights_first",
+    "buffer_epilogue",
+}
 
 
 def config_fields(family: str) -> list[str]:

@@ -36,6 +36,10 @@ from cutlass_ext.toolchain import kernels_dir
         Fp8Config(out_dtype="fp16", tile=(128, 64, 128), scheduler="persistent", swizzle=4, stage_epilogue=True),
         Fp8Config(accum="fast", tile=(128, 176, 128), cluster=(2, 1), schedule="pingpong", weights_first=True),
         Fp8Config(scheduler="persistent", cluster=(2, 1), l2_prefetch=8, stage_epilogue=True, weights_first=True),
+        Fp8Config(scheduler="persistent", swizzle=8, buffer_epilogue=True),
+        Fp8Config(
+            out_dtype="fp16", tile=(128, 64, 128), scheduler="persistent", weights_first=True, buffer_epilogue=True
+        ),
     ],
     ids=lambda c: c.name,
 )
@@ -68,6 +72,9 @@ def test_names_round_trip(config):
         ({"stage_epilogue": True}, "stage_epilogue=True takes a cooperative, persistent kernel"),  # stream-K
         ({"stage_epilogue": True, "scheduler": "persistent", "out_dtype": "fp32"}, "bf16 or fp16 output"),
         ({"stage_epilogue": True, "scheduler": "persistent", "tile": (128, 144, 128)}, "128x128x128 tile"),
+        ({"buffer_epilogue": 1}, "buffer_epilogue=1 must be True or False"),
+        ({"buffer_epilogue": True}, "buffer_epilogue=True takes what stage_epilogue=True takes"),  # stream-K
+        ({"buffer_epilogue": True, "stage_epilogue": True, "scheduler": "persistent"}, "and not with it"),
         ({"weights_first": 1}, "weights_first=1 must be True or False"),
         ({"weights_first": True, "swap_ab": True}, "swapped, the weights are A and load first"),
     ],
@@ -90,7 +97,7 @@ def test_generated_code_instantiates_the_config():
         "Sm90Fp8Gemm<cutlass::float_e5m2_t, cutlass::float_e4m3_t, cutlass::half_t, 64, 128, 128,\n"
         "                             2, 1, cutlass_ext::SchedulePingpong, true,\n"
         "                             cutlass_ext::DecomposeSplitK, 4, 1, 1, false,\n"
-        "                             0, cutlass_ext::Raster::AlongN, false, false, false>"
+        "                             0, cutlass_ext::Raster::AlongN, false, false, false, false>"
     ) in source
     assert "CUTLASS_ENABLE_GDC_FOR_SM90" not in source  # stream-K scheduler: no programmatic launch
     with pytest.raises(ValueError, match="one family"):
@@ -100,9 +107,17 @@ def test_generated_code_instantiates_the_config():
 def test_stage_epilogue_is_named_instantiated_and_left_out_for_fp32_output():
     config = Fp8Config(tile=(128, 128, 128), cluster=(2, 1), scheduler="persistent", stage_epilogue=True)
     assert config.name == "fp8_e4m3e4m3_bf16_128x128x128_c2x1_coop_promoted_se"
-    assert "cutlass_ext::Raster::Auto, false, true, false>" in codegen.render_library([config])
+    assert "cutlass_ext::Raster::Auto, false, true, false, false>" in (codegen.render_library([config]))
     assert config.with_dtypes("e5m2", "e4m3", "fp16").stage_epilogue
     assert not config.with_dtypes("e4m3", "e4m3", "fp32").stage_epilogue  # 32-bit D does not fit a stage
+
+
+def test_buffer_epilogue_is_named_instantiated_and_left_out_for_fp32_output():
+    config = Fp8Config(scheduler="persistent", swizzle=8, buffer_epilogue=True)
+    assert config.name == "fp8_e4m3e4m3_bf16_128x128x128_c1x1_coop_promoted_w8_be"
+    assert "cutlass_ext::Raster::Auto, false, false, false, true>" in (codegen.render_library([config]))
+    assert config.with_dtypes("e5m2", "e4m3", "fp16").buffer_epilogue
+    assert not config.with_dtypes("e4m3", "e4m3", "fp32").buffer_epilogue
 
 
 def test_swapped_variants_name_and_instantiate_the_swap():
@@ -110,7 +125,7 @@ def test_swapped_variants_name_and_instantiate_the_swap():
     assert config.name == "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap"
     assert (
         "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n"
-        "                             0, cutlass_ext::Raster::Auto, false, false, false>"
+        "                             0, cutlass_ext::Raster::Auto, false, false, false, false>"
         in (codegen.render_library([config]))
     )
 
@@ -121,7 +136,7 @@ def test_l2_prefetching_variants_name_and_instantiate_the_depth():
     source = codegen.render_library([config])
     assert (
         "cutlass_ext::DecomposePersistent, 1, 1, 1, true,\n"
-        "                             8, cutlass_ext::Raster::Auto, false, false, false>" in source
+        "                             8, cutlass_ext::Raster::Auto, false, false, false, false>" in source
     )
     assert "#define CUTLASS_ENABLE_GDC_FOR_SM90 1" in source  # the prefetch runs ahead of the PDL wait
 
@@ -166,8 +181,8 @@ def test_turn_taking_variants_name_and_instantiate_the_two_fragment_mainloop():
     config = Fp8Config(tile=(128, 192, 128), turns=True, scheduler="dynamic", swizzle=4)
     assert config.name == "fp8_e4m3e4m3_bf16_128x192x128_c1x1_coop_promoted_turns_dynamic_w4"
     assert "cutlass_ext::DecomposeDynamic, 1, 4, 1, false,\n" in codegen.render_library([config])
-    assert "cutlass_ext::Raster::Auto, true, false, false>)" in codegen.render_library([config])
-    assert "cutlass_ext::Raster::Auto, false, false, false>)" in codegen.render_library(
+    assert "cutlass_ext::Raster::Auto, true, false, false, false>)" in codegen.render_library([config])
+    assert "cutlass_ext::Raster::Auto, false, false, false, false>)" in codegen.render_library(
         [dataclasses.replace(config, turns=False)]
     )
 
@@ -298,11 +313,12 @@ def test_gemm_fp8_plans_a_signature_once_per_tuned_table(monkeypatch, request):
         )
 
 
-def test_weights_first_is_the_last_name_suffix_and_a_template_argument():
+def test_weights_first_is_a_name_suffix_and_a_template_argument():
     config = Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x128x128_c2x1_coop_promoted_l2pf8_se_wf")
     assert config.weights_first and config.stage_epilogue and config.l2_prefetch == 8
     assert not Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x176x128_c2x1_pp_fast").weights_first
     assert config.fingerprint() != dataclasses.replace(config, weights_first=False).fingerprint()
     instance = render_instance(config)
-    assert instance.rstrip().endswith("true, true>)")  # StageEpilogueD, WeightsFirst
-    assert render_instance(dataclasses.replace(config, weights_first=False)).rstrip().endswith("true, false>)")
+    assert instance.rstrip().endswith("true, true, false>)")  # StageEpilogueD, WeightsFirst, BufferEpilogueD
+    unordered = render_instance(dataclasses.replace(config, weights_first=False))
+    assert unordered.rstrip().endswith("true, false, false>)")

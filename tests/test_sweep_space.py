@@ -239,6 +239,27 @@ def test_the_stage_epilogue_space_pairs_each_fitting_kernel_with_its_tma_epilogu
     assert names.count("fp8_e4m3e4m3_bf16_128x128x128_c1x1_coop_promoted_se") == 1 and len(names) == 5
 
 
+def test_the_buffer_epilogue_space_measures_three_epilogues_of_each_fitting_kernel():
+    configs = load_space(CONFIGS / "sm90_fp8_buffer_epilogue.yaml")
+    result = rules.apply_rules(configs, rules.DeviceLimits.for_arch("90a"), filters_fp8.RULES)
+    buffered = [c for c in result.survivors if c.buffer_epilogue]
+    assert buffered and not any(c.stage_epilogue and c.buffer_epilogue for c in configs)
+    for config in buffered:
+        assert dataclasses.replace(config, buffer_epilogue=False) in result.survivors  # CUTLASS's TMA epilogue
+        assert dataclasses.replace(config, buffer_epilogue=False, stage_epilogue=True) in result.survivors
+    assert all(c.stage_epilogue_fits for c in result.survivors if c.stage_epilogue or c.buffer_epilogue)
+
+
+def test_a_space_with_both_epilogues_only_true_is_an_error(tmp_path):
+    both = write(
+        tmp_path,
+        "family: sm90_fp8\nmodes: [fp8_promoted]\nspace:\n  tile: {m: [128], n: [128], k: [128]}\n"
+        "  scheduler: [persistent]\n  stage_epilogue: [true]\n  buffer_epilogue: [true]\n",
+    )
+    with pytest.raises(SpaceError, match="cannot both be only true"):
+        load_space(both)
+
+
 def test_weights_first_pairs_each_unswapped_kernel_with_cutlass_order(tmp_path):
     configs = load_space(CONFIGS / "sm90_fp8_weights_first.yaml")
     first = [c for c in configs if c.weights_first]

@@ -85,6 +85,13 @@ STAGE = [
     Fp8Config.from_name("fp8_e5m2e4m3_fp16_128x128x128_c1x1_coop_promoted_se"),
     Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x64x128_c1x1_coop_promoted_w4_se"),
 ]
+# the same code writing D through a buffer of its own: the prefill tile dispatch picks at 4096 x 8192 x 8192, fp16
+# from a mixed pair with the L2 prefetch, the 128x64 tile
+BUFFER = [
+    Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x128x128_c1x1_coop_promoted_w8_be"),
+    Fp8Config.from_name("fp8_e5m2e4m3_fp16_128x128x128_c2x1_coop_promoted_l2pf8_be"),
+    Fp8Config.from_name("fp8_e4m3e4m3_bf16_128x64x128_c1x1_coop_promoted_w4_be"),
+]
 # each k-block's weights requested before its activations (kernels/sm90_weights_load_mainloop.hpp), beside the same
 # kernels in CUTLASS's order: the tuned 176-column ping-pong fast tile in a 2-CTA cluster, the L2-prefetching
 # stage-epilogue tile, fp32 output from a mixed input pair
@@ -113,6 +120,7 @@ def defaults_only(tmp_path_factory):
     named += PREFETCHING + prefetch_bases + RASTERED + raster_bases
     named += DYNAMIC + [dataclasses.replace(c, scheduler="persistent") for c in DYNAMIC] + TURNS
     named += STAGE + [dataclasses.replace(c, stage_epilogue=False) for c in STAGE]
+    named += BUFFER + [dataclasses.replace(c, buffer_epilogue=False) for c in BUFFER]
     named += WEIGHTS_FIRST + [dataclasses.replace(c, weights_first=False) for c in WEIGHTS_FIRST]
     registry.ensure_registered(configs + named, torch.device("cuda"))
     yield
@@ -375,6 +383,20 @@ def test_stage_epilogue_writes_what_cutlass_epilogue_writes(config, granularity,
     CUTLASS's epilogue: partial tiles in M and N, row-wise scales and bias (which pass through shared memory in two
     buffers), one or two k-blocks per tile (the stage to reuse cycles fastest) and up to 8 tiles per CTA."""
     assert_twin_output(config, dataclasses.replace(config, stage_epilogue=False), m, n, k, granularity, with_bias, 5)
+
+
+@pytest.mark.parametrize("config", BUFFER, ids=lambda c: c.name)
+@pytest.mark.parametrize("granularity", ["tensor", "row"])
+@pytest.mark.parametrize(
+    "m, n, k, with_bias",
+    [(256, 8192, 1024, False), (17, 1008, 4112, True), (1000, 3008, 1008, True), (4096, 4096, 256, True)],
+    ids=["decode_256", "odd_m_partial_k", "edge_tiles", "many_tiles_per_cta"],
+)
+def test_buffer_epilogue_writes_what_cutlass_epilogue_writes(config, granularity, m, n, k, with_bias):
+    """D written through the epilogue's own buffer equals, bit for bit, the same kernel's output through CUTLASS's
+    epilogue: partial tiles, row-wise scales and bias, and up to 8 tiles per CTA (each tile's writes wait for the
+    previous tile's stores to have read the buffer)."""
+    assert_twin_output(config, dataclasses.replace(config, buffer_epilogue=False), m, n, k, granularity, with_bias, 5)
 
 
 @pytest.mark.parametrize("config", WEIGHTS_FIRST, ids=lambda c: c.name)

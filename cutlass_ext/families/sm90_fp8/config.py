@@ -67,6 +67,9 @@ class Fp8Config(VariantFields):
     weights_first: the producer requests each k-block's weights (B) before its activations (name suffix `_wf`;
     CUTLASS requests A first): the activation reads of CTAs sharing a token tile then merge more often before L2
     (kernels/sm90_weights_load_mainloop.hpp). Not swapped (there the weights are A, already first).
+    buffer_epilogue: the stage epilogue's code writing D through a tile-sized buffer of its own instead of a held
+    stage (name suffix `_be`): CUTLASS's TMA epilogue's stage count and output, in less than half its compile.
+    Where the stage epilogue fits, and not with it.
     """
 
     a_dtype: str = "e4m3"
@@ -86,10 +89,11 @@ class Fp8Config(VariantFields):
     l2_prefetch: int = 0
     stage_epilogue: bool = False
     weights_first: bool = False
+    buffer_epilogue: bool = False
     family: str = FAMILY
 
     # `fp8_e4m3e4m3_bf16_128x128x128_c1x1_coop_promoted[_p2][_turns][_streamk|_splitkN|_dynamic][_wN][_rm|_rn]
-    # [_swap][_l2pfN][_se][_wf]`
+    # [_swap][_l2pfN][_se][_wf][_be]`
     NAME: ClassVar[NameGrammar] = NameGrammar(
         "fp8_",
         Word("a_dtype", list(FP8_DTYPES)),
@@ -117,6 +121,7 @@ class Fp8Config(VariantFields):
         Optional("_l2pf", Number("l2_prefetch"), default={"l2_prefetch": 0}),
         Optional(Word("stage_epilogue", {True: "_se"}), default={"stage_epilogue": False}),
         Optional(Word("weights_first", {True: "_wf"}), default={"weights_first": False}),
+        Optional(Word("buffer_epilogue", {True: "_be"}), default={"buffer_epilogue": False}),
     )
     EXAMPLE_NAME: ClassVar[str] = "fp8_e4m3e4m3_bf16_128x128x128_c1x1_coop_promoted"
     KIND: ClassVar[str] = "an FP8"
@@ -128,7 +133,7 @@ class Fp8Config(VariantFields):
         for field, choices in (("accum", ACCUMULATIONS), ("schedule", SCHEDULES), ("scheduler", SCHEDULERS)):
             if getattr(self, field) not in choices:
                 raise ValueError(f"{field}={getattr(self, field)!r} is not one of {list(choices)}")
-        for field in ("turns", "swap_ab", "stage_epilogue", "weights_first"):
+        for field in ("turns", "swap_ab", "stage_epilogue", "weights_first", "buffer_epilogue"):
             if getattr(self, field) is not True and getattr(self, field) is not False:
                 raise ValueError(f"{field}={getattr(self, field)!r} must be True or False")
         if self.family != FAMILY:
@@ -162,6 +167,12 @@ class Fp8Config(VariantFields):
                 "stage_epilogue=True takes a cooperative, persistent kernel promoting every k-block without turns, "
                 "a 128x64x128 or 128x128x128 tile, bf16 or fp16 output and no swap; got " + self.name
             )
+        if self.buffer_epilogue and (self.stage_epilogue or not self.stage_epilogue_fits):
+            raise ValueError(
+                "buffer_epilogue=True takes what stage_epilogue=True takes (a cooperative, persistent kernel promoting "
+                "every k-block without turns, a 128x64x128 or 128x128x128 tile, bf16 or fp16 output, no swap), and "
+                "not with it; got " + self.name
+            )
         if self.weights_first and self.swap_ab:
             raise ValueError(
                 "weights_first=True reorders B's loads before A's; swapped, the weights are A and load first"
@@ -193,10 +204,16 @@ class Fp8Config(VariantFields):
 
     def with_dtypes(self, a_dtype: str, b_dtype: str, out_dtype: str) -> Fp8Config:
         """The same kernel shape for other input and output types (tuned tables are measured for one pair). FP32
-        output does not fit through a mainloop stage: such a variant keeps CUTLASS's epilogue there."""
-        stage_epilogue = self.stage_epilogue and out_dtype in ("bf16", "fp16")
+        output does not fit through a mainloop stage (nor the buffer epilogue's 16-bit boxes): such a variant keeps
+        CUTLASS's epilogue there."""
+        sixteen_bit = out_dtype in ("bf16", "fp16")
         return dataclasses.replace(
-            self, a_dtype=a_dtype, b_dtype=b_dtype, out_dtype=out_dtype, stage_epilogue=stage_epilogue
+            self,
+            a_dtype=a_dtype,
+            b_dtype=b_dtype,
+            out_dtype=out_dtype,
+            stage_epilogue=self.stage_epilogue and sixteen_bit,
+            buffer_epilogue=self.buffer_epilogue and sixteen_bit,
         )
 
 

@@ -43,7 +43,13 @@ def accumulator_registers(config: Fp8Config) -> int:
 
 def two_stage_shared_bytes(config: Fp8Config) -> int:
     tm, tn, tk = config.tile
-    return 2 * (tm + tn) * tk + (0 if config.swap_ab else EPILOGUE_SHARED_BYTES)
+    if config.swap_ab:
+        epilogue = 0
+    elif config.buffer_epilogue:  # a 16-bit tile of D, and two tiles' column scales and bias
+        epilogue = tm * tn * 2 + 2 * tn * (4 + 2)
+    else:
+        epilogue = EPILOGUE_SHARED_BYTES
+    return 2 * (tm + tn) * tk + epilogue
 
 
 def slices_k_blocks(config: Fp8Config) -> bool:

@@ -54,6 +54,7 @@ def render_instance(config: Fp8Config) -> str:
         turns=_flag(config.turns),
         stage_epilogue=_flag(config.stage_epilogue),
         weights_first=_flag(config.weights_first),
+        buffer_epilogue=_flag(config.buffer_epilogue),
     )
 
 

@@ -11,6 +11,7 @@ space:
   swizzle: [1, 4]
   promotion: [1, 2]       # taken by fp8_promoted only
   stage_epilogue: [false, true]  # taken by the kernels whose D fits a mainloop stage (Fp8Config)
+  buffer_epilogue: [false, true] # taken by the same kernels; (true, true) pairs with stage_epilogue are left out
   weights_first: [false, true]   # taken by unswapped kernels (swapped, the weights already load first)
   out_dtype: [bf16]       # a_dtype, b_dtype, out_dtype default to e4m3, e4m3, bf16
 """
@@ -37,6 +38,7 @@ _FP8_CHOICES = {
     "raster": list(fp8_config.RASTERS),
     "l2_prefetch": list(fp8_config.L2_PREFETCHES),
     "weights_first": [False, True],
+    "buffer_epilogue": [False, True],
 }
 _FP8_TUPLES = {"tile": "mnk", "cluster": "mn"}
 _FP8_MODES = {f"fp8_{accum}": accum for accum in fp8_config.ACCUMULATIONS}
@@ -51,6 +53,7 @@ def load_space(path: Path, document: dict) -> list:
     prefetches = axes.pop("l2_prefetch", [0])
     turn_taking = axes.pop("turns", [False])
     stage_epilogues = axes.pop("stage_epilogue", [False])
+    buffer_epilogues = axes.pop("buffer_epilogue", [False])
     weights_orders = axes.pop("weights_first", [False])
     names = list(axes)
     configs = []
@@ -59,8 +62,9 @@ def load_space(path: Path, document: dict) -> list:
             fields = dict(zip(names, values), accum=_FP8_MODES[mode])
             # only split-K takes a number of splits, only promoted accumulation a promotion interval, only the
             # persistent scheduler (programmatic launch) an L2 prefetch, only promotion every k-block of a
-            # cooperative tile turn-taking warpgroups, only the kernels whose D fits a stage the stage epilogue, only
-            # unswapped kernels (whose weights are B) a weights-first load order
+            # cooperative tile turn-taking warpgroups, only the kernels whose D fits a stage the stage epilogue or
+            # the buffer epilogue (one of them), only unswapped kernels (whose weights are B) a weights-first load
+            # order
             persistent = fields.get("scheduler", "persistent") == "persistent"
             split_choices = [s for s in splits if s > 1] if fields.get("scheduler") == "splitk" else [1]
             promotion_choices = promotions if fields["accum"] == "promoted" else [1]
@@ -75,7 +79,10 @@ def load_space(path: Path, document: dict) -> list:
                     "cooperative",
                 )
                 turn_choices = turn_taking if takes_turns else [False]
-                for turns, stage_epilogue in itertools.product(turn_choices, stage_epilogues):
+                epilogues = [(s, b) for s in stage_epilogues for b in buffer_epilogues if not (s and b)]
+                if not epilogues:
+                    raise SpaceError(f"{path}: stage_epilogue and buffer_epilogue cannot both be only true")
+                for turns, (stage_epilogue, buffer_epilogue) in itertools.product(turn_choices, epilogues):
                     try:
                         config = fp8_config.Fp8Config(
                             **fields,
@@ -87,8 +94,10 @@ def load_space(path: Path, document: dict) -> list:
                         )
                     except ValueError as error:
                         raise SpaceError(f"{path}: {error}") from error
-                    if not stage_epilogue:
+                    if not (stage_epilogue or buffer_epilogue):
                         configs.append(config)
                     elif config.stage_epilogue_fits:
-                        configs.append(dataclasses.replace(config, stage_epilogue=True))
+                        configs.append(
+                            dataclasses.replace(config, stage_epilogue=stage_epilogue, buffer_epilogue=buffer_epilogue)
+                        )
     return configs
