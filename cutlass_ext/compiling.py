@@ -1,8 +1,10 @@
-"""What torch.compile needs to know about dispatch's helpers, said without importing torch._dynamo at import time."""
+"""What torch.compile needs to know about dispatch's helpers, and the package's Python-implemented ops, said without
+importing torch._dynamo at import time or at an op's first call."""
 
 from __future__ import annotations
 
 import functools
+import sys
 
 
 def constant_result(fn):
@@ -29,3 +31,59 @@ def cached_constant(fn=None, *, maxsize=None):
         return constant_result(call)
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _dynamo_disabled_once_loaded(fn):
+    """`fn` as torch.library.custom_op runs an implementation: never traced by torch.compile. custom_op wraps it in
+    `torch._disable_dynamo`, which imports torch._dynamo on the op's first call (about 3 s on a process's first call
+    of the op, compiled or not). Until something has imported torch._dynamo no compiled code can be running, so
+    this calls `fn` directly, and `torch._dynamo.disable(fn)` after."""
+    disabled = None
+
+    @functools.wraps(fn)
+    def impl(*args, **kwargs):
+        nonlocal disabled
+        if "torch._dynamo" not in sys.modules:
+            return fn(*args, **kwargs)
+        if disabled is None:
+            disabled = sys.modules["torch._dynamo"].disable(fn, recursive=True)
+        return disabled(*args, **kwargs)
+
+    return impl
+
+
+class CustomOp:
+    """An op defined from a typed Python function, as `torch.library.custom_op` defines one (schema inferred from
+    the annotations, the function as its implementation for every device, `register_fake`, `register_autograd`,
+    called like the function), without custom_op's torch._dynamo import on its first call."""
+
+    def __init__(self, qualname: str, fn, mutates_args):
+        import torch
+
+        namespace, name = qualname.split("::")
+        self._qualname = qualname
+        self._library = torch.library.Library(namespace, "FRAGMENT")
+        self._library.define(name + torch.library.infer_schema(fn, mutates_args=mutates_args))
+        self._library.impl(name, _dynamo_disabled_once_loaded(fn), "CompositeExplicitAutograd")
+        self._overload = getattr(getattr(torch.ops, namespace), name).default
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        return self._overload(*args, **kwargs)
+
+    def register_fake(self, fn):
+        import torch
+
+        torch.library.register_fake(self._qualname, fn, lib=self._library)
+        return fn
+
+    def register_autograd(self, backward, *, setup_context=None) -> None:
+        import torch
+
+        torch.library.register_autograd(self._qualname, backward, setup_context=setup_context, lib=self._library)
+
+
+def custom_op(qualname: str, *, mutates_args):
+    """`@torch.library.custom_op(qualname, mutates_args=...)` without its first call's torch._dynamo import
+    (`CustomOp`)."""
+    return lambda fn: CustomOp(qualname, fn, mutates_args)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from .. import native
+from ..compiling import custom_op
 from .config import OptimConfig
 
 
@@ -88,9 +89,7 @@ def _launcher(config: OptimConfig, device: torch.device):
     return function
 
 
-@torch.library.custom_op(
-    "cutlass_ext::optim_fused_step", mutates_args=("params", "states0", "states1", "compensations")
-)
+@custom_op("cutlass_ext::optim_fused_step", mutates_args=("params", "states0", "states1", "compensations"))
 def _fused_step_op(
     params: list[torch.Tensor],
     grads: list[torch.Tensor],

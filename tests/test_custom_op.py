@@ -1,0 +1,67 @@
+"""The package's Python-implemented ops (`compiling.custom_op`) behave as torch.library.custom_op's do (schema,
+fake kernel, autograd, torch.compile, as opcheck sees them) without importing torch._dynamo on their first call."""
+
+import subprocess
+import sys
+
+import torch
+
+from cutlass_ext.compiling import custom_op
+
+
+@custom_op("cutlass_ext_test::scaled", mutates_args=())
+def scaled(x: torch.Tensor, factor: float) -> torch.Tensor:
+    return x * factor
+
+
+@scaled.register_fake
+def _(x, factor):
+    return torch.empty_like(x)
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.factor = inputs[1]
+
+
+scaled.register_autograd(lambda ctx, grad: (grad * ctx.factor, None), setup_context=_setup_context)
+
+
+@custom_op("cutlass_ext_test::add_into", mutates_args=("out",))
+def add_into(out: torch.Tensor, x: torch.Tensor) -> None:
+    out.add_(x)
+
+
+def test_an_op_passes_opcheck_computes_differentiates_and_compiles():
+    x = torch.randn(5, 3, requires_grad=True)
+    torch.library.opcheck(torch.ops.cutlass_ext_test.scaled.default, (x, 2.5))
+    y = scaled(x, 2.5)
+    y.sum().backward()
+    assert torch.equal(y, x.detach() * 2.5) and torch.equal(x.grad, torch.full_like(x, 2.5))
+    compiled = torch.compile(lambda t: scaled(t, 3.0) + 1, backend="aot_eager", fullgraph=True)
+    assert torch.equal(compiled(x.detach()), x.detach() * 3.0 + 1)
+    assert torch.equal(scaled(x.detach(), 2.0), x.detach() * 2.0)  # eager once torch._dynamo is loaded
+
+
+def test_a_mutating_op_mutates_eagerly_and_compiled():
+    out, x = torch.zeros(4), torch.arange(4.0)
+    torch.library.opcheck(torch.ops.cutlass_ext_test.add_into.default, (torch.zeros(4), x))
+    add_into(out, x)
+    assert torch.equal(out, x)
+
+    def twice(out, x):
+        add_into(out, x)
+        add_into(out, x)
+        return out
+
+    assert torch.equal(torch.compile(twice, backend="aot_eager", fullgraph=True)(torch.zeros(4), x), 2 * x)
+
+
+def test_first_calls_of_the_packages_ops_do_not_import_dynamo():
+    code = (
+        "import sys, torch, cutlass_ext as ext\n"
+        "a = torch.randn(32, 48); b = torch.randn(48, 16)\n"
+        "ext.lowbit.matmul(a, b, ext.lowbit.LowbitConfig(ext.lowbit.LowbitFormat.make(7, 4, chunk=16)))\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False", result.stderr
