@@ -53,17 +53,21 @@ def _dynamo_disabled_once_loaded(fn):
 
 
 class CustomOp:
-    """An op defined from a typed Python function, as `torch.library.custom_op` defines one (schema inferred from
-    the annotations, the function as its implementation for every device, `register_fake`, `register_autograd`,
-    called like the function), without custom_op's torch._dynamo import on its first call."""
+    """A functional op defined from a typed Python function, as `torch.library.custom_op` defines one (schema
+    inferred from the annotations, pt2-compliant, the function as its implementation for every device,
+    `register_fake`, `register_autograd`, called like the function), without custom_op's torch._dynamo import on its
+    first call. Mutating ops stay with torch.library.custom_op, which also bumps the mutated tensors' versions."""
 
     def __init__(self, qualname: str, fn, mutates_args):
         import torch
 
+        if tuple(mutates_args):
+            raise ValueError(f"{qualname}: compiling.custom_op defines functional ops; use torch.library.custom_op")
         namespace, name = qualname.split("::")
         self._qualname = qualname
         self._library = torch.library.Library(namespace, "FRAGMENT")
-        self._library.define(name + torch.library.infer_schema(fn, mutates_args=mutates_args))
+        schema = torch.library.infer_schema(fn, mutates_args=())
+        self._library.define(name + schema, tags=(torch.Tag.pt2_compliant_tag,))
         self._library.impl(name, _dynamo_disabled_once_loaded(fn), "CompositeExplicitAutograd")
         self._overload = getattr(getattr(torch.ops, namespace), name).default
         functools.update_wrapper(self, fn)
@@ -83,7 +87,7 @@ class CustomOp:
         torch.library.register_autograd(self._qualname, backward, setup_context=setup_context, lib=self._library)
 
 
-def custom_op(qualname: str, *, mutates_args):
-    """`@torch.library.custom_op(qualname, mutates_args=...)` without its first call's torch._dynamo import
+def custom_op(qualname: str, *, mutates_args=()):
+    """`@torch.library.custom_op(qualname, mutates_args=())` without its first call's torch._dynamo import
     (`CustomOp`)."""
     return lambda fn: CustomOp(qualname, fn, mutates_args)

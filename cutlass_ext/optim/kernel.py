@@ -13,7 +13,6 @@ import numpy as np
 import torch
 
 from .. import native
-from ..compiling import custom_op
 from .config import OptimConfig
 
 
@@ -89,7 +88,11 @@ def _launcher(config: OptimConfig, device: torch.device):
     return function
 
 
-@custom_op("cutlass_ext::optim_fused_step", mutates_args=("params", "states0", "states1", "compensations"))
+# torch.library.custom_op for a mutating op: it bumps the mutated tensors' version counters (compiling.custom_op
+# defines functional ops only).
+@torch.library.custom_op(
+    "cutlass_ext::optim_fused_step", mutates_args=("params", "states0", "states1", "compensations")
+)
 def _fused_step_op(
     params: list[torch.Tensor],
     grads: list[torch.Tensor],
