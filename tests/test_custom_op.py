@@ -4,11 +4,12 @@ call."""
 
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
 
-from cutlass_ext.compiling import custom_op
+from cutlass_ext.compiling import _dynamo_disabled_once_loaded, custom_op
 
 
 @custom_op("cutlass_ext_test::scaled", mutates_args=())
@@ -37,6 +38,36 @@ def test_an_op_passes_opcheck_computes_differentiates_and_compiles():
     compiled = torch.compile(lambda t: scaled(t, 3.0) + 1, backend="aot_eager", fullgraph=True)
     assert torch.equal(compiled(x.detach()), x.detach() * 3.0 + 1)
     assert torch.equal(scaled(x.detach(), 2.0), x.detach() * 2.0)  # eager once torch._dynamo is loaded
+
+
+@custom_op("cutlass_ext_test::doubled")
+def doubled(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@doubled.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_an_op_without_a_backward_refuses_to_differentiate_eagerly_and_compiled():
+    """As custom_op's: the implementation runs below autograd (no gradient through it), and backward raises."""
+    x = torch.randn(4, requires_grad=True)
+    torch.library.opcheck(torch.ops.cutlass_ext_test.doubled.default, (x,), test_utils=("test_autograd_registration",))
+    y = doubled(x)
+    assert y.requires_grad and torch.equal(y, x.detach() * 2)
+    with pytest.raises(RuntimeError, match="no autograd formula"):
+        y.sum().backward()
+    compiled = torch.compile(lambda t: doubled(t).sum(), backend="aot_eager")
+    with pytest.raises(RuntimeError, match="no autograd formula"):
+        compiled(x).backward()
+
+
+def test_a_call_while_another_thread_imports_dynamo_runs_the_implementation(monkeypatch):
+    """torch._dynamo in sys.modules but not yet initialized (another thread importing it): call fn directly."""
+    monkeypatch.setitem(sys.modules, "torch._dynamo", types.ModuleType("torch._dynamo"))
+    op = _dynamo_disabled_once_loaded(lambda x: x + 1)
+    assert op(1) == 2
 
 
 def test_a_mutating_op_is_left_to_torch_library_custom_op():
