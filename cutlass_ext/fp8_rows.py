@@ -16,6 +16,7 @@ import functools
 
 import torch
 
+from .compiling import custom_op
 from .fp8 import quantize_fp8
 
 _INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -75,7 +76,7 @@ def _triton_available() -> bool:
     return True
 
 
-@torch.library.custom_op("cutlass_ext::quantize_fp8_rows", mutates_args=())
+@custom_op("cutlass_ext::quantize_fp8_rows", mutates_args=())
 def quantize_fp8_rows(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """(x_fp8, scale (rows, 1) float32) for a 2-D x: `quantize_fp8(x, dtype, granularity="row")`, in one pass."""
     if not (x.is_cuda and _triton_available()):

@@ -11,6 +11,7 @@ import functools
 import torch
 
 from .. import native
+from ..compiling import custom_op
 from .config import Fp8BlockConfig
 
 TMA_BYTES = 16  # TMA moves rows whose start and stride are multiples of 16 bytes
@@ -127,7 +128,7 @@ def _launch(variant: str, suffix: str, args: ctypes.Structure, device: torch.dev
     native.check_status(status, f"{variant}{suffix}_run")
 
 
-@torch.library.custom_op("cutlass_ext::gemm_fp8_block", mutates_args=())
+@custom_op("cutlass_ext::gemm_fp8_block", mutates_args=())
 def gemm_fp8_block(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -173,7 +174,7 @@ def _(a, b, scale_a, scale_b, bias, out_dtype, variant):
     return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
 
 
-@torch.library.custom_op("cutlass_ext::grouped_gemm_fp8_block", mutates_args=())
+@custom_op("cutlass_ext::grouped_gemm_fp8_block", mutates_args=())
 def grouped_gemm_fp8_block(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -225,7 +226,7 @@ def _(a, b, scale_a, scale_b, offsets, counts, out_dtype, variant):
     return a.new_empty((*a.shape[:-1], b.shape[1]), dtype=out_dtype)
 
 
-@torch.library.custom_op("cutlass_ext::k_grouped_gemm_fp8_block", mutates_args=("out",))
+@torch.library.custom_op("cutlass_ext::k_grouped_gemm_fp8_block", mutates_args=("out",))  # mutating: see optim
 def k_grouped_gemm_fp8_block(
     a: torch.Tensor,
     b: torch.Tensor,

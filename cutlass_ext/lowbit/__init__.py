@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..compiling import custom_op
 from .format import LowbitFormat, bias_range
 from .operands import E4M3, E5M2, M4E3, OperandFormat, check_operand, round_operand
 from .reference import broadcast_operands, lowbit_matmul, lowbit_matmul_events, lowbit_matmul_fmt, quantize
@@ -150,7 +151,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
 # ---- the reference path (CPU, or CUDA without the kernel), as an op torch.compile treats as one opaque call
 
 
-@torch.library.custom_op("cutlass_ext::lowbit_matmul_reference", mutates_args=())
+@custom_op("cutlass_ext::lowbit_matmul_reference", mutates_args=())
 def _reference_op(
     a: torch.Tensor,
     b: torch.Tensor,

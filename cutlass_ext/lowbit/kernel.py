@@ -21,6 +21,7 @@ from string import Template
 import torch
 
 from .. import native, registry, tuned
+from ..compiling import custom_op
 from ..config import VariantFields
 from ..toolchain import kernels_dir
 from .format import LowbitFormat
@@ -213,7 +214,7 @@ def _launch(variant: str, function_name: str, args, device: torch.device) -> Non
     native.check_status(status, f"{variant}_{function_name}")
 
 
-@torch.library.custom_op("cutlass_ext::lowbit_forward", mutates_args=())
+@custom_op("cutlass_ext::lowbit_forward", mutates_args=())
 def lowbit_forward(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -266,7 +267,7 @@ def _transposed(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(-1, -2)
 
 
-@torch.library.custom_op("cutlass_ext::lowbit_grads", mutates_args=())
+@custom_op("cutlass_ext::lowbit_grads", mutates_args=())
 def lowbit_grads(
     a: torch.Tensor,
     b: torch.Tensor,

@@ -88,6 +88,8 @@ def _launcher(config: OptimConfig, device: torch.device):
     return function
 
 
+# torch.library.custom_op for a mutating op: it bumps the mutated tensors' version counters (compiling.custom_op
+# defines functional ops only).
 @torch.library.custom_op(
     "cutlass_ext::optim_fused_step", mutates_args=("params", "states0", "states1", "compensations")
 )

@@ -15,6 +15,7 @@ import functools
 import torch
 
 from .. import native, registry
+from ..compiling import custom_op
 from .config import OzakiConfig
 from .reference import moduli, ozaki_matmul
 
@@ -173,7 +174,7 @@ def cuda_product(a: torch.Tensor, b: torch.Tensor, variant: str) -> torch.Tensor
     return out
 
 
-@torch.library.custom_op("cutlass_ext::ozaki_gemm", mutates_args=())
+@custom_op("cutlass_ext::ozaki_gemm", mutates_args=())
 def ozaki_gemm(a: torch.Tensor, b: torch.Tensor, variant: str) -> torch.Tensor:
     """(B, M, K) @ (B, K, N) float32, any strides, by Ozaki scheme II with `variant`'s moduli -> (B, M, N)."""
     if a.is_cuda:
