@@ -1,5 +1,5 @@
 """python -m sweeps.confirm --shapes SHAPES.yaml [--modes MODE ...] [--top N] [--add NAME ...] [--rounds R]
-                          [--seconds S] [--out DIR]
+                          [--seconds S] [--out DIR] [--sweeps DIR]
 
 Re-times each shape's leading variants side by side and lets that run pick the tuned winner. The sweep tables are
 a union of many runs taken at different clocks, and their fastest row per shape is partly the luck of its run: at
@@ -107,7 +107,7 @@ def confirm(problem, mode: str, names: list, rounds: int, repeats: int, seconds:
     return rows
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m sweeps.confirm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -118,7 +118,12 @@ def main(argv=None) -> int:
         "--latest", type=Path, action="append", default=[], help="a sweep table whose own leaders join (repeatable)"
     )
     parser.add_argument(
-        "--add", action="append", default=[], metavar="NAME", help="a variant timed at every shape of its mode"
+        "--add",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="variants timed at every shape of their mode (repeatable)",
     )
     parser.add_argument("--rounds", type=int, default=5, help="round-robin passes")
     parser.add_argument(
@@ -127,19 +132,42 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=10, help="graph replays per pass")
     parser.add_argument("--out", type=Path, help="results folder (default sweeps/results/<gpu>/)")
     parser.add_argument(
+        "--sweeps",
+        type=Path,
+        help="folder of the sweep tables whose leaders are re-timed (default sweeps/results/<gpu>)",
+    )
+    parser.add_argument(
         "--tuned-out",
         type=Path,
         help="tuned table to merge the winners into (default: with --out DIR, DIR/tuned_<gpu>.csv; else "
         "cutlass_ext/tuned/<gpu>.csv); rows of other shapes and families are kept",
     )
     args = parser.parse_args(argv)
+    for name in args.add:
+        try:
+            families.from_name(name)
+        except ValueError as error:
+            parser.error(f"--add {name}: {error}")
+    return args
+
+
+def read_sweeps(folder: Path) -> pd.DataFrame:
+    """Every sweep table in a folder, or an error naming it (confirm re-times their leaders)."""
+    paths = sorted(folder.glob("sweep_*.csv"))
+    if not paths:
+        raise SystemExit(f"--sweeps {folder}: no sweep_*.csv tables there to take the leaders from")
+    return pd.concat([pd.read_csv(path) for path in paths], ignore_index=True)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("sweeps.confirm times kernels: it needs a CUDA GPU")
 
     environment = benchmark.environment()
     gpu = environment["gpu"]
     out = args.out or Path("sweeps") / "results" / tuned.gpu_key(gpu)
-    sweeps = pd.concat([pd.read_csv(path) for path in sorted(out.glob("sweep_*.csv"))], ignore_index=True)
+    sweeps = read_sweeps(args.sweeps or Path("sweeps") / "results" / tuned.gpu_key(gpu))
     shapes = load_shapes(args.shapes)
     latest = [table[table["gpu"] == gpu] for table in map(pd.read_csv, args.latest)]
     chosen = candidates(sweeps[sweeps["gpu"] == gpu], shapes, args.modes, args.top, latest, tuple(args.add))

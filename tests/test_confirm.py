@@ -182,3 +182,22 @@ def test_sustained_passes_time_back_to_back_calls_and_record_the_power(monkeypat
     assert measured["time_us"] == 890.0 and measured["watts"] == 700.0
     assert measured["gflops_per_watt"] == round(measured["tflops"] * 1e3 / 700.0, 2)
     assert "sustained (1.5 s)" in measured["detail"] and "880.00-900.00" in measured["detail"]
+
+
+def test_add_takes_several_names_and_repeats():
+    base = "fp8_e4m3e4m3_bf16_128x128x128_c1x1_coop_promoted"
+    args = confirm.parse_args(["--shapes", "s.yaml", "--add", f"{base}_be", f"{base}_w8_be", "--add", f"{base}_w4_be"])
+    assert args.add == [f"{base}_be", f"{base}_w8_be", f"{base}_w4_be"]
+
+
+def test_a_name_no_family_builds_is_refused_naming_add(capsys):
+    with pytest.raises(SystemExit):
+        confirm.parse_args(["--shapes", "s.yaml", "--add", "fp8_not_a_variant"])
+    assert "--add fp8_not_a_variant" in capsys.readouterr().err
+
+
+def test_a_folder_without_sweep_tables_is_refused_naming_it(tmp_path):
+    with pytest.raises(SystemExit, match=f"--sweeps {tmp_path}: no sweep_"):
+        confirm.read_sweeps(tmp_path)
+    SWEEPS.to_csv(tmp_path / "sweep_fp8.csv", index=False)
+    assert len(confirm.read_sweeps(tmp_path)) == len(SWEEPS)
