@@ -1,3 +1,5 @@
+import os
+
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
@@ -11,6 +13,15 @@ settings.register_profile(
     "gpu", max_examples=100, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("ci")
+
+
+def pytest_configure(config):
+    # Under pytest-xdist every worker would start torch's default of one CPU thread per core: 12 workers on 16 cores
+    # ran 192 threads, and the CPU references (the optimizer's Philox, the low-bit emulation) crawled. Split the
+    # cores between the workers instead.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 def pytest_collection_modifyitems(config, items):
