@@ -134,7 +134,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--sweeps",
         type=Path,
-        help="folder of the sweep tables whose leaders are re-timed (default sweeps/results/<gpu>)",
+        help="folder of the sweep tables whose leaders are re-timed (default: the results folder, --out)",
     )
     parser.add_argument(
         "--tuned-out",
@@ -167,7 +167,7 @@ def main(argv=None) -> int:
     environment = benchmark.environment()
     gpu = environment["gpu"]
     out = args.out or Path("sweeps") / "results" / tuned.gpu_key(gpu)
-    sweeps = read_sweeps(args.sweeps or Path("sweeps") / "results" / tuned.gpu_key(gpu))
+    sweeps = read_sweeps(args.sweeps or out)
     shapes = load_shapes(args.shapes)
     latest = [table[table["gpu"] == gpu] for table in map(pd.read_csv, args.latest)]
     chosen = candidates(sweeps[sweeps["gpu"] == gpu], shapes, args.modes, args.top, latest, tuple(args.add))
