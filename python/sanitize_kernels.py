@@ -18,6 +18,7 @@ missing compute-sanitizer.
 
     python python/sanitize_kernels.py --prebuild [--families ...] [--variants ...] [--shard K/N]   # build only
     python python/sanitize_kernels.py --cached-only ...   # no builds: what the cache lacks is rows 'not run'
+    python python/sanitize_kernels.py --variants NAME --add NAME_be   # a tuned winner and a candidate twin
 """
 
 from __future__ import annotations
@@ -542,6 +543,11 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--variants", help="comma-separated names: only these (default: every one)")
     parser.add_argument("--families", help=f"comma-separated, of {', '.join(_CALLS.values())}: only these")
+    parser.add_argument(
+        "--add",
+        help="comma-separated names of variants dispatch does not pick (yet), checked beside the chosen ones: "
+        "candidates for a tuned table are sanitized before it names them",
+    )
     parser.add_argument("--shard", help="K/N: only every N-th variant from the K-th (a run split over machines)")
     parser.add_argument("--prebuild", action="store_true", help="build the variants the cache lacks, and exit")
     parser.add_argument(
@@ -575,6 +581,13 @@ def main(argv=None) -> int:
         if unknown:
             parser.error(f"--families: {unknown} not among {list(_CALLS.values())}")
         names = [name for name in names if family_of(name) in families]
+    for name in args.add.split(",") if args.add else []:
+        try:
+            family_of(name)
+        except ValueError as error:
+            parser.error(f"--add: {error}")
+        if name not in names:
+            names.append(name)
     if args.shard:
         match = re.fullmatch(r"(\d+)/(\d+)", args.shard)
         if match is None or not 1 <= int(match[1]) <= int(match[2]):

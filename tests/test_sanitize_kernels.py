@@ -435,3 +435,16 @@ def test_every_runner_calls_its_kernels_with_arguments_their_signatures_take(san
                 sanitize._RUNNERS[family](name, shape, torch.Generator().manual_seed(0))
     for (module_name, attribute), fake in calls.items():
         assert fake.call_count, f"no runner called {module_name}.{attribute}"
+
+
+def test_add_checks_a_candidate_dispatch_does_not_pick_beside_the_chosen(sanitize, capsys):
+    candidate = "fp8_e4m3e4m3_bf16_128x128x128_c1x1_coop_promoted_w8_be"
+    dispatched = {row[3] for row in _listed(sanitize, capsys, "--tools=memcheck")[0]}
+    assert candidate not in dispatched
+    rows, _ = _listed(sanitize, capsys, "--tools=memcheck", "--families=fp8", f"--add={candidate}")
+    assert [row[2] for row in rows if row[3] == candidate] == ["fp8"]
+    assert {row[3] for row in rows} - {candidate} <= dispatched
+    with pytest.raises(SystemExit) as exit_info:
+        sanitize.main(["--list", "--add=fp8_not_a_variant"])
+    assert exit_info.value.code == 2
+    assert "fp8_not_a_variant" in capsys.readouterr().err
