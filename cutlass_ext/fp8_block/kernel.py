@@ -226,7 +226,8 @@ def _(a, b, scale_a, scale_b, offsets, counts, out_dtype, variant):
     return a.new_empty((*a.shape[:-1], b.shape[1]), dtype=out_dtype)
 
 
-@torch.library.custom_op("cutlass_ext::k_grouped_gemm_fp8_block", mutates_args=("out",))  # mutating: see optim
+# torch.library.custom_op for a mutating op: it bumps `out`'s version counter (compiling.custom_op is functional only)
+@torch.library.custom_op("cutlass_ext::k_grouped_gemm_fp8_block", mutates_args=("out",))
 def k_grouped_gemm_fp8_block(
     a: torch.Tensor,
     b: torch.Tensor,
