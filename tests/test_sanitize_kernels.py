@@ -438,7 +438,7 @@ def test_every_runner_calls_its_kernels_with_arguments_their_signatures_take(san
 
 
 def test_add_checks_a_candidate_dispatch_does_not_pick_beside_the_chosen(sanitize, capsys):
-    candidate = "fp8_e4m3e4m3_bf16_128x128x128_c1x1_coop_promoted_w8_be"
+    candidate = "fp8_e4m3e4m3_bf16_128x128x128_c1x1_coop_promoted_w4_be"
     dispatched = {row[3] for row in _listed(sanitize, capsys, "--tools=memcheck")[0]}
     assert candidate not in dispatched
     rows, _ = _listed(sanitize, capsys, "--tools=memcheck", "--families=fp8", f"--add={candidate}")
