@@ -1,5 +1,6 @@
 """python -m cutlass_ext.explain --gpu "NVIDIA H200" --op gemm|gemm_fp8 --mode MODE --shape MxNxK
 
+gemm's modes: the corrected and plain Tensor Core modes, `fp32` (cuBLAS SGEMM) and `int8x<moduli>` (Ozaki II).
 gemm_fp8's modes: `fast` and `promoted` (per-tensor or per-row scales), `block` (DeepSeek-V3's 1x128 / 128x128
 block scales), `grouped` (`grouped_gemm_fp8` with those scales; M is the tokens per expert).
 
@@ -14,13 +15,15 @@ import argparse
 import re
 import sys
 
-from . import device
+from . import device, ozaki
 from .families.sm90_fp8.config import ACCUMULATIONS
 from .gemm import KERNEL_MODES
+from .ozaki.reference import check_moduli_count
 
 _SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)(?:x(\d+))?")
 BLOCK_MODE = "block"  # gemm_fp8 with 1x128 activation and 128x128 weight scales
 GROUPED_MODE = "grouped"  # grouped_gemm_fp8 (block scales as above), M: tokens per expert
+FP32_MODE = "fp32"  # gemm through cuBLAS SGEMM
 
 
 def explain(gpu: str, op: str, mode: str, shape: tuple, arch: str | None = None) -> list[str]:
@@ -30,6 +33,17 @@ def explain(gpu: str, op: str, mode: str, shape: tuple, arch: str | None = None)
     m, n, k = shape[:3]
     groups = shape[3] if len(shape) > 3 else None
     lines = [f"gpu: {info.name} (sm{info.arch or '?'})", f"problem: {op} {mode} {'x'.join(map(str, shape))}"]
+    if op == "gemm" and mode == FP32_MODE:
+        return lines + [
+            "path: cuBLAS",
+            "runs: cublasGemmStridedBatchedEx_64, CUBLAS_COMPUTE_32F_PEDANTIC (IEEE SGEMM on the FP32 units)",
+            "source: the fp32 mode (nothing to build or tune)",
+        ]
+    if op == "gemm" and ozaki.is_mode(mode):
+        if not info.hopper:
+            return lines + [f"{mode} runs on sm_90a GPUs only; {info.name} is sm{info.arch or '?'}"]
+        config = ozaki.OzakiConfig(moduli=int(mode.removeprefix("int8x")))
+        return lines + ["path: ozaki", f"runs: {config.name}", "source: the Ozaki family's default (no tuned table)"]
     if op == "gemm":
         from .gemm import plan
 
@@ -64,13 +78,21 @@ def _parse_args(argv):
     parser.add_argument(
         "--mode",
         required=True,
-        help=f"gemm: one of {', '.join(KERNEL_MODES)}; gemm_fp8: {', '.join(ACCUMULATIONS)}, {BLOCK_MODE} or "
-        f"{GROUPED_MODE} (grouped_gemm_fp8, M tokens per expert; e4m3 inputs, bf16 output)",
+        help=f"gemm: one of {', '.join(KERNEL_MODES)}, {FP32_MODE} or int8x<moduli>; gemm_fp8: "
+        f"{', '.join(ACCUMULATIONS)}, {BLOCK_MODE} or {GROUPED_MODE} (grouped_gemm_fp8, M tokens per expert; e4m3 "
+        "inputs, bf16 output)",
     )
     parser.add_argument("--shape", required=True, help="MxNxK, e.g. 8192x8192x8192 (grouped: MxNxKxEXPERTS)")
     args = parser.parse_args(argv)
-    modes = KERNEL_MODES if args.op == "gemm" else (*ACCUMULATIONS, BLOCK_MODE, GROUPED_MODE)
-    if args.mode not in modes:
+    modes = (
+        (*KERNEL_MODES, FP32_MODE, "int8x<moduli>") if args.op == "gemm" else (*ACCUMULATIONS, BLOCK_MODE, GROUPED_MODE)
+    )
+    if args.op == "gemm" and ozaki.is_mode(args.mode):
+        try:
+            check_moduli_count(int(args.mode.removeprefix("int8x")))
+        except ValueError as error:
+            parser.error(f"--mode {args.mode!r}: {error}")
+    elif args.mode not in modes:
         parser.error(f"--mode {args.mode!r} is not one of {list(modes)} for --op {args.op}")
     match = _SHAPE.fullmatch(args.shape)
     if match is None or (match.group(4) is not None and args.mode != GROUPED_MODE):

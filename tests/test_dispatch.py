@@ -15,6 +15,7 @@ import torch
 from cutlass_ext import device, explain, families, fp8, registry, tuned
 from cutlass_ext.families.sm90.config import DEFAULTS as DEFAULT_SPLIT
 from cutlass_ext.families.sm90.config import Sm90Config
+from cutlass_ext.ozaki import OzakiConfig
 from sweeps import sweep as sweep_module
 
 H100, H200, A100, RTX4090 = (
@@ -106,6 +107,19 @@ def test_explain_names_the_variant_and_its_source(gpu, capsys):
     assert explain.main(["--gpu", gpu, "--op", "gemm_fp8", "--mode", "fast", "--shape", "16x8192x8192"]) == 0
     fp8_lines = capsys.readouterr().out
     assert ("runs: fp8_" in fp8_lines) == hopper and (("Hopper (sm90) GPUs only" in fp8_lines) != hopper)
+
+
+def test_explain_names_the_cublas_and_ozaki_paths(capsys):
+    assert explain.main(["--gpu", "NVIDIA A10", "--mode", "fp32", "--shape", "64x64x64"]) == 0
+    assert "path: cuBLAS" in capsys.readouterr().out
+    assert explain.main(["--gpu", "NVIDIA H200", "--mode", "int8x7", "--shape", "8192x8192x8192"]) == 0
+    out = capsys.readouterr().out
+    assert f"runs: {OzakiConfig(moduli=7).name}" in out and "path: ozaki" in out
+    assert explain.main(["--gpu", "NVIDIA A100-SXM4-80GB", "--mode", "int8x8", "--shape", "64x64x64"]) == 0
+    assert "sm_90a GPUs only" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        explain.main(["--gpu", "NVIDIA H200", "--mode", "int8x2", "--shape", "64x64x64"])
+    assert "int8x2" in capsys.readouterr().err
 
 
 def test_explain_rejects_bad_arguments(capsys):
