@@ -105,6 +105,25 @@ def confirmed_winners(sweeps, confirmations):
     return pd.concat([confirmed, rest]).sort_values(key).reset_index(drop=True)
 
 
+def pinned_winners(winners, pins, confirmations):
+    """`winners` with the pinned rows in place (`pinned.csv` of a results folder: variants chosen on evidence the
+    sweep and confirmation tables do not hold, e.g. same-process A/B runs; each row is a tuned-table row with the
+    date it was pinned, `pinned`, and its `evidence`), except where a confirmation run newer than the pin measured
+    that (mode, shape): the latest measurement picks."""
+    import pandas as pd
+
+    if pins.empty:
+        return winners
+    key = ["mode", "m", "n", "k", "batch"]
+    confirmations = confirmations[confirmations["status"] == "ok"]
+    if not confirmations.empty:
+        latest = confirmations.groupby(key)["date"].max().rename("confirmed").reset_index()
+        pins = pins.merge(latest, on=key, how="left")
+        pins = pins[pins["confirmed"].isna() | (pins["confirmed"] <= pins["pinned"])]
+    rest = winners[~winners.set_index(key).index.isin(pins.set_index(key).index)]
+    return pd.concat([rest, pins[COLUMNS]]).sort_values(key).reset_index(drop=True)
+
+
 def write_table(table, path: Path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     table[COLUMNS].to_csv(path, index=False)

@@ -30,16 +30,18 @@ def tuned_table_path(gpu: str, out: Path | None, tuned_out: Path | None) -> Path
 
 
 def write_tuned(folder: Path, gpu: str, path: Path) -> Path | None:
-    """The tuned table from a results folder's sweep tables and confirmation runs (tuned.confirmed_winners), this
-    GPU's rows, merged into the table at `path`: rows of the (mode, shape)s measured are replaced, every other row
-    (other families', other shapes') is kept."""
+    """The tuned table from a results folder's sweep tables, confirmation runs (tuned.confirmed_winners) and pinned
+    rows (tuned.pinned_winners), this GPU's rows, merged into the table at `path`: rows of the (mode, shape)s
+    measured are replaced, every other row (other families', other shapes') is kept."""
 
     def rows(pattern: str) -> pd.DataFrame:
         tables = [pd.read_csv(table) for table in sorted(Path(folder).glob(pattern))]
         frame = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=["gpu", "status"])
         return frame[frame["gpu"] == gpu]
 
-    winners = tuned.confirmed_winners(rows("sweep_*.csv"), rows("confirm_*.csv"))
+    confirmations = rows("confirm_*.csv")
+    winners = tuned.confirmed_winners(rows("sweep_*.csv"), confirmations)
+    winners = tuned.pinned_winners(winners, rows("pinned.csv"), confirmations)
     if winners.empty:
         return None
     tuned.merge_table(winners, path)

@@ -2,6 +2,7 @@
 row, and how its runs take precedence in the tuned table."""
 
 import argparse
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -95,6 +96,34 @@ def test_the_sweeps_tuned_table_reads_the_folders_confirmation_runs(tmp_path):
     rows([("fp8_fast", 16, C1, 86.0)], date="2026-11-24T05:00:00Z").to_csv(tmp_path / "confirm_x.csv", index=False)
     table = pd.read_csv(sweep_module.write_tuned(tmp_path, GPU, tmp_path / "tuned.csv"))
     assert {(r.m, r.name) for r in table.itertuples()} == {(4, C1), (8, N8), (16, C1)}
+
+
+def pins(entries, pinned):
+    """A pinned.csv-like frame from (m, name, tflops) at N = K = 8192, fp8_fast."""
+    frame = rows([("fp8_fast", m, name, tflops) for m, name, tflops in entries], date="2026-11-20T00:00:00Z")
+    return frame.drop(columns=["family", "status"]).assign(pinned=pinned, evidence="an A/B run")
+
+
+def test_a_pin_takes_its_shape_until_a_newer_confirmation_run_measures_it():
+    confirmations = rows([("fp8_fast", 16, C1, 86.0)], date="2026-11-24T05:00:00Z")
+    winners = tuned.confirmed_winners(SWEEPS, confirmations)
+    pinned = pins([(4, SLOW, 21.0), (16, C2, 87.3)], pinned="2026-11-24T00:00:00Z")
+    picked = {(r.m, r.name) for r in tuned.pinned_winners(winners, pinned, confirmations).itertuples()}
+    assert picked == {(4, SLOW), (8, N8), (16, C1)}  # M = 16 was confirmed after the pin
+    later = pinned.assign(pinned="2026-11-25T00:00:00Z")
+    picked = {(r.m, r.name) for r in tuned.pinned_winners(winners, later, confirmations).itertuples()}
+    assert picked == {(4, SLOW), (8, N8), (16, C2)}
+    assert tuned.pinned_winners(winners, later.iloc[:0], confirmations).equals(winners)
+
+
+def test_the_shipped_tables_are_what_their_results_folders_derive(tmp_path):
+    """Every row of a shipped tuned table comes from the committed sweep, confirmation and pinned tables: a sweep
+    or confirmation run on that GPU rewrites no row it did not measure."""
+    for shipped in sorted(tuned.TUNED_DIR.glob("*.csv")):
+        folder = Path(__file__).parents[1] / "sweeps" / "results" / shipped.stem
+        gpu = pd.read_csv(shipped)["gpu"].iloc[0]
+        derived = sweep_module.write_tuned(folder, gpu, tmp_path / shipped.name)
+        assert pd.read_csv(derived).equals(pd.read_csv(shipped)), shipped.name
 
 
 @pytest.fixture
