@@ -18,7 +18,6 @@ import sys
 from . import device, ozaki
 from .families.sm90_fp8.config import ACCUMULATIONS
 from .gemm import KERNEL_MODES
-from .ozaki.reference import check_moduli_count
 
 _SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)(?:x(\d+))?")
 BLOCK_MODE = "block"  # gemm_fp8 with 1x128 activation and 128x128 weight scales
@@ -42,7 +41,7 @@ def explain(gpu: str, op: str, mode: str, shape: tuple, arch: str | None = None)
     if op == "gemm" and ozaki.is_mode(mode):
         if not info.hopper:
             return lines + [f"{mode} runs on sm_90a GPUs only; {info.name} is sm{info.arch or '?'}"]
-        config = ozaki.OzakiConfig(moduli=int(mode.removeprefix("int8x")))
+        config = ozaki.OzakiConfig(moduli=ozaki.mode_moduli(mode))
         return lines + ["path: ozaki", f"runs: {config.name}", "source: the Ozaki family's default (no tuned table)"]
     if op == "gemm":
         from .gemm import plan
@@ -89,7 +88,7 @@ def _parse_args(argv):
     )
     if args.op == "gemm" and ozaki.is_mode(args.mode):
         try:
-            check_moduli_count(int(args.mode.removeprefix("int8x")))
+            ozaki.mode_moduli(args.mode)
         except ValueError as error:
             parser.error(f"--mode {args.mode!r}: {error}")
     elif args.mode not in modes:

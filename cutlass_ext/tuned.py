@@ -30,6 +30,7 @@ from .families.sm80.config import DEFAULT_OPERANDS, KernelConfig
 TUNED_DIR = Path(__file__).resolve().parent / "tuned"
 TABLE_ENV = "CUTLASS_EXT_TUNED_TABLE"
 COLUMNS = ["mode", "m", "n", "k", "batch", "name", "tflops", "gpu", "date"]
+KEY = COLUMNS[:5]  # one row per (mode, shape)
 PEER_FAMILIES = ("cublas", "triton")
 
 _log = logging.getLogger("cutlass_ext.dispatch")
@@ -84,8 +85,8 @@ def winners(frame):
     if ours.empty:
         return pd.DataFrame(columns=COLUMNS)
     order = ours.sort_values(["tflops", "date", "name"], ascending=[False, True, True], kind="stable")
-    best = order.groupby(["mode", "m", "n", "k", "batch"]).head(1)
-    return best[COLUMNS].sort_values(["mode", "m", "n", "k", "batch"]).reset_index(drop=True)
+    best = order.groupby(KEY).head(1)
+    return best[COLUMNS].sort_values(KEY).reset_index(drop=True)
 
 
 def confirmed_winners(sweeps, confirmations):
@@ -96,13 +97,12 @@ def confirmed_winners(sweeps, confirmations):
 
     if confirmations.empty:
         return winners(sweeps)
-    key = ["mode", "m", "n", "k", "batch"]
     ok = confirmations[confirmations["status"] == "ok"]
-    latest = ok[ok["date"] == ok.groupby(key)["date"].transform("max")]
+    latest = ok[ok["date"] == ok.groupby(KEY)["date"].transform("max")]
     confirmed = winners(latest)
     rest = winners(sweeps)
-    rest = rest[~rest.set_index(key).index.isin(confirmed.set_index(key).index)]
-    return pd.concat([confirmed, rest]).sort_values(key).reset_index(drop=True)
+    rest = rest[~rest.set_index(KEY).index.isin(confirmed.set_index(KEY).index)]
+    return pd.concat([confirmed, rest]).sort_values(KEY).reset_index(drop=True)
 
 
 def pinned_winners(winners, pins, confirmations):
@@ -114,14 +114,13 @@ def pinned_winners(winners, pins, confirmations):
 
     if pins.empty:
         return winners
-    key = ["mode", "m", "n", "k", "batch"]
     confirmations = confirmations[confirmations["status"] == "ok"]
     if not confirmations.empty:
-        latest = confirmations.groupby(key)["date"].max().rename("confirmed").reset_index()
-        pins = pins.merge(latest, on=key, how="left")
+        latest = confirmations.groupby(KEY)["date"].max().rename("confirmed").reset_index()
+        pins = pins.merge(latest, on=KEY, how="left")
         pins = pins[pins["confirmed"].isna() | (pins["confirmed"] <= pins["pinned"])]
-    rest = winners[~winners.set_index(key).index.isin(pins.set_index(key).index)]
-    return pd.concat([rest, pins[COLUMNS]]).sort_values(key).reset_index(drop=True)
+    rest = winners[~winners.set_index(KEY).index.isin(pins.set_index(KEY).index)]
+    return pd.concat([rest, pins[COLUMNS]]).sort_values(KEY).reset_index(drop=True)
 
 
 def write_table(table, path: Path) -> None:
@@ -136,12 +135,11 @@ def merge_table(table, path: Path) -> None:
     measure."""
     import pandas as pd
 
-    key = ["mode", "m", "n", "k", "batch"]
     path = Path(path)
     if path.is_file():
         existing = pd.read_csv(path)
-        kept = existing[~existing.set_index(key).index.isin(table.set_index(key).index)]
-        table = pd.concat([kept[COLUMNS], table[COLUMNS]]).sort_values(key).reset_index(drop=True)
+        kept = existing[~existing.set_index(KEY).index.isin(table.set_index(KEY).index)]
+        table = pd.concat([kept[COLUMNS], table[COLUMNS]]).sort_values(KEY).reset_index(drop=True)
     write_table(table, path)
 
 

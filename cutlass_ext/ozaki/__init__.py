@@ -90,10 +90,15 @@ def is_mode(mode) -> bool:
     return isinstance(mode, str) and _MODE.fullmatch(mode) is not None
 
 
+def mode_moduli(mode: str) -> int:
+    """The moduli of an `int8x<moduli>` mode, checked (3..14)."""
+    return check_moduli_count(int(_MODE.fullmatch(mode)["moduli"]))
+
+
 def gemm_mode(a, b, mode: str, *, bias=None, alpha=1.0, beta=0.0, c=None, out=None) -> torch.Tensor:
     """`ext.gemm(a, b, mode="int8x<moduli>", ...)`: torch.matmul's shapes (1-D operands too); the epilogue
     alpha·A·B + beta·C + bias runs in FP32 after the product (not fused); out receives the result."""
-    moduli = int(_MODE.fullmatch(mode)["moduli"])
+    moduli = mode_moduli(mode)
     _check_operand("a", a, matrix=False)
     _check_operand("b", b, matrix=False)
     a_matrix = a.unsqueeze(0) if a.dim() == 1 else a
@@ -114,4 +119,13 @@ def gemm_mode(a, b, mode: str, *, bias=None, alpha=1.0, beta=0.0, c=None, out=No
     return result
 
 
-__all__ = ["DEFAULT_MODULI", "OzakiConfig", "gemm", "gemm_mode", "is_mode", "ozaki_gemm", "ozaki_matmul"]
+__all__ = [
+    "DEFAULT_MODULI",
+    "OzakiConfig",
+    "gemm",
+    "gemm_mode",
+    "is_mode",
+    "mode_moduli",
+    "ozaki_gemm",
+    "ozaki_matmul",
+]
