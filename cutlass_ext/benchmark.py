@@ -49,6 +49,22 @@ def median_time_us(run, input_sets: list, warmup: int = 5, repeats: int = 30) ->
     return statistics.median(times)
 
 
+def enqueued_time_us(run, input_sets: list, warmup: int = 5, repeats: int = 30) -> float:
+    """Median over `repeats` of one call `run(*inputs)` among calls enqueued back to back (CUDA events around each,
+    one synchronise at the end, as triton.testing.do_bench does): the GPU time of a call in a loop that keeps the GPU
+    busy, where `median_time_us`'s synchronise before each call also counts the host's time to its first launch
+    (0.2-0.3 ms for a multi-kernel product's planning and allocations on a slow host CPU)."""
+    for i in range(warmup):
+        run(*input_sets[i % len(input_sets)])
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+    for i, (start, end) in enumerate(events):
+        start.record()
+        run(*input_sets[i % len(input_sets)])
+        end.record()
+    events[-1][1].synchronize()
+    return statistics.median(start.elapsed_time(end) * 1000.0 for start, end in events)
+
+
 def graph_time_us(run, input_sets: list, calls: int = 20, repeats: int = 10) -> float:
     """Median time of one call when `calls` calls (cycling through the input sets) replay from one CUDA graph:
     the GPU's time without the host's launch gaps (seed 003 section 5)."""

@@ -81,6 +81,8 @@ def winners(frame):
     table does not depend on the order its sweep tables are read in."""
     import pandas as pd
 
+    if frame.empty:  # e.g. a results folder holding confirmation runs only
+        return pd.DataFrame(columns=COLUMNS)
     ours = frame[~frame["family"].isin(PEER_FAMILIES) & (frame["status"] == "ok")]
     if ours.empty:
         return pd.DataFrame(columns=COLUMNS)

@@ -33,11 +33,15 @@ from .sweep import tuned_table_path, write_tuned
 from .table import ResumableTable, config_columns, config_fields
 
 
-def candidates(sweeps: pd.DataFrame, shapes, modes, top: int, latest: tuple = (), added: tuple = ()) -> dict:
+def candidates(
+    sweeps: pd.DataFrame, shapes, modes, top: int, latest: tuple = (), added: tuple = (), incumbents=None
+) -> dict:
     """{(mode, shape): [variant names]}: the `top` fastest gated variants in the sweep tables at this shape (and in
     each table of `latest` on its own: a new kernel measured once beside old rows of luckier runs), then those at
     the other shapes of `shapes` with the same (n, k, batch) that this one's do not include, then the `added`
-    variants of the mode."""
+    variants of the mode, then the shape's row of the tuned table this run merges into (`incumbents`): the run
+    picks the winner, so it re-times the one it would replace."""
+    incumbents = pd.DataFrame(columns=tuned.COLUMNS) if incumbents is None else incumbents
 
     def ranked(table):
         ours = table[~table["family"].isin(tuned.PEER_FAMILIES) & (table["status"] == "ok")]
@@ -61,6 +65,15 @@ def candidates(sweeps: pd.DataFrame, shapes, modes, top: int, latest: tuple = ()
                 if other != shape and other[1:] == shape[1:]:
                     leaders += [name for name in leaders_at(mode, other) if name not in leaders]
             leaders += [name for name in added if families.from_name(name).mode == mode and name not in leaders]
+            m, n, k, batch = shape
+            held = incumbents[
+                (incumbents["mode"] == mode)
+                & (incumbents["m"] == m)
+                & (incumbents["n"] == n)
+                & (incumbents["k"] == k)
+                & (incumbents["batch"] == batch)
+            ]
+            leaders += [name for name in held["name"] if name not in leaders]
             if leaders:
                 chosen[mode, shape] = leaders
     return chosen
@@ -170,7 +183,10 @@ def main(argv=None) -> int:
     sweeps = read_sweeps(args.sweeps or out)
     shapes = load_shapes(args.shapes)
     latest = [table[table["gpu"] == gpu] for table in map(pd.read_csv, args.latest)]
-    chosen = candidates(sweeps[sweeps["gpu"] == gpu], shapes, args.modes, args.top, latest, tuple(args.add))
+    tuned_path = tuned_table_path(gpu, args.out, args.tuned_out)
+    held = tuned_path if tuned_path.is_file() else tuned.TUNED_DIR / f"{tuned.gpu_key(gpu)}.csv"
+    incumbents = pd.read_csv(held) if held.is_file() else None
+    chosen = candidates(sweeps[sweeps["gpu"] == gpu], shapes, args.modes, args.top, latest, tuple(args.add), incumbents)
     names = sorted({name for leaders in chosen.values() for name in leaders})
     spanned = {families.from_name(name).family for name in names}
     if len(spanned) != 1:
@@ -190,7 +206,7 @@ def main(argv=None) -> int:
             table.append(row | config_columns(families.from_name(name), fields))
         del problem
         torch.cuda.empty_cache()
-    path = write_tuned(out, gpu, tuned_table_path(gpu, args.out, args.tuned_out))
+    path = write_tuned(out, gpu, tuned_path)
     print(f"tuned table: {path}")
     return 0
 

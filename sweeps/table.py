@@ -109,7 +109,7 @@ class ResumableTable:
             self._done = {tuple(row) for row in existing[KEY].itertuples(index=False)}
         else:
             with self.path.open("w", newline="") as file:
-                csv.writer(file).writerow(self.columns)
+                csv.writer(file, lineterminator="\n").writerow(self.columns)
 
     def done(self, name: str, m: int, n: int, k: int, batch: int, gpu: str) -> bool:
         return (name, str(m), str(n), str(k), str(batch), gpu) in self._done
@@ -119,7 +119,9 @@ class ResumableTable:
         if unknown:
             raise ValueError(f"unknown columns {sorted(unknown)}")
         with self.path.open("a", newline="") as file:
-            csv.writer(file).writerow(["" if row.get(c) is None else row.get(c) for c in self.columns])
+            csv.writer(file, lineterminator="\n").writerow(
+                ["" if row.get(c) is None else row.get(c) for c in self.columns]
+            )
             file.flush()
         self._done.add(tuple(str(row[c]) for c in KEY))
 

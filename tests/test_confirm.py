@@ -73,6 +73,31 @@ def test_a_latest_tables_own_leaders_join_the_candidates():
     assert chosen == {("fp8_fast", (16, 8192, 8192, 1)): [C2, SLOW]}  # SLOW trails C2 in the union
 
 
+def test_the_tuned_tables_row_is_re_timed_beside_the_leaders():
+    # the run's winner replaces the table's row, so the row it would replace is among what it times
+    incumbents = pd.DataFrame(
+        [
+            {"mode": "fp8_fast", "m": 16, "n": 8192, "k": 8192, "batch": 1, "name": N8},
+            {"mode": "fp8_fast", "m": 32, "n": 8192, "k": 8192, "batch": 1, "name": SLOW},
+        ]
+    )
+    for shape, expected in [
+        ((16, 8192, 8192, 1), [C2, N8]),
+        ((32, 8192, 8192, 1), [SLOW]),
+        ((64, 8192, 8192, 1), None),
+    ]:
+        chosen = confirm.candidates(SWEEPS, [shape], ["fp8_fast"], top=1, incumbents=incumbents)
+        assert chosen.get(("fp8_fast", shape)) == expected  # at M = 32 no sweep row: the table's row alone
+
+
+def test_a_results_folder_of_confirmation_runs_alone_derives_its_winners(tmp_path):
+    rows([("fp8_fast", 8, N8, 44.0), ("fp8_fast", 8, C1, 45.0)]).assign(family="sm90_fp8").to_csv(
+        tmp_path / "confirm_decode.csv", index=False
+    )
+    path = sweep_module.write_tuned(tmp_path, GPU, tmp_path / "tuned.csv")
+    assert pd.read_csv(path)["name"].tolist() == [C1]
+
+
 def test_a_confirmed_shape_takes_its_latest_runs_winner_and_the_rest_keep_the_sweeps():
     confirmations = pd.concat(
         [
