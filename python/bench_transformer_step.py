@@ -1,12 +1,15 @@
 """The GEMMs of a transformer training step, through dispatch, beside cuBLAS SGEMM and TF32, eager and graph-replayed.
 
     python python/bench_transformer_step.py --out sweeps/results/h200/transformer_step.csv
+    python python/bench_transformer_step.py --modes tf32tf32 halfhalf int8x8 --peers cutlass_3xtf32 triton_tf32x3 \
+        gemmul8 --out …   # the FP32-accurate contenders (GEMMul8 with peers/gemmul8 built)
 
 For each linear layer of a block (QKV, attention output, MLP up and down) at batch·sequence tokens T, the three
 products of a training step: forward Y = X·Wᵀ (T x out x in), input gradient dX = dY·W (T x in x out) and weight
 gradient dW = dYᵀ·X (out x in x T: deep K when T is large). These are the skinny, rectangular and deep-K shapes a
 tuned table of cubes does not hold. Eager times are wall time per call of calls back to back (host cost included);
-graph times are CUDA-graph replays (GPU time alone). Prints the ratio of each mode to cuBLAS SGEMM.
+graph times are CUDA-graph replays (GPU time alone). Each row also holds the relative residual against an FP64
+product of the first input set. Prints the ratio of each contender to cuBLAS SGEMM.
 """
 
 from __future__ import annotations
@@ -21,10 +24,14 @@ import pandas as pd
 import torch
 
 import cutlass_ext as ext
-from cutlass_ext import benchmark
+from cutlass_ext import benchmark, numerics
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ozaki_gemmul8 import LIBRARY, Gemmul8  # noqa: E402
 
 TOKENS = (512, 2048, 8192)
 MODES = ("tf32tf32", "halfhalf")
+PEERS = ("cutlass_3xtf32", "triton_tf32x3", "gemmul8")
 
 
 def layer_products(hidden: int, mlp: int, tokens: int):
@@ -40,12 +47,47 @@ def layer_products(hidden: int, mlp: int, tokens: int):
         yield layer, "grad_weight", outputs, inputs, tokens
 
 
-def contenders():
-    """(name, run, torch's FP32 matmul precision while it runs)."""
-    yield "cublas_fp32", torch.mm, "ieee"
-    yield "cublas_tf32", torch.mm, "tf32"
-    for mode in MODES:
-        yield mode, lambda a, b, mode=mode: ext.gemm(a, b, mode=mode), "ieee"
+def _as_given(input_sets):
+    return lambda a, b: (a, b)
+
+
+def contenders(modes, peers):
+    """(name, make, torch's FP32 matmul precision while it runs): make(input_sets) -> (run, prepare), prepare laying
+    out an input set outside the timed calls (CUTLASS's example reads B column-major; Triton picks its tile on
+    these inputs)."""
+    yield "cublas_fp32", lambda sets: (torch.mm, _as_given(sets)), "ieee"
+    yield "cublas_tf32", lambda sets: (torch.mm, _as_given(sets)), "tf32"
+    for mode in modes:
+        yield mode, lambda sets, mode=mode: (lambda a, b: ext.gemm(a, b, mode=mode), _as_given(sets)), "ieee"
+    if "cutlass_3xtf32" in peers:
+        from cutlass_ext import peers as peer_kernels
+
+        yield "cutlass_3xtf32", lambda sets: peer_kernels.cutlass_3xtf32()[1:], "ieee"
+    if "triton_tf32x3" in peers:
+        from cutlass_ext import peers as peer_kernels
+
+        yield "triton_tf32x3", lambda sets: (peer_kernels.triton_tf32x3(sets, repeats=6)[1], _as_given(sets)), "ieee"
+    if "gemmul8" in peers:
+        if not LIBRARY.is_file():
+            print(f"GEMMul8 skipped: {LIBRARY} is missing (python/ozaki_gemmul8.py builds it)")
+            return
+        gemmul8 = Gemmul8()
+        for moduli in (7, 8):
+            yield (
+                f"gemmul8_{moduli}_fast",
+                lambda sets, moduli=moduli: (lambda a, b: gemmul8.sgemm(a, b, moduli, True), _as_given(sets)),
+                "ieee",
+            )
+
+
+def _graph_us(run, input_sets, calls: int) -> float:
+    """CUDA-graph replay time, or NaN for a contender that cannot be captured (printed)."""
+    try:
+        return benchmark.graph_time_us(run, input_sets, calls=min(calls, 5), repeats=3)
+    except RuntimeError as error:
+        print(f"  graph capture failed: {str(error).splitlines()[0][:120]}", flush=True)
+        torch.cuda.synchronize()
+        return float("nan")
 
 
 def eager_us(run, input_sets, calls: int) -> float:
@@ -66,30 +108,39 @@ def main(argv=None) -> int:
     parser.add_argument("--mlp", type=int, default=11008, help="MLP width (the up projection is gate and up: 2x)")
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     parser.add_argument("--calls", type=int, default=10)
+    parser.add_argument("--modes", nargs="+", default=list(MODES), help="ext.gemm modes (int8x<moduli> too)")
+    parser.add_argument("--peers", nargs="*", default=[], choices=PEERS, help="FP32-accurate peers to time beside")
     args = parser.parse_args(argv)
+    chosen = list(contenders(args.modes, args.peers))
     rows = []
     for tokens in args.tokens:
         for layer, product, m, n, k in layer_products(args.hidden, args.mlp, tokens):
             sets = benchmark.rotation_count(4 * (m * k + k * n + m * n))
             input_sets = [(torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")) for _ in range(sets)]
-            for name, run, precision in contenders():
+            exact = input_sets[0][0].double() @ input_sets[0][1].double()
+            for name, make, precision in chosen:
                 previous = torch.backends.cuda.matmul.fp32_precision
                 torch.backends.cuda.matmul.fp32_precision = precision
                 try:
-                    eager = eager_us(run, input_sets, args.calls)
-                    graph = benchmark.graph_time_us(run, input_sets, calls=min(args.calls, 5), repeats=3)
+                    run, prepare = make(input_sets)
+                    prepared = [prepare(*inputs) for inputs in input_sets]
+                    relres = numerics.relative_residual(run(*prepared[0]), exact)
+                    eager = eager_us(run, prepared, args.calls)
+                    graph = _graph_us(run, prepared, args.calls)
                 finally:
                     torch.backends.cuda.matmul.fp32_precision = previous
+                del prepared
                 row = {"tokens": tokens, "layer": layer, "product": product, "m": m, "n": n, "k": k, "name": name}
-                row |= {"eager_us": round(eager, 2), "graph_us": round(graph, 2)}
+                row |= {"eager_us": round(eager, 2), "graph_us": round(graph, 2), "relres": relres}
                 row |= {"graph_tflops": round(2 * m * n * k / graph / 1e6, 2)}
                 rows.append(row)
                 print(
                     f"T={tokens:6d} {layer:8s} {product:11s} {m}x{n}x{k} {name:12s} "
-                    f"eager {eager:9.1f} us  graph {graph:9.1f} us  {row['graph_tflops']:7.1f} TFLOP/s",
+                    f"eager {eager:9.1f} us  graph {graph:9.1f} us  {row['graph_tflops']:7.1f} TFLOP/s  "
+                    f"relres {relres:.1e}",
                     flush=True,
                 )
-            del input_sets
+            del input_sets, exact
             torch.cuda.empty_cache()
     table = pd.DataFrame(rows).assign(**benchmark.environment(), command=shlex.join(["python"] + sys.argv))
     key = ["tokens", "layer", "product"]
@@ -100,7 +151,7 @@ def main(argv=None) -> int:
         ).round(3)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out, index=False)
-    summary = table.groupby("name")[["vs_sgemm_eager", "vs_sgemm_graph"]].agg(["min", "median", "max"])
+    summary = table.groupby("name")[["vs_sgemm_eager", "vs_sgemm_graph", "relres"]].agg(["min", "median", "max"])
     print(summary.to_string())
     print(f"wrote {args.out}")
     return 0
