@@ -52,21 +52,27 @@ def _as_given(input_sets):
 
 
 def contenders(modes, peers):
-    """(name, make, torch's FP32 matmul precision while it runs): make(input_sets) -> (run, prepare), prepare laying
-    out an input set outside the timed calls (CUTLASS's example reads B column-major; Triton picks its tile on
-    these inputs)."""
-    yield "cublas_fp32", lambda sets: (torch.mm, _as_given(sets)), "ieee"
-    yield "cublas_tf32", lambda sets: (torch.mm, _as_given(sets)), "tf32"
+    """(name, make, torch's FP32 matmul precision while it runs, capturable): make(input_sets) -> (run, prepare),
+    prepare laying out an input set outside the timed calls (CUTLASS's example reads B column-major; Triton picks
+    its tile on these inputs). GEMMul8 is not capturable (its calls fail inside a CUDA graph capture, and the
+    failed capture leaves the process's CUDA state unusable): no graph time."""
+    yield "cublas_fp32", lambda sets: (torch.mm, _as_given(sets)), "ieee", True
+    yield "cublas_tf32", lambda sets: (torch.mm, _as_given(sets)), "tf32", True
     for mode in modes:
-        yield mode, lambda sets, mode=mode: (lambda a, b: ext.gemm(a, b, mode=mode), _as_given(sets)), "ieee"
+        yield mode, lambda sets, mode=mode: (lambda a, b: ext.gemm(a, b, mode=mode), _as_given(sets)), "ieee", True
     if "cutlass_3xtf32" in peers:
         from cutlass_ext import peers as peer_kernels
 
-        yield "cutlass_3xtf32", lambda sets: peer_kernels.cutlass_3xtf32()[1:], "ieee"
+        yield "cutlass_3xtf32", lambda sets: peer_kernels.cutlass_3xtf32()[1:], "ieee", True
     if "triton_tf32x3" in peers:
         from cutlass_ext import peers as peer_kernels
 
-        yield "triton_tf32x3", lambda sets: (peer_kernels.triton_tf32x3(sets, repeats=6)[1], _as_given(sets)), "ieee"
+        yield (
+            "triton_tf32x3",
+            lambda sets: (peer_kernels.triton_tf32x3(sets, repeats=6)[1], _as_given(sets)),
+            "ieee",
+            True,
+        )
     if "gemmul8" in peers:
         if not LIBRARY.is_file():
             print(f"GEMMul8 skipped: {LIBRARY} is missing (python/ozaki_gemmul8.py builds it)")
@@ -77,17 +83,8 @@ def contenders(modes, peers):
                 f"gemmul8_{moduli}_fast",
                 lambda sets, moduli=moduli: (lambda a, b: gemmul8.sgemm(a, b, moduli, True), _as_given(sets)),
                 "ieee",
+                False,
             )
-
-
-def _graph_us(run, input_sets, calls: int) -> float:
-    """CUDA-graph replay time, or NaN for a contender that cannot be captured (printed)."""
-    try:
-        return benchmark.graph_time_us(run, input_sets, calls=min(calls, 5), repeats=3)
-    except RuntimeError as error:
-        print(f"  graph capture failed: {str(error).splitlines()[0][:120]}", flush=True)
-        torch.cuda.synchronize()
-        return float("nan")
 
 
 def eager_us(run, input_sets, calls: int) -> float:
@@ -118,7 +115,7 @@ def main(argv=None) -> int:
             sets = benchmark.rotation_count(4 * (m * k + k * n + m * n))
             input_sets = [(torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")) for _ in range(sets)]
             exact = input_sets[0][0].double() @ input_sets[0][1].double()
-            for name, make, precision in chosen:
+            for name, make, precision, capturable in chosen:
                 previous = torch.backends.cuda.matmul.fp32_precision
                 torch.backends.cuda.matmul.fp32_precision = precision
                 try:
@@ -126,13 +123,18 @@ def main(argv=None) -> int:
                     prepared = [prepare(*inputs) for inputs in input_sets]
                     relres = numerics.relative_residual(run(*prepared[0]), exact)
                     eager = eager_us(run, prepared, args.calls)
-                    graph = _graph_us(run, prepared, args.calls)
+                    graph = float("nan")
+                    if capturable:
+                        graph = benchmark.graph_time_us(run, prepared, calls=min(args.calls, 5), repeats=3)
                 finally:
                     torch.backends.cuda.matmul.fp32_precision = previous
                 del prepared
                 row = {"tokens": tokens, "layer": layer, "product": product, "m": m, "n": n, "k": k, "name": name}
                 row |= {"eager_us": round(eager, 2), "graph_us": round(graph, 2), "relres": relres}
-                row |= {"graph_tflops": round(2 * m * n * k / graph / 1e6, 2)}
+                row |= {
+                    "eager_tflops": round(2 * m * n * k / eager / 1e6, 2),
+                    "graph_tflops": round(2 * m * n * k / graph / 1e6, 2),
+                }
                 rows.append(row)
                 print(
                     f"T={tokens:6d} {layer:8s} {product:11s} {m}x{n}x{k} {name:12s} "
