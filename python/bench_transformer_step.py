@@ -47,8 +47,8 @@ def layer_products(hidden: int, mlp: int, tokens: int):
         yield layer, "grad_weight", outputs, inputs, tokens
 
 
-def _as_given(input_sets):
-    return lambda a, b: (a, b)
+def _as_given(a, b):
+    return a, b
 
 
 def contenders(modes, peers):
@@ -56,20 +56,18 @@ def contenders(modes, peers):
     prepare laying out an input set outside the timed calls (CUTLASS's example reads B column-major; Triton picks
     its tile on these inputs). GEMMul8 is not capturable (its calls fail inside a CUDA graph capture, and the
     failed capture leaves the process's CUDA state unusable): no graph time."""
-    yield "cublas_fp32", lambda sets: (torch.mm, _as_given(sets)), "ieee", True
-    yield "cublas_tf32", lambda sets: (torch.mm, _as_given(sets)), "tf32", True
+    yield "cublas_fp32", lambda sets: (torch.mm, _as_given), "ieee", True
+    yield "cublas_tf32", lambda sets: (torch.mm, _as_given), "tf32", True
     for mode in modes:
-        yield mode, lambda sets, mode=mode: (lambda a, b: ext.gemm(a, b, mode=mode), _as_given(sets)), "ieee", True
+        yield mode, lambda sets, mode=mode: (lambda a, b: ext.gemm(a, b, mode=mode), _as_given), "ieee", True
+    if {"cutlass_3xtf32", "triton_tf32x3"} & set(peers):
+        from cutlass_ext import peers as peer_kernels  # imports triton
     if "cutlass_3xtf32" in peers:
-        from cutlass_ext import peers as peer_kernels
-
         yield "cutlass_3xtf32", lambda sets: peer_kernels.cutlass_3xtf32()[1:], "ieee", True
     if "triton_tf32x3" in peers:
-        from cutlass_ext import peers as peer_kernels
-
         yield (
             "triton_tf32x3",
-            lambda sets: (peer_kernels.triton_tf32x3(sets, repeats=6)[1], _as_given(sets)),
+            lambda sets: (peer_kernels.triton_tf32x3(sets, repeats=6)[1], _as_given),
             "ieee",
             True,
         )
@@ -81,7 +79,7 @@ def contenders(modes, peers):
         for moduli in (7, 8):
             yield (
                 f"gemmul8_{moduli}_fast",
-                lambda sets, moduli=moduli: (lambda a, b: gemmul8.sgemm(a, b, moduli, True), _as_given(sets)),
+                lambda sets, moduli=moduli: (lambda a, b: gemmul8.sgemm(a, b, moduli, True), _as_given),
                 "ieee",
                 False,
             )

@@ -41,7 +41,7 @@ def candidates(
     the other shapes of `shapes` with the same (n, k, batch) that this one's do not include, then the `added`
     variants of the mode, then the shape's row of the tuned table this run merges into (`incumbents`): the run
     picks the winner, so it re-times the one it would replace."""
-    incumbents = pd.DataFrame(columns=tuned.COLUMNS) if incumbents is None else incumbents
+    held = {} if incumbents is None else incumbents.groupby(tuned.KEY)["name"].apply(list).to_dict()
 
     def ranked(table):
         ours = table[~table["family"].isin(tuned.PEER_FAMILIES) & (table["status"] == "ok")]
@@ -65,15 +65,7 @@ def candidates(
                 if other != shape and other[1:] == shape[1:]:
                     leaders += [name for name in leaders_at(mode, other) if name not in leaders]
             leaders += [name for name in added if families.from_name(name).mode == mode and name not in leaders]
-            m, n, k, batch = shape
-            held = incumbents[
-                (incumbents["mode"] == mode)
-                & (incumbents["m"] == m)
-                & (incumbents["n"] == n)
-                & (incumbents["k"] == k)
-                & (incumbents["batch"] == batch)
-            ]
-            leaders += [name for name in held["name"] if name not in leaders]
+            leaders += [name for name in held.get((mode, *shape), ()) if name not in leaders]
             if leaders:
                 chosen[mode, shape] = leaders
     return chosen
@@ -184,8 +176,8 @@ def main(argv=None) -> int:
     shapes = load_shapes(args.shapes)
     latest = [table[table["gpu"] == gpu] for table in map(pd.read_csv, args.latest)]
     tuned_path = tuned_table_path(gpu, args.out, args.tuned_out)
-    held = tuned_path if tuned_path.is_file() else tuned.TUNED_DIR / f"{tuned.gpu_key(gpu)}.csv"
-    incumbents = pd.read_csv(held) if held.is_file() else None
+    held_table = tuned_path if tuned_path.is_file() else tuned.TUNED_DIR / f"{tuned.gpu_key(gpu)}.csv"
+    incumbents = pd.read_csv(held_table) if held_table.is_file() else None
     chosen = candidates(sweeps[sweeps["gpu"] == gpu], shapes, args.modes, args.top, latest, tuple(args.add), incumbents)
     names = sorted({name for leaders in chosen.values() for name in leaders})
     spanned = {families.from_name(name).family for name in names}
