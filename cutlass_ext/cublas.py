@@ -1,5 +1,8 @@
 """`gemm(mode="fp32")`: IEEE SGEMM from cuBLAS, called with CUBLAS_COMPUTE_32F_PEDANTIC on torch's handle and stream.
 
+Where torch's own FP32 matmul is IEEE at the time of the call (its default), the product is simply torch's: the same
+cuBLAS kernels at torch's per-call cost, 10-15 µs less than the ctypes call below. (`torch_matmul_is_ieee`)
+
 A pedantic compute type keeps this one call in FP32 whatever the handle's math mode says (torch sets it from
 `torch.backends.cuda.matmul.fp32_precision` whenever it hands the handle out): nothing process-wide is switched,
 so another thread's matmul keeps its precision, and compiled and graph-captured programs run this call, not a
@@ -42,6 +45,16 @@ def _gemm_strided_batched():
     function.argtypes += [pointer, pointer, i32, i64, i64, i64, i32, i32]
     function.restype = i32
     return function
+
+
+def torch_matmul_is_ieee() -> bool:
+    """Whether torch.matmul on float32 CUDA tensors runs IEEE SGEMM now: torch's TF32 switch for cuBLAS is off (read
+    as torch reads it for each matmul; a mix of its legacy and new precision settings makes torch refuse, and us
+    take the pedantic call)."""
+    try:
+        return not torch._C._get_cublas_allow_tf32()
+    except RuntimeError:
+        return False
 
 
 @functools.lru_cache(maxsize=64)

@@ -98,10 +98,13 @@ def test_another_threads_precision_is_never_changed():
         (lambda t: t, lambda t: torch.stack([t, -t, t]).mT.contiguous().mT),  # shared A times column-major batch
     ],
 )
-def test_layouts_and_batches(make_a, make_b):
+@pytest.mark.parametrize("precision", ["ieee", "tf32"])  # torch's matmul, or the pedantic call
+def test_layouts_and_batches(make_a, make_b, precision):
     a, b = problem(46, m=37, n=45, k=131)
     a, b = make_a(a), make_b(b)
-    assert ieee(ext.gemm(a, b, mode="fp32"), a, b)
+    with cublas_precision(precision):
+        assert cublas.torch_matmul_is_ieee() == (precision == "ieee")
+        assert ieee(ext.gemm(a, b, mode="fp32"), a, b)
 
 
 @pytest.mark.parametrize("batched", [False, True])
