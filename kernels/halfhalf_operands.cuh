@@ -406,98 +406,223 @@ CUTLASS_HOST_DEVICE int64_t strips_of(const cutlass_ext_operand_pass& op) {
   return op.rows * op.columns == 0 ? 0 : op.batch * tiles_of(op.per_column ? op.columns : op.rows, kTile);
 }
 
+// One strip of an operand pass: 32 slices (rows of A, columns of B) of one batch, and how to walk them.
+struct Strip {
+  const float* x;
+  int64_t batch, slice0, slices, length, slice_stride, element_stride;
+  bool per_column;
+  __device__ Strip(const cutlass_ext_operand_pass& op, int64_t local) {
+    per_column = op.per_column != 0;
+    slices = per_column ? op.columns : op.rows;
+    length = per_column ? op.rows : op.columns;
+    slice_stride = per_column ? op.x_stride_column : op.x_stride_row;
+    element_stride = per_column ? op.x_stride_row : op.x_stride_column;
+    const int64_t per_batch = tiles_of(slices, kTile);
+    batch = local / per_batch;
+    slice0 = (local % per_batch) * kTile;
+    x = op.x + batch * op.x_stride_batch;
+  }
+};
+
+// The largest magnitude of each of the strip's slices over elements [begin, end), for lane `lane` of group 0 (the
+// block's 32 x 8 threads all take part; `partial` is shared). Along the unit stride lanes walk a slice's elements
+// (4 slices per warp); else lanes take 32 neighbouring slices and the 8 warps split each slice's elements.
+__device__ float strip_maxima(const Strip& strip, int64_t begin, int64_t end, float (&partial)[kTileRowsPerPass][kTile + 1]) {
+  const int lane = threadIdx.x, group = threadIdx.y;
+  const bool along = strip.element_stride == 1;
+  float largest = 0.0f;
+  if (along) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kTile / kTileRowsPerPass; ++j) {
+      const int s = group + j * kTileRowsPerPass;
+      float slice_largest = 0.0f;
+      if (strip.slice0 + s < strip.slices) {
+        const float* row = strip.x + (strip.slice0 + s) * strip.slice_stride;
+        for (int64_t i = begin + lane; i < end; i += kTile) slice_largest = max_magnitude(slice_largest, fabsf(row[i]));
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int offset = 16; offset > 0; offset /= 2) {
+        slice_largest = max_magnitude(slice_largest, __shfl_xor_sync(0xffffffffu, slice_largest, offset));
+      }
+      if (lane == 0) partial[0][s] = slice_largest;
+    }
+  } else {
+    if (strip.slice0 + lane < strip.slices) {
+      const float* column = strip.x + (strip.slice0 + lane) * strip.slice_stride;
+      for (int64_t i = begin + group; i < end; i += kTileRowsPerPass) {
+        largest = max_magnitude(largest, fabsf(column[i * strip.element_stride]));
+      }
+    }
+    partial[group][lane] = largest;
+  }
+  __syncthreads();
+  if (group == 0) {
+    largest = partial[0][lane];
+    if (!along) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 1; j < kTileRowsPerPass; ++j) largest = max_magnitude(largest, partial[j][lane]);
+    }
+  }
+  return largest;
+}
+
+// Elements [begin, end) of the strip's slices scaled by 2^shifts[slice] and packed, in 32 x 32 tiles through shared
+// memory, read along the input's unit stride and written along the output's (row-major: A's rows are slices, lanes
+// along elements; B's rows are elements, lanes along slices).
+__device__ void pack_strip(const cutlass_ext_operand_pass& op, const Strip& strip, int64_t begin, int64_t end,
+                           const int (&shifts)[kTile], float (&tile)[kTile][kTile + 1]) {
+  const int lane = threadIdx.x, group = threadIdx.y;
+  const bool along = strip.element_stride == 1;
+  uint32_t* packed = static_cast<uint32_t*>(op.packed) + strip.batch * op.rows * op.columns;
+  for (int64_t element0 = begin; element0 < end; element0 += kTile) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kTile / kTileRowsPerPass; ++j) {
+      const int other = group + j * kTileRowsPerPass;
+      const int s = along ? other : lane, e = along ? lane : other;
+      if (strip.slice0 + s < strip.slices && element0 + e < end) {
+        tile[s][e] = strip.x[(strip.slice0 + s) * strip.slice_stride + (element0 + e) * strip.element_stride];
+      }
+    }
+    __syncthreads();
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kTile / kTileRowsPerPass; ++j) {
+      const int other = group + j * kTileRowsPerPass;
+      const int s = strip.per_column ? lane : other, e = strip.per_column ? other : lane;
+      const int64_t slice = strip.slice0 + s, element = element0 + e;
+      if (slice < strip.slices && element < end) {
+        const float value = tile[s][e] * power_of_two(shifts[s]);
+        const int64_t index = strip.per_column ? element * op.columns + slice : slice * op.columns + element;
+        packed[index] = PackedWriter::pack(HalfHalfSplit(value));
+      }
+    }
+    __syncthreads();
+  }
+}
+
 // halfhalf's operand pass fused (range shift, scale, split, pack) for both operands in one launch: an eager call's
 // host time is mostly launches (docs/design-notes.md, dispatch and the cost of a call). Each block takes a strip
-// of 32 slices (rows of A, columns of B): their maxima first, then the strip again in 32 x 32 tiles through shared
-// memory, read along the input's unit stride and written along the output's. Same values as range_shift followed
-// by halfhalf_pack (max is exact in any order; NaN propagates), reading the input twice.
+// of 32 slices (rows of A, columns of B): their maxima first, then the strip again in 32 x 32 tiles. Same values as
+// range_shift followed by halfhalf_pack (max is exact in any order; NaN propagates), reading the input twice.
 __global__ void halfhalf_operands_kernel(cutlass_ext_halfhalf_operands_args args) {
   __shared__ float tile[kTile][kTile + 1];  // [slice][element]; +1 against bank conflicts
   __shared__ float partial[kTileRowsPerPass][kTile + 1];
   __shared__ int shifts[kTile];
   const int lane = threadIdx.x, group = threadIdx.y;
   const int64_t strips_a = strips_of(args.a), strips_all = strips_a + strips_of(args.b);
-  for (int64_t strip = blockIdx.x; strip < strips_all; strip += gridDim.x) {
-    const cutlass_ext_operand_pass& op = strip < strips_a ? args.a : args.b;
-    const bool per_column = op.per_column != 0;
-    const int64_t slices = per_column ? op.columns : op.rows, length = per_column ? op.rows : op.columns;
-    const int64_t slice_stride = per_column ? op.x_stride_column : op.x_stride_row;
-    const int64_t element_stride = per_column ? op.x_stride_row : op.x_stride_column;
-    const int64_t local = strip < strips_a ? strip : strip - strips_a, per_batch = tiles_of(slices, kTile);
-    const int64_t batch = local / per_batch, slice0 = (local % per_batch) * kTile;
-    const float* x = op.x + batch * op.x_stride_batch;
-    // Along the unit stride: lanes walk a slice's elements (4 slices per warp); else lanes take 32 neighbouring
-    // slices and the 8 warps split each slice's elements.
-    const bool along = element_stride == 1;
-    float largest = 0.0f;
-    if (along) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kTile / kTileRowsPerPass; ++j) {
-        const int s = group + j * kTileRowsPerPass;
-        float slice_largest = 0.0f;
-        if (slice0 + s < slices) {
-          const float* row = x + (slice0 + s) * slice_stride;
-          for (int64_t i = lane; i < length; i += kTile) slice_largest = max_magnitude(slice_largest, fabsf(row[i]));
-        }
-        CUTLASS_PRAGMA_UNROLL
-        for (int offset = 16; offset > 0; offset /= 2) {
-          slice_largest = max_magnitude(slice_largest, __shfl_xor_sync(0xffffffffu, slice_largest, offset));
-        }
-        if (lane == 0) partial[0][s] = slice_largest;
-      }
-    } else {
-      if (slice0 + lane < slices) {
-        const float* column = x + (slice0 + lane) * slice_stride;
-        for (int64_t i = group; i < length; i += kTileRowsPerPass) {
-          largest = max_magnitude(largest, fabsf(column[i * element_stride]));
-        }
-      }
-      partial[group][lane] = largest;
-    }
-    __syncthreads();
+  for (int64_t index = blockIdx.x; index < strips_all; index += gridDim.x) {
+    const cutlass_ext_operand_pass& op = index < strips_a ? args.a : args.b;
+    const Strip strip(op, index < strips_a ? index : index - strips_a);
+    const float largest = strip_maxima(strip, 0, strip.length, partial);
     if (group == 0) {
-      largest = partial[0][lane];
-      if (!along) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 1; j < kTileRowsPerPass; ++j) largest = max_magnitude(largest, partial[j][lane]);
-      }
       shifts[lane] = range_shift_of(largest);
-      if (slice0 + lane < slices) op.shift[batch * slices + slice0 + lane] = shifts[lane];
+      if (strip.slice0 + lane < strip.slices) op.shift[strip.batch * strip.slices + strip.slice0 + lane] = shifts[lane];
     }
     __syncthreads();
-    uint32_t* packed = static_cast<uint32_t*>(op.packed) + batch * op.rows * op.columns;
-    for (int64_t element0 = 0; element0 < length; element0 += kTile) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kTile / kTileRowsPerPass; ++j) {
-        const int other = group + j * kTileRowsPerPass;
-        const int s = along ? other : lane, e = along ? lane : other;
-        if (slice0 + s < slices && element0 + e < length) {
-          tile[s][e] = x[(slice0 + s) * slice_stride + (element0 + e) * element_stride];
-        }
-      }
-      __syncthreads();
-      // The output is row-major: A's rows are slices (lanes along elements), B's rows are elements (lanes along
-      // slices).
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kTile / kTileRowsPerPass; ++j) {
-        const int other = group + j * kTileRowsPerPass;
-        const int s = per_column ? lane : other, e = per_column ? other : lane;
-        const int64_t slice = slice0 + s, element = element0 + e;
-        if (slice < slices && element < length) {
-          const float value = tile[s][e] * power_of_two(shifts[s]);
-          const int64_t index = per_column ? element * op.columns + slice : slice * op.columns + element;
-          packed[index] = PackedWriter::pack(HalfHalfSplit(value));
-        }
-      }
-      __syncthreads();
-    }
+    pack_strip(op, strip, 0, strip.length, shifts, tile);
   }
 }
 
+// Few strips of long slices (A of few rows, B of few columns over a deep K: 144 strips of 4096 elements at 512 x 4096
+// x 4096) leave the fused kernel one block per SM, with too few loads in flight. There each strip is cut into
+// chunks of kLongChunk elements, one block per (strip, chunk): the chunks' maxima meet in the shift array by an
+// integer atomic max of their bit patterns (magnitudes order as integers, and NaN, made 0x7fffffff as max_magnitude
+// makes it, above Inf: the same maximum as the fused kernel's), then the packing reads the maxima and the shifts
+// replace them: two memsets and three launches, same values.
+constexpr int64_t kLongChunk = 512;
+constexpr int64_t kFewStrips = 512;  // about four blocks per SM on a 132-SM GPU
+constexpr int64_t kLongSlice = 2048;
+
+CUTLASS_HOST_DEVICE int64_t chunks_of(const cutlass_ext_operand_pass& op) {
+  return tiles_of(op.per_column ? op.rows : op.columns, kLongChunk);
+}
+
+CUTLASS_HOST_DEVICE int64_t chunked_blocks_of(const cutlass_ext_operand_pass& op) {
+  return strips_of(op) * chunks_of(op);
+}
+
+// Block `index` of a chunked launch over both operands: its operand, strip and element range.
+struct StripChunk {
+  const cutlass_ext_operand_pass* op;
+  int64_t strip, begin;
+  __device__ StripChunk(const cutlass_ext_halfhalf_operands_args& args, int64_t index) {
+    const int64_t blocks_a = chunked_blocks_of(args.a);
+    op = index < blocks_a ? &args.a : &args.b;
+    const int64_t local = index < blocks_a ? index : index - blocks_a, chunks = chunks_of(*op);
+    strip = local / chunks;
+    begin = (local % chunks) * kLongChunk;
+  }
+};
+
+__device__ __forceinline__ int32_t* shift_of(const cutlass_ext_operand_pass& op, const Strip& strip, int slice) {
+  return op.shift + strip.batch * strip.slices + strip.slice0 + slice;
+}
+
+__global__ void halfhalf_chunk_maxima_kernel(cutlass_ext_halfhalf_operands_args args) {
+  __shared__ float partial[kTileRowsPerPass][kTile + 1];
+  const int64_t blocks = chunked_blocks_of(args.a) + chunked_blocks_of(args.b);
+  for (int64_t index = blockIdx.x; index < blocks; index += gridDim.x) {
+    const StripChunk chunk(args, index);
+    const Strip strip(*chunk.op, chunk.strip);
+    const float largest = strip_maxima(strip, chunk.begin, min(chunk.begin + kLongChunk, strip.length), partial);
+    if (threadIdx.y == 0 && strip.slice0 + threadIdx.x < strip.slices) {
+      atomicMax(shift_of(*chunk.op, strip, threadIdx.x), isnan(largest) ? 0x7fffffff : __float_as_int(largest));
+    }
+    __syncthreads();  // partial is reused by the next chunk
+  }
+}
+
+__global__ void halfhalf_chunk_pack_kernel(cutlass_ext_halfhalf_operands_args args) {
+  __shared__ float tile[kTile][kTile + 1];
+  __shared__ int shifts[kTile];
+  const int64_t blocks = chunked_blocks_of(args.a) + chunked_blocks_of(args.b);
+  for (int64_t index = blockIdx.x; index < blocks; index += gridDim.x) {
+    const StripChunk chunk(args, index);
+    const Strip strip(*chunk.op, chunk.strip);
+    if (threadIdx.y == 0) {
+      shifts[threadIdx.x] = strip.slice0 + threadIdx.x < strip.slices
+                                ? range_shift_of(__int_as_float(*shift_of(*chunk.op, strip, threadIdx.x)))
+                                : 0;
+    }
+    __syncthreads();
+    pack_strip(*chunk.op, strip, chunk.begin, min(chunk.begin + kLongChunk, strip.length), shifts, tile);
+  }
+}
+
+// The maxima's bit patterns in the shift arrays become the shifts.
+__global__ void halfhalf_shifts_kernel(cutlass_ext_halfhalf_operands_args args) {
+  const int64_t slices_a = args.a.rows * args.a.columns == 0 ? 0 : args.a.batch * args.a.rows;
+  const int64_t slices_b = args.b.rows * args.b.columns == 0 ? 0 : args.b.batch * args.b.columns;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < slices_a + slices_b;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int32_t* shift = i < slices_a ? args.a.shift + i : args.b.shift + (i - slices_a);
+    *shift = range_shift_of(__int_as_float(*shift));
+  }
+}
+
+inline bool few_long_strips(const cutlass_ext_halfhalf_operands_args& args) {
+  auto length = [](const cutlass_ext_operand_pass& op) { return op.per_column ? op.rows : op.columns; };
+  const int64_t longest = length(args.a) > length(args.b) ? length(args.a) : length(args.b);
+  return strips_of(args.a) + strips_of(args.b) < kFewStrips && longest >= kLongSlice;
+}
+
 inline int launch_halfhalf_operands(const cutlass_ext_halfhalf_operands_args& args, cudaStream_t stream) {
-  const int64_t blocks = strips_of(args.a) + strips_of(args.b);
-  if (blocks == 0) return 0;
-  halfhalf_operands_kernel<<<capped(blocks), dim3(kTile, kTileRowsPerPass), 0, stream>>>(args);
+  const int64_t strips = strips_of(args.a) + strips_of(args.b);
+  if (strips == 0) return 0;
+  const dim3 block(kTile, kTileRowsPerPass);
+  if (!few_long_strips(args)) {
+    halfhalf_operands_kernel<<<capped(strips), block, 0, stream>>>(args);
+    return int(cudaGetLastError());
+  }
+  for (const cutlass_ext_operand_pass* op : {&args.a, &args.b}) {
+    if (strips_of(*op) == 0) continue;
+    const int64_t slices = op->batch * (op->per_column ? op->columns : op->rows);
+    if (cudaError_t error = cudaMemsetAsync(op->shift, 0, slices * sizeof(int32_t), stream)) return int(error);
+  }
+  const int64_t blocks = chunked_blocks_of(args.a) + chunked_blocks_of(args.b);
+  halfhalf_chunk_maxima_kernel<<<capped(blocks), block, 0, stream>>>(args);
+  halfhalf_chunk_pack_kernel<<<capped(blocks), block, 0, stream>>>(args);
+  const int64_t slices = args.a.batch * args.a.rows + args.b.batch * args.b.columns;
+  halfhalf_shifts_kernel<<<capped((slices + 255) / 256), 256, 0, stream>>>(args);
   return int(cudaGetLastError());
 }
 

@@ -131,12 +131,18 @@ def test_fused_halfhalf_equals_its_passes_one_by_one(batched):
 @pytest.mark.parametrize("layout_b", LAYOUTS)
 @pytest.mark.parametrize(
     "a_shape, b_shape",
-    [((37, 53), (53, 45)), ((3, 17, 40), (40, 33)), ((67, 131), (3, 131, 45)), ((64, 4096), (4096, 48))],
+    [
+        ((37, 53), (53, 45)),
+        ((3, 17, 40), (40, 33)),
+        ((67, 131), (3, 131, 45)),
+        ((64, 4096), (4096, 48)),  # few long slices: the chunked pass
+        ((2, 40, 5000), (5000, 70)),  # chunked, batched, K not a multiple of a chunk
+    ],
 )
 def test_fused_operand_pass_equals_range_shift_and_pack_from_any_strides(layout_a, layout_b, a_shape, b_shape):
-    """The one-launch operand pass reads rows and columns both ways through its tiles; NaN, Inf and zero slices
-    give what range_shift and halfhalf_pack give; the kernel that unscales in its epilogue gives what the unscaling
-    pass gives (deep K: serial split-K, where the kernel and the pass run)."""
+    """The operand pass (one launch, or chunked for few long slices) reads rows and columns both ways through its
+    tiles; NaN, Inf and zero slices give what range_shift and halfhalf_pack give; the kernel that unscales in its
+    epilogue gives what the unscaling pass gives (deep K: serial split-K, where the kernel and the pass run)."""
     generator = torch.Generator(device="cuda").manual_seed(27)
     a = LAYOUTS[layout_a](numerics.exp_rand(a_shape, -60, 60, generator=generator))
     b = LAYOUTS[layout_b](numerics.exp_rand(b_shape, -60, 60, generator=generator))
