@@ -45,13 +45,29 @@ def test_architectures_are_read_from_names():
     assert device.named("Some Future GPU").arch is None
 
 
-def test_an_h200_without_its_own_table_reads_the_h100s():
+@pytest.fixture
+def only_the_h100_table(tmp_path, monkeypatch):
+    shutil.copy(SHIPPED, tmp_path / "h100.csv")
+    monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
+    tuned.set_tuned_table(None)
+
+
+def test_an_h200_without_its_own_table_reads_the_h100s(only_the_h100_table):
     chain = tuned.table_chain(H200)
     assert [path.name for path, _ in chain] == ["h100.csv"] and "architecture fallback" in chain[0][1]
     chosen = gemm.plan(H200, "tf32tf32", 8192, 8192, 8192)
     assert chosen.path == "sm90" and chosen.variants == gemm.plan(H100, "tf32tf32", 8192, 8192, 8192).variants
     assert "h100.csv" in chosen.source and "this GPU's table" in gemm.plan(H100, "tf32tf32", 8192, 8192, 8192).source
     names, source = fp8.plan(H200, "e4m3", "e4m3", "bf16", "fast", 16, 8192, 8192)
+    assert "_swap" in names[0] and "h100.csv" in source
+
+
+def test_the_shipped_h200_table_answers_its_corrected_modes_and_the_h100s_its_fp8_shapes():
+    assert [p.name for p, _ in tuned.table_chain(H200)] == ["h200.csv", "h100.csv"]
+    for mode in ("tf32tf32", "halfhalf"):
+        chosen = gemm.plan(H200, mode, 8192, 8192, 8192)
+        assert chosen.path == "sm90" and "h200.csv" in chosen.source
+    names, source = fp8.plan(H200, "e4m3", "e4m3", "bf16", "fast", 16, 8192, 8192)  # no FP8 rows of its own
     assert "_swap" in names[0] and "h100.csv" in source
 
 
@@ -103,7 +119,8 @@ def test_explain_names_the_variant_and_its_source(gpu, capsys):
     runs = next(line for line in lines if line.startswith("runs: ")).removeprefix("runs: ")
     source = next(line for line in lines if line.startswith("source: "))
     hopper = gpu.startswith("NVIDIA H")
-    assert ("_sm90_" in runs) == hopper and ("h100.csv" in source) == hopper
+    own_table = {"NVIDIA H100 80GB HBM3": "h100.csv", "NVIDIA H200": "h200.csv"}.get(gpu, "h100.csv")
+    assert ("_sm90_" in runs) == hopper and (own_table in source) == hopper
     assert explain.main(["--gpu", gpu, "--op", "gemm_fp8", "--mode", "fast", "--shape", "16x8192x8192"]) == 0
     fp8_lines = capsys.readouterr().out
     assert ("runs: fp8_" in fp8_lines) == hopper and (("Hopper (sm90) GPUs only" in fp8_lines) != hopper)
@@ -135,7 +152,9 @@ def test_the_table_source_is_logged_once(caplog):
     with caplog.at_level(logging.INFO, logger="cutlass_ext.dispatch"):
         for shape in ((8192, 8192, 8192), (4096, 4096, 4096), (8192, 8192, 8192)):
             gemm.plan(H200, "tf32tf32", *shape)
-    assert len([r for r in caplog.records if "h100.csv" in r.getMessage()]) == 1
+            fp8.plan(H200, "e4m3", "e4m3", "bf16", "fast", shape[0] // 512, shape[1], shape[2])  # from h100.csv
+    for table in ("h200.csv", "h100.csv"):
+        assert len([r for r in caplog.records if table in r.getMessage()]) == 1, table
 
 
 def _digests():
