@@ -99,7 +99,8 @@ def test_views_give_bit_identical_products(layout_a, layout_b, batched):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize(
-    "shape, dim", [((37, 53), -1), ((37, 53), -2), ((3, 17, 9), -1), ((3, 17, 9), -2), ((2, 5, 70000), -1)]
+    "shape, dim",
+    [((37, 53), -1), ((37, 53), -2), ((3, 17, 9), -1), ((3, 17, 9), -2), ((2, 5, 70000), -1), ((4100, 70), -2)],
 )
 def test_range_shift_equals_the_torch_reference(layout, shape, dim):
     """One launch computes what fp16_range_shift computes with torch ops, NaN, Inf, zero slices and both reading
