@@ -362,7 +362,9 @@ def _launch(plan, a, b, source, alpha: float, beta: float, mode: str) -> torch.T
     path, variants = plan
     if path == "fp32":  # variants: the cuBLAS call, None where an operand is copied first
         if source is None and alpha == 1.0 and cublas.torch_matmul_is_ieee():
-            return torch.matmul(a, b)  # the same SGEMM at torch's eager cost
+            # the same SGEMM at torch's eager cost; past any TorchFunctionMode (ext.precision's routes matmul)
+            with torch._C.DisableTorchFunction():
+                return torch.matmul(a, b)
         if variants is None:
             return cublas.sgemm(a, b, source, alpha, beta)
         return cublas.run(variants, a, b, source, alpha, beta)

@@ -152,3 +152,21 @@ def test_out_refuses_autograd_as_torch_does(kernels_on_cpu):
 def test_bad_epilogue_and_shapes_are_named(kernels_on_cpu, a_shape, b_shape, kwargs, error, message):
     with pytest.raises(error, match=message):
         gemm_module.gemm(torch.ones(a_shape), torch.ones(b_shape), **kwargs)
+
+
+class _MatmulInTf32(torch.overrides.TorchFunctionMode):
+    """Stands for `ext.precision`'s switch: a mode that would route torch.matmul elsewhere."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.matmul:
+            raise AssertionError("the fp32 mode's matmul went through a TorchFunctionMode")
+        return func(*args, **(kwargs or {}))
+
+
+def test_fp32_mode_runs_torchs_matmul_past_any_torch_function_mode(monkeypatch):
+    # the fp32 mode is torch's own matmul while torch's FP32 matmul is IEEE: not the matmul a mode would route
+    monkeypatch.setattr(gemm_module.cublas, "torch_matmul_is_ieee", lambda: True)
+    a, b = torch.randn(5, 7, dtype=torch.float64), torch.randn(7, 3, dtype=torch.float64)
+    with _MatmulInTf32():
+        d = gemm_module._launch(("fp32", None), a, b, None, 1.0, 0.0, "fp32")
+    assert torch.equal(d, a @ b)
