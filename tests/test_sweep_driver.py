@@ -292,3 +292,17 @@ def test_fp8_dispatch_takes_the_m_bucket_at_or_above_m(tmp_path):
         100: names[64],
     }  # 2: 16 is over MAX_RATIO away; 100: above the largest bucket, the nearest
     assert nearest == names[16]  # without the rule a tie goes to the first (smaller) bucket
+
+
+def test_sm80_rows_time_what_dispatch_runs(monkeypatch):
+    """A packed halfhalf variant is timed with its operand pass and unscaling (the whole `ext.gemm` call), as the
+    Hopper family's rows include its split pass: the two families' rows at a shape compare like with like."""
+    measure = families.get("sm80").plugin("measure")
+    calls = []
+    monkeypatch.setattr(measure.ops, "halfhalf_gemm", lambda a, b, variants: calls.append(("halfhalf_gemm", variants)))
+    monkeypatch.setattr(measure.ops, "gemm", lambda a, b, variants: calls.append(("gemm", variants)))
+    for config in (CONFIGS[2], CONFIGS[0]):
+        run, prepare = measure.kernel_runner(config)
+        assert prepare is None  # nothing done outside the timed call
+        run(None, None)
+    assert calls == [("halfhalf_gemm", [CONFIGS[2].name]), ("gemm", [CONFIGS[0].name])]
