@@ -36,8 +36,8 @@ class Problem:
     graph_calls: int = 0
 
     def operands(self, prepare) -> list:
-        """The input sets as a kernel reads them: `prepare`d once per shape (halfhalf's packed words serve every
-        packed variant), or as drawn when `prepare` is None."""
+        """The input sets as a kernel reads them: `prepare`d once per shape (another family's runner may want its
+        operands converted outside the timed call), or as drawn when `prepare` is None (this family's variants)."""
         if prepare is None:
             return self.input_sets
         if prepare not in self._prepared:
