@@ -1,6 +1,9 @@
-"""python -m sweeps.run SPACE.yaml [--shapes SHAPES.yaml] [--out DIR] [--jobs N] [--dry-run | --build-only]
+"""python -m sweeps.run SPACE.yaml [SPACE.yaml ...] [--shapes SHAPES.yaml] [--out DIR] [--jobs N]
+                       [--dry-run | --build-only]
 
-Enumerates the space, applies the named filter rules (printing what each removed), builds the survivors in
+Spaces are swept one after another, each into its own table; a space whose kernel family does not build for this
+GPU (the Hopper families on an sm80-class GPU) is skipped with a line saying so. For each space: enumerates it,
+applies the named filter rules (printing what each removed), builds the survivors in
 parallel, gates them on accuracy against FP64, times them beside cuBLAS and Triton on the same inputs, samples
 board power for each mode's fastest variants, and appends every row to a CSV as it finishes: a killed sweep
 resumes where it stopped. The winners per shape go to the tuned table that `ext.gemm` dispatches from.
@@ -61,7 +64,7 @@ def _parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="python -m sweeps.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("space", help="a sweep space YAML file (configs/*.yaml)")
+    parser.add_argument("space", nargs="+", help="sweep space YAML files (configs/*.yaml), swept in turn")
     parser.add_argument(
         "--shapes",
         help="a shape set YAML file (configs/shapes_*.yaml); default: the one the space names, else shapes_sweep.yaml",
@@ -107,6 +110,22 @@ def _parse_args(argv):
 
 def main(argv=None) -> int:
     args = _parse_args(argv)
+    if args.gpus > 1 and len(args.space) > 1:
+        print("error: --gpus sweeps one space at a time", file=sys.stderr)
+        return 2
+    statuses = []
+    for space in args.space:
+        one = argparse.Namespace(**{**vars(args), "space": space})
+        statuses.append(_sweep_space(one, argv))
+    ran = [status for status in statuses if status is not None]
+    if not ran:
+        print("error: no space given builds for this GPU", file=sys.stderr)
+        return 2
+    return max(ran)
+
+
+def _sweep_space(args, argv) -> int | None:
+    """One space's run (args.space a single file); None where its family does not build for this GPU."""
     try:
         configs = load_space(args.space)
         args.shapes = args.shapes or str(default_shapes(args.space) or DEFAULT_SHAPES)
@@ -115,7 +134,12 @@ def main(argv=None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     limits = _limits(args.arch if args.dry_run or args.build_only or args.arch else None)
-    rules = families.get(configs[0].family).plugin("filters").RULES
+    family = families.get(configs[0].family)
+    if not family.builds_for(limits.arch):
+        only = ", ".join(f"sm_{arch}" for arch in family.archs)
+        print(f"{args.space}: the {family.name} family builds for {only} only; skipped on sm_{limits.arch}")
+        return None
+    rules = family.plugin("filters").RULES
     result = apply_rules(configs, limits, rules)
 
     print(

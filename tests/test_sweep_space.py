@@ -165,6 +165,30 @@ def _dry_run_list(*arguments):
     return subprocess.run(command, capture_output=True, text=True, cwd=CONFIGS.parent, check=False)
 
 
+def test_the_main_job_sweeps_each_space_the_gpu_builds_and_skips_the_rest():
+    spaces = [str(CONFIGS / "sm80_corrected.yaml"), str(CONFIGS / "sm90_corrected.yaml")]
+    shapes = ["--shapes", str(CONFIGS / "shapes_square.yaml")]
+    command = [sys.executable, "-m", "sweeps.run", *spaces, *shapes, "--dry-run", "--list", "--arch"]
+    hopper = subprocess.run([*command, "90a"], capture_output=True, text=True, cwd=CONFIGS.parent, check=False)
+    assert hopper.returncode == 0, hopper.stderr
+    names = hopper.stdout.splitlines()
+    assert any("_sm80_" in name for name in names) and any("_sm90_" in name for name in names)
+    ampere = subprocess.run([*command, "80"], capture_output=True, text=True, cwd=CONFIGS.parent, check=False)
+    assert ampere.returncode == 0, ampere.stderr
+    assert "builds for sm_90a only; skipped on sm_80" in ampere.stdout
+    assert not any("_sm90_" in name for name in ampere.stdout.splitlines())
+    alone = _dry_run_list(spaces[1])
+    assert alone.returncode == 0 and any("_sm90_" in name for name in alone.stdout.splitlines())
+    refused = subprocess.run(
+        [sys.executable, "-m", "sweeps.run", spaces[1], "--dry-run", "--arch", "80"],
+        capture_output=True,
+        text=True,
+        cwd=CONFIGS.parent,
+        check=False,
+    )
+    assert refused.returncode == 2 and "no space given builds for this GPU" in refused.stderr
+
+
 def test_mode_option_sweeps_one_mode_of_a_space():
     completed = _dry_run_list(str(CONFIGS / "sm90_fp8_decode_wide.yaml"), "--mode", "fp8_promoted")
     assert completed.returncode == 0, completed.stderr
