@@ -2,7 +2,7 @@
 
 A table is a CSV with columns mode, m, n, k, batch, name, tflops (and provenance). Lookup takes the entry of
 the nearest shape (distance in log2 of m, n and k) among those within a factor of 4 in each. The tables asked, in
-order (the first with an entry for the mode near the shape answers):
+order (each offers its nearest entry for the mode; the nearest of those answers, the earlier table on a tie):
 1. the one given to `set_tuned_table(path)`, else the file named by the environment variable
    CUTLASS_EXT_TUNED_TABLE; with either set, no other table is asked;
 2. the one shipped for this GPU (cutlass_ext/tuned/<gpu>.csv, e.g. h100.csv);
@@ -242,7 +242,12 @@ def resolve(
 
 
 def _resolve(gpu, mode, m, n, k, m_bucket_above, m_buckets_only=False, batch=None):
-    for path, reason in table_chain(gpu):
+    """The nearest usable entry over the chain's tables, each table offering its nearest; on equal distance the
+    earlier table answers. So this GPU's own table answers where it measured the shape (or as near a one as the
+    others), and an entry it holds 4x away does not hide a sibling GPU's entry at the shape itself (an H200 table
+    of decode winners at M = 16 must not answer M = 64, where the H100's holds an M = 64 winner)."""
+    best = None
+    for index, (path, reason) in enumerate(table_chain(gpu)):
         entry = _nearest(_entries(path), mode, m, n, k, m_bucket_above, m_buckets_only, batch)
         if entry is None:
             continue
@@ -252,31 +257,43 @@ def _resolve(gpu, mode, m, n, k, m_bucket_above, m_buckets_only=False, batch=Non
             continue
         if not runs_on(config, gpu):
             continue
-        if (gpu.name, path) not in _logged:
-            _logged.add((gpu.name, path))
-            _log.info("cutlass_ext: %s dispatches from %s (%s)", gpu.name, path, reason)
-        shape = f"{entry[1]}x{entry[2]}x{entry[3]}" + (f"x{entry[5]}" if batch is not None else "")
-        return config, f"{path} ({reason}), entry {entry[0]} {shape}"
-    return None, "no tuned entry"
+        rank = (_rank(entry, m, n, k, m_bucket_above, batch), index)
+        if best is None or rank < best[0]:
+            best = (rank, entry, path, reason, config)
+    if best is None:
+        return None, "no tuned entry"
+    _, entry, path, reason, config = best
+    if (gpu.name, path) not in _logged:
+        _logged.add((gpu.name, path))
+        _log.info("cutlass_ext: %s dispatches from %s (%s)", gpu.name, path, reason)
+    shape = f"{entry[1]}x{entry[2]}x{entry[3]}" + (f"x{entry[5]}" if batch is not None else "")
+    return config, f"{path} ({reason}), entry {entry[0]} {shape}"
+
+
+def _gaps(entry, m, n, k) -> list[float]:
+    return [abs(math.log2(max(a, 1)) - math.log2(max(b, 1))) for a, b in zip(entry[1:4], (m, n, k))]
+
+
+def _distance(entry, m, n, k, batch) -> float:
+    """log2 distance of an entry's shape (and, where asked, its batch) from the problem's."""
+    extra = 0 if batch is None else abs(math.log2(max(entry[5], 1)) - math.log2(max(batch, 1)))
+    return sum(_gaps(entry, m, n, k)) + extra
+
+
+def _rank(entry, m, n, k, m_bucket_above, batch) -> tuple:
+    """How an entry is preferred: tuned for at least m rows first where that is asked, then the nearest."""
+    below = m_bucket_above and entry[1] < m
+    return (below, _distance(entry, m, n, k, batch))
 
 
 def _nearest(
     entries, mode: str, m: int, n: int, k: int, m_bucket_above: bool = False, m_buckets_only=False, batch=None
 ):
-
-    def gaps(entry):
-        return [abs(math.log2(max(a, 1)) - math.log2(max(b, 1))) for a, b in zip(entry[1:4], (m, n, k))]
-
-    def distance(entry):
-        return sum(gaps(entry)) + (0 if batch is None else abs(math.log2(max(entry[5], 1)) - math.log2(max(batch, 1))))
-
     limit = math.log2(MAX_RATIO)
-    near = [e for e in entries if e[0] == mode and max(gaps(e)) <= limit]
+    near = [e for e in entries if e[0] == mode and max(_gaps(e, m, n, k)) <= limit]
     if m_buckets_only:
         near = [e for e in near if e[1] >= m]
-    elif m_bucket_above:
-        near = [e for e in near if e[1] >= m] or near
-    return min(near, key=distance) if near else None
+    return min(near, key=lambda e: _rank(e, m, n, k, m_bucket_above, batch)) if near else None
 
 
 def shipped_configs(gpu=None) -> list:

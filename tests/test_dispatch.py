@@ -84,6 +84,21 @@ def test_own_table_first_then_the_same_architectures_entry_by_entry(tmp_path, mo
     assert tuned.table_chain(A100) == []  # no sm80-class table shipped
 
 
+def test_an_own_entry_4x_away_does_not_hide_a_siblings_entry_at_the_shape(tmp_path, monkeypatch):
+    shutil.copy(SHIPPED, tmp_path / "h100.csv")
+    h100 = pd.read_csv(SHIPPED)
+    at_64 = h100[(h100["mode"] == "fp8_fast") & (h100["m"] == 64) & (h100["n"] == 8192) & (h100["k"] == 8192)]
+    own_16 = "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap_l2pf8"  # an H200 decode winner at M = 16 only
+    assert own_16 != at_64["name"].iloc[0]
+    pd.DataFrame([row("fp8_fast", 16, 8192, 8192, own_16)]).to_csv(tmp_path / "h200.csv", index=False)
+    monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
+    tuned.set_tuned_table(None)
+    config, source = tuned.resolve(H200.name, "fp8_fast", 16, 8192, 8192, m_bucket_above=True, gpu=H200)
+    assert config.name == own_16 and "h200.csv" in source  # its own shape: this GPU's table
+    config, source = tuned.resolve(H200.name, "fp8_fast", 64, 8192, 8192, m_bucket_above=True, gpu=H200)
+    assert config.name == at_64["name"].iloc[0] and "h100.csv" in source  # the sibling measured M = 64
+
+
 def test_defaults_are_each_architectures_fast_path():
     assert gemm.plan(A100, "tf32tf32", 8192, 8192, 8192).path == "sm80"
     unknown = gemm.plan(device.named("Some Future GPU"), "halfhalf", 8192, 8192, 8192)
