@@ -1,5 +1,5 @@
 """python -m sweeps.confirm --shapes SHAPES.yaml [--modes MODE ...] [--top N] [--add NAME ...] [--rounds R]
-                          [--seconds S] [--out DIR] [--sweeps DIR]
+                          [--seconds S] [--out DIR] [--sweeps DIR [--any-gpu]] [--incumbents TABLE]
 
 Re-times each shape's leading variants side by side and lets that run pick the tuned winner. The sweep tables are
 a union of many runs taken at different clocks, and their fastest row per shape is partly the luck of its run: at
@@ -12,7 +12,9 @@ candidate back to back for that long (after a second of the same) with board pow
 that large shapes keep in training, where a short replay reads the clock of an idle-warm GPU and moves 5-15%
 between runs while the sustained rate moves under 1% (docs/design-notes.md, timing method). Rows go
 to `<out>/confirm_<shapes>.csv` (the sweep tables' columns); the tuned table is then re-derived: where a
-confirmation run measured a (mode, shape), its latest run picks the winner (tuned.confirmed_winners).
+confirmation run measured a (mode, shape), its latest run picks the winner (tuned.confirmed_winners). A GPU without
+tables of its own re-times a sibling's leaders and winners: `--sweeps sweeps/results/h100 --any-gpu --incumbents
+cutlass_ext/tuned/h100.csv` on an H200.
 """
 
 from __future__ import annotations
@@ -142,6 +144,18 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="folder of the sweep tables whose leaders are re-timed (default: the results folder, --out)",
     )
     parser.add_argument(
+        "--any-gpu",
+        action="store_true",
+        help="take leaders from sweep rows of any GPU (another GPU's leaders re-timed on this one: --sweeps of a "
+        "sibling's results folder); default: this GPU's rows only",
+    )
+    parser.add_argument(
+        "--incumbents",
+        type=Path,
+        help="a tuned table whose rows at these shapes are re-timed beside the leaders (e.g. a sibling GPU's "
+        "shipped table); default: the table the winners are merged into",
+    )
+    parser.add_argument(
         "--tuned-out",
         type=Path,
         help="tuned table to merge the winners into (default: with --out DIR, DIR/tuned_<gpu>.csv; else "
@@ -164,6 +178,25 @@ def read_sweeps(folder: Path) -> pd.DataFrame:
     return pd.concat([pd.read_csv(path) for path in paths], ignore_index=True)
 
 
+def sources(args, gpu: str, out: Path) -> tuple:
+    """(the sweep rows whose leaders are re-timed, the --latest tables, the incumbents' table or None, the tuned
+    table the winners are merged into): this GPU's rows unless --any-gpu; the incumbents from --incumbents, else
+    from the table merged into (else the one shipped for this GPU)."""
+    sweeps = read_sweeps(args.sweeps or out)
+    latest = [pd.read_csv(path) for path in args.latest]
+    if not args.any_gpu:
+        sweeps = sweeps[sweeps["gpu"] == gpu]
+        latest = [table[table["gpu"] == gpu] for table in latest]
+    tuned_path = tuned_table_path(gpu, args.out, args.tuned_out)
+    if args.incumbents is not None:
+        if not args.incumbents.is_file():
+            raise SystemExit(f"--incumbents {args.incumbents}: no such table")
+        held = args.incumbents
+    else:
+        held = tuned_path if tuned_path.is_file() else tuned.TUNED_DIR / f"{tuned.gpu_key(gpu)}.csv"
+    return sweeps, latest, pd.read_csv(held) if held.is_file() else None, tuned_path
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not torch.cuda.is_available():
@@ -172,13 +205,9 @@ def main(argv=None) -> int:
     environment = benchmark.environment()
     gpu = environment["gpu"]
     out = args.out or Path("sweeps") / "results" / tuned.gpu_key(gpu)
-    sweeps = read_sweeps(args.sweeps or out)
     shapes = load_shapes(args.shapes)
-    latest = [table[table["gpu"] == gpu] for table in map(pd.read_csv, args.latest)]
-    tuned_path = tuned_table_path(gpu, args.out, args.tuned_out)
-    held_table = tuned_path if tuned_path.is_file() else tuned.TUNED_DIR / f"{tuned.gpu_key(gpu)}.csv"
-    incumbents = pd.read_csv(held_table) if held_table.is_file() else None
-    chosen = candidates(sweeps[sweeps["gpu"] == gpu], shapes, args.modes, args.top, latest, tuple(args.add), incumbents)
+    sweeps, latest, incumbents, tuned_path = sources(args, gpu, out)
+    chosen = candidates(sweeps, shapes, args.modes, args.top, latest, tuple(args.add), incumbents)
     names = sorted({name for leaders in chosen.values() for name in leaders})
     spanned = {families.from_name(name).family for name in names}
     if len(spanned) != 1:

@@ -255,3 +255,21 @@ def test_a_folder_without_sweep_tables_is_refused_naming_it(tmp_path):
         confirm.read_sweeps(tmp_path)
     SWEEPS.to_csv(tmp_path / "sweep_fp8.csv", index=False)
     assert len(confirm.read_sweeps(tmp_path)) == len(SWEEPS)
+
+
+def test_a_sibling_gpus_leaders_and_winners_are_re_timed_with_any_gpu_and_incumbents(tmp_path):
+    SWEEPS.to_csv(tmp_path / "sweep_fp8.csv", index=False)  # measured on the H100
+    sibling = tmp_path / "h100.csv"
+    pd.DataFrame([{"mode": "fp8_fast", "m": 4, "n": 8192, "k": 8192, "batch": 1, "name": SLOW}]).to_csv(sibling)
+    out = tmp_path / "h200"
+    base = ["--shapes", "s.yaml", "--sweeps", str(tmp_path), "--out", str(out)]
+    sweeps, _, incumbents, tuned_path = confirm.sources(confirm.parse_args(base), "NVIDIA H200", out)
+    assert sweeps.empty  # another GPU's rows: none without --any-gpu
+    assert tuned_path == out / "tuned_h200.csv"
+    args = confirm.parse_args([*base, "--any-gpu", "--incumbents", str(sibling)])
+    sweeps, _, incumbents, _ = confirm.sources(args, "NVIDIA H200", out)
+    assert len(sweeps) == len(SWEEPS) and list(incumbents["name"]) == [SLOW]
+    chosen = confirm.candidates(sweeps, [(4, 8192, 8192, 1)], ["fp8_fast"], top=1, incumbents=incumbents)
+    assert SLOW in chosen["fp8_fast", (4, 8192, 8192, 1)]
+    with pytest.raises(SystemExit, match="--incumbents"):
+        confirm.sources(confirm.parse_args([*base, "--incumbents", str(tmp_path / "none.csv")]), "NVIDIA H200", out)
