@@ -47,12 +47,17 @@ def _gemm_strided_batched():
     return function
 
 
+_allow_tf32 = getattr(torch._C, "_get_cublas_allow_tf32", None)  # private: a torch without it gets the pedantic call
+
+
 def torch_matmul_is_ieee() -> bool:
     """Whether torch.matmul on float32 CUDA tensors runs IEEE SGEMM now: torch's TF32 switch for cuBLAS is off (read
     as torch reads it for each matmul; a mix of its legacy and new precision settings makes torch refuse, and us
     take the pedantic call)."""
+    if _allow_tf32 is None:
+        return False
     try:
-        return not torch._C._get_cublas_allow_tf32()
+        return not _allow_tf32()
     except RuntimeError:
         return False
 

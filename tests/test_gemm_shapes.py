@@ -170,3 +170,22 @@ def test_fp32_mode_runs_torchs_matmul_past_any_torch_function_mode(monkeypatch):
     with _MatmulInTf32():
         d = gemm_module._launch(("fp32", None), a, b, None, 1.0, 0.0, "fp32")
     assert torch.equal(d, a @ b)
+
+
+def test_fp32_mode_takes_the_pedantic_call_where_torchs_precision_cannot_be_read(monkeypatch):
+    cublas = gemm_module.cublas
+    previous = torch.backends.cuda.matmul.fp32_precision
+    try:
+        for precision, ieee in (("ieee", True), ("tf32", False)):
+            torch.backends.cuda.matmul.fp32_precision = precision
+            assert cublas.torch_matmul_is_ieee() == ieee
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = previous
+
+    def refuses():
+        raise RuntimeError("mix of legacy and new precision settings")
+
+    monkeypatch.setattr(cublas, "_allow_tf32", refuses)
+    assert not cublas.torch_matmul_is_ieee()
+    monkeypatch.setattr(cublas, "_allow_tf32", None)  # a torch without the private getter
+    assert not cublas.torch_matmul_is_ieee()
