@@ -1,7 +1,9 @@
 """`gemm(mode="fp32")`: IEEE SGEMM from cuBLAS, called with CUBLAS_COMPUTE_32F_PEDANTIC on torch's handle and stream.
 
-Where torch's own FP32 matmul is IEEE at the time of the call (its default), the product is simply torch's: the same
-cuBLAS kernels at torch's per-call cost, 10-15 µs less than the ctypes call below. (`torch_matmul_is_ieee`)
+Where torch's own FP32 matmul is IEEE at the time of the call (its default; autocast and deterministic mode off), the
+product is simply torch's: the same cuBLAS kernels at torch's per-call cost, 10-15 µs less than the ctypes call
+below (`torch_matmul_runs_sgemm`). Another thread that switches torch's TF32 setting during the call races with it,
+as with torch's own matmul.
 
 A pedantic compute type keeps this one call in FP32 whatever the handle's math mode says (torch sets it from
 `torch.backends.cuda.matmul.fp32_precision` whenever it hands the handle out): nothing process-wide is switched,
@@ -48,6 +50,17 @@ def _gemm_strided_batched():
 
 
 _allow_tf32 = getattr(torch._C, "_get_cublas_allow_tf32", None)  # private: a torch without it gets the pedantic call
+
+
+def torch_matmul_runs_sgemm(device_type: str) -> bool:
+    """Whether torch.matmul on float32 tensors of `device_type` runs plain IEEE SGEMM now, as this module's call
+    does: its FP32 precision is IEEE, autocast is off (it would run the product in 16 bits) and deterministic mode
+    is off (without CUBLAS_WORKSPACE_CONFIG torch refuses cuBLAS there; this module's call does not)."""
+    return (
+        not torch.is_autocast_enabled(device_type)
+        and not torch.are_deterministic_algorithms_enabled()
+        and torch_matmul_is_ieee()
+    )
 
 
 def torch_matmul_is_ieee() -> bool:

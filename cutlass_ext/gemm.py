@@ -361,7 +361,7 @@ def _launch(plan, a, b, source, alpha: float, beta: float, mode: str) -> torch.T
     """The kernels of `plan` for kernel operands a and b, with alpha and beta·source (c, or a bias (n,))."""
     path, variants = plan
     if path == "fp32":  # variants: the cuBLAS call, None where an operand is copied first
-        if source is None and alpha == 1.0 and cublas.torch_matmul_is_ieee():
+        if source is None and alpha == 1.0 and cublas.torch_matmul_runs_sgemm(a.device.type):
             # the same SGEMM at torch's eager cost; past any TorchFunctionMode (ext.precision's routes matmul)
             with torch._C.DisableTorchFunction():
                 return torch.matmul(a, b)

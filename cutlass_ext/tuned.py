@@ -203,8 +203,9 @@ def runs_on(config, gpu: device_info.DeviceInfo) -> bool:
 
 
 def lookup(gpu_name: str, mode: str, m: int, n: int, k: int, m_bucket_above: bool = False, gpu=None):
-    """The tuned variant for the nearest shape of `mode` within MAX_RATIO per dimension, from the first table of
-    `table_chain` that has one the GPU can run; None if none has (dispatch then uses its defaults).
+    """The tuned variant for the nearest shape of `mode` within MAX_RATIO per dimension over the tables of
+    `table_chain` (each offering its nearest entry the GPU can run; the earlier table on a tie); None if none has
+    one (dispatch then uses its defaults).
 
     gpu: the DeviceInfo of the GPU (default: described from `gpu_name`).
     m_bucket_above: among those, prefer entries tuned for at least m rows (M buckets are upper bounds). FP8

@@ -137,7 +137,11 @@ def _sweep_space(args, argv) -> int | None:
     family = families.get(configs[0].family)
     if not family.builds_for(limits.arch):
         only = ", ".join(f"sm_{arch}" for arch in family.archs)
-        print(f"{args.space}: the {family.name} family builds for {only} only; skipped on sm_{limits.arch}")
+        # stderr: --dry-run --list prints variant names on stdout
+        print(
+            f"{args.space}: the {family.name} family builds for {only} only; skipped on sm_{limits.arch}",
+            file=sys.stderr,
+        )
         return None
     rules = family.plugin("filters").RULES
     result = apply_rules(configs, limits, rules)

@@ -166,6 +166,7 @@ class _MatmulInTf32(torch.overrides.TorchFunctionMode):
 def test_fp32_mode_runs_torchs_matmul_past_any_torch_function_mode(monkeypatch):
     # the fp32 mode is torch's own matmul while torch's FP32 matmul is IEEE: not the matmul a mode would route
     monkeypatch.setattr(gemm_module.cublas, "torch_matmul_is_ieee", lambda: True)
+    monkeypatch.setattr(gemm_module.cublas, "sgemm", lambda a, b, *epilogue: "the pedantic call")
     a, b = torch.randn(5, 7, dtype=torch.float64), torch.randn(7, 3, dtype=torch.float64)
     with _MatmulInTf32():
         d = gemm_module._launch(("fp32", None), a, b, None, 1.0, 0.0, "fp32")
@@ -189,3 +190,19 @@ def test_fp32_mode_takes_the_pedantic_call_where_torchs_precision_cannot_be_read
     assert not cublas.torch_matmul_is_ieee()
     monkeypatch.setattr(cublas, "_allow_tf32", None)  # a torch without the private getter
     assert not cublas.torch_matmul_is_ieee()
+
+
+def test_fp32_mode_stays_fp32_under_autocast_and_deterministic_mode(monkeypatch):
+    # torch's matmul would run in 16 bits under autocast and refuse cuBLAS in deterministic mode: the pedantic call
+    monkeypatch.setattr(gemm_module.cublas, "torch_matmul_is_ieee", lambda: True)
+    monkeypatch.setattr(gemm_module.cublas, "sgemm", lambda a, b, *epilogue: "the pedantic call")
+    a, b = torch.randn(5, 7), torch.randn(7, 3)
+    assert torch.equal(gemm_module._launch(("fp32", None), a, b, None, 1.0, 0.0, "fp32"), a @ b)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert gemm_module._launch(("fp32", None), a, b, None, 1.0, 0.0, "fp32") == "the pedantic call"
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert gemm_module._launch(("fp32", None), a, b, None, 1.0, 0.0, "fp32") == "the pedantic call"
+    finally:
+        torch.use_deterministic_algorithms(previous)

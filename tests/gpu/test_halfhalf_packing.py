@@ -138,6 +138,7 @@ def test_fused_halfhalf_equals_its_passes_one_by_one(batched):
         ((67, 131), (3, 131, 45)),
         ((64, 4096), (4096, 48)),  # few long slices: the chunked pass
         ((2, 40, 5000), (5000, 70)),  # chunked, batched, K not a multiple of a chunk
+        ((64, 4096), (3, 4096, 48)),  # chunked, B batched and A shared
     ],
 )
 def test_fused_operand_pass_equals_range_shift_and_pack_from_any_strides(layout_a, layout_b, a_shape, b_shape):
@@ -149,6 +150,8 @@ def test_fused_operand_pass_equals_range_shift_and_pack_from_any_strides(layout_
     b = LAYOUTS[layout_b](numerics.exp_rand(b_shape, -60, 60, generator=generator))
     a[..., 0, 0] = float("nan")
     b[..., 1, 1] = float("inf")
+    a[..., 1, -1] = float("nan")  # and in a slice's last chunk where the pass is chunked
+    b[..., -1, 2] = float("-inf")
     a[..., 2, :] = 0.0
     names = [c.name for c in PACKED]
     row_shift, column_shift = ops.range_shift(a, -1), ops.range_shift(b, -2)
