@@ -6,6 +6,18 @@ import math
 
 import torch
 
+_POINT = torch.zeros(())  # expanded to a batch shape: ATen broadcasts shapes as it broadcasts tensors
+
+
+def batch_shape(a_batch: torch.Size, b_batch: torch.Size) -> torch.Size:
+    """The broadcast of two batch shapes (RuntimeError where they do not broadcast). Eager calls skip
+    torch.broadcast_shapes, whose first call imports sympy (0.4-2 s of a process's first low-bit call)."""
+    if a_batch == b_batch:
+        return a_batch
+    if torch.compiler.is_compiling():
+        return torch.broadcast_shapes(a_batch, b_batch)
+    return torch.broadcast_tensors(_POINT.expand(a_batch), _POINT.expand(b_batch))[0].shape
+
 
 def broadcast_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(…, M, K) and (…, K, N) checked (dimensions, K, device) and expanded to their common batch shape as stride-0
@@ -19,7 +31,7 @@ def broadcast_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, 
     if a.device != b.device:
         raise ValueError(f"a and b must be on one device; got {a.device} and {b.device}")
     try:
-        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        batch = batch_shape(a.shape[:-2], b.shape[:-2])
     except RuntimeError:
         raise ValueError(f"batch dimensions of a {tuple(a.shape)} and b {tuple(b.shape)} do not broadcast") from None
     return a.expand(*batch, *a.shape[-2:]), b.expand(*batch, *b.shape[-2:])

@@ -1,9 +1,12 @@
 """Batched matmul operands: checked, broadcast and flattened to one batch so that the product reshapes back."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
-from cutlass_ext.batched import broadcast_operands, flatten_batch
+from cutlass_ext.batched import batch_shape, broadcast_operands, flatten_batch
 
 
 @pytest.mark.parametrize(
@@ -43,3 +46,22 @@ def test_broadcast_operands_are_views():
 def test_bad_operands_are_named(a, b, message):
     with pytest.raises(ValueError, match=message):
         flatten_batch(a, b)
+
+
+@pytest.mark.parametrize("a_batch, b_batch", [((), ()), ((4,), ()), ((2, 1), (6,)), ((0,), (1,)), ((3,), (3,))])
+def test_batch_shape_is_torchs_broadcast(a_batch, b_batch):
+    assert batch_shape(torch.Size(a_batch), torch.Size(b_batch)) == torch.broadcast_shapes(a_batch, b_batch)
+
+
+def test_eager_broadcast_imports_no_sympy():
+    # torch.broadcast_shapes's first call imports sympy: seconds of a fresh process's first low-bit call
+    code = (
+        "import sys, torch; from cutlass_ext.batched import flatten_batch; "
+        "flatten_batch(torch.randn(2, 3, 5), torch.randn(5, 4)); "
+        "flatten_batch(torch.randn(3, 5), torch.randn(3, 5, 4)); "
+        "print('sympy' in sys.modules)"
+    )
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )
