@@ -146,13 +146,26 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
 
     frame = frame.dropna(subset=["tflops_equiv"]).copy()
     frame["shape"] = frame.apply(lambda r: f"{r.m}x{r.n}x{r.k}", axis=1)
-    frame["series"] = frame.contender + " " + frame.direction + " (" + frame.format + ")"
-    table = frame.pivot_table(index="shape", columns="series", values="tflops_equiv", sort=False)
-    axis = table.plot(kind="bar", figsize=(12, 6), logy=True, rot=0)
-    axis.set_ylabel("TFLOP/s-equivalent (2·M·N·K / time)")
-    axis.set_title(f"Low-bit-accumulator GEMM on {frame.gpu.iloc[0]}")
-    axis.legend(fontsize=7)
-    plt.tight_layout()
+    variants = frame.contender[frame.contender.str.startswith("cutlass_ext")].unique()
+    # one variant of ours: its name goes in the title; several (--variants): each keeps its name in the legend
+    ours = frame.contender.str.replace(r"^cutlass_ext \S+", "cutlass_ext", regex=True) if len(variants) == 1 else None
+    frame["series"] = (frame.contender if ours is None else ours) + " " + frame.direction
+    formats = list(dict.fromkeys(frame.format))  # one panel per format (underflow on / off), same series colors
+    series = list(dict.fromkeys(frame.series))
+    figure, axes = plt.subplots(1, len(formats), figsize=(7 * len(formats), 5.5), sharey=True, squeeze=False)
+    for axis, fmt in zip(axes[0], formats):
+        rows = frame[frame.format == fmt]
+        table = rows.pivot_table(index="shape", columns="series", values="tflops_equiv", sort=False)
+        table = table.reindex(columns=[name for name in series if name in table.columns])
+        colors = [plt.cm.tab10(series.index(name) % 10) for name in table.columns]
+        table.plot(kind="bar", logy=True, rot=0, ax=axis, color=colors, legend=False)
+        axis.set_title(fmt)
+        axis.set_ylabel("TFLOP/s-equivalent (2·M·N·K / time)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
+    named = f" ({variants[0]})" if len(variants) == 1 else ""
+    figure.suptitle(f"Low-bit-accumulator GEMM on {frame.gpu.iloc[0]}{named}")
+    figure.tight_layout(rect=(0, 0.1, 1, 1))
     plt.savefig(path, dpi=120)
     plt.close()
 
