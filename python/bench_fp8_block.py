@@ -375,6 +375,12 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
             continue
         n, k = nk
         part = frame[(frame.kind == kind) & (frame.n == n) & (frame.k == k) & frame.tflops.notna()]
+        if kind == "dense" and part.m.nunique() == 1:  # one M: a bar per contender (a line needs two points)
+            axis.bar(part.contender, part.tflops, color=[f"C{i}" for i in range(len(part))])
+            axis.tick_params(axis="x", labelsize=7)
+            axis.set_title(f"{kind} M={part.m.iloc[0]} N={n} K={k}")
+            axis.set_ylabel("TFLOP/s")
+            continue
         for (contender, groups), line in part.groupby(["contender", "groups"]):
             label = contender if kind == "dense" else f"{contender} G={groups}"
             axis.plot(line.m, line.tflops, marker="o", label=label)
