@@ -6,17 +6,16 @@ import math
 
 import torch
 
-_POINT = torch.zeros(())  # expanded to a batch shape: ATen broadcasts shapes as it broadcasts tensors
-
 
 def batch_shape(a_batch: torch.Size, b_batch: torch.Size) -> torch.Size:
-    """The broadcast of two batch shapes (RuntimeError where they do not broadcast). Eager calls skip
-    torch.broadcast_shapes, whose first call imports sympy (0.4-2 s of a process's first low-bit call)."""
+    """The broadcast of two batch shapes (RuntimeError where they do not broadcast). Eager calls take ATen's shape
+    inference (as torch.distributions does), not torch.broadcast_shapes, whose first call imports sympy (0.4-2 s
+    of a process's first low-bit call)."""
     if a_batch == b_batch:
         return a_batch
     if torch.compiler.is_compiling():
         return torch.broadcast_shapes(a_batch, b_batch)
-    return torch.broadcast_tensors(_POINT.expand(a_batch), _POINT.expand(b_batch))[0].shape
+    return torch._C._infer_size(torch.Size(a_batch), torch.Size(b_batch))
 
 
 def broadcast_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

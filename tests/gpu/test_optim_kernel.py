@@ -303,8 +303,10 @@ def _graphed(step):
         step()
     return graph.replay
 
-# of the copy bandwidth: a broken vector path falls far below it; the default runs above 60% alone and stays above it
-# when other test workers share the GPU (-n; 59.8% once on an H200 beside five)
+
+# The fraction of the copy bandwidth the default launch shape must reach: a broken vector path falls far below it;
+# the default runs above 60% alone and stays above it when other test workers share the GPU (59.8% once on an
+# H200 beside five)
 BANDWIDTH_FLOOR = 0.45
 
 
