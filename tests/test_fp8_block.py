@@ -217,6 +217,7 @@ def test_variant_names_round_trip():
         Fp8BlockConfig(tile=(128, 32, 128), swap_ab=True, overlapped=True),
         Fp8BlockConfig(tile=(256, 128, 128), cluster=(1, 2), scale_a_major="m", scheduler="streamk"),
         Fp8BlockConfig(tile=(128, 176, 128), cluster=(2, 1), scale_a_major="m"),
+        Fp8BlockConfig(tile=(256, 128, 128), cluster=(1, 2), scale_a_major="m", epilogue_stages=9),
     ]
     for config in configs:
         assert Fp8BlockConfig.from_name(config.name) == config
@@ -227,6 +228,7 @@ def test_variant_names_round_trip():
     assert configs[6].name == "fp8block_e4m3e4m3_bf16_128x32x128_c1x1_coop_sb128_swap_overlap"
     assert configs[7].name == "fp8block_e4m3e4m3_bf16_256x128x128_c1x2_coop_sb128_streamk_am"
     assert configs[8].name == "fp8block_e4m3e4m3_bf16_128x176x128_c2x1_coop_sb128_am"
+    assert configs[9].name == "fp8block_e4m3e4m3_bf16_256x128x128_c1x2_coop_sb128_am_es9"
 
 
 @pytest.mark.parametrize("tile_n, extended", [(128, False), (192, False), (176, True), (144, True)])
@@ -291,6 +293,14 @@ def test_tiles_across_weight_blocks_read_expanded_scales(tile_n, scale_n, swap_a
         ({"tile": (256, 256, 128)}, "256-row tiles"),
         ({"tile": (256, 32, 128), "swap_ab": True}, "256-row tiles"),
         ({"tile": (256, 128, 128), "grouped": True}, "256-row tiles"),
+        ({"epilogue_stages": 3}, "must be 0 or, for tile .128, 128, 128., 4 or 5"),
+        ({"tile": (256, 128, 128), "epilogue_stages": 5}, "8 or 9"),
+        ({"tile": (64, 128, 128), "schedule": "pingpong", "epilogue_stages": 4}, "epilogue_stages > 0 is built for"),
+        ({"out_dtype": "fp32", "epilogue_stages": 4}, "16-bit output"),
+        ({"tile": (128, 32, 128), "swap_ab": True, "epilogue_stages": 1}, "unswapped"),
+        ({"grouped": True, "epilogue_stages": 4}, "epilogue_stages > 0 is built for"),
+        ({"tile": (128, 192, 128), "epilogue_stages": 6}, "tiles within weight-scale blocks"),
+        ({"tile": (128, 48, 128), "scale_n": 1, "epilogue_stages": 1}, "n a multiple of 32"),
     ],
 )
 def test_invalid_configs_say_why(fields, message):
