@@ -13,7 +13,8 @@ def batch_shape(a_batch: torch.Size, b_batch: torch.Size) -> torch.Size:
     of a process's first low-bit call)."""
     if a_batch == b_batch:
         return a_batch
-    if torch.compiler.is_compiling():
+    plain = all(type(size) is int for size in (*a_batch, *b_batch))  # not symbolic (make_fx, export) nor traced
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() or not plain:
         return torch.broadcast_shapes(a_batch, b_batch)
     return torch._C._infer_size(torch.Size(a_batch), torch.Size(b_batch))
 

@@ -68,6 +68,9 @@ ADDED_LATER = {
     "stage_epilogue",
     "weights_first",
     "buffer_epilogue",
+    "k_grouped",
+    "overlapped",
+    "epilogue_stages",
 }
 
 

@@ -13,6 +13,7 @@ import cutlass_ext as ext
 from cutlass_ext import build, cache, codegen, fp8_block, fp8_rows, toolchain
 from cutlass_ext.families.rules import DeviceLimits, apply_rules
 from cutlass_ext.fp8_block import Fp8BlockConfig, filters
+from cutlass_ext.fp8_block import config as fp8_block_config
 from cutlass_ext.fp8_block.api import activation_scales, is_block_scaled, m_major, weight_scales
 from cutlass_ext.toolchain import kernels_dir
 
@@ -231,6 +232,15 @@ def test_variant_names_round_trip():
     assert configs[9].name == "fp8block_e4m3e4m3_bf16_256x128x128_c1x2_coop_sb128_am_es9"
 
 
+def test_a_store_ring_is_a_template_argument_only_where_asked():
+    """The ring's depth is the launcher's last template argument; other variants render as before (their sources,
+    and so their builds, unchanged by the option)."""
+    ring = fp8_block_config.render_instance(Fp8BlockConfig(tile=(256, 128, 128), epilogue_stages=9))
+    plain = fp8_block_config.render_instance(Fp8BlockConfig(tile=(256, 128, 128)))
+    assert ring.rstrip().endswith("false, false, false, 9>)")
+    assert plain.rstrip().endswith("false, false, false>)")
+
+
 @pytest.mark.parametrize("tile_n, extended", [(128, False), (192, False), (176, True), (144, True)])
 def test_only_tiles_needing_an_extended_wgmma_compile_the_extended_shapes(tile_n, extended):
     """A 176-wide tile needs CuTe's extended wgmma shapes (else CollectiveBuilder cuts it into eleven n = 16 atoms);
@@ -301,6 +311,7 @@ def test_tiles_across_weight_blocks_read_expanded_scales(tile_n, scale_n, swap_a
         ({"grouped": True, "epilogue_stages": 4}, "epilogue_stages > 0 is built for"),
         ({"tile": (128, 192, 128), "epilogue_stages": 6}, "tiles within weight-scale blocks"),
         ({"tile": (128, 48, 128), "scale_n": 1, "epilogue_stages": 1}, "n a multiple of 32"),
+        ({"tile": (128, 32, 128), "scale_n": 1, "epilogue_stages": True}, "epilogue_stages=True"),
     ],
 )
 def test_invalid_configs_say_why(fields, message):

@@ -3,6 +3,7 @@
 import argparse
 import dataclasses
 import os
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -11,7 +12,7 @@ from cutlass_ext import families, tuned
 from cutlass_ext.families import from_name
 from cutlass_ext.families.sm80.config import KernelConfig
 from sweeps import sweep as sweep_module
-from sweeps.table import COLUMNS, ResumableTable
+from sweeps.table import COLUMNS, ResumableTable, config_fields
 
 ENVIRONMENT = {"gpu": "NVIDIA H100 80GB HBM3", "nvcc": "13.0", "torch": "2.11", "date": "2026-11-22T00:00:00Z"}
 CONFIGS = [
@@ -107,6 +108,25 @@ def test_an_older_table_gains_the_columns_added_since(tmp_path):
     pd.DataFrame([dict.fromkeys([c for c in COLUMNS if c != "repeats"], "x")]).to_csv(path, index=False)
     ResumableTable(path)
     assert list(pd.read_csv(path).columns) == COLUMNS
+
+
+def test_every_shipped_sweep_table_opens_for_more_rows(tmp_path):
+    """A config field added to a family (a new variant option) must not lock a results folder's tables: the README
+    sweeps into them by default."""
+    shipped = sorted(Path(__file__).resolve().parents[1].glob("sweeps/results/*/sweep_*.csv"))
+    assert shipped
+    for path in shipped:
+        frame = pd.read_csv(path, dtype=str)
+        if "family" not in frame:  # not a sweep's table (sweep_gpus.csv: sweep wall times)
+            continue
+        family = frame["family"]
+        kernels = family[~family.isin(["cublas", "triton", "cutlass", "torch"])].dropna().unique()
+        if len(kernels) != 1:
+            continue
+        copy = tmp_path / path.parent.name / path.name
+        copy.parent.mkdir(exist_ok=True)
+        copy.write_bytes(path.read_bytes())
+        ResumableTable(copy, config_fields(kernels[0]))
 
 
 def test_table_refuses_a_file_that_is_not_a_sweep_table(tmp_path):

@@ -51,7 +51,8 @@ class Fp8BlockConfig(VariantFields):
     overlapped: each k-block's scaling and promotion run while the next k-block's wgmmas do (name suffix
     `_overlap`; kernels/sm90_fp8_block_overlapped_promotion.hpp), the same output bit for bit (dense only).
     epilogue_stages: 0 (CUTLASS's two TMA-store buffers), or a ring of one buffer per 128x32 output subtile
-    (`epilogue_subtiles`) or one more (name suffix `_esN`), so that a tile's stores drain while the next tile's
+    (`epilogue_subtiles`: the next tile waits for this tile's first subtile to leave shared memory) or one more
+    (it waits for none of this tile's), name suffix `_esN`, so that a tile's stores drain while the next tile's
     wgmmas run (kernels/sm90_fp8_block_gemm.cuh); the same output bit for bit. Dense, unswapped, cooperative,
     16-bit output.
     """
@@ -179,7 +180,7 @@ class Fp8BlockConfig(VariantFields):
             raise ValueError("grouped kernels read K-major activation scales (scale_a_major='k'): dense per group")
         if self.scheduler != "persistent" and self.schedule != "cooperative":
             raise ValueError(f"scheduler={self.scheduler!r} runs cooperative kernels; got schedule={self.schedule!r}")
-        if not isinstance(self.epilogue_stages, int) or self.epilogue_stages not in (
+        if type(self.epilogue_stages) is not int or self.epilogue_stages not in (
             0,
             self.epilogue_subtiles,
             self.epilogue_subtiles + 1,
