@@ -90,7 +90,7 @@ constexpr int scale_rows_n(int tile_n, int scale_n) {
 // mostly zeros): a quarter of the Tensor Core work and of the shared-memory traffic per k-block at M <= 32.
 template <class ElementA, class ElementB, class ElementD, int TileM, int TileN, int TileK, int ClusterM,
           int ClusterN, class Schedule, int ScaleN, class Decomposition, int Splits, bool ScaleAMajorM = false,
-          bool SwapAB = false, bool OverlappedPromotion = false, int EpilogueStagesD = 0>
+          bool SwapAB = false, bool OverlappedPromotion = false>
 struct Sm90Fp8BlockGemm {
   static_assert(TileK == kScaleBlockK, "one k-tile per scale block");
   static_assert(!SwapAB || TileM % ScaleN == 0, "a swapped tile spans whole weight-scale blocks");
@@ -125,29 +125,10 @@ struct Sm90Fp8BlockGemm {
       cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, ElementD, float, kRound>,
       cutlass::epilogue::fusion::Sm90AccFetch, Bias>;
 
-  using AutoEpilogue = cutlass::epilogue::collective::CollectiveBuilder<
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignmentD, ElementD, LayoutD,
-      kAlignmentD, typename Schedule::Epilogue, Output>;
-  // EpilogueStagesD > 0: the builder's epilogue (the same 128x32 subtiles, visitor and rounding) with a ring of that
-  // many TMA-store buffers instead of two. CUTLASS waits after each subtile's store until at most StagesD - 1 are
-  // in flight, the tile's last included: with two, the next tile's wgmmas wait until all but one of this tile's
-  // subtiles have left shared memory (at short K, at the rate HBM takes the output); with one buffer per subtile
-  // and one more, only the previous tile's stores must have, as DeepGEMM's epilogue does. One mainloop stage
-  // fewer fits beside it.
-  static constexpr bool kCooperative =
-      cute::is_same_v<typename Schedule::Epilogue, cutlass::epilogue::TmaWarpSpecializedCooperative>;
-  static_assert(EpilogueStagesD == 0 || (kCooperative && TileN % 32 == 0),
-                "a deep store ring is built for cooperative tiles of whole 128x32 subtiles");
-  using RingTile = cute::Shape<cute::_128, cute::_32>;  // the builder's cooperative subtile (sm90_builder.inl)
-  static constexpr int kRingSubtiles = TileM / 128 * (TileN / 32);
-  using RingEpilogue = cutlass::epilogue::collective::detail::Sm90TmaBuilderImpl<
-      TileShape, RingTile, float, float, void, LayoutD, kAlignmentD, ElementD, LayoutD, kAlignmentD, Output,
-      cutlass::epilogue::Sm90TmaWarpSpecialized<(kRingSubtiles < 4 ? kRingSubtiles : 4),
-                                                (EpilogueStagesD > 0 ? EpilogueStagesD : 1), 128 * 32 / 256,
-                                                /*ReuseSmemC=*/false, /*DelayTmaStore=*/true>>;
-  using Epilogue =
-      typename cute::conditional_t<EpilogueStagesD == 0, AutoEpilogue, RingEpilogue>::CollectiveOp;
+      kAlignmentD, typename Schedule::Epilogue, Output>::CollectiveOp;
 
   using StockMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, KernelElementA,

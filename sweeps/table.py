@@ -70,7 +70,6 @@ ADDED_LATER = {
     "buffer_epilogue",
     "k_grouped",
     "overlapped",
-    "epilogue_stages",
 }
 
 

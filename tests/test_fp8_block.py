@@ -13,7 +13,6 @@ import cutlass_ext as ext
 from cutlass_ext import build, cache, codegen, fp8_block, fp8_rows, toolchain
 from cutlass_ext.families.rules import DeviceLimits, apply_rules
 from cutlass_ext.fp8_block import Fp8BlockConfig, filters
-from cutlass_ext.fp8_block import config as fp8_block_config
 from cutlass_ext.fp8_block.api import activation_scales, is_block_scaled, m_major, weight_scales
 from cutlass_ext.toolchain import kernels_dir
 
@@ -218,7 +217,6 @@ def test_variant_names_round_trip():
         Fp8BlockConfig(tile=(128, 32, 128), swap_ab=True, overlapped=True),
         Fp8BlockConfig(tile=(256, 128, 128), cluster=(1, 2), scale_a_major="m", scheduler="streamk"),
         Fp8BlockConfig(tile=(128, 176, 128), cluster=(2, 1), scale_a_major="m"),
-        Fp8BlockConfig(tile=(256, 128, 128), cluster=(1, 2), scale_a_major="m", epilogue_stages=9),
     ]
     for config in configs:
         assert Fp8BlockConfig.from_name(config.name) == config
@@ -229,16 +227,6 @@ def test_variant_names_round_trip():
     assert configs[6].name == "fp8block_e4m3e4m3_bf16_128x32x128_c1x1_coop_sb128_swap_overlap"
     assert configs[7].name == "fp8block_e4m3e4m3_bf16_256x128x128_c1x2_coop_sb128_streamk_am"
     assert configs[8].name == "fp8block_e4m3e4m3_bf16_128x176x128_c2x1_coop_sb128_am"
-    assert configs[9].name == "fp8block_e4m3e4m3_bf16_256x128x128_c1x2_coop_sb128_am_es9"
-
-
-def test_a_store_ring_is_a_template_argument_only_where_asked():
-    """The ring's depth is the launcher's last template argument; other variants render as before (their sources,
-    and so their builds, unchanged by the option)."""
-    ring = fp8_block_config.render_instance(Fp8BlockConfig(tile=(256, 128, 128), epilogue_stages=9))
-    plain = fp8_block_config.render_instance(Fp8BlockConfig(tile=(256, 128, 128)))
-    assert ring.rstrip().endswith("false, false, false, 9>)")
-    assert plain.rstrip().endswith("false, false, false>)")
 
 
 @pytest.mark.parametrize("tile_n, extended", [(128, False), (192, False), (176, True), (144, True)])
@@ -303,15 +291,6 @@ def test_tiles_across_weight_blocks_read_expanded_scales(tile_n, scale_n, swap_a
         ({"tile": (256, 256, 128)}, "256-row tiles"),
         ({"tile": (256, 32, 128), "swap_ab": True}, "256-row tiles"),
         ({"tile": (256, 128, 128), "grouped": True}, "256-row tiles"),
-        ({"epilogue_stages": 3}, "must be 0 or, for tile .128, 128, 128., 4 or 5"),
-        ({"tile": (256, 128, 128), "epilogue_stages": 5}, "8 or 9"),
-        ({"tile": (64, 128, 128), "schedule": "pingpong", "epilogue_stages": 4}, "epilogue_stages > 0 is built for"),
-        ({"out_dtype": "fp32", "epilogue_stages": 4}, "16-bit output"),
-        ({"tile": (128, 32, 128), "swap_ab": True, "epilogue_stages": 1}, "unswapped"),
-        ({"grouped": True, "epilogue_stages": 4}, "epilogue_stages > 0 is built for"),
-        ({"tile": (128, 192, 128), "epilogue_stages": 6}, "tiles within weight-scale blocks"),
-        ({"tile": (128, 48, 128), "scale_n": 1, "epilogue_stages": 1}, "n a multiple of 32"),
-        ({"tile": (128, 32, 128), "scale_n": 1, "epilogue_stages": True}, "epilogue_stages=True"),
     ],
 )
 def test_invalid_configs_say_why(fields, message):

@@ -50,11 +50,6 @@ class Fp8BlockConfig(VariantFields):
     first side, decode's few tokens its second (a multiple of 32).
     overlapped: each k-block's scaling and promotion run while the next k-block's wgmmas do (name suffix
     `_overlap`; kernels/sm90_fp8_block_overlapped_promotion.hpp), the same output bit for bit (dense only).
-    epilogue_stages: 0 (CUTLASS's two TMA-store buffers), or a ring of one buffer per 128x32 output subtile
-    (`epilogue_subtiles`: the next tile waits for this tile's first subtile to leave shared memory) or one more
-    (it waits for none of this tile's), name suffix `_esN`, so that a tile's stores drain while the next tile's
-    wgmmas run (kernels/sm90_fp8_block_gemm.cuh); the same output bit for bit. Dense, unswapped, cooperative,
-    16-bit output.
     """
 
     a_dtype: str = "e4m3"
@@ -71,11 +66,9 @@ class Fp8BlockConfig(VariantFields):
     scale_a_major: str = "k"
     swap_ab: bool = False
     overlapped: bool = False
-    epilogue_stages: int = 0
     family: str = FAMILY
 
-    # `fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128[_streamk|_splitk4][_grouped|_kgrouped][_am][_swap][_overlap]
-    # [_es5]`
+    # `fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128[_streamk|_splitk4][_grouped|_kgrouped][_am][_swap][_overlap]`
     NAME: ClassVar[NameGrammar] = NameGrammar(
         "fp8block_",
         Word("a_dtype", FP8_DTYPES),
@@ -97,7 +90,6 @@ class Fp8BlockConfig(VariantFields):
         Optional(Word("scale_a_major", {"m": "_am"}), default={"scale_a_major": "k"}),
         Optional(Word("swap_ab", {True: "_swap"}), default={"swap_ab": False}),
         Optional(Word("overlapped", {True: "_overlap"}), default={"overlapped": False}),
-        Optional("_es", Number("epilogue_stages"), default={"epilogue_stages": 0}),
     )
     EXAMPLE_NAME: ClassVar[str] = "fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128_streamk"
 
@@ -180,31 +172,6 @@ class Fp8BlockConfig(VariantFields):
             raise ValueError("grouped kernels read K-major activation scales (scale_a_major='k'): dense per group")
         if self.scheduler != "persistent" and self.schedule != "cooperative":
             raise ValueError(f"scheduler={self.scheduler!r} runs cooperative kernels; got schedule={self.schedule!r}")
-        if type(self.epilogue_stages) is not int or self.epilogue_stages not in (
-            0,
-            self.epilogue_subtiles,
-            self.epilogue_subtiles + 1,
-        ):
-            raise ValueError(
-                f"epilogue_stages={self.epilogue_stages!r} must be 0 or, for tile {self.tile!r}, "
-                f"{self.epilogue_subtiles} or {self.epilogue_subtiles + 1} (a store buffer per 128x32 subtile, "
-                "or one more)"
-            )
-        if self.epilogue_stages and (
-            self.schedule != "cooperative"
-            or self.grouped
-            or self.k_grouped
-            or self.swap_ab
-            or self.out_dtype == "fp32"
-            or self.scale_rows_n != self.scale_n
-            or tile_n % 32
-        ):
-            raise ValueError(
-                "epilogue_stages > 0 is built for dense, unswapped cooperative kernels with a 16-bit output and "
-                "tiles within weight-scale blocks, n a multiple of 32; "
-                f"got schedule={self.schedule!r}, grouped={self.grouped}, "
-                f"k_grouped={self.k_grouped}, swap_ab={self.swap_ab}, out_dtype={self.out_dtype!r}, tile={self.tile!r}"
-            )
 
     @property
     def scale_rows_n(self) -> int:
@@ -218,12 +185,6 @@ class Fp8BlockConfig(VariantFields):
             (g for g in range(shared, 1, -1) if shared % g == 0 and ((tile_n // g) % g == 0 or g % (tile_n // g) == 0)),
             1,
         )
-
-    @property
-    def epilogue_subtiles(self) -> int:
-        """128x32 output subtiles of a cooperative tile (CUTLASS's epilogue subtile there): the depth of a store
-        ring that holds a whole tile."""
-        return max(self.tile[0] // 128, 1) * max(self.tile[1] // 32, 1)
 
     @property
     def mode(self) -> str:
@@ -255,8 +216,6 @@ def render_instance(config: Fp8BlockConfig) -> str:
             f", cutlass_ext::fp8_block::{_DECOMPOSITIONS[config.scheduler]}, {config.splits}, "
             f"{'true' if config.scale_a_major == 'm' else 'false'}, {'true' if config.swap_ab else 'false'}, "
             f"{'true' if config.overlapped else 'false'}"
-            # the template's default (0) left out: the other variants' sources stay as they were
-            + (f", {config.epilogue_stages}" if config.epilogue_stages else "")
         )
     return Template((kernels_dir() / "sm90_fp8_block_instance.in").read_text()).substitute(
         name=config.name,

@@ -36,7 +36,6 @@ _CHOICES = {
     "swap_ab": [False, True],
     "grouped": [False, True],
     "overlapped": [False, True],
-    "epilogue_stages": list(range(10)),  # 0, or a tile's 128x32 subtiles (at most 8) or one more: the config checks
 }
 
 
@@ -46,12 +45,7 @@ def load_space(path: Path, document: dict) -> list[Fp8BlockConfig]:
         raise spaces.SpaceError(f"{path}: modes: one of {list(MODES)} per space; got {modes!r}")
     (mode,) = modes
     axes = spaces.axes(
-        path,
-        document.get("space"),
-        {"tile": "mnk", "cluster": "mn"},
-        _CHOICES,
-        ("splits", "scale_n"),
-        "Fp8BlockConfig",
+        path, document.get("space"), {"tile": "mnk", "cluster": "mn"}, _CHOICES, ("splits", "scale_n"), "Fp8BlockConfig"
     )
     splits = axes.pop("splits", [1])
     names = list(axes)

@@ -84,19 +84,6 @@ WAVE_TWINS = [
     ),
 ]
 
-# A deep TMA-store ring (epilogue_stages: one buffer per 128x32 subtile, or one more) stages the same epilogue
-# differently: the same bits as the two-buffer twin. The shapes give each persistent CTA many tiles, so the ring's
-# buffers are reused across tiles while earlier stores are in flight.
-STORE_RING_TWINS = [
-    Fp8BlockConfig(epilogue_stages=4),
-    Fp8BlockConfig(epilogue_stages=5, scale_a_major="m"),
-    Fp8BlockConfig(epilogue_stages=5, scheduler="streamk"),
-    Fp8BlockConfig(epilogue_stages=5, overlapped=True),
-    Fp8BlockConfig(tile=(256, 128, 128), cluster=(1, 2), scale_a_major="m", epilogue_stages=8),
-    Fp8BlockConfig(tile=(256, 128, 128), cluster=(1, 2), scale_a_major="m", epilogue_stages=9),
-    Fp8BlockConfig(tile=(256, 128, 128), out_dtype="fp16", epilogue_stages=9),
-]
-
 
 def _swept_variants() -> list:
     """The survivors of the shipped sweep space: any of them may be a tuned table's winner."""
@@ -115,8 +102,7 @@ def built():
         pytest.skip("block-scaled FP8 kernels run on Hopper (sm90)")
     twins = [dataclasses.replace(c, overlapped=True) for c in OVERLAPPED_TWINS]
     waves = [c for pair in WAVE_TWINS for c in pair]
-    rings = [c for ring in STORE_RING_TWINS for c in (ring, dataclasses.replace(ring, epilogue_stages=0))]
-    variants = list(dict.fromkeys(DENSE_VARIANTS + SWEPT_VARIANTS + OVERLAPPED_TWINS + twins + waves + rings))
+    variants = list(dict.fromkeys(DENSE_VARIANTS + SWEPT_VARIANTS + OVERLAPPED_TWINS + twins + waves))
     failed = [r for r in build_libraries([(c,) for c in variants], "90a") if r.library is None]
     assert not failed, failed[0].error
 
@@ -276,22 +262,6 @@ def test_wave_promotion_gives_the_same_bits(stock, wave, m, n, k, distribution):
     # of the outlier (docs/design-notes.md, block-scaled FP8).
     if stock.out_dtype != "fp32" or distribution != "outliers":
         check_close(out, a8, b8, scale_a, scale_b, stock.scale_n, bias)
-
-
-@pytest.mark.parametrize("ring", STORE_RING_TWINS, ids=lambda c: c.name)
-@pytest.mark.parametrize("m, n, k", [(4096, 32768, 512), (2050, 16504, 256), (1000, 7168, 128), (3, 384, 640)])
-def test_a_deep_store_ring_gives_the_same_bits(ring, m, n, k):
-    """Tens of tiles per CTA at short K (the case the ring is for), M and N off the tile (16504: a last tile 120
-    columns wide), a single k-block, and a problem smaller than one tile."""
-    a8, b8, scale_a, scale_b = quantized(m, n, k, "wide", (128, 128), seed=m + n + k)
-    dtype = OUT_DTYPES[ring.out_dtype]
-    bias = seeded_bias(n, m + k).to(dtype) * 100
-    stock = dataclasses.replace(ring, epilogue_stages=0).name
-    reference = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, out_dtype=dtype, variant=stock)
-    out = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, out_dtype=dtype, variant=ring.name)
-    assert torch.equal(out, reference)
-    if m * n <= 1 << 24:  # the FP64 check's cost grows with M·N·K
-        check_close(out, a8, b8, scale_a, scale_b, 128, bias)
 
 
 @pytest.mark.parametrize("m", [1, 2, 3, 5, 6, 7, 127, 130, 131])
