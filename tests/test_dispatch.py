@@ -15,6 +15,7 @@ import torch
 from cutlass_ext import device, explain, families, fp8, registry, tuned
 from cutlass_ext.families.sm90.config import DEFAULTS as DEFAULT_SPLIT
 from cutlass_ext.families.sm90.config import Sm90Config
+from cutlass_ext.fp8_block.api import dense_plan
 from cutlass_ext.ozaki import OzakiConfig
 from sweeps import sweep as sweep_module
 
@@ -62,12 +63,15 @@ def test_an_h200_without_its_own_table_reads_the_h100s(only_the_h100_table):
     assert "_swap" in names[0] and "h100.csv" in source
 
 
-def test_the_shipped_h200_table_answers_its_corrected_modes_and_the_h100s_its_fp8_shapes():
+def test_the_shipped_h200_table_answers_its_corrected_and_block_modes_and_the_h100s_its_fp8_shapes():
     assert [p.name for p, _ in tuned.table_chain(H200)] == ["h200.csv", "h100.csv"]
     for mode in ("tf32tf32", "halfhalf"):
         chosen = gemm.plan(H200, mode, 8192, 8192, 8192)
         assert chosen.path == "sm90" and "h200.csv" in chosen.source
-    names, source = fp8.plan(H200, "e4m3", "e4m3", "bf16", "fast", 16, 8192, 8192)  # no FP8 rows of its own
+    for m, swapped in ((16, True), (4096, False)):  # block-scaled: its own sweep's winners
+        name, source = dense_plan(H200, "e4m3", "e4m3", "bf16", 128, m, 24576, 1536)
+        assert ("_swap" in name) == swapped and "h200.csv" in source
+    names, source = fp8.plan(H200, "e4m3", "e4m3", "bf16", "fast", 16, 8192, 8192)  # no per-tensor rows of its own
     assert "_swap" in names[0] and "h100.csv" in source
 
 
