@@ -5,9 +5,11 @@
 Writes the CSV and its plot (the same name, .png: µs per call against size, log-log).
 
 Each row is the wall time per call of `calls` calls in a row (host and GPU together, synchronised once at the end),
-so below the size where the GPU's time dominates it is the host's cost per call. The summary names, per mode, the
-smallest size at which it is faster than cuBLAS SGEMM in eager mode (the crossover). `--profile DIR` writes a
-cProfile of each mode's calls at 256³ for finding where host time goes.
+so below the size where the GPU's time dominates it is the host's cost per call: the median over `--rounds` rounds,
+the contenders of a size interleaved within each round (a host's launch cost drifts by several µs between
+moments; one round per contender let that drift decide close pairs), with the rounds' spread beside it. The
+summary names, per mode, the smallest size at which it is faster than cuBLAS SGEMM in eager mode (the crossover).
+`--profile DIR` writes a cProfile of each mode's calls at 256³ for finding where host time goes.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size (median)")
     parser.add_argument("--profile", type=Path, help="folder for cProfile summaries of each mode at 256³")
     parser.add_argument("--trace", type=Path, help="folder for torch.profiler tables (CUDA runtime calls included)")
     args = parser.parse_args(argv)
@@ -83,14 +86,30 @@ def main(argv=None) -> int:
         b = torch.randn(size, size, device="cuda")
         calls = max(10, min(args.calls, int(args.calls * (1024 / size) ** 3)))
         bias = torch.randn(size, device="cuda")
-        for name, run, precision, takes_bias in contenders():
-            previous, torch.backends.cuda.matmul.fp32_precision = torch.backends.cuda.matmul.fp32_precision, precision
-            try:
-                time_us = per_call_us(run, (a, b, bias) if takes_bias else (a, b), calls)
-            finally:
-                torch.backends.cuda.matmul.fp32_precision = previous
-            rows.append({"contender": name, "size": size, "us_per_call": round(time_us, 2)})
-            print(f"{size:6d} {name:24s} {rows[-1]['us_per_call']:10.2f} us", flush=True)
+        times = {}
+        for _ in range(args.rounds):
+            for name, run, precision, takes_bias in contenders():
+                previous = torch.backends.cuda.matmul.fp32_precision
+                torch.backends.cuda.matmul.fp32_precision = precision
+                try:
+                    time_us = per_call_us(run, (a, b, bias) if takes_bias else (a, b), calls)
+                finally:
+                    torch.backends.cuda.matmul.fp32_precision = previous
+                times.setdefault(name, []).append(time_us)
+        for name, samples in times.items():
+            spread = pd.Series(samples)
+            rows.append(
+                {
+                    "contender": name,
+                    "size": size,
+                    "us_per_call": round(spread.median(), 2),
+                    "us_min": round(spread.min(), 2),
+                    "us_max": round(spread.max(), 2),
+                    "rounds": len(samples),
+                }
+            )
+            row = rows[-1]
+            print(f"{size:6d} {name:24s} {row['us_per_call']:10.2f} us ({row['us_min']}-{row['us_max']})", flush=True)
     frame = pd.DataFrame(rows).assign(**benchmark.environment())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out, index=False)
