@@ -85,6 +85,15 @@ WAVE_TWINS = [
 ]
 
 
+# Split-K: each tile's K cut across CTAs, the partial tiles reduced through the workspace in a fixed split order,
+# so the bits must not depend on which CTA finishes first (the swapped decode kernels, and the 128-row tile).
+SPLIT_K = [
+    Fp8BlockConfig(tile=(128, 32, 128), swap_ab=True, scheduler="splitk", splits=2),
+    Fp8BlockConfig(tile=(128, 32, 128), swap_ab=True, scheduler="splitk", splits=4),
+    Fp8BlockConfig(scheduler="splitk", splits=4),
+]
+
+
 def _swept_variants() -> list:
     """The survivors of the shipped sweep space: any of them may be a tuned table's winner."""
     path = Path(__file__).resolve().parents[2] / "configs" / "sm90_fp8_block.yaml"
@@ -102,7 +111,7 @@ def built():
         pytest.skip("block-scaled FP8 kernels run on Hopper (sm90)")
     twins = [dataclasses.replace(c, overlapped=True) for c in OVERLAPPED_TWINS]
     waves = [c for pair in WAVE_TWINS for c in pair]
-    variants = list(dict.fromkeys(DENSE_VARIANTS + SWEPT_VARIANTS + OVERLAPPED_TWINS + twins + waves))
+    variants = list(dict.fromkeys(DENSE_VARIANTS + SWEPT_VARIANTS + OVERLAPPED_TWINS + twins + waves + SPLIT_K))
     failed = [r for r in build_libraries([(c,) for c in variants], "90a") if r.library is None]
     assert not failed, failed[0].error
 
@@ -212,6 +221,33 @@ def test_variants(config, m, n, k, with_bias):
     bias = seeded_bias(n, m * k).bfloat16() * 100 if with_bias else None
     out = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, variant=config.name)
     check_close(out, a8, b8, scale_a, scale_b, 128, bias)
+
+
+@pytest.mark.parametrize("config", SPLIT_K, ids=lambda c: c.name)
+@pytest.mark.parametrize("m, n, k", [(16, 2112, 7168), (300, 2112, 1664), (64, 384, 640), (16, 2112, 384)])
+def test_split_k_gives_the_same_bits_every_call_and_on_every_stream(config, m, n, k):
+    """K of 56, 13, 5 and 3 k-blocks: even and uneven splits, and fewer k-blocks than splits (CUTLASS then cuts the
+    split count); calls back to back and on two streams at once, racing for the GPU, against the first call."""
+    a8, b8, scale_a, scale_b = quantized(m, n, k, "wide", (128, 128), seed=m + n + k)
+
+    def run():
+        return fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, variant=config.name)
+
+    first = run()
+    check_close(first, a8, b8, scale_a, scale_b, 128)
+    assert all(torch.equal(run(), first) for _ in range(4))
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    for stream in streams:
+        stream.wait_stream(torch.cuda.current_stream())
+    outs = []
+    for _ in range(3):
+        for stream in streams:
+            with torch.cuda.stream(stream):
+                outs.append(run())
+    for stream in streams:
+        torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    assert all(torch.equal(out, first) for out in outs)
 
 
 @pytest.mark.parametrize("config", SWEPT_VARIANTS, ids=lambda c: c.name)
