@@ -120,7 +120,7 @@ def test_every_shipped_sweep_table_opens_for_more_rows(tmp_path):
         if "family" not in frame:  # not a sweep's table (sweep_gpus.csv: sweep wall times)
             continue
         family = frame["family"]
-        kernels = family[~family.isin(["cublas", "triton", "cutlass", "torch"])].dropna().unique()
+        kernels = family[~family.isin(tuned.PEER_FAMILIES)].dropna().unique()
         if len(kernels) != 1:
             continue
         copy = tmp_path / path.parent.name / path.name
