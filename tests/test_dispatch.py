@@ -15,7 +15,7 @@ import torch
 from cutlass_ext import device, explain, families, fp8, registry, tuned
 from cutlass_ext.families.sm90.config import DEFAULTS as DEFAULT_SPLIT
 from cutlass_ext.families.sm90.config import Sm90Config
-from cutlass_ext.fp8_block.api import dense_plan
+from cutlass_ext.fp8_block.api import dense_plan, grouped_plan
 from cutlass_ext.ozaki import OzakiConfig
 from sweeps import sweep as sweep_module
 
@@ -63,7 +63,7 @@ def test_an_h200_without_its_own_table_reads_the_h100s(only_the_h100_table):
     assert "_swap" in names[0] and "h100.csv" in source
 
 
-def test_the_shipped_h200_table_answers_its_corrected_and_block_modes_and_the_h100s_its_fp8_shapes():
+def test_the_shipped_h200_table_answers_its_corrected_fp8_and_block_modes():
     assert [p.name for p, _ in tuned.table_chain(H200)] == ["h200.csv", "h100.csv"]
     for mode in ("tf32tf32", "halfhalf"):
         chosen = gemm.plan(H200, mode, 8192, 8192, 8192)
@@ -71,8 +71,9 @@ def test_the_shipped_h200_table_answers_its_corrected_and_block_modes_and_the_h1
     for m, swapped in ((16, True), (4096, False)):  # block-scaled: its own sweep's winners
         name, source = dense_plan(H200, "e4m3", "e4m3", "bf16", 128, m, 24576, 1536)
         assert ("_swap" in name) == swapped and "h200.csv" in source
-    names, source = fp8.plan(H200, "e4m3", "e4m3", "bf16", "fast", 16, 8192, 8192)  # no per-tensor rows of its own
-    assert "_swap" in names[0] and "h100.csv" in source
+    for m, swapped in ((16, True), (16384, False)):  # per tensor: the H100's leaders re-timed on the H200
+        names, source = fp8.plan(H200, "e4m3", "e4m3", "bf16", "fast", m, 8192, 8192)
+        assert ("_swap" in names[0]) == swapped and "h200.csv" in source
 
 
 def test_own_table_first_then_the_same_architectures_entry_by_entry(tmp_path, monkeypatch):
@@ -171,7 +172,8 @@ def test_the_table_source_is_logged_once(caplog):
     with caplog.at_level(logging.INFO, logger="cutlass_ext.dispatch"):
         for shape in ((8192, 8192, 8192), (4096, 4096, 4096), (8192, 8192, 8192)):
             gemm.plan(H200, "tf32tf32", *shape)
-            fp8.plan(H200, "e4m3", "e4m3", "bf16", "fast", shape[0] // 512, shape[1], shape[2])  # from h100.csv
+            fp8.plan(H200, "e4m3", "e4m3", "bf16", "fast", shape[0] // 512, shape[1], shape[2])
+            grouped_plan(H200, "e4m3", "e4m3", "bf16", 128, 64, 4096, 7168, 8)  # no grouped rows of its own: h100.csv
     for table in ("h200.csv", "h100.csv"):
         assert len([r for r in caplog.records if table in r.getMessage()]) == 1, table
 
