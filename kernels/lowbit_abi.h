@@ -17,8 +17,9 @@ typedef struct {
 
 // D = A·B by the chunked FMAq chain for `batch` problems; A (m, k), B (k, n), D (m, n), every stride in elements
 // (any sign-free layout: transposed, strided, batch stride 0 for a shared operand). blocked: null, or an int32
-// (batch, m, n) dense output holding, per element, the last chunk whose second-level add overflowed (−1 if
-// none), which the recursive STE's backward reads.
+// (batch, m, n) dense output holding, per element, the chain's record for the recursive STE's backward
+// (lowbit_grad.cuh, ChainRecord): the last chunk whose second-level add overflowed and the last chunk with a
+// first-level overflow, where the backward must recompute the chain.
 typedef struct {
   int64_t m, n, k, batch;
   const float* a;

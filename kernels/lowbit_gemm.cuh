@@ -34,14 +34,21 @@ __device__ __forceinline__ void load_fragment(float (&out)[kCount], const float*
   }
 }
 
-// The turnstile between the gradient kernel's CTAs: a counter read with acquire, written with release (GPU scope).
-__device__ __forceinline__ int32_t load_acquire(const int32_t* flag) {
+// The turnstile between the gradient kernel's CTAs: a counter written with release and read with acquire (GPU
+// scope). A waiting thread polls it relaxed and acquires once: an acquire load invalidates the SM's L1, and a
+// fence would also wait for the thread's loads still in flight (the next step's operands).
+__device__ __forceinline__ void wait_above(const int32_t* flag, int32_t value) {
 #if defined(__CUDA_ARCH__)
-  int32_t value;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(flag) : "memory");
-  return value;
+  int32_t seen;
+  for (;;) {
+    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(flag) : "memory");
+    if (seen > value) break;
+    __nanosleep(100);
+  }
+  // reads the value seen or a later one, each written with release after the sums it counts
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(flag) : "memory");
 #else
-  return __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+  while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) <= value) __nanosleep(100);
 #endif
 }
 
@@ -76,9 +83,10 @@ struct LowbitGemm {
   static constexpr int kGradColumns = 128 / kWindow < 2 ? 2 : 128 / kWindow;
   static constexpr int kGradTerms = kGradColumns * kWindow;
   static constexpr int kSums = (kGradTerms + kGradThreads - 1) / kGradThreads;  // dB sums per thread and step
-  // A row of `terms` is 4 words past a multiple of 32: 16-byte stores of consecutive rows fall in distinct bank
-  // quads, and a warp's sums read one row's consecutive words.
-  static constexpr int kGradPitch = kSums * kGradThreads + 4;
+  // A row of `terms` is 4 words past a multiple of 32 where threads store 16 bytes (their rows' stores fall in
+  // distinct bank quads), 2 words past where they store 8 or 4 (distinct bank pairs; with 4 words, 4-way bank
+  // conflicts); a warp's sums read one row's consecutive words.
+  static constexpr int grad_pitch(int pairs) { return kSums * kGradThreads + (pairs % 4 == 0 ? 4 : 2); }
   static constexpr int kWindowSize = kWindow;
   static_assert(kBlockM % kThreadM == 0 && kBlockN % kThreadN == 0, "thread tile must divide the block tile");
   static_assert(kBlockM * kBlockK % kThreads == 0 && kBlockK * kBlockN % kThreads == 0, "tile loads must divide");
@@ -151,13 +159,16 @@ struct LowbitGemm {
     }
   };
 
-  // The chain state of a thread's outputs: S of the current chunk, T of the chunks before it.
+  // The chain state of a thread's outputs: S of the current chunk, T of the chunks before it; for the recursive
+  // STE (kBlocked) each output's last second-level overflow and the thread's last chunk with a first-level one
+  // (ChainRecord: one flag for all the thread's outputs costs one predicate operation per FMAq).
   template <bool kUnderflow, bool kFast, bool kBlocked>
   struct Accumulators {
     float chunk_sum[kThreadM][kThreadN];
     float total[kThreadM][kThreadN];
     int32_t blocked[kThreadM][kThreadN];
-    int32_t chunk_index;
+    int32_t chunk_index, last_failed;
+    bool failed;  // a first-level step of the current chunk overflowed
 
     __device__ void clear() {
 #pragma unroll
@@ -169,9 +180,22 @@ struct LowbitGemm {
           blocked[i][j] = -1;
         }
       chunk_index = 0;
+      last_failed = -1;
+      failed = false;
     }
 
-    // T <- Q_acc(T + S_c) (seed 002 Fig. 1 right, second level); the recursive STE remembers the last overflow.
+    // S <- FMAq(x, w, S) of output (i, j)
+    __device__ void step(const Format& format, int i, int j, float x, float w) {
+      if constexpr (kBlocked) {
+        const float sum = format.add_product<kUnderflow, kFast>(mul_rn(x, w), chunk_sum[i][j]);
+        failed = failed || !format.passes_overflow(sum);
+        chunk_sum[i][j] = format.q_acc<kUnderflow, kFast>(sum);
+      } else {
+        chunk_sum[i][j] = format.fmaq<kUnderflow, kFast>(x, w, chunk_sum[i][j]);
+      }
+    }
+
+    // T <- Q_acc(T + S_c) (seed 002 Fig. 1 right, second level); the recursive STE remembers the last overflows.
     __device__ void combine(const Format& format) {
 #pragma unroll
       for (int i = 0; i < kThreadM; ++i)
@@ -182,6 +206,8 @@ struct LowbitGemm {
           total[i][j] = format.q_acc<kUnderflow, kFast>(sum);
           chunk_sum[i][j] = 0.0f;
         }
+      if (kBlocked && failed) last_failed = chunk_index;
+      failed = false;
       ++chunk_index;
     }
   };
@@ -220,8 +246,7 @@ struct LowbitGemm {
           for (int i = 0; i < kThreadM; ++i)
 #pragma unroll
             for (int j = 0; j < kThreadN; ++j)
-              acc.chunk_sum[i][j] =
-                  format.fmaq<kUnderflow, kFast>(a_fragment[i], b_fragment[j], acc.chunk_sum[i][j]);
+              acc.step(format, i, j, a_fragment[i], b_fragment[j]);
         }
         if (position == chunk) {
           position = 0;
@@ -241,6 +266,7 @@ struct LowbitGemm {
     if (position > 0) acc.combine(format);  // the short last chunk
 
     float* d = args.d + batch * args.d_batch_stride;
+    const bool packed = ChainRecord::packed(args.k, chunk);
 #pragma unroll
     for (int i = 0; i < kThreadM; ++i)
 #pragma unroll
@@ -248,7 +274,9 @@ struct LowbitGemm {
         const int64_t m = tiles.m0 + thread_m + i, n = tiles.n0 + thread_n + j;
         if (m < args.m && n < args.n) {
           d[m * args.d_row_stride + n * args.d_column_stride] = add_rn(acc.total[i][j], 0.0f);  // −0 -> +0
-          if (kBlocked) args.blocked[(batch * args.m + m) * args.n + n] = acc.blocked[i][j];
+          if (kBlocked)
+            args.blocked[(batch * args.m + m) * args.n + n] =
+                ChainRecord::encode(acc.blocked[i][j], acc.last_failed, packed);
         }
       }
   }
@@ -263,9 +291,11 @@ struct LowbitGemm {
   __device__ static void grads(const cutlass_ext_lowbit_grads_args& args) {
     __shared__ __align__(16) float w_tile[kGradColumns][kWindow];
     __shared__ float g_tile[kGradColumns][kGradThreads + 1];
+    using Thread = GradRowWindow<kWindow, kSte, kUnderflow, kFast, kSpan>;
+    constexpr int kGradPitch = grad_pitch(Thread::kPairs);
     __shared__ __align__(16) float terms[kGradThreads][kGradPitch];  // a row's dB terms at i * kGradColumns + c
     constexpr bool kRecursive = kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF;
-    __shared__ uint8_t open_tile[kRecursive ? kGradColumns : 1][kGradThreads];  // GradRowWindow::open_at
+    __shared__ uint8_t open_tile[kRecursive ? kGradColumns : 1][kGradThreads];  // GradRowWindow::open_code
     __shared__ int64_t logical_id;
     if (threadIdx.x == 0) logical_id = atomicAdd(reinterpret_cast<unsigned int*>(args.workspace), 1u);
     __syncthreads();
@@ -278,7 +308,7 @@ struct LowbitGemm {
     const int rows = int(args.m - row0 < kGradThreads ? args.m - row0 : kGradThreads);
     const int64_t row = row0 + threadIdx.x;
     const bool active = threadIdx.x < rows;
-    GradRowWindow<kWindow, kSte, kUnderflow, kFast, kSpan> thread(args, batch, active ? row : row0, window);
+    Thread thread(args, batch, active ? row : row0, window);
     const float* w = args.b + batch * args.b_batch_stride;
     float* db = args.db == nullptr ? nullptr : args.db + batch * args.db_batch_stride;
     const float* g = args.g + batch * args.g_batch_stride;
@@ -286,40 +316,81 @@ struct LowbitGemm {
     const bool g_along_rows = args.g_row_stride == 1 && args.g_column_stride != 1;
     const int32_t* blocked = kRecursive ? args.blocked + batch * args.blocked_batch_stride : nullptr;
 
+    // A thread stages the elements e = threadIdx.x + l·kGradThreads of each step's tiles: (c, i) of B's window,
+    // (r, c) of G. Where the thread count is a multiple of the tile's inner extent, an element's address is the
+    // first one's plus l strides: a step's loads cost an add each, not a 64-bit index computation.
     constexpr int kLoads = (kGradTerms + kGradThreads - 1) / kGradThreads;
+    auto w_coord = [&](int l, int& c, int& i) {
+      const int e = threadIdx.x + l * kGradThreads;
+      c = along_k ? e / kWindow : e % kGradColumns;
+      i = along_k ? e % kWindow : e / kGradColumns;
+    };
+    auto w_offset = [&](int l) {  // from B[k0, c0]
+      int c, i;
+      w_coord(l, c, i);
+      return i * args.b_row_stride + c * args.b_column_stride;
+    };
+    // where linear, element l is element 0 plus l times a stride the CTA shares (held in uniform registers)
+    constexpr bool kLinearW = kGradThreads % kWindow == 0 && kGradThreads % kGradColumns == 0;
+    const int64_t w_stride = along_k ? kGradThreads / kWindow * args.b_column_stride
+                                     : kGradThreads / kGradColumns * args.b_row_stride;
+    const float* const w_window = w + thread.k0 * args.b_row_stride;
     float w_next[kLoads];
     auto load_w = [&](int64_t c0) {
+      const int64_t left = args.n - c0;
+      const float* source = w_window + c0 * args.b_column_stride;
+      const int64_t w_first = w_offset(0);
 #pragma unroll
       for (int l = 0; l < kLoads; ++l) {
-        const int e = threadIdx.x + l * kGradThreads;
-        const int c = along_k ? e / kWindow : e % kGradColumns;
-        const int i = along_k ? e % kWindow : e / kGradColumns;
-        const bool inside = e < kGradTerms && c0 + c < args.n && i < thread.width;
-        w_next[l] = inside ? __ldg(w + (thread.k0 + i) * args.b_row_stride + (c0 + c) * args.b_column_stride) : 0.0f;
+        int c, i;
+        w_coord(l, c, i);
+        const bool inside = threadIdx.x + l * kGradThreads < kGradTerms && c < left && i < thread.width;
+        w_next[l] = inside ? __ldg(source + (kLinearW ? w_first + l * w_stride : w_offset(l))) : 0.0f;
       }
     };
     // G of the step's columns for the CTA's rows, read one step ahead as B's window is (zeros outside), and for
     // the recursive STE where the second level lets the gradient through (read from the forward's `blocked`
-    // once per output and window, not once per thread and column as the chains need it).
+    // once per output and window, not once per thread and column as the chains need it; decoded when staged, a
+    // step after the load, so no thread waits for it).
     constexpr int kGLoads = kGradColumns;
     float g_next[kGLoads];
-    uint8_t open_next[kRecursive ? kGLoads : 1];
+    int32_t record_next[kRecursive ? kGLoads : 1];
     auto g_index = [&](int l, int& r, int& c) {
       const int e = threadIdx.x + l * kGradThreads;
       r = g_along_rows ? e % kGradThreads : e / kGradColumns;
       c = g_along_rows ? e / kGradThreads : e % kGradColumns;
     };
+    constexpr bool kLinearG = kGradThreads % kGradColumns == 0;
+    auto g_offset = [&](int l, int64_t row_stride, int64_t column_stride) {  // from G[row0, c0]
+      int r, c;
+      g_index(l, r, c);
+      return r * row_stride + c * column_stride;
+    };
+    const int64_t g_stride = g_along_rows ? args.g_column_stride : kGradThreads / kGradColumns * args.g_row_stride;
+    const int64_t record_stride = !kRecursive      ? 0
+                                  : g_along_rows ? args.blocked_column_stride
+                                                 : kGradThreads / kGradColumns * args.blocked_row_stride;
+    const float* const g_rows = g + row0 * args.g_row_stride;
+    const int32_t* const record_rows = kRecursive ? blocked + row0 * args.blocked_row_stride : nullptr;
     auto load_g = [&](int64_t c0) {
+      const int64_t left = args.n - c0;
+      const float* source = g_rows + c0 * args.g_column_stride;
+      const int32_t* records = kRecursive ? record_rows + c0 * args.blocked_column_stride : nullptr;
+      const int64_t g_first = g_offset(0, args.g_row_stride, args.g_column_stride);
+      const int64_t record_first = kRecursive ? g_offset(0, args.blocked_row_stride, args.blocked_column_stride) : 0;
 #pragma unroll
       for (int l = 0; l < kGLoads; ++l) {
         int r, c;
         g_index(l, r, c);
-        const bool inside = r < rows && c0 + c < args.n;
-        g_next[l] = inside ? __ldg(g + (row0 + r) * args.g_row_stride + (c0 + c) * args.g_column_stride) : 0.0f;
+        const bool inside = r < rows && c < left;
+        g_next[l] = inside ? __ldg(source + (kLinearG ? g_first + l * g_stride
+                                                      : g_offset(l, args.g_row_stride, args.g_column_stride)))
+                           : 0.0f;
         if constexpr (kRecursive)
-          open_next[l] = uint8_t(thread.open_at(
-              inside ? __ldg(blocked + (row0 + r) * args.blocked_row_stride + (c0 + c) * args.blocked_column_stride)
-                     : -1));
+          record_next[l] =
+              inside ? __ldg(records + (kLinearG ? record_first + l * record_stride
+                                                 : g_offset(l, args.blocked_row_stride, args.blocked_column_stride)))
+                     : ChainRecord::encode(-1, -1, thread.packed);
       }
     };
     // kPairs columns' chains at a time (the last ones alone); the dB terms to this thread's row of `terms`.
@@ -328,10 +399,13 @@ struct LowbitGemm {
       constexpr int kColumns = decltype(columns)::value;
       float g_value[kColumns];
       int open[kColumns];
+      bool chain = !kRecursive;
 #pragma unroll
       for (int j = 0; j < kColumns; ++j) {
         g_value[j] = g_tile[c + j][threadIdx.x];
-        open[j] = kRecursive ? open_tile[c + j][threadIdx.x] : 0;
+        const int code = kRecursive ? open_tile[c + j][threadIdx.x] : 0;
+        open[j] = code & ~thread.kNeedsChain;
+        chain = chain || (code & thread.kNeedsChain) != 0;
       }
       // a step's terms of the kColumns columns in one 8- or 16-byte store where aligned (c is a multiple of them)
       auto db_sink = [&](int i, const float (&db_terms)[kColumns]) {
@@ -346,13 +420,27 @@ struct LowbitGemm {
         }
       };
       auto w_at = [&](int j, int i) { return w_tile[c + j][i]; };  // a broadcast
-      thread.template columns<decltype(full)::value, kColumns>(c_global, w_at, g_value, open, db_sink);
+      thread.template columns<decltype(full)::value, kColumns>(c_global, w_at, g_value, open, chain, db_sink);
     };
     auto columns_of_step = [&](auto full, int64_t c0, int count) {
       int c = 0;
       for (; c + kPairs <= count; c += kPairs) run_columns(full, std::integral_constant<int, kPairs>{}, c, c0 + c);
       for (; c < count; ++c) run_columns(full, std::integral_constant<int, 1>{}, c, c0 + c);
     };
+
+    // The dB sums a thread runs: terms t = threadIdx.x·kSums + u, (c, i) = (t mod kGradColumns, t / kGradColumns).
+    auto sum_coord = [&](int u, int& t, int& c, int& i) {
+      t = threadIdx.x * kSums + u;
+      c = t % kGradColumns;
+      i = t / kGradColumns;
+    };
+    auto sum_offset = [&](int u) {  // from dB[k0, c0]
+      int t, c, i;
+      sum_coord(u, t, c, i);
+      return i * args.db_row_stride + c * args.db_column_stride;
+    };
+    constexpr bool kLinearSums = kGradColumns % kSums == 0;  // a thread's sums: consecutive columns of one k
+    float* const db_window = db == nullptr ? nullptr : db + thread.k0 * args.db_row_stride;
 
     load_w(0);
     load_g(0);
@@ -361,10 +449,9 @@ struct LowbitGemm {
       __syncthreads();  // the previous step's sums have read `terms` and `w_tile`
 #pragma unroll
       for (int l = 0; l < kLoads; ++l) {
-        const int e = threadIdx.x + l * kGradThreads;
-        if (e < kGradTerms) {
-          const int c = along_k ? e / kWindow : e % kGradColumns;
-          const int i = along_k ? e % kWindow : e / kGradColumns;
+        if (threadIdx.x + l * kGradThreads < kGradTerms) {
+          int c, i;
+          w_coord(l, c, i);
           w_tile[c][i] = w_next[l];
         }
       }
@@ -374,7 +461,7 @@ struct LowbitGemm {
         int r, c;
         g_index(l, r, c);
         g_tile[c][r] = g_next[l];
-        if constexpr (kRecursive) open_tile[c][r] = open_next[l];
+        if constexpr (kRecursive) open_tile[c][r] = uint8_t(thread.open_code(record_next[l]));
       }
       __syncthreads();
       if (c0 + kGradColumns < args.n) {
@@ -389,7 +476,7 @@ struct LowbitGemm {
       }
       if (db == nullptr) continue;
       if (row_block > 0 && threadIdx.x == 0) {
-        while (load_acquire(steps_done - 1) <= step) __nanosleep(100);
+        wait_above(steps_done - 1, step);
       }
       __syncthreads();  // the terms are in place and the rows before ours have added theirs
       // a thread's kSums sums are consecutive terms (one 8-byte load per row; along dB's columns they are
@@ -398,12 +485,14 @@ struct LowbitGemm {
       float* out[kSums];
       bool valid[kSums];
       const float* column = &terms[0][threadIdx.x * kSums];
+      float* const db_step = db_window + c0 * args.db_column_stride;
+      const int64_t sum_first = sum_offset(0);
 #pragma unroll
       for (int u = 0; u < kSums; ++u) {
-        const int t = threadIdx.x * kSums + u;
-        const int c = t % kGradColumns, i = t / kGradColumns;
+        int t, c, i;
+        sum_coord(u, t, c, i);
         valid[u] = t < kGradTerms && c < count && i < thread.width;
-        out[u] = db + (thread.k0 + i) * args.db_row_stride + (c0 + c) * args.db_column_stride;
+        out[u] = db_step + (kLinearSums ? sum_first + u * args.db_column_stride : sum_offset(u));
         sum[u] = valid[u] && row_block > 0 ? __ldcg(out[u]) : 0.0f;
       }
       if (rows == kGradThreads) {  // every row block but a short last one: constant offsets, no bound test

@@ -11,6 +11,25 @@
 namespace cutlass_ext {
 namespace lowbit {
 
+// The forward's record of one output for the recursive STE's backward: L2, the last chunk whose second-level add
+// overflowed, and L1, the last chunk holding a first-level step that overflowed (−1: none). The forward may record
+// a later L1 than the output's own (it keeps one for all of a thread's outputs): the backward then recomputes more
+// chains, with the same result. Where a chain has at most kMaxPackedChunks chunks both fit one int32 (L1 + 1 in the
+// high 16 bits, L2 + 1 in the low); a longer chain's record is L2 alone, and L1 unknown.
+struct ChainRecord {
+  static constexpr int64_t kMaxPackedChunks = 65534;
+  LOWBIT_HD static bool packed(int64_t k, int64_t chunk) { return (k + chunk - 1) / chunk <= kMaxPackedChunks; }
+  LOWBIT_HD static int32_t encode(int32_t last_blocked, int32_t last_failed, bool packed) {
+    return packed ? int32_t((uint32_t(last_failed + 1) << 16) | uint32_t(last_blocked + 1)) : last_blocked;
+  }
+  LOWBIT_HD static int32_t last_blocked(int32_t record, bool packed) {
+    return packed ? int32_t(uint32_t(record) & 0xffffu) - 1 : record;
+  }
+  LOWBIT_HD static int64_t last_failed(int32_t record, bool packed) {
+    return packed ? int64_t(uint32_t(record) >> 16) - 1 : INT64_MAX;
+  }
+};
+
 // Where a gradient window of kWindow steps lies in the chunks: across chunk boundaries, inside one longer chunk
 // (the chunk a multiple of the window), or exactly one chunk.
 constexpr int kSpanAcross = 0, kSpanInChunk = 1, kSpanChunk = 2;
@@ -37,6 +56,8 @@ struct GradRowWindow {
   const cutlass_ext_lowbit_grads_args& args;
   Format format;
   int64_t chunk, k0, first, chain_end;
+  int64_t first_chunk;  // first / chunk
+  bool packed;          // ChainRecord::packed: the record holds L1
   int width;
   const float* x;  // A[r, ·]
   const float* w;  // B of this batch
@@ -49,7 +70,9 @@ struct GradRowWindow {
     width = int(args.k - k0 < kWindow ? args.k - k0 : kWindow);
     x = args.a + batch * args.a_batch_stride + row * args.a_row_stride;
     w = args.b + batch * args.b_batch_stride;
-    first = k0 / chunk * chunk;                                        // start of k0's chunk
+    first_chunk = k0 / chunk;
+    first = first_chunk * chunk;  // start of k0's chunk
+    packed = ChainRecord::packed(args.k, chunk);
     const int64_t tail_end = ((k0 + width - 1) / chunk + 1) * chunk;  // end of the last k's chunk
     chain_end = tail_end < args.k ? tail_end : args.k;
     int64_t position = k0 - first;
@@ -69,13 +92,74 @@ struct GradRowWindow {
     return open_from < 0 ? 0 : open_from > kWindow ? kWindow : int(open_from);
   }
 
+  // open_at of an output's ChainRecord, with kNeedsChain set where its chain must be recomputed to know which
+  // steps pass: some step of the chunks the window's recomputation covers (k0's chunk on) may have overflowed,
+  // and the second level lets some step of the window through. Else the steps from open_at on pass.
+  static constexpr int kNeedsChain = 0x80;
+  static_assert(kWindow < kNeedsChain, "open_at and kNeedsChain share a byte");
+  LOWBIT_HD int open_code(int32_t record) const {
+    const int open = open_at(ChainRecord::last_blocked(record, packed));
+    const bool needs_chain = open < kWindow && ChainRecord::last_failed(record, packed) >= first_chunk;
+    return open | (needs_chain ? kNeedsChain : 0);
+  }
+
   // kFull: the window holds kWindow steps (every window but a short last one), so no step needs a bound check.
   // w_at(j, i): B[k0 + i, c + j] (0 past the window's width). g_value: G[r, c + j]. open: open_at of output
-  // (r, c + j) (recursive STE only). db_sink(i, terms): the dB terms of columns c .. c + kColumns − 1 at k0 + i
-  // (+0.0 where masked), for i < width.
+  // (r, c + j) (recursive STE only, open_code without kNeedsChain). chain: recompute the chains (the recursive
+  // STE without it: no column's open_code had kNeedsChain, so the steps from open on pass). db_sink(i, terms):
+  // the dB terms of columns c .. c + kColumns − 1 at k0 + i (+0.0 where masked), for i < width.
   template <bool kFull, int kColumns, class WAt, class DbSink>
   LOWBIT_HD void columns(int64_t c, WAt&& w_at, const float (&g_value)[kColumns], const int (&open)[kColumns],
-                         DbSink&& db_sink) {
+                         bool chain, DbSink&& db_sink) {
+    // A step's terms: G·B[k, c] into dA (skipped where masked) and G·A[r, k] to the dB sink (+0.0 where masked: a
+    // running sum that starts at +0.0 is never −0.0, so adding +0.0 changes nothing). For fixed i, increasing j.
+    auto emit = [&](int i, const bool (&pass)[kColumns], const float (&w_value)[kColumns]) {
+      float db_terms[kColumns];
+#pragma unroll
+      for (int j = 0; j < kColumns; ++j) {
+        if (pass[j]) dx_window[i] = add_rn(dx_window[i], mul_rn(g_value[j], w_value[j]));
+        db_terms[j] = pass[j] ? mul_rn(g_value[j], x_window[i]) : 0.0f;
+      }
+      db_sink(i, db_terms);
+    };
+    // B's values four steps at a time (one 16-byte shared load per column in the kernel), read before the steps
+    // that use them: few registers held, and no load latency between a step and the next.
+    constexpr int kQuad = kWindow % 4 == 0 ? 4 : 1;
+    auto load_quad = [&](int i, float (&w_quad)[kColumns][kQuad]) {
+#pragma unroll
+      for (int j = 0; j < kColumns; ++j)
+#pragma unroll
+        for (int q = 0; q < kQuad; ++q) w_quad[j][q] = w_at(j, i + q);
+    };
+    // The recursive STE's terms once each step's bit is known (pass_of(i, j)), B's window read again.
+    auto emit_deferred = [&](auto&& pass_of) {
+      float w_quad[kColumns][kQuad];
+#pragma unroll
+      for (int i = 0; i < kWindow; ++i) {
+        if (i % kQuad == 0) load_quad(i, w_quad);
+        if (kFull || i < width) {
+          bool step_passes[kColumns];
+          float w_value[kColumns];
+#pragma unroll
+          for (int j = 0; j < kColumns; ++j) {
+            step_passes[j] = pass_of(i, j);
+            w_value[j] = w_quad[j][i % kQuad];
+          }
+          emit(i, step_passes, w_value);
+        }
+      }
+    };
+    constexpr bool kRecursive = kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF;
+    if (kRecursive && !chain) {
+      bool all_open = true;
+#pragma unroll
+      for (int j = 0; j < kColumns; ++j) all_open = all_open && open[j] == 0;
+      if (all_open)  // the common case: no mask at all
+        emit_deferred([](int, int) { return true; });
+      else
+        emit_deferred([&](int i, int j) { return i >= open[j]; });
+      return;
+    }
     const float* w_column[kColumns];
     float s[kColumns];
 #pragma unroll
@@ -89,18 +173,6 @@ struct GradRowWindow {
         for (int j = 0; j < kColumns; ++j)
           s[j] = format.fmaq<kUnderflow, kFast>(x[k * args.a_column_stride], w_column[j][k * args.b_row_stride], s[j]);
     }
-    // A step's terms: G·B[k, c] into dA (skipped where masked) and G·A[r, k] to the dB sink (+0.0 where masked: a
-    // running sum that starts at +0.0 is never −0.0, so adding +0.0 changes nothing). For fixed i, increasing j.
-    auto emit = [&](int i, const bool (&pass)[kColumns]) {
-      float db_terms[kColumns];
-#pragma unroll
-      for (int j = 0; j < kColumns; ++j) {
-        if (pass[j]) dx_window[i] = add_rn(dx_window[i], mul_rn(g_value[j], w_at(j, i)));
-        db_terms[j] = pass[j] ? mul_rn(g_value[j], x_window[i]) : 0.0f;
-      }
-      db_sink(i, db_terms);
-    };
-    constexpr bool kRecursive = kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF;
     // The immediate STEs emit each step's terms as it runs; the recursive one once the later steps are known.
     // Recursive STE in one chunk: a step passes iff every later step of the chunk and the chunk's later
     // second-level adds pass (seed 002 eq. 11), i.e. iff it comes after the last failing step: from step
@@ -109,19 +181,12 @@ struct GradRowWindow {
     int pass_from[kColumns];
 #pragma unroll
     for (int j = 0; j < kColumns; ++j) pass_from[j] = 0;
-    // B's values four steps at a time (one 16-byte shared load per column in the kernel), read before the steps
-    // that use them: few registers held, and no load latency between a step and the next.
-    constexpr int kQuad = kWindow % 4 == 0 ? 4 : 1;
     float w_quad[kColumns][kQuad];
 #pragma unroll
     for (int i = 0; i < kWindow; ++i) {
-      if (i % kQuad == 0) {
-#pragma unroll
-        for (int j = 0; j < kColumns; ++j)
-#pragma unroll
-          for (int q = 0; q < kQuad; ++q) w_quad[j][q] = w_at(j, i + q);
-      }
+      if (i % kQuad == 0) load_quad(i, w_quad);
       bool step_passes[kColumns];
+      float w_value[kColumns];
 #pragma unroll
       for (int j = 0; j < kColumns; ++j) {
         passes[i][j] = false;
@@ -132,12 +197,13 @@ struct GradRowWindow {
                                 ? passes_diff(step, s[j], args.eps1, args.eps2)
                                 : format.passes_overflow(step.sum);
           step_passes[j] = pass;
+          w_value[j] = w_quad[j][i % kQuad];
           if (kRecursive && kInChunk && !pass) pass_from[j] = i + 1;
           if (kRecursive && !kInChunk) passes[i][j] = pass;
           s[j] = step.result;
         }
       }
-      if (!kRecursive && (kFull || i < width)) emit(i, step_passes);
+      if (!kRecursive && (kFull || i < width)) emit(i, step_passes, w_value);
     }
     if constexpr (kRecursive) {
 #pragma unroll
@@ -163,15 +229,7 @@ struct GradRowWindow {
           }
         }
       }
-#pragma unroll
-      for (int i = 0; i < kWindow; ++i) {
-        if (kFull || i < width) {
-          bool step_passes[kColumns];
-#pragma unroll
-          for (int j = 0; j < kColumns; ++j) step_passes[j] = kInChunk ? i >= pass_from[j] : passes[i][j];
-          emit(i, step_passes);
-        }
-      }
+      emit_deferred([&](int i, int j) { return kInChunk ? i >= pass_from[j] : passes[i][j]; });
     }
   }
 
@@ -203,12 +261,16 @@ void grads_window_of(const cutlass_ext_lowbit_grads_args& args, int64_t batch, i
       const float* g = args.g + batch * args.g_batch_stride + row * args.g_row_stride;
       float g_value[kColumns];
       int open[kColumns];
+      bool chain = kSte != CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF;
       for (int j = 0; j < kColumns; ++j) {
         g_value[j] = g[(c + j) * args.g_column_stride];
-        open[j] = kSte != CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF
-                      ? 0
-                      : thread.open_at(args.blocked[batch * args.blocked_batch_stride + row * args.blocked_row_stride +
-                                                    (c + j) * args.blocked_column_stride]);
+        const int code = kSte != CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF
+                             ? 0
+                             : thread.open_code(args.blocked[batch * args.blocked_batch_stride +
+                                                             row * args.blocked_row_stride +
+                                                             (c + j) * args.blocked_column_stride]);
+        open[j] = code & ~thread.kNeedsChain;
+        chain = chain || (code & thread.kNeedsChain) != 0;
       }
       auto sink = [&](int i, const float (&terms)[kColumns]) {
         for (int j = 0; j < kColumns && db != nullptr; ++j) {
@@ -218,9 +280,9 @@ void grads_window_of(const cutlass_ext_lowbit_grads_args& args, int64_t batch, i
       };
       auto w_at = [&](int j, int i) { return w_window[j][i]; };
       if (thread.width == kWindow)
-        thread.template columns<true, kColumns>(c, w_at, g_value, open, sink);
+        thread.template columns<true, kColumns>(c, w_at, g_value, open, chain, sink);
       else
-        thread.template columns<false, kColumns>(c, w_at, g_value, open, sink);
+        thread.template columns<false, kColumns>(c, w_at, g_value, open, chain, sink);
     };
     int64_t c = 0;
     constexpr int kPairs = decltype(thread)::kPairs;

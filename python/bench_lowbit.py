@@ -75,6 +75,20 @@ def authors_kernel():
     return module, ""
 
 
+def recomputed_share(a, b, fmt, config) -> float:
+    """The share of (output, chunk) whose chains the recursive STE's backward recomputes, from the forward's
+    record (kernels/lowbit_grad.cuh, ChainRecord): chunks after the last blocked one, up to the last with a
+    first-level overflow (a forward thread records that chunk for all of its outputs)."""
+    chunks = -(-a.shape[1] // fmt.chunk)
+    if chunks > 65534:  # a record of L2 alone: every chunk after it is recomputed
+        return float("nan")
+    fields = kernel._format_fields(fmt)
+    _, record = torch.ops.cutlass_ext.lowbit_forward(a.detach()[None], b.detach()[None], *fields, True, config.name)
+    record = record.long() & 0xFFFFFFFF
+    last_blocked, last_failed = (record & 0xFFFF) - 1, (record >> 16) - 1
+    return float(((last_failed - last_blocked).clamp(min=0) / chunks).mean())
+
+
 def measure_shape(shape, fmt, args, peer) -> list[dict]:
     m, n, k = shape
     flop = 2.0 * m * n * k
@@ -107,7 +121,25 @@ def measure_shape(shape, fmt, args, peer) -> list[dict]:
         for ste in kernel.STES:
             out = kernel.matmul(a, b, fmt, ste, config=config)
             us = time_us(lambda out=out: torch.autograd.grad(out, (a, b), g, retain_graph=True), args.repeats)
-            row(name, f"backward {ste}", us, f"{us / forward_us:.2f}x forward")
+            note = f"{us / forward_us:.2f}x forward"
+            if ste == "recursive-of":
+                note += f"; chains recomputed in {recomputed_share(a, b, fmt, config):.1%} of (output, chunk)"
+            row(name, f"backward {ste}", us, note)
+        # The recursive STE recomputes a chunk's chains only where a first-level sum overflowed in it and the
+        # second level lets its gradient through: its worst case, every chain recomputed, from a record saying so
+        # (the last chunk for the first level, none for the second).
+        chunks = -(-k // fmt.chunk)
+        if chunks <= 65534:
+            record = chunks << 16  # L1 + 1 = chunks, L2 + 1 = 0, as an int32's bits
+            worst = torch.full((1, m, n), record - (1 << 32) * (record >= 1 << 31), dtype=torch.int32, device="cuda")
+            operands = (a.detach()[None], b.detach()[None], g[None], worst, *kernel._format_fields(fmt))
+            us = time_us(
+                lambda operands=operands, c=config: torch.ops.cutlass_ext.lowbit_grads(
+                    *operands, "recursive-of", kernel.DEFAULT_EPS1, kernel.DEFAULT_EPS2, True, True, c.name
+                ),
+                args.repeats,
+            )
+            row(name, "backward recursive-of, every chain", us, f"{us / forward_us:.2f}x forward (its worst case)")
     if flop <= args.emulation_max_flop:
         repeats = 1 if flop > 1e11 else args.repeats
         with torch.no_grad():

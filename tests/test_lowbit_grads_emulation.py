@@ -14,7 +14,7 @@ import torch
 from cutlass_ext import toolchain
 from cutlass_ext.lowbit.format import LowbitFormat
 from cutlass_ext.lowbit.reference import _chunk_sums, _q_acc
-from cutlass_ext.lowbit.ste import grad_reference
+from cutlass_ext.lowbit.ste import _masks, grad_reference
 
 pytestmark = [pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed"), pytest.mark.slow]
 
@@ -155,26 +155,43 @@ def _bits(value: float) -> int:
     return int(np.array(value, dtype=np.float32).view(np.uint32))
 
 
-def _blocked(a: torch.Tensor, b: torch.Tensor, fmt: LowbitFormat) -> torch.Tensor:
-    """The forward's last chunk whose second-level add overflowed, per output (−1: none)."""
+def _record(a: torch.Tensor, b: torch.Tensor, fmt: LowbitFormat, first_level: str) -> torch.Tensor:
+    """The forward's ChainRecord per output (kernels/lowbit_grad.cuh): L2, the last chunk whose second-level add
+    overflowed, and L1, the last chunk with a first-level overflow (−1: none), packed as (L1 + 1) << 16 | (L2 + 1).
+    first_level: "exact" (the output's own L1), "tile" (the latest of its 4x4 tile of outputs, as a forward thread
+    records it) or "unknown" (the last chunk: every chain recomputed, as before the record held L1)."""
     total = torch.zeros(a.shape[0], b.shape[1])
-    blocked = torch.full(total.shape, -1, dtype=torch.int32)
+    last_blocked = torch.full(total.shape, -1, dtype=torch.int64)
     for c, chunk_sum in enumerate(_chunk_sums(a, b.T.contiguous(), fmt, None)):
         v = total + chunk_sum
-        blocked[~(v.abs() < fmt.acc_overflow)] = c
+        last_blocked[~(v.abs() < fmt.acc_overflow)] = c
         total = _q_acc(v.clone(), fmt)
-    return blocked
+    chunks = -(-a.shape[1] // fmt.chunk)
+    step_passes = _masks(a, b, fmt, "immediate-of", torch.tensor(0.0), torch.tensor(0.0))  # (M, N, K): |u| < R_OF
+    failing_chunk = torch.where(~step_passes, torch.arange(a.shape[1]) // fmt.chunk, -1)
+    last_failed = failing_chunk.amax(dim=2)
+    if first_level == "tile":
+        tiles = torch.nn.functional.max_pool2d(last_failed[None, None].double(), 4, ceil_mode=True)[0, 0].long()
+        last_failed = tiles.repeat_interleave(4, 0).repeat_interleave(4, 1)[: total.shape[0], : total.shape[1]]
+    elif first_level == "unknown":
+        last_failed = torch.full_like(last_failed, chunks - 1)
+    return (((last_failed + 1) << 16) | (last_blocked + 1)).to(torch.int32)
 
 
 @pytest.mark.parametrize("shape", [(150, 37, 40), (37, 150, 40), (130, 17, 33)])
 def test_cta_logic_equals_the_ste_reference(program, tmp_path, shape):
+    """The recursive STE also with records whose first-level chunk is later than the output's own (a forward
+    thread's, for its 4x4 outputs) or the last (every chain recomputed): the gradients may not depend on it."""
     m, n, k = shape
-    for fmt, ste, transposed in itertools.product(FORMATS, _STE_CODES, (False, True)):
+    cases = [(fmt, ste, transposed, "exact") for fmt, ste, transposed in itertools.product(FORMATS, _STE_CODES, (0, 1))]
+    cases += [(fmt, "recursive-of", 1, level) for fmt in FORMATS for level in ("tile", "unknown")]
+    for fmt, ste, transposed, first_level in cases:
         generator = torch.Generator().manual_seed(m + n + k + fmt.chunk)
         a = torch.randn(m, k, generator=generator) * 2.0 ** torch.randint(-6, 6, (m, k), generator=generator)
         b = torch.randn(k, n, generator=generator) * 2.0 ** torch.randint(-6, 6, (k, n), generator=generator)
         g = torch.randn(m, n, generator=generator)
-        for name, t in (("a", a), ("b", b), ("g", g), ("blocked", _blocked(a, b, fmt))):
+        record = _record(a, b, fmt, first_level) if ste == "recursive-of" else torch.zeros(m, n, dtype=torch.int32)
+        for name, t in (("a", a), ("b", b), ("g", g), ("blocked", record)):
             t.numpy().tofile(tmp_path / f"{name}.bin")
         thresholds = (fmt.acc_overflow, fmt.acc_underflow, fmt.prod_overflow, fmt.prod_underflow, 1e-12, 1e-3)
         fields = (m, n, k, fmt.chunk, fmt.acc_mask, fmt.prod_mask, *map(_bits, thresholds), int(fmt.underflow))
@@ -183,6 +200,6 @@ def test_cta_logic_equals_the_ste_reference(program, tmp_path, shape):
         da = torch.from_numpy(np.fromfile(tmp_path / "da.bin", dtype=np.float32).reshape(m, k))
         db = torch.from_numpy(np.fromfile(tmp_path / "db.bin", dtype=np.float32).reshape(k, n))
         grad_a, grad_b = grad_reference(a, b, g, fmt, ste)
-        case = f"{fmt.name} {ste} transposed={transposed}"
+        case = f"{fmt.name} {ste} transposed={transposed} first level {first_level}"
         assert torch.equal(da.view(torch.int32), grad_a.view(torch.int32)), case
         assert torch.equal(db.view(torch.int32), grad_b.view(torch.int32)), case

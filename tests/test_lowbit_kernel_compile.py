@@ -60,18 +60,23 @@ void run(const char* dir, long long m, long long n, long long k, const cutlass_e
   for (long long i = 0; i < m; ++i)
     for (long long j = 0; j < n; ++j) {
       float s = 0.0f, t = 0.0f;
-      int32_t last = -1;
+      int32_t last = -1, last_failed = -1;
+      bool failed = false;
       for (long long kk = 0; kk < k; ++kk) {
-        s = format.fmaq<kUf, kFast>(a[i * k + kk], b[kk * n + j], s);
+        const Step step = fmaq_step<kUf, kFast>(format, a[i * k + kk], b[kk * n + j], s);
+        failed = failed || !format.passes_overflow(step.sum);
+        s = step.result;
         if ((kk + 1) % f.chunk == 0 || kk + 1 == k) {
           const float v = add_rn(t, s);
           if (!format.passes_overflow(v)) last = int32_t(kk / f.chunk);
+          if (failed) last_failed = int32_t(kk / f.chunk);
+          failed = false;
           t = format.q_acc<kUf, kFast>(v);
           s = 0.0f;
         }
       }
       d[i * n + j] = add_rn(t, 0.0f);
-      blocked[i * n + j] = last;
+      blocked[i * n + j] = ChainRecord::encode(last, last_failed, ChainRecord::packed(k, f.chunk));
     }
   write(dir, "d.bin", d);
   std::vector<float> da(m * k), db(k * n);

@@ -230,8 +230,9 @@ def lowbit_forward(
     variant: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, M, K) @ (B, K, N) by the chunked FMAq chain -> (B, M, N) float32, and, with_blocked, the (B, M, N) int32
-    last chunk whose second-level add overflowed (−1: none; the recursive STE's backward reads it). variant: a
-    variant name, or "" for `plan`'s."""
+    record the recursive STE's backward reads (kernels/lowbit_grad.cuh, ChainRecord: the last chunk whose
+    second-level add overflowed, and the last with a first-level overflow, where its chains are recomputed).
+    variant: a variant name, or "" for `plan`'s."""
     batch, m, k = a.shape
     n = b.shape[-1]
     out = a.new_empty((batch, m, n))
