@@ -23,7 +23,7 @@ def _load(tmp_path, document):
 def test_shipped_space_builds_every_config_and_holds_the_default():
     path = ROOT / "configs" / "lowbit.yaml"
     configs = space.load_space(path, yaml.safe_load(path.read_text()))
-    assert len(configs) == len(set(configs)) == 2 * 2 * 2 * 2 * 2
+    assert len(configs) == len(set(configs)) == 3 * 3 * 2 * 2 * 2  # block m, n, k; thread m; window
     assert DEFAULT_CONFIG in configs and all(c.mode == MODE for c in configs)
     assert apply_rules(configs, H100, filters.RULES).survivors == configs
     assert (ROOT / "configs" / yaml.safe_load(path.read_text())["shapes"]).is_file()

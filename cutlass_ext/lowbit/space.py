@@ -3,9 +3,9 @@
 family: lowbit
 modes: [lowbit]          # the family's one mode: forward + backward of the same variant, timed together
 space:
-  block: {m: [64, 128], n: [64, 128], k: [16, 32]}   # a CTA's output tile and k-tile (forward)
-  thread: {m: [4, 8], n: [4]}                         # outputs per thread, their chains run side by side
-  window: [8, 16]                                     # k per gradient thread (backward)
+  block: {m: [32, 64, 128], n: [32, 64, 128], k: [16, 32]}   # a CTA's output tile and k-tile (forward)
+  thread: {m: [4, 8], n: [4]}   # outputs per thread, their chains run side by side
+  window: [8, 16]               # k per gradient thread (backward)
 
 Combinations that LowbitKernelConfig rejects (a thread tile that does not divide the block, more than 1024
 threads, k-tiles the threads cannot load evenly) are left out of the product; the family's filters remove the ones
