@@ -1,8 +1,9 @@
-"""python -m cutlass_ext.explain --gpu "NVIDIA H200" --op gemm|gemm_fp8 --mode MODE --shape MxNxK
+"""python -m cutlass_ext.explain --gpu "NVIDIA H200" --op gemm|gemm_fp8|lowbit [--mode MODE] --shape MxNxK
 
 gemm's modes: the corrected and plain Tensor Core modes, `fp32` (cuBLAS SGEMM) and `int8x<moduli>` (Ozaki II).
 gemm_fp8's modes: `fast` and `promoted` (per-tensor or per-row scales), `block` (DeepSeek-V3's 1x128 / 128x128
 block scales), `grouped` (`grouped_gemm_fp8` with those scales; M is the tokens per expert).
+lowbit: `lowbit.matmul`'s kernel (one variant serves every format, chunk and STE; no --mode).
 
 Prints the kernel variant dispatch would run for one product on a GPU, and where the choice came from (a tuned
 table and its entry, an architecture fallback table, or the architecture's built-in default). Needs no GPU: the
@@ -23,6 +24,7 @@ _SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)(?:x(\d+))?")
 BLOCK_MODE = "block"  # gemm_fp8 with 1x128 activation and 128x128 weight scales
 GROUPED_MODE = "grouped"  # grouped_gemm_fp8 (block scales as above), M: tokens per expert
 FP32_MODE = "fp32"  # gemm through cuBLAS SGEMM
+LOWBIT_OP = "lowbit"  # lowbit.matmul: one mode, the variant serves every format
 
 
 def explain(gpu: str, op: str, mode: str, shape: tuple, arch: str | None = None) -> list[str]:
@@ -31,7 +33,13 @@ def explain(gpu: str, op: str, mode: str, shape: tuple, arch: str | None = None)
     info = device.named(gpu, arch)
     m, n, k = shape[:3]
     groups = shape[3] if len(shape) > 3 else None
-    lines = [f"gpu: {info.name} (sm{info.arch or '?'})", f"problem: {op} {mode} {'x'.join(map(str, shape))}"]
+    problem = " ".join(part for part in (op, mode, "x".join(map(str, shape))) if part)
+    lines = [f"gpu: {info.name} (sm{info.arch or '?'})", f"problem: {problem}"]
+    if op == LOWBIT_OP:
+        from .lowbit.kernel import plan as lowbit_plan
+
+        config, source = lowbit_plan(info, m, n, k)
+        return lines + ["path: lowbit (SIMT)", f"runs: {config.name}", f"source: {source}"]
     if op == "gemm" and mode == FP32_MODE:
         return lines + [
             "path: cuBLAS",
@@ -73,11 +81,10 @@ def _parse_args(argv):
     )
     parser.add_argument("--gpu", required=True, help="the GPU's name as the driver reports it, e.g. 'NVIDIA H200'")
     parser.add_argument("--arch", help="its architecture if the name does not tell (80, 86, 89, 90a)")
-    parser.add_argument("--op", choices=["gemm", "gemm_fp8"], default="gemm")
+    parser.add_argument("--op", choices=["gemm", "gemm_fp8", LOWBIT_OP], default="gemm")
     parser.add_argument(
         "--mode",
-        required=True,
-        help=f"gemm: one of {', '.join(KERNEL_MODES)}, {FP32_MODE} or int8x<moduli>; gemm_fp8: "
+        help=f"required for gemm and gemm_fp8 (lowbit has none); gemm: one of {', '.join(KERNEL_MODES)}, {FP32_MODE} or int8x<moduli>; gemm_fp8: "
         f"{', '.join(ACCUMULATIONS)}, {BLOCK_MODE} or {GROUPED_MODE} (grouped_gemm_fp8, M tokens per expert; e4m3 "
         "inputs, bf16 output)",
     )
@@ -86,7 +93,13 @@ def _parse_args(argv):
     modes = (
         (*KERNEL_MODES, FP32_MODE, "int8x<moduli>") if args.op == "gemm" else (*ACCUMULATIONS, BLOCK_MODE, GROUPED_MODE)
     )
-    if args.op == "gemm" and ozaki.is_mode(args.mode):
+    if args.op == LOWBIT_OP:
+        if args.mode not in (None, LOWBIT_OP):
+            parser.error(f"--mode {args.mode!r}: --op lowbit takes no mode (one variant serves every format)")
+        args.mode = None
+    elif args.mode is None:
+        parser.error(f"--mode is required for --op {args.op}")
+    elif args.op == "gemm" and ozaki.is_mode(args.mode):
         try:
             ozaki.mode_moduli(args.mode)
         except ValueError as error:

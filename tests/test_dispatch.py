@@ -16,6 +16,8 @@ from cutlass_ext import device, explain, families, fp8, registry, tuned
 from cutlass_ext.families.sm90.config import DEFAULTS as DEFAULT_SPLIT
 from cutlass_ext.families.sm90.config import Sm90Config
 from cutlass_ext.fp8_block.api import dense_plan, grouped_plan
+from cutlass_ext.lowbit.kernel import DEFAULT_CONFIG as LOWBIT_DEFAULT
+from cutlass_ext.lowbit.kernel import MODE as LOWBIT_MODE
 from cutlass_ext.ozaki import OzakiConfig
 from sweeps import sweep as sweep_module
 
@@ -157,6 +159,18 @@ def test_explain_names_the_cublas_and_ozaki_paths(capsys):
     with pytest.raises(SystemExit):
         explain.main(["--gpu", "NVIDIA H200", "--mode", "int8x2", "--shape", "64x64x64"])
     assert "int8x2" in capsys.readouterr().err
+
+
+def test_explain_names_the_lowbit_variant(capsys):
+    assert explain.main(["--gpu", "NVIDIA H200", "--op", "lowbit", "--shape", "4096x4096x4096"]) == 0
+    out = capsys.readouterr().out
+    entry = tuned.lookup("NVIDIA H200", LOWBIT_MODE, 4096, 4096, 4096)
+    assert entry is not None and f"runs: {entry.name}" in out and "h200.csv" in out
+    assert explain.main(["--gpu", "NVIDIA A100-SXM4-80GB", "--op", "lowbit", "--shape", "64x64x64"]) == 0
+    assert f"runs: {LOWBIT_DEFAULT.name}" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        explain.main(["--gpu", "NVIDIA H200", "--op", "lowbit", "--mode", "fast", "--shape", "64x64x64"])
+    assert "--mode" in capsys.readouterr().err
 
 
 def test_explain_rejects_bad_arguments(capsys):
