@@ -84,9 +84,9 @@ def _parse_args(argv):
     parser.add_argument("--op", choices=["gemm", "gemm_fp8", LOWBIT_OP], default="gemm")
     parser.add_argument(
         "--mode",
-        help=f"required for gemm and gemm_fp8 (lowbit has none); gemm: one of {', '.join(KERNEL_MODES)}, {FP32_MODE} or int8x<moduli>; gemm_fp8: "
-        f"{', '.join(ACCUMULATIONS)}, {BLOCK_MODE} or {GROUPED_MODE} (grouped_gemm_fp8, M tokens per expert; e4m3 "
-        "inputs, bf16 output)",
+        help="required for gemm and gemm_fp8 (lowbit has none); gemm: one of "
+        f"{', '.join(KERNEL_MODES)}, {FP32_MODE} or int8x<moduli>; gemm_fp8: {', '.join(ACCUMULATIONS)}, "
+        f"{BLOCK_MODE} or {GROUPED_MODE} (grouped_gemm_fp8, M tokens per expert; e4m3 inputs, bf16 output)",
     )
     parser.add_argument("--shape", required=True, help="MxNxK, e.g. 8192x8192x8192 (grouped: MxNxKxEXPERTS)")
     args = parser.parse_args(argv)
