@@ -13,6 +13,7 @@ import sys
 from . import families, fp8, fp8_block
 from .build import build_libraries, load_binding
 from .gemm import KERNEL_MODES, dispatch_configs
+from .lowbit.kernel import dispatch_configs as lowbit_dispatch_configs
 from .toolchain import device_arch
 
 
@@ -24,9 +25,9 @@ def _parse_args(argv):
         "--modes",
         nargs="+",
         default=list(KERNEL_MODES),
-        choices=list(KERNEL_MODES) + ["fp8_fast", "fp8_promoted", "fp8_block"],
+        choices=list(KERNEL_MODES) + ["fp8_fast", "fp8_promoted", "fp8_block", "lowbit"],
         help="modes whose defaults and tuned winners to build (FP8: e4m3 inputs, bf16 output; fp8_block: "
-        "DeepSeek-V3's block scales, dense kernels)",
+        "DeepSeek-V3's block scales, dense kernels; lowbit: the low-bit-accumulator GEMM)",
     )
     parser.add_argument(
         "--names",
@@ -41,10 +42,12 @@ def _parse_args(argv):
 
 def prebuild_configs(modes: list[str]) -> list:
     """What `--prebuild` builds for these modes, each variant once: `gemm`'s dispatch variants (the tuned tables'
-    FP8 winners among them) and `gemm_fp8`'s defaults."""
+    FP8 winners among them), `gemm_fp8`'s defaults, the block-scaled and the low-bit GEMM's variants."""
     accums = [mode.removeprefix("fp8_") for mode in modes if mode in ("fp8_fast", "fp8_promoted")]
     block = fp8_block.dispatch_configs() if "fp8_block" in modes else []
-    return list(dict.fromkeys(dispatch_configs(modes) + (fp8.dispatch_configs(accums) if accums else []) + block))
+    low_bit = lowbit_dispatch_configs() if "lowbit" in modes else []
+    fp8_configs = fp8.dispatch_configs(accums) if accums else []
+    return list(dict.fromkeys(dispatch_configs(modes) + fp8_configs + block + low_bit))
 
 
 def main(argv=None) -> int:

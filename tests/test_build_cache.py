@@ -173,6 +173,16 @@ def test_prebuild_builds_each_fp8_variant_once():
     assert {c.family for c in configs} == {"sm90_fp8"}
 
 
+def test_prebuild_lowbit_builds_the_default_and_the_shipped_winners():
+    from cutlass_ext import tuned
+    from cutlass_ext.lowbit.kernel import DEFAULT_CONFIG, LowbitKernelConfig
+
+    configs = prebuild.prebuild_configs(["lowbit"])
+    shipped = {c for c in tuned.shipped_configs() if isinstance(c, LowbitKernelConfig)}
+    assert shipped and set(configs) == shipped | {DEFAULT_CONFIG}
+    assert len(configs) == len(set(configs)) and {c.family for c in configs} == {"lowbit"}
+
+
 def test_prebuild_by_names_builds_those_variants_for_each_arch_they_run_on(cache_dir, stub_compiler):
     fp8 = "fp8_e4m3e4m3_bf16_128x176x128_c2x1_pp_fast"
     argv = ["--prebuild", "--no-binding", "--arch", "80", "--arch", "90a", "--names", CONFIG.name, fp8, fp8]

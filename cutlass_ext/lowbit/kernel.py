@@ -105,6 +105,13 @@ def plan(gpu, m: int, n: int, k: int) -> tuple[LowbitKernelConfig, str]:
     return config, source
 
 
+def dispatch_configs() -> list[LowbitKernelConfig]:
+    """The variants `matmul` may run (what `python -m cutlass_ext.build --prebuild --modes lowbit` builds): the
+    default and the shipped tuned tables' winners."""
+    shipped = [c for c in tuned.shipped_configs() if isinstance(c, LowbitKernelConfig)]
+    return list(dict.fromkeys([DEFAULT_CONFIG, *shipped]))
+
+
 def render_instance(config: LowbitKernelConfig) -> str:
     """The variant's launchers in the family's translation unit (kernels/lowbit_gemm_instance.in)."""
     (block_m, block_n, block_k), (thread_m, thread_n) = config.block, config.thread
@@ -416,4 +423,13 @@ def matmul(
     return out.reshape(*batch, m, n)
 
 
-__all__ = ["DEFAULT_CONFIG", "MODE", "STES", "LowbitKernelConfig", "matmul", "plan", "render_instance"]
+__all__ = [
+    "DEFAULT_CONFIG",
+    "MODE",
+    "STES",
+    "LowbitKernelConfig",
+    "dispatch_configs",
+    "matmul",
+    "plan",
+    "render_instance",
+]
