@@ -1,4 +1,5 @@
-"""Low-bit-accumulator GEMM (seed 002) speed: our kernel's forward and each STE's backward beside the plain PyTorch
+"""Low-bit-accumulator GEMM (seed 002) speed: our kernel's forward and each STE's backward (the variant dispatch
+runs for the shape: `cutlass_ext` rows, their `variant` column; `--variants` adds others) beside the plain PyTorch
 chunked emulation (`lowbit.reference` on the GPU) and, where `peers/lba_fc` holds the authors' torch extension
 (github itayhubara/qlora, branch lba, folder lba_fc), their kernel; one run, one device.
 
@@ -25,7 +26,7 @@ import pandas as pd
 import torch
 from bench_gemm import parse_shape  # python/ is on sys.path when a script here runs
 
-from cutlass_ext import benchmark
+from cutlass_ext import benchmark, registry
 from cutlass_ext.lowbit import kernel
 from cutlass_ext.lowbit.format import LowbitFormat
 from cutlass_ext.lowbit.reference import lowbit_matmul_fmt
@@ -98,7 +99,7 @@ def measure_shape(shape, fmt, args, peer) -> list[dict]:
     g = torch.randn(m, n, generator=generator, device="cuda")
     rows = []
 
-    def row(contender, direction, us, note=""):
+    def row(contender, direction, us, note="", variant=None):
         rows.append(
             {
                 "m": m,
@@ -106,6 +107,7 @@ def measure_shape(shape, fmt, args, peer) -> list[dict]:
                 "k": k,
                 "format": fmt.name,
                 "contender": contender,
+                "variant": variant,
                 "direction": direction,
                 "time_us": round(us, 2) if us else None,
                 "tflops_equiv": round(flop / us / 1e6, 4) if us else None,
@@ -113,18 +115,20 @@ def measure_shape(shape, fmt, args, peer) -> list[dict]:
             }
         )
 
-    for config in [kernel.DEFAULT_CONFIG, *args.variants]:
-        name = f"cutlass_ext {config.name}"
+    # ours as dispatch runs it (this GPU's tuned entry for the shape, else the default), then any named variants
+    planned = kernel.plan(registry.device_info(torch.cuda.current_device()), m, n, k)[0]
+    for config in dict.fromkeys([planned, *args.variants]):
+        name = "cutlass_ext" if config == planned else f"cutlass_ext {config.name}"
         with torch.no_grad():
             forward_us = time_us(lambda config=config: kernel.matmul(a, b, fmt, config=config), args.repeats)
-        row(name, "forward", forward_us)
+        row(name, "forward", forward_us, variant=config.name)
         for ste in kernel.STES:
             out = kernel.matmul(a, b, fmt, ste, config=config)
             us = time_us(lambda out=out: torch.autograd.grad(out, (a, b), g, retain_graph=True), args.repeats)
             note = f"{us / forward_us:.2f}x forward"
             if ste == "recursive-of":
                 note += f"; chains recomputed in {recomputed_share(a, b, fmt, config):.1%} of (output, chunk)"
-            row(name, f"backward {ste}", us, note)
+            row(name, f"backward {ste}", us, note, config.name)
         # The recursive STE recomputes a chunk's chains only where a first-level sum overflowed in it and the
         # second level lets its gradient through: its worst case, every chain recomputed, from a record saying so
         # (the last chunk for the first level, none for the second).
@@ -139,7 +143,13 @@ def measure_shape(shape, fmt, args, peer) -> list[dict]:
                 ),
                 args.repeats,
             )
-            row(name, "backward recursive-of, every chain", us, f"{us / forward_us:.2f}x forward (its worst case)")
+            row(
+                name,
+                "backward recursive-of, every chain",
+                us,
+                f"{us / forward_us:.2f}x forward (its worst case)",
+                config.name,
+            )
     if flop <= args.emulation_max_flop:
         repeats = 1 if flop > 1e11 else args.repeats
         with torch.no_grad():
@@ -178,10 +188,9 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
 
     frame = frame.dropna(subset=["tflops_equiv"]).copy()
     frame["shape"] = frame.apply(lambda r: f"{r.m}x{r.n}x{r.k}", axis=1)
-    variants = frame.contender[frame.contender.str.startswith("cutlass_ext")].unique()
-    # one variant of ours: its name goes in the title; several (--variants): each keeps its name in the legend
-    ours = frame.contender.str.replace(r"^cutlass_ext \S+", "cutlass_ext", regex=True) if len(variants) == 1 else None
-    frame["series"] = (frame.contender if ours is None else ours) + " " + frame.direction
+    frame["series"] = (
+        frame.contender + " " + frame.direction
+    )  # dispatch's rows are `cutlass_ext`, named ones keep names
     formats = list(dict.fromkeys(frame.format))  # one panel per format (underflow on / off), same series colors
     series = list(dict.fromkeys(frame.series))
     figure, axes = plt.subplots(1, len(formats), figsize=(7 * len(formats), 5.5), sharey=True, squeeze=False)
@@ -195,7 +204,8 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
         axis.set_ylabel("TFLOP/s-equivalent (2·M·N·K / time)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
-    named = f" ({variants[0]})" if len(variants) == 1 else ""
+    dispatched = frame.variant[frame.contender == "cutlass_ext"].dropna().unique() if "variant" in frame else []
+    named = f" ({dispatched[0]})" if len(dispatched) == 1 else " (cutlass_ext: the tuned variant per shape)"
     figure.suptitle(f"Low-bit-accumulator GEMM on {frame.gpu.iloc[0]}{named}")
     figure.tight_layout(rect=(0, 0.1, 1, 1))
     plt.savefig(path, dpi=120)
