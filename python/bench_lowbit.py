@@ -188,9 +188,8 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
 
     frame = frame.dropna(subset=["tflops_equiv"]).copy()
     frame["shape"] = frame.apply(lambda r: f"{r.m}x{r.n}x{r.k}", axis=1)
-    frame["series"] = (
-        frame.contender + " " + frame.direction
-    )  # dispatch's rows are `cutlass_ext`, named ones keep names
+    # dispatch's rows are `cutlass_ext` (their variant in its own column), named variants keep their names
+    frame["series"] = frame.contender + " " + frame.direction
     formats = list(dict.fromkeys(frame.format))  # one panel per format (underflow on / off), same series colors
     series = list(dict.fromkeys(frame.series))
     figure, axes = plt.subplots(1, len(formats), figsize=(7 * len(formats), 5.5), sharey=True, squeeze=False)
