@@ -281,14 +281,34 @@ struct LowbitGemm {
       }
   }
 
+  // The immediate STEs' kernels for windows that are not a whole chunk run kCarryWindows consecutive windows per
+  // CTA and carry each chain's partial sum from one window to the next (the chains' sums between windows and the
+  // dA sums of the window not running wait in shared memory): only a group's first window reruns its chunk's
+  // earlier steps. Two windows: the CTA stays under 43 KB of shared memory, five per SM.
+  static constexpr int kCarryWindows = kWindow <= 16 ? 2 : 1;
+  static constexpr bool carries(int ste, int span) {
+    return kCarryWindows > 1 && ste != CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF && span != kSpanChunk;
+  }
+  // Windows per CTA (the launcher's and the kernel's), and the CTAs of a launch.
+  static int grads_group(const cutlass_ext_lowbit_grads_args& args) {
+    return carries(args.ste, window_span(args.format.chunk, kWindow)) ? kCarryWindows : 1;
+  }
+  static int64_t grads_ctas(const cutlass_ext_lowbit_grads_args& args, int group) {
+    const int64_t windows = (args.k + kWindow - 1) / kWindow;
+    return args.batch * ((windows + group - 1) / group) * ((args.m + kGradThreads - 1) / kGradThreads);
+  }
+
   // The CTA of logical index `id` (taken in start order from a counter, so every lower index already runs):
-  // rows [p·kGradThreads, +kGradThreads) of one window of one batch, p = id mod (row blocks). For each step of
-  // kGradColumns columns it stages B's window, each thread recomputes its row's chains for them (dA terms into its
-  // registers, dB terms into shared memory), and then the threads sum the dB terms over the CTA's rows in order,
-  // continuing the sums the CTA of the rows before it left in dB: it waits for that CTA's count of finished steps
-  // (a turnstile, as CUTLASS's serial split-K), so dB[k, j] is the one sequential sum over all rows.
+  // rows [p·kGradThreads, +kGradThreads) of `group` consecutive windows of one batch, p = id mod (row blocks).
+  // For each step of kGradColumns columns and each of its windows it stages B's window, each thread recomputes
+  // its row's chains for them (dA terms into its registers, dB terms into shared memory), and then the threads
+  // sum the dB terms over the CTA's rows in order, continuing the sums the CTA of the rows before it left in dB:
+  // it waits for that CTA's count of finished (step, window)s (a turnstile, as CUTLASS's serial split-K), so
+  // dB[k, j] is the one sequential sum over all rows. With several windows per CTA the chains run on from one
+  // window into the next, and the dA sums of a window wait in shared memory while the others run.
   template <int kSte, bool kUnderflow, bool kFast, int kSpan>
-  __device__ static void grads(const cutlass_ext_lowbit_grads_args& args) {
+  __device__ static void grads(const cutlass_ext_lowbit_grads_args& args, int group) {
+    constexpr bool kCarries = carries(kSte, kSpan);
     __shared__ __align__(16) float w_tile[kGradColumns][kWindow];
     __shared__ float g_tile[kGradColumns][kGradThreads + 1];
     using Thread = GradRowWindow<kWindow, kSte, kUnderflow, kFast, kSpan>;
@@ -296,25 +316,48 @@ struct LowbitGemm {
     __shared__ __align__(16) float terms[kGradThreads][kGradPitch];  // a row's dB terms at i * kGradColumns + c
     constexpr bool kRecursive = kSte == CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF;
     __shared__ uint8_t open_tile[kRecursive ? kGradColumns : 1][kGradThreads];  // GradRowWindow::open_code
+    // a thread's A values and dA sums of the window it is not running (rows a word past kWindow: a bank per
+    // thread), and the chains' partial sums from one window to the next
+    static_assert(!kCarries || kCarryWindows == 2, "one window's values wait in shared memory");
+    __shared__ float dx_tile[kCarries ? kGradThreads : 1][kCarries ? kWindow + 1 : 1];
+    __shared__ float x_tile[kCarries ? kGradThreads : 1][kCarries ? kWindow + 1 : 1];
+    __shared__ float carry_tile[kCarries ? kGradColumns : 1][kGradThreads];
     __shared__ int64_t logical_id;
+    if constexpr (!kCarries) group = 1;
     if (threadIdx.x == 0) logical_id = atomicAdd(reinterpret_cast<unsigned int*>(args.workspace), 1u);
     __syncthreads();
     const int64_t row_blocks = (args.m + kGradThreads - 1) / kGradThreads;
     const int64_t windows = (args.k + kWindow - 1) / kWindow;
-    const int64_t row_block = logical_id % row_blocks, window = logical_id / row_blocks % windows;
-    const int64_t batch = logical_id / row_blocks / windows;
+    const int64_t groups = (windows + group - 1) / group;
+    const int64_t row_block = logical_id % row_blocks, first_window = logical_id / row_blocks % groups * group;
+    const int64_t batch = logical_id / row_blocks / groups;
+    const int group_windows = !kCarries ? 1 : int(windows - first_window < group ? windows - first_window : group);
     int32_t* const steps_done = args.workspace + 1 + logical_id;  // this CTA's; its predecessor's is one before
     const int64_t row0 = row_block * kGradThreads;
     const int rows = int(args.m - row0 < kGradThreads ? args.m - row0 : kGradThreads);
     const int64_t row = row0 + threadIdx.x;
     const bool active = threadIdx.x < rows;
-    Thread thread(args, batch, active ? row : row0, window);
+    // Without carried chains the thread's one window lives across the steps (its dA sums in registers).
+    Thread kept(args, batch, active ? row : row0, first_window);
     const float* w = args.b + batch * args.b_batch_stride;
     float* db = args.db == nullptr ? nullptr : args.db + batch * args.db_batch_stride;
     const float* g = args.g + batch * args.g_batch_stride;
     const bool along_k = args.b_row_stride == 1 && args.b_column_stride != 1;  // B's unit stride runs along k
     const bool g_along_rows = args.g_row_stride == 1 && args.g_column_stride != 1;
     const int32_t* blocked = kRecursive ? args.blocked + batch * args.blocked_batch_stride : nullptr;
+    auto window_width = [&](int v) {
+      const int64_t left = args.k - (first_window + v) * kWindow;
+      return int(left < kWindow ? left : kWindow);
+    };
+    if constexpr (kCarries) {
+      // window 1's A values wait for its first step (window 0's are `kept`'s)
+      const Thread second(args, batch, active ? row : row0, first_window + 1, group_windows > 1);
+#pragma unroll
+      for (int i = 0; i < kWindow; ++i) {
+        dx_tile[threadIdx.x][i] = 0.0f;
+        x_tile[threadIdx.x][i] = second.x_window[i];
+      }
+    }
 
     // A thread stages the elements e = threadIdx.x + l·kGradThreads of each step's tiles: (c, i) of B's window,
     // (r, c) of G. Where the thread count is a multiple of the tile's inner extent, an element's address is the
@@ -334,17 +377,18 @@ struct LowbitGemm {
     constexpr bool kLinearW = kGradThreads % kWindow == 0 && kGradThreads % kGradColumns == 0;
     const int64_t w_stride = along_k ? kGradThreads / kWindow * args.b_column_stride
                                      : kGradThreads / kGradColumns * args.b_row_stride;
-    const float* const w_window = w + thread.k0 * args.b_row_stride;
+    const float* const w_group = w + first_window * kWindow * args.b_row_stride;
     float w_next[kLoads];
-    auto load_w = [&](int64_t c0) {
+    auto load_w = [&](int64_t c0, int v) {
       const int64_t left = args.n - c0;
-      const float* source = w_window + c0 * args.b_column_stride;
+      const int width = kCarries ? window_width(v) : kept.width;
+      const float* source = w_group + v * kWindow * args.b_row_stride + c0 * args.b_column_stride;
       const int64_t w_first = w_offset(0);
 #pragma unroll
       for (int l = 0; l < kLoads; ++l) {
         int c, i;
         w_coord(l, c, i);
-        const bool inside = threadIdx.x + l * kGradThreads < kGradTerms && c < left && i < thread.width;
+        const bool inside = threadIdx.x + l * kGradThreads < kGradTerms && c < left && i < width;
         w_next[l] = inside ? __ldg(source + (kLinearW ? w_first + l * w_stride : w_offset(l))) : 0.0f;
       }
     };
@@ -390,22 +434,24 @@ struct LowbitGemm {
           record_next[l] =
               inside ? __ldg(records + (kLinearG ? record_first + l * record_stride
                                                  : g_offset(l, args.blocked_row_stride, args.blocked_column_stride)))
-                     : ChainRecord::encode(-1, -1, thread.packed);
+                     : ChainRecord::encode(-1, -1, kept.packed);
       }
     };
     // kPairs columns' chains at a time (the last ones alone); the dB terms to this thread's row of `terms`.
-    constexpr int kPairs = decltype(thread)::kPairs;
-    auto run_columns = [&](auto full, auto columns, int c, int64_t c_global) {
+    constexpr int kPairs = Thread::kPairs;
+    auto run_columns = [&](Thread& thread, bool carried, auto full, auto columns, int c, int64_t c_global) {
       constexpr int kColumns = decltype(columns)::value;
       float g_value[kColumns];
       int open[kColumns];
+      float carry[kColumns];
       bool chain = !kRecursive;
 #pragma unroll
       for (int j = 0; j < kColumns; ++j) {
         g_value[j] = g_tile[c + j][threadIdx.x];
         const int code = kRecursive ? open_tile[c + j][threadIdx.x] : 0;
-        open[j] = code & ~thread.kNeedsChain;
-        chain = chain || (code & thread.kNeedsChain) != 0;
+        open[j] = code & ~Thread::kNeedsChain;
+        chain = chain || (code & Thread::kNeedsChain) != 0;
+        carry[j] = kCarries ? carry_tile[c + j][threadIdx.x] : 0.0f;
       }
       // a step's terms of the kColumns columns in one 8- or 16-byte store where aligned (c is a multiple of them)
       auto db_sink = [&](int i, const float (&db_terms)[kColumns]) {
@@ -420,12 +466,18 @@ struct LowbitGemm {
         }
       };
       auto w_at = [&](int j, int i) { return w_tile[c + j][i]; };  // a broadcast
-      thread.template columns<decltype(full)::value, kColumns>(c_global, w_at, g_value, open, chain, db_sink);
+      thread.template columns<decltype(full)::value, kColumns>(c_global, w_at, g_value, open, chain, db_sink,
+                                                               carried, carry);
+      if constexpr (kCarries) {
+#pragma unroll
+        for (int j = 0; j < kColumns; ++j) carry_tile[c + j][threadIdx.x] = carry[j];
+      }
     };
-    auto columns_of_step = [&](auto full, int64_t c0, int count) {
+    auto columns_of_step = [&](Thread& thread, bool carried, auto full, int64_t c0, int count) {
       int c = 0;
-      for (; c + kPairs <= count; c += kPairs) run_columns(full, std::integral_constant<int, kPairs>{}, c, c0 + c);
-      for (; c < count; ++c) run_columns(full, std::integral_constant<int, 1>{}, c, c0 + c);
+      for (; c + kPairs <= count; c += kPairs)
+        run_columns(thread, carried, full, std::integral_constant<int, kPairs>{}, c, c0 + c);
+      for (; c < count; ++c) run_columns(thread, carried, full, std::integral_constant<int, 1>{}, c, c0 + c);
     };
 
     // The dB sums a thread runs: terms t = threadIdx.x·kSums + u, (c, i) = (t mod kGradColumns, t / kGradColumns).
@@ -440,80 +492,133 @@ struct LowbitGemm {
       return i * args.db_row_stride + c * args.db_column_stride;
     };
     constexpr bool kLinearSums = kGradColumns % kSums == 0;  // a thread's sums: consecutive columns of one k
-    float* const db_window = db == nullptr ? nullptr : db + thread.k0 * args.db_row_stride;
+    float* const db_group = db == nullptr ? nullptr : db + first_window * kWindow * args.db_row_stride;
 
-    load_w(0);
+    // kCarries: the dA sums of the window run last (held_window) in registers, the other's in dx_tile
+    float held[kCarries ? kWindow : 1] = {};
+    float held_x[kCarries ? kWindow : 1];
+    int held_window = 0;
+    if constexpr (kCarries) {
+#pragma unroll
+      for (int i = 0; i < kWindow; ++i) held_x[i] = kept.x_window[i];
+    }
+    load_w(0, 0);
     load_g(0);
     int32_t step = 0;
-    for (int64_t c0 = 0; c0 < args.n; c0 += kGradColumns, ++step) {
-      __syncthreads();  // the previous step's sums have read `terms` and `w_tile`
-#pragma unroll
-      for (int l = 0; l < kLoads; ++l) {
-        if (threadIdx.x + l * kGradThreads < kGradTerms) {
-          int c, i;
-          w_coord(l, c, i);
-          w_tile[c][i] = w_next[l];
-        }
-      }
+    for (int64_t c0 = 0; c0 < args.n; c0 += kGradColumns) {
       const int count = int(args.n - c0 < kGradColumns ? args.n - c0 : kGradColumns);
+      for (int v = 0; v < group_windows; ++v, ++step) {
+        __syncthreads();  // the previous step's sums have read `terms` and `w_tile`
 #pragma unroll
-      for (int l = 0; l < kGLoads; ++l) {
-        int r, c;
-        g_index(l, r, c);
-        g_tile[c][r] = g_next[l];
-        if constexpr (kRecursive) open_tile[c][r] = uint8_t(thread.open_code(record_next[l]));
-      }
-      __syncthreads();
-      if (c0 + kGradColumns < args.n) {
-        load_w(c0 + kGradColumns);
-        load_g(c0 + kGradColumns);
-      }
-      if (active) {
-        if (thread.width == kWindow)
-          columns_of_step(std::true_type{}, c0, count);
-        else
-          columns_of_step(std::false_type{}, c0, count);
-      }
-      if (db == nullptr) continue;
-      if (row_block > 0 && threadIdx.x == 0) {
-        wait_above(steps_done - 1, step);
-      }
-      __syncthreads();  // the terms are in place and the rows before ours have added theirs
-      // a thread's kSums sums are consecutive terms (one 8-byte load per row; along dB's columns they are
-      // consecutive addresses of dB) and run side by side
-      float sum[kSums];
-      float* out[kSums];
-      bool valid[kSums];
-      const float* column = &terms[0][threadIdx.x * kSums];
-      float* const db_step = db_window + c0 * args.db_column_stride;
-      const int64_t sum_first = sum_offset(0);
+        for (int l = 0; l < kLoads; ++l) {
+          if (threadIdx.x + l * kGradThreads < kGradTerms) {
+            int c, i;
+            w_coord(l, c, i);
+            w_tile[c][i] = w_next[l];
+          }
+        }
+        if (v == 0) {
 #pragma unroll
-      for (int u = 0; u < kSums; ++u) {
-        int t, c, i;
-        sum_coord(u, t, c, i);
-        valid[u] = t < kGradTerms && c < count && i < thread.width;
-        out[u] = db_step + (kLinearSums ? sum_first + u * args.db_column_stride : sum_offset(u));
-        sum[u] = valid[u] && row_block > 0 ? __ldcg(out[u]) : 0.0f;
-      }
-      if (rows == kGradThreads) {  // every row block but a short last one: constant offsets, no bound test
+          for (int l = 0; l < kGLoads; ++l) {
+            int r, c;
+            g_index(l, r, c);
+            g_tile[c][r] = g_next[l];
+            if constexpr (kRecursive) open_tile[c][r] = uint8_t(kept.open_code(record_next[l]));
+          }
+        }
+        __syncthreads();
+        if (v + 1 < group_windows) {
+          load_w(c0, v + 1);
+        } else if (c0 + kGradColumns < args.n) {
+          load_w(c0 + kGradColumns, 0);
+          load_g(c0 + kGradColumns);
+        }
+        const int width = kCarries ? window_width(v) : kept.width;
+        if (active) {
+          auto run = [&](Thread& thread) {
+            if (width == kWindow)
+              columns_of_step(thread, kCarries && v > 0, std::true_type{}, c0, count);
+            else
+              columns_of_step(thread, kCarries && v > 0, std::false_type{}, c0, count);
+          };
+          if constexpr (kCarries) {
+            // window v's A values and dA sums: those of the previous step, or swapped with the ones waiting in
+            // shared memory
+            Thread thread(args, batch, row, first_window + v, false);
+            float* const waiting_dx = dx_tile[threadIdx.x];
+            float* const waiting_x = x_tile[threadIdx.x];
+            const bool swap = held_window != v;
+#pragma unroll
+            for (int i = 0; i < kWindow; ++i) {
+              thread.dx_window[i] = swap ? waiting_dx[i] : held[i];
+              thread.x_window[i] = swap ? waiting_x[i] : held_x[i];
+              if (swap) {
+                waiting_dx[i] = held[i];
+                waiting_x[i] = held_x[i];
+              }
+            }
+            run(thread);
+#pragma unroll
+            for (int i = 0; i < kWindow; ++i) {
+              held[i] = thread.dx_window[i];
+              held_x[i] = thread.x_window[i];
+            }
+            held_window = v;
+          } else {
+            run(kept);
+          }
+        }
+        if (db == nullptr) continue;
+        if (row_block > 0 && threadIdx.x == 0) {
+          wait_above(steps_done - 1, step);
+        }
+        __syncthreads();  // the terms are in place and the rows before ours have added theirs
+        // a thread's kSums sums are consecutive terms (one 8-byte load per row; along dB's columns they are
+        // consecutive addresses of dB) and run side by side
+        float sum[kSums];
+        float* out[kSums];
+        bool valid[kSums];
+        const float* column = &terms[0][threadIdx.x * kSums];
+        float* const db_step = db_group + v * kWindow * args.db_row_stride + c0 * args.db_column_stride;
+        const int64_t sum_first = sum_offset(0);
+#pragma unroll
+        for (int u = 0; u < kSums; ++u) {
+          int t, c, i;
+          sum_coord(u, t, c, i);
+          valid[u] = t < kGradTerms && c < count && i < width;
+          out[u] = db_step + (kLinearSums ? sum_first + u * args.db_column_stride : sum_offset(u));
+          sum[u] = valid[u] && row_block > 0 ? __ldcg(out[u]) : 0.0f;
+        }
+        if (rows == kGradThreads) {  // every row block but a short last one: constant offsets, no bound test
 #pragma unroll 8
-        for (int r = 0; r < kGradThreads; ++r)
+          for (int r = 0; r < kGradThreads; ++r)
 #pragma unroll
-          for (int u = 0; u < kSums; ++u) sum[u] = add_rn(sum[u], column[r * kGradPitch + u]);
-      } else {
-        for (int r = 0; r < rows; ++r)
+            for (int u = 0; u < kSums; ++u) sum[u] = add_rn(sum[u], column[r * kGradPitch + u]);
+        } else {
+          for (int r = 0; r < rows; ++r)
 #pragma unroll
-          for (int u = 0; u < kSums; ++u) sum[u] = add_rn(sum[u], column[r * kGradPitch + u]);
+            for (int u = 0; u < kSums; ++u) sum[u] = add_rn(sum[u], column[r * kGradPitch + u]);
+        }
+#pragma unroll
+        for (int u = 0; u < kSums; ++u)
+          if (valid[u]) *out[u] = sum[u];
+        // the CTA's stores precede thread 0's release through the barrier, whose fence orders them all at GPU
+        // scope (CUTLASS's barrier.h arrives the same way): one fence per CTA, not one per thread
+        __syncthreads();
+        if (threadIdx.x == 0) store_release(steps_done, step + 1);
       }
-#pragma unroll
-      for (int u = 0; u < kSums; ++u)
-        if (valid[u]) *out[u] = sum[u];
-      // the CTA's stores precede thread 0's release through the barrier, whose fence orders them all at GPU
-      // scope (CUTLASS's barrier.h arrives the same way): one fence per CTA, not one per thread
-      __syncthreads();
-      if (threadIdx.x == 0) store_release(steps_done, step + 1);
     }
-    if (active) thread.finish(batch, row);
+    if (!active) return;
+    if constexpr (kCarries) {
+      for (int v = 0; v < group_windows; ++v) {
+        Thread thread(args, batch, row, first_window + v);
+#pragma unroll
+        for (int i = 0; i < kWindow; ++i) thread.dx_window[i] = v == held_window ? held[i] : dx_tile[threadIdx.x][i];
+        thread.finish(batch, row);
+      }
+    } else {
+      kept.finish(batch, row);
+    }
   }
 
   static int64_t grads_workspace(const cutlass_ext_lowbit_grads_args* args);
@@ -534,8 +639,8 @@ __global__ void __launch_bounds__(Gemm::kThreads)
 
 template <class Gemm, int kSte, bool kUnderflow, bool kFast, int kSpan>
 __global__ void __launch_bounds__(Gemm::kGradThreads, Gemm::kGradBlocksPerSm)
-    lowbit_grads_kernel(const cutlass_ext_lowbit_grads_args args) {
-  Gemm::template grads<kSte, kUnderflow, kFast, kSpan>(args);
+    lowbit_grads_kernel(const cutlass_ext_lowbit_grads_args args, int group) {
+  Gemm::template grads<kSte, kUnderflow, kFast, kSpan>(args, group);
 }
 
 // Launches KERNEL<..., kUnderflow, kFast, ...> for the format's flags (the fast form: Quantizer::has_fast_form).
@@ -593,7 +698,7 @@ void launch_grads(const cutlass_ext_lowbit_grads_args* args, dim3 grid, cudaStre
     // kGradBlocksPerSm CTAs of ~34 KB shared memory each: ask for the largest shared-memory carveout
     auto launch = [&](auto kernel) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-      kernel<<<grid, Gemm::kGradThreads, 0, stream>>>(*args);
+      kernel<<<grid, Gemm::kGradThreads, 0, stream>>>(*args, Gemm::grads_group(*args));
     };
     if (span == kSpanChunk)
       launch(lowbit_grads_kernel<Gemm, kSte, uf, fa, kSpanChunk>);
@@ -608,13 +713,13 @@ void launch_grads(const cutlass_ext_lowbit_grads_args* args, dim3 grid, cudaStre
     with_fast_form(std::false_type{});
 }
 
-// One CTA per (batch, window, row block); the workspace holds the CTA counter and each CTA's finished steps.
+// One CTA per (batch, group of windows, row block); the workspace holds the CTA counter and each CTA's finished
+// steps.
 template <int kBlockM, int kBlockN, int kBlockK, int kThreadM, int kThreadN, int kWindow>
 int64_t LowbitGemm<kBlockM, kBlockN, kBlockK, kThreadM, kThreadN, kWindow>::grads_workspace(
     const cutlass_ext_lowbit_grads_args* args) {
   if (args->m <= 0 || args->k <= 0 || args->batch <= 0) return 0;
-  const int64_t ctas = args->batch * ((args->k + kWindow - 1) / kWindow) * ((args->m + kGradThreads - 1) / kGradThreads);
-  return int64_t(sizeof(int32_t)) * (1 + ctas);
+  return int64_t(sizeof(int32_t)) * (1 + grads_ctas(*args, grads_group(*args)));
 }
 
 template <int kBlockM, int kBlockN, int kBlockK, int kThreadM, int kThreadN, int kWindow>

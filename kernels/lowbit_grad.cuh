@@ -65,7 +65,9 @@ struct GradRowWindow {
   bool starts_chunk[kWindow];
   float dx_window[kWindow];
 
-  LOWBIT_HD GradRowWindow(const cutlass_ext_lowbit_grads_args& arguments, int64_t batch, int64_t row, int64_t window)
+  // load_x: read the window's A values (else the caller sets x_window)
+  LOWBIT_HD GradRowWindow(const cutlass_ext_lowbit_grads_args& arguments, int64_t batch, int64_t row, int64_t window,
+                          bool load_x = true)
       : args(arguments), format(Format::from(arguments.format)), chunk(arguments.format.chunk), k0(window * kWindow) {
     width = int(args.k - k0 < kWindow ? args.k - k0 : kWindow);
     x = args.a + batch * args.a_batch_stride + row * args.a_row_stride;
@@ -78,7 +80,7 @@ struct GradRowWindow {
     int64_t position = k0 - first;
 #pragma unroll
     for (int i = 0; i < kWindow; ++i) {
-      x_window[i] = i < width ? x[(k0 + i) * args.a_column_stride] : 0.0f;
+      x_window[i] = load_x && i < width ? x[(k0 + i) * args.a_column_stride] : 0.0f;
       starts_chunk[i] = position == 0;
       position = position + 1 == chunk ? 0 : position + 1;
       dx_window[i] = 0.0f;
@@ -103,14 +105,40 @@ struct GradRowWindow {
     return open | (needs_chain ? kNeedsChain : 0);
   }
 
+  // The chains' partial sums at k0 from the start of k0's chunk, A and B read from global memory four steps at a
+  // time (all loads of four steps issued before their FMAqs: one wait for memory per four steps, not one per step).
+  template <int kColumns>
+  LOWBIT_HD void rerun_chunk_start(const float* const (&w_column)[kColumns], float (&s)[kColumns]) const {
+    int64_t k = first;
+    for (; k + 4 <= k0; k += 4) {
+      float x_quad[4], w_quad[4][kColumns];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        x_quad[q] = x[(k + q) * args.a_column_stride];
+#pragma unroll
+        for (int j = 0; j < kColumns; ++j) w_quad[q][j] = w_column[j][(k + q) * args.b_row_stride];
+      }
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int j = 0; j < kColumns; ++j) s[j] = format.fmaq<kUnderflow, kFast>(x_quad[q], w_quad[q][j], s[j]);
+    }
+    for (; k < k0; ++k)
+#pragma unroll
+      for (int j = 0; j < kColumns; ++j)
+        s[j] = format.fmaq<kUnderflow, kFast>(x[k * args.a_column_stride], w_column[j][k * args.b_row_stride], s[j]);
+  }
+
   // kFull: the window holds kWindow steps (every window but a short last one), so no step needs a bound check.
   // w_at(j, i): B[k0 + i, c + j] (0 past the window's width). g_value: G[r, c + j]. open: open_at of output
   // (r, c + j) (recursive STE only, open_code without kNeedsChain). chain: recompute the chains (the recursive
   // STE without it: no column's open_code had kNeedsChain, so the steps from open on pass). db_sink(i, terms):
-  // the dB terms of columns c .. c + kColumns − 1 at k0 + i (+0.0 where masked), for i < width.
+  // the dB terms of columns c .. c + kColumns − 1 at k0 + i (+0.0 where masked), for i < width. carry (the
+  // immediate STEs): with `carried`, each chain's partial sum at k0, left by the window before this one in the
+  // same thread (no rerun of the chunk's earlier steps); on return, the partial sum after the window's last step.
   template <bool kFull, int kColumns, class WAt, class DbSink>
   LOWBIT_HD void columns(int64_t c, WAt&& w_at, const float (&g_value)[kColumns], const int (&open)[kColumns],
-                         bool chain, DbSink&& db_sink) {
+                         bool chain, DbSink&& db_sink, bool carried, float (&carry)[kColumns]) {
     // A step's terms: G·B[k, c] into dA (skipped where masked) and G·A[r, k] to the dB sink (+0.0 where masked: a
     // running sum that starts at +0.0 is never −0.0, so adding +0.0 changes nothing). For fixed i, increasing j.
     auto emit = [&](int i, const bool (&pass)[kColumns], const float (&w_value)[kColumns]) {
@@ -168,10 +196,12 @@ struct GradRowWindow {
       s[j] = 0.0f;
     }
     if constexpr (!kWholeChunk) {
-      for (int64_t k = first; k < k0; ++k)
+      if (carried && k0 != first) {  // (a window that starts a chunk starts from 0)
 #pragma unroll
-        for (int j = 0; j < kColumns; ++j)
-          s[j] = format.fmaq<kUnderflow, kFast>(x[k * args.a_column_stride], w_column[j][k * args.b_row_stride], s[j]);
+        for (int j = 0; j < kColumns; ++j) s[j] = carry[j];
+      } else {
+        rerun_chunk_start<kColumns>(w_column, s);
+      }
     }
     // The immediate STEs emit each step's terms as it runs; the recursive one once the later steps are known.
     // Recursive STE in one chunk: a step passes iff every later step of the chunk and the chunk's later
@@ -204,6 +234,10 @@ struct GradRowWindow {
         }
       }
       if (!kRecursive && (kFull || i < width)) emit(i, step_passes, w_value);
+    }
+    if constexpr (!kRecursive) {
+#pragma unroll
+      for (int j = 0; j < kColumns; ++j) carry[j] = s[j];
     }
     if constexpr (kRecursive) {
 #pragma unroll
@@ -279,10 +313,11 @@ void grads_window_of(const cutlass_ext_lowbit_grads_args& args, int64_t batch, i
         }
       };
       auto w_at = [&](int j, int i) { return w_window[j][i]; };
+      float carry[kColumns];
       if (thread.width == kWindow)
-        thread.template columns<true, kColumns>(c, w_at, g_value, open, chain, sink);
+        thread.template columns<true, kColumns>(c, w_at, g_value, open, chain, sink, false, carry);
       else
-        thread.template columns<false, kColumns>(c, w_at, g_value, open, chain, sink);
+        thread.template columns<false, kColumns>(c, w_at, g_value, open, chain, sink, false, carry);
     };
     int64_t c = 0;
     constexpr int kPairs = decltype(thread)::kPairs;

@@ -63,14 +63,14 @@ template <class T> std::vector<T> read(const std::string& path, size_t count) {
 
 template <int kSte, bool kUf, bool kFast, int kSpan>
 void run(const cutlass_ext_lowbit_grads_args& args) {
-  const int64_t rows = Gemm::kGradThreads;
-  const int64_t ctas = args.batch * ((args.k + WINDOW - 1) / WINDOW) * ((args.m + rows - 1) / rows);
+  const int group = Gemm::grads_group(args);
+  const int64_t ctas = Gemm::grads_ctas(args, group);
   for (int64_t cta = 0; cta < ctas; ++cta) {
     std::barrier<> barrier(Gemm::kGradThreads);
     cta_barrier = &barrier;
     std::vector<std::thread> threads;
     for (unsigned t = 0; t < unsigned(Gemm::kGradThreads); ++t)
-      threads.emplace_back([&, t] { threadIdx.x = t; Gemm::template grads<kSte, kUf, kFast, kSpan>(args); });
+      threads.emplace_back([&, t] { threadIdx.x = t; Gemm::template grads<kSte, kUf, kFast, kSpan>(args, group); });
     for (auto& thread : threads) thread.join();
   }
 }
@@ -136,6 +136,7 @@ FORMATS = [
     LowbitFormat.make(5, 4, acc_bias=5, prod_bias=6, chunk=5),  # chunks across windows
     LowbitFormat.make(4, 3, acc_bias=3, prod_bias=4, chunk=32),  # windows starting mid-chunk
     LowbitFormat.make(3, 3, acc_bias=1, prod_bias=2, chunk=24, underflow=False),
+    LowbitFormat.make(6, 4, acc_bias=6, prod_bias=8, chunk=48),  # pairs of windows a chain runs through
 ]
 
 

@@ -109,12 +109,14 @@ GRAD_FORMATS = {
     "M5E4_c5": LowbitFormat.make(5, 4, acc_bias=5, prod_bias=6, chunk=5),
     # windows that start mid-chunk inside one chunk (the backward's in-chunk path with steps before the window)
     "M4E3_c32": LowbitFormat.make(4, 3, acc_bias=3, prod_bias=4, chunk=32),
+    # chains carried from window to window, each later pair of windows rerunning its chunk's earlier steps
+    "M6E4_c48": LowbitFormat.make(6, 4, acc_bias=6, prod_bias=8, chunk=48),
 }
 
 
 @pytest.mark.parametrize("ste", list(kernel.STES))
 @pytest.mark.parametrize("fmt_name", list(GRAD_FORMATS))
-@pytest.mark.parametrize("shape", [(5, 7, 40), (3, 130, 1), (17, 9, 53)])
+@pytest.mark.parametrize("shape", [(5, 7, 40), (3, 130, 1), (17, 9, 53), (70, 6, 131)])
 def test_gradients_equal_the_ste_reference(ste, fmt_name, shape):
     m, n, k = shape
     fmt = GRAD_FORMATS[fmt_name]
