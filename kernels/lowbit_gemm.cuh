@@ -283,9 +283,9 @@ struct LowbitGemm {
 
   // The immediate STEs' kernels for windows that are not a whole chunk run kCarryWindows consecutive windows per
   // CTA and carry each chain's partial sum from one window to the next (the chains' sums between windows and the
-  // A values and dA sums of the window not running wait in shared memory): only a group's first window reruns its chunk's
-  // earlier steps. Two windows of 8 or 16 steps: the CTA stays under 48 KB of static shared memory (47 KB, four
-  // per SM); shorter windows stage more columns per step and would not.
+  // A values and dA sums of the window not running wait in shared memory): only a group's first window reruns
+  // its chunk's earlier steps. Two windows of 8 or 16 steps: the CTA stays under 48 KB of static shared memory
+  // (47 KB, four per SM); shorter windows stage more columns per step and would not.
   static constexpr int kCarryWindows = kWindow >= 8 && kWindow <= 16 ? 2 : 1;
   static constexpr bool carries(int ste, int span) {
     return kCarryWindows > 1 && ste != CUTLASS_EXT_LOWBIT_STE_RECURSIVE_OF && span != kSpanChunk;
