@@ -25,7 +25,8 @@ LIBRARY = "lib.so"
 
 
 def cache_root() -> Path:
-    root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "cutlass_ext")
+    # Absolute: builds run ninja in a staging directory, where a relative path would point elsewhere.
+    root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "cutlass_ext").expanduser().absolute()
     root.mkdir(parents=True, exist_ok=True)
     return root
 

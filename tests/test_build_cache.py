@@ -249,3 +249,12 @@ def test_a_killed_build_leaves_no_staging_that_later_builds_trip_over(cache_dir,
     with pytest.raises(KeyboardInterrupt):
         build.build_libraries([(KernelConfig(mode="tf32", stages=4),)], "90a", verbose=False)
     assert sorted(p.name for p in staging.iterdir()) == [live.name]
+
+
+def test_a_relative_cache_path_is_taken_from_where_the_caller_stands(tmp_path, monkeypatch):
+    """ninja runs inside a staging directory, so the root must be absolute before any build path is formed."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(cache.CACHE_ENV, "relative/cache")
+    root = cache.cache_root()
+    assert root.is_absolute() and root == tmp_path / "relative" / "cache" and root.is_dir()
+    assert cache.staging_dir("x-").is_absolute()
