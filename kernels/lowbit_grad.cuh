@@ -129,6 +129,35 @@ struct GradRowWindow {
         s[j] = format.fmaq<kUnderflow, kFast>(x[k * args.a_column_stride], w_column[j][k * args.b_row_stride], s[j]);
   }
 
+  // The recursive STE: the chains from the window's end to the end of its last chunk, whether each step's sum
+  // stayed below R_OF; loads as in rerun_chunk_start, all columns' chains side by side.
+  template <int kColumns>
+  LOWBIT_HD void run_chunk_end(const float* const (&w_column)[kColumns], float (&s)[kColumns],
+                               bool (&passes)[kColumns]) const {
+    auto step = [&](int j, float x_value, float w_value) {
+      const Step result = fmaq_step<kUnderflow, kFast>(format, x_value, w_value, s[j]);
+      passes[j] = passes[j] && format.passes_overflow(result.sum);
+      s[j] = result.result;
+    };
+    int64_t k = k0 + width;
+    for (; k + 4 <= chain_end; k += 4) {
+      float x_quad[4], w_quad[4][kColumns];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        x_quad[q] = x[(k + q) * args.a_column_stride];
+#pragma unroll
+        for (int j = 0; j < kColumns; ++j) w_quad[q][j] = w_column[j][(k + q) * args.b_row_stride];
+      }
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int j = 0; j < kColumns; ++j) step(j, x_quad[q], w_quad[q][j]);
+    }
+    for (; k < chain_end; ++k)
+#pragma unroll
+      for (int j = 0; j < kColumns; ++j) step(j, x[k * args.a_column_stride], w_column[j][k * args.b_row_stride]);
+  }
+
   // kFull: the window holds kWindow steps (every window but a short last one), so no step needs a bound check.
   // w_at(j, i): B[k0 + i, c + j] (0 past the window's width). g_value: G[r, c + j]. open: open_at of output
   // (r, c + j) (recursive STE only, open_code without kNeedsChain). chain: recompute the chains (the recursive
@@ -240,15 +269,13 @@ struct GradRowWindow {
       for (int j = 0; j < kColumns; ++j) carry[j] = s[j];
     }
     if constexpr (kRecursive) {
+      bool chunk_end_passes[kColumns];
+#pragma unroll
+      for (int j = 0; j < kColumns; ++j) chunk_end_passes[j] = true;
+      if constexpr (!kWholeChunk) run_chunk_end<kColumns>(w_column, s, chunk_end_passes);
 #pragma unroll
       for (int j = 0; j < kColumns; ++j) {
-        bool later_pass = true;
-        for (int64_t k = k0 + width; !kWholeChunk && k < chain_end; ++k) {
-          const Step step = fmaq_step<kUnderflow, kFast>(format, x[k * args.a_column_stride],
-                                                         w_column[j][k * args.b_row_stride], s[j]);
-          later_pass = later_pass && format.passes_overflow(step.sum);
-          s[j] = step.result;
-        }
+        bool later_pass = chunk_end_passes[j];
         // no gradient reaches the steps of the last blocked chunk or earlier ones (in one chunk: all or none)
         if (kInChunk) {
           pass_from[j] = !later_pass ? kWindow : pass_from[j] > open[j] ? pass_from[j] : open[j];
