@@ -93,19 +93,23 @@ template <class ElementA, class ElementB, class ElementD, int TileM, int TileN, 
           bool SwapAB = false, bool OverlappedPromotion = false>
 struct Sm90Fp8BlockGemm {
   static_assert(TileK == kScaleBlockK, "one k-tile per scale block");
-  static_assert(!SwapAB || TileM % ScaleN == 0, "a swapped tile spans whole weight-scale blocks");
+  static_assert(!SwapAB || TileM % ScaleN == 0 || ScaleN % TileM == 0,
+                "a swapped tile spans whole weight-scale blocks, or lies inside one");
   // Unswapped tiles may cut across weight-scale blocks (n = 176, 192: whole waves of tiles where 128-wide ones
   // leave a partial one, e.g. N = 2112): the kernel then reads the weight scales at a granularity the tile and the
   // blocks share (scale_rows_n), to which the API expands them (each repeated ScaleN / kScaleRowsN times).
-  static constexpr int kScaleRowsN = SwapAB ? ScaleN : scale_rows_n(TileN, ScaleN);
-  static constexpr bool kAcrossScaleBlocks = kScaleRowsN != ScaleN;
+  // A swapped 64-row ping-pong tile lies inside a 128-row weight block: the API repeats each block's scale for
+  // its two halves, so CUTLASS's mainloop sees one weight scale per tile and k-block.
+  static constexpr int kScaleRowsN = SwapAB ? std::gcd(TileM, ScaleN) : scale_rows_n(TileN, ScaleN);
+  static constexpr bool kAcrossScaleBlocks = !SwapAB && kScaleRowsN != ScaleN;
   static_assert(!(SwapAB && ScaleAMajorM), "swapped kernels read K-major activation scales");
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   static constexpr int kAlignmentAB = 16;  // elements: TMA moves 16-byte rows of FP8
   static constexpr int kAlignmentD = 16 / int(sizeof(ElementD));
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
-  using Scales = cute::conditional_t<SwapAB, SwappedScaleConfig<ScaleN>, ScaleConfig<kScaleRowsN, ScaleAMajorM>>;
+  using Scales =
+      cute::conditional_t<SwapAB, SwappedScaleConfig<kScaleRowsN>, ScaleConfig<kScaleRowsN, ScaleAMajorM>>;
   using LayoutSFA = decltype(Scales::deduce_layoutSFA());
   using LayoutSFB = decltype(Scales::deduce_layoutSFB());
   // The kernel's own operands and output layout: (A, B, row-major D), or (B, A, column-major D) swapped.
@@ -173,7 +177,7 @@ struct Sm90Fp8BlockGemm {
     // (kScaleRowsN rows per scale for tiles across weight-scale blocks: the API's expanded scales).
     auto activation_shape =
         cute::make_shape(cute::make_shape(_1{}, m), cute::make_shape(cute::Int<kScaleBlockK>{}, k_blocks), 1);
-    constexpr int kWeightRows = SwapAB ? ScaleN : kScaleRowsN;
+    constexpr int kWeightRows = kScaleRowsN;
     auto weight_shape =
         cute::make_shape(cute::make_shape(cute::Int<kWeightRows>{}, (n + kWeightRows - 1) / kWeightRows),
                          cute::make_shape(cute::Int<kScaleBlockK>{}, k_blocks), 1);

@@ -47,7 +47,8 @@ class Fp8BlockConfig(VariantFields):
     along K (each expert's tokens), both operands' 1x128 scales M-/N-major (scale_n = 1, scale_a_major = 'm'),
     D = C + the product. scale_a_major: see SCALE_A_MAJORS (dense only; name suffix `_am`).
     swap_ab: the kernel computes Dᵀ = B · Aᵀ (name suffix `_swap`), so `tile` is (n, m, k): the weights fill its
-    first side, decode's few tokens its second (a multiple of 32).
+    first side (128 rows cooperative, or 64 ping-pong: then half a 128-row weight block, its scales expanded to
+    64 rows), decode's few tokens its second (a multiple of 32).
     overlapped: each k-block's scaling and promotion run while the next k-block's wgmmas do (name suffix
     `_overlap`; kernels/sm90_fp8_block_overlapped_promotion.hpp), the same output bit for bit (dense only).
     """
@@ -115,14 +116,20 @@ class Fp8BlockConfig(VariantFields):
         if tile_k != SCALE_BLOCK_K:
             raise ValueError(f"tile={self.tile!r}: its k must be {SCALE_BLOCK_K}, one scale block")
         weights_side = tile_m if self.swap_ab else tile_n
-        if weights_side % self.scale_n and (self.swap_ab or tile_n % 16 or tile_n < self.scale_n):
-            side = "m (swapped: the weights' side)" if self.swap_ab else "n"
+        if self.swap_ab and weights_side % self.scale_n and self.scale_n % weights_side:
             raise ValueError(
-                f"tile={self.tile!r}: its {side} must be a multiple of scale_n={self.scale_n}"
-                + ("" if self.swap_ab else " or, wider than one weight block, of 16")
+                f"tile={self.tile!r}: its m (swapped: the weights' side) must be a multiple of scale_n={self.scale_n} "
+                "or divide it"
             )
-        if self.scale_rows_n != self.scale_n and (
-            tile_m != 128 or self.schedule != "cooperative" or self.grouped or self.k_grouped or self.overlapped
+        if not self.swap_ab and weights_side % self.scale_n and (tile_n % 16 or tile_n < self.scale_n):
+            raise ValueError(
+                f"tile={self.tile!r}: its n must be a multiple of scale_n={self.scale_n} or, wider than one weight "
+                "block, of 16"
+            )
+        if (
+            not self.swap_ab
+            and self.scale_rows_n != self.scale_n
+            and (tile_m != 128 or self.schedule != "cooperative" or self.grouped or self.k_grouped or self.overlapped)
         ):
             raise ValueError(
                 f"tile={self.tile!r} cuts across weight-scale blocks of {self.scale_n} rows: built for dense, "
@@ -178,8 +185,8 @@ class Fp8BlockConfig(VariantFields):
         """Rows of B per weight scale as the kernel reads them, to which the API expands the scales: scale_n, or for
         a tile across weight-scale blocks the largest g dividing both widths for which CUTLASS's producer can
         tile the scales' (g, rows / g) mode by a tile's n / g scales (kernels/sm90_fp8_block_gemm.cuh)."""
-        if self.swap_ab:
-            return self.scale_n
+        if self.swap_ab:  # a 64-row swapped tile inside a 128-row weight block reads its block's scale per 64 rows
+            return math.gcd(self.tile[0], self.scale_n)
         tile_n, shared = self.tile[1], math.gcd(self.tile[1], self.scale_n)
         return next(
             (g for g in range(shared, 1, -1) if shared % g == 0 and ((tile_n // g) % g == 0 or g % (tile_n // g) == 0)),

@@ -8,7 +8,7 @@ RULES = (
     Rule(
         "swapped_square_tile",
         "swapped 128x128 tiles: the unswapped 128x128 kernel covers the same tiles without transposing the output",
-        lambda c, _: c.swap_ab and c.tile[0] == c.tile[1],
+        lambda c, _: c.swap_ab and c.tile[:2] == (128, 128),
     ),
     Rule(
         "overlapped_per_row_weight_scales",

@@ -85,6 +85,24 @@ WAVE_TWINS = [
 ]
 
 
+# Swapped 64-row ping-pong tiles: each warpgroup alone on half a 128-row weight block (its scale repeated for both
+# halves by the API), the same wgmma shape, scale expressions and order as the 128-row swapped tile's warpgroups.
+HALF_BLOCK_TWINS = [
+    (
+        Fp8BlockConfig(tile=(128, 32, 128), swap_ab=True),
+        Fp8BlockConfig(tile=(64, 32, 128), swap_ab=True, schedule="pingpong"),
+    ),
+    (
+        Fp8BlockConfig(tile=(128, 64, 128), swap_ab=True),
+        Fp8BlockConfig(tile=(64, 64, 128), swap_ab=True, schedule="pingpong"),
+    ),
+    (
+        Fp8BlockConfig(tile=(128, 32, 128), swap_ab=True, scale_n=1, out_dtype="fp32"),
+        Fp8BlockConfig(tile=(64, 32, 128), swap_ab=True, schedule="pingpong", scale_n=1, out_dtype="fp32"),
+    ),
+]
+
+
 # Split-K: each tile's K cut across CTAs, the partial tiles reduced through the workspace in a fixed split order,
 # so the bits must not depend on which CTA finishes first (the swapped decode kernels, and the 128-row tile).
 SPLIT_K = [
@@ -110,7 +128,7 @@ def built():
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("block-scaled FP8 kernels run on Hopper (sm90)")
     twins = [dataclasses.replace(c, overlapped=True) for c in OVERLAPPED_TWINS]
-    waves = [c for pair in WAVE_TWINS for c in pair]
+    waves = [c for pair in WAVE_TWINS + HALF_BLOCK_TWINS for c in pair]
     variants = list(dict.fromkeys(DENSE_VARIANTS + SWEPT_VARIANTS + OVERLAPPED_TWINS + twins + waves + SPLIT_K))
     failed = [r for r in build_libraries([(c,) for c in variants], "90a") if r.library is None]
     assert not failed, failed[0].error
@@ -297,6 +315,23 @@ def test_wave_promotion_gives_the_same_bits(stock, wave, m, n, k, distribution):
     # same bits), as if each small product of an instruction holding a 1000x outlier kept only its bits above 2^-13
     # of the outlier (docs/design-notes.md, block-scaled FP8).
     if stock.out_dtype != "fp32" or distribution != "outliers":
+        check_close(out, a8, b8, scale_a, scale_b, stock.scale_n, bias)
+
+
+@pytest.mark.parametrize("stock, half", HALF_BLOCK_TWINS, ids=[half.name for _, half in HALF_BLOCK_TWINS])
+@pytest.mark.parametrize("m, n, k", [(1, 2112, 384), (3, 192, 128), (40, 320, 1040), (77, 64, 400), (130, 2112, 256)])
+@pytest.mark.parametrize("distribution", ["wide", "outliers"])
+def test_half_block_swapped_tiles_give_the_same_bits(stock, half, m, n, k, distribution):
+    """Weight rows in a block's first or second half, N ending mid-block or on a half (64, 192, 320), one token
+    to several token tiles, one or several k-blocks and a partial last one."""
+    weight_block = (stock.scale_n, 128)
+    a8, b8, scale_a, scale_b = quantized(m, n, k, distribution, weight_block, seed=m + n + k)
+    out_dtype = OUT_DTYPES[stock.out_dtype]
+    bias = seeded_bias(n, m + k).to(out_dtype) * 100
+    reference = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, out_dtype=out_dtype, variant=stock.name)
+    out = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, out_dtype=out_dtype, variant=half.name)
+    assert torch.equal(out, reference)
+    if stock.out_dtype != "fp32" or distribution != "outliers":  # see test_wave_promotion_gives_the_same_bits
         check_close(out, a8, b8, scale_a, scale_b, stock.scale_n, bias)
 
 
