@@ -271,7 +271,7 @@ def test_tiles_across_weight_blocks_read_expanded_scales(tile_n, scale_n, swap_a
         ({"tile": (64, 128, 128)}, "takes m = 128"),
         ({"tile": (128, 64, 128)}, "multiple of scale_n=128"),
         ({"tile": (128, 136, 128)}, "multiple of scale_n=128 or, wider than one weight block, of 16"),
-        ({"tile": (192, 32, 128), "swap_ab": True}, "its m .swapped: the weights. side. must be a multiple of scale_n=128 or divide it"),
+        ({"tile": (192, 32, 128), "swap_ab": True}, "weights. side. must be a multiple of scale_n=128 or divide it"),
         ({"tile": (128, 176, 128), "overlapped": True}, "cuts across weight-scale blocks"),
         ({"tile": (128, 176, 128), "grouped": True}, "cuts across weight-scale blocks"),
         ({"tile": (64, 176, 128), "schedule": "pingpong"}, "cuts across weight-scale blocks"),
