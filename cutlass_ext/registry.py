@@ -136,8 +136,19 @@ def ensure_registered(configs: list, device: torch.device) -> None:
         return
     if "binding" not in _binding:  # a first call: the binding builds while nvcc builds the kernels
         threading.Thread(target=_load_binding_ahead, daemon=True).start()
+    if len(missing) > 1:  # several at once (a test module's variants, a confirmation run): one parallel build
+        _build_ahead(missing, arch)
     for config in missing:
         _registered.get((config.name, arch), lambda config=config: _build_and_load(config, arch))
+
+
+def _build_ahead(configs: list, arch: str) -> None:
+    """Fill the cache with `configs`' libraries in one parallel build; each is then loaded (and a failed one's
+    error raised) by _build_and_load, which finds the others built."""
+    requirements.check_driver(toolchain.nvcc_version)
+    from .build import build_libraries
+
+    build_libraries([(config,) for config in configs], arch)
 
 
 def _load_binding_ahead() -> None:

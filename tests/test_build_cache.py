@@ -258,3 +258,22 @@ def test_a_relative_cache_path_is_taken_from_where_the_caller_stands(tmp_path, m
     root = cache.cache_root()
     assert root.is_absolute() and root == tmp_path / "relative" / "cache" and root.is_dir()
     assert cache.staging_dir("x-").is_absolute()
+
+
+def test_variants_registered_together_build_in_one_parallel_call(cache_dir, stub_compiler, monkeypatch):
+    """A caller registering several variants (a test module, a confirmation run) gets one parallel build, not one
+    nvcc run after another; each is then loaded from the cache."""
+    from cutlass_ext import registry, requirements
+
+    loaded = []
+    monkeypatch.setattr(registry, "device_arch", lambda device=None: "90a")
+    monkeypatch.setattr(registry, "_binding", {"binding": True})
+    monkeypatch.setattr(requirements, "check_driver", lambda version: None)
+    monkeypatch.setattr(registry, "_load_into_binding", lambda name, arch, library: loaded.append(name))
+    monkeypatch.setattr(registry, "_registered", registry.OnceMap())
+    configs = [KernelConfig(mode="tf32", stages=s) for s in (3, 4, 5)]
+    registry.ensure_registered(configs, None)
+    assert stub_compiler == [[c.name for c in configs]]
+    assert loaded == [c.name for c in configs]
+    registry.ensure_registered(configs, None)  # registered: nothing built or loaded again
+    assert len(stub_compiler) == 1 and len(loaded) == 3
