@@ -7,6 +7,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 from . import requirements
@@ -34,6 +35,12 @@ def kernels_dir() -> Path:
     raise FileNotFoundError(f"kernel sources not found next to {package}; the installation is incomplete")
 
 
+# CPython's path finder refreshes its directory cache without a lock: a thread may see the cache's new timestamp
+# before its listing and miss a package that is there (a first call from eight threads once reported "CUTLASS
+# headers not found").
+_FIND_SPEC_LOCK = threading.Lock()
+
+
 def cutlass_root() -> Path:
     """A CUTLASS source tree (with include/ and tools/util/include/): $CUTLASS_EXT_CUTLASS_DIR or nvidia-cutlass's."""
     override = os.environ.get(CUTLASS_DIR_ENV)
@@ -42,7 +49,8 @@ def cutlass_root() -> Path:
         if not (root / "include" / "cutlass" / "cutlass.h").is_file():
             raise FileNotFoundError(f"{CUTLASS_DIR_ENV}={override} holds no include/cutlass/cutlass.h")
         return root
-    spec = importlib.util.find_spec("cutlass_library")
+    with _FIND_SPEC_LOCK:
+        spec = importlib.util.find_spec("cutlass_library")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
             f"CUTLASS headers not found: `pip install nvidia-cutlass`, or set {CUTLASS_DIR_ENV} to a CUTLASS checkout"
