@@ -35,10 +35,22 @@ def kernels_dir() -> Path:
     raise FileNotFoundError(f"kernel sources not found next to {package}; the installation is incomplete")
 
 
-# CPython's path finder refreshes its directory cache without a lock: a thread may see the cache's new timestamp
-# before its listing and miss a package that is there (a first call from eight threads once reported "CUTLASS
-# headers not found").
 _FIND_SPEC_LOCK = threading.Lock()
+_PACKAGE_DIR: list[Path] = []  # nvidia-cutlass's folder once found (not cached while missing: it may be installed)
+
+
+def _cutlass_package() -> Path | None:
+    """The `cutlass_library` package folder. Looked up under a lock, once, and again after invalidating the import
+    caches if missed: a first call from eight threads once missed the package there (a finder's stale cache or
+    sys.path changing under the lookup), and one thread reported the headers as not installed."""
+    with _FIND_SPEC_LOCK:
+        for _ in range(2 if not _PACKAGE_DIR else 0):
+            spec = importlib.util.find_spec("cutlass_library")
+            if spec is not None and spec.submodule_search_locations:
+                _PACKAGE_DIR.append(Path(next(iter(spec.submodule_search_locations))))
+                break
+            importlib.invalidate_caches()
+        return _PACKAGE_DIR[0] if _PACKAGE_DIR else None
 
 
 def cutlass_root() -> Path:
@@ -49,13 +61,12 @@ def cutlass_root() -> Path:
         if not (root / "include" / "cutlass" / "cutlass.h").is_file():
             raise FileNotFoundError(f"{CUTLASS_DIR_ENV}={override} holds no include/cutlass/cutlass.h")
         return root
-    with _FIND_SPEC_LOCK:
-        spec = importlib.util.find_spec("cutlass_library")
-    if spec is None or not spec.submodule_search_locations:
+    package = _cutlass_package()
+    if package is None:
         raise FileNotFoundError(
             f"CUTLASS headers not found: `pip install nvidia-cutlass`, or set {CUTLASS_DIR_ENV} to a CUTLASS checkout"
         )
-    root = Path(next(iter(spec.submodule_search_locations))) / "source"
+    root = package / "source"
     if not (root / "include" / "cutlass" / "cutlass.h").is_file():
         raise FileNotFoundError(f"the nvidia-cutlass package at {root.parent} carries no C++ headers")
     return root
