@@ -44,12 +44,13 @@ def _cutlass_package() -> Path | None:
     caches if missed: a first call from eight threads once missed the package there (a finder's stale cache or
     sys.path changing under the lookup), and one thread reported the headers as not installed."""
     with _FIND_SPEC_LOCK:
-        for _ in range(2 if not _PACKAGE_DIR else 0):
-            spec = importlib.util.find_spec("cutlass_library")
-            if spec is not None and spec.submodule_search_locations:
-                _PACKAGE_DIR.append(Path(next(iter(spec.submodule_search_locations))))
-                break
-            importlib.invalidate_caches()
+        if not _PACKAGE_DIR:
+            for _ in range(2):
+                spec = importlib.util.find_spec("cutlass_library")
+                if spec is not None and spec.submodule_search_locations:
+                    _PACKAGE_DIR.append(Path(next(iter(spec.submodule_search_locations))))
+                    break
+                importlib.invalidate_caches()
         return _PACKAGE_DIR[0] if _PACKAGE_DIR else None
 
 
