@@ -74,6 +74,16 @@ template <int ScaleN>
 using SwappedScaleConfig =
     cutlass::detail::Sm90BlockwiseScaleConfig<ScaleN, 1, kScaleBlockK, cute::GMMA::Major::K, cute::GMMA::Major::K>;
 
+// A blockwise-scaled collective reading its A scales through another layout type. CUTLASS's builder takes only
+// ((granularity, rows), (128, k-blocks), L) layouts; the collective itself maps whatever coordinates it is given.
+template <class Collective, class LayoutSFA>
+struct WithLayoutSFA;
+template <class Policy, class Tile, class ElementA, class StridePairA, class... Rest, class LayoutSFA>
+struct WithLayoutSFA<cutlass::gemm::collective::CollectiveMma<Policy, Tile, ElementA, StridePairA, Rest...>, LayoutSFA> {
+  using type = cutlass::gemm::collective::CollectiveMma<
+      Policy, Tile, ElementA, cute::tuple<cute::tuple_element_t<0, StridePairA>, LayoutSFA>, Rest...>;
+};
+
 // Rows of B per weight scale as an unswapped kernel with TileN-wide tiles reads them: ScaleN when the tiles span
 // whole weight blocks, else the largest g dividing both widths for which CUTLASS's producer can tile the scales'
 // (g, rows / g) mode by the TileN / g scales of a tile (one count divides the other): 4 for n = 176, 8 for 192.
@@ -98,10 +108,11 @@ struct Sm90Fp8BlockGemm {
   // Unswapped tiles may cut across weight-scale blocks (n = 176, 192: whole waves of tiles where 128-wide ones
   // leave a partial one, e.g. N = 2112): the kernel then reads the weight scales at a granularity the tile and the
   // blocks share (scale_rows_n), to which the API expands them (each repeated ScaleN / kScaleRowsN times).
-  // A swapped 64-row ping-pong tile lies inside a 128-row weight block: the API repeats each block's scale for
-  // its two halves, so CUTLASS's mainloop sees one weight scale per tile and k-block.
+  // A swapped 64-row ping-pong tile lies inside a 128-row weight block: CUTLASS's mainloop sees one weight scale
+  // per tile and k-block (granularity TileM), read in place from the block's row (InBlockLayoutSFA).
   static constexpr int kScaleRowsN = SwapAB ? std::gcd(TileM, ScaleN) : scale_rows_n(TileN, ScaleN);
   static constexpr bool kAcrossScaleBlocks = !SwapAB && kScaleRowsN != ScaleN;
+  static constexpr bool kInBlockTiles = SwapAB && TileM < ScaleN;
   static_assert(!(SwapAB && ScaleAMajorM), "swapped kernels read K-major activation scales");
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
@@ -110,7 +121,17 @@ struct Sm90Fp8BlockGemm {
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
   using Scales =
       cute::conditional_t<SwapAB, SwappedScaleConfig<kScaleRowsN>, ScaleConfig<kScaleRowsN, ScaleAMajorM>>;
-  using LayoutSFA = decltype(Scales::deduce_layoutSFA());
+  // The weights' scale rows as tiles inside a block read them: mode (TileM, (ScaleN / TileM, blocks)), the
+  // middle count at stride 0, so a block's ScaleN / TileM tiles share its row and the API passes the scales as
+  // they are (CUTLASS's (granularity, rows) mode would need them repeated per tile; nothing in its mainloop
+  // assumes more than the coordinates this layout maps).
+  using InBlockLayoutSFA = cute::Layout<
+      cute::Shape<cute::Shape<cute::Int<TileM>, cute::Shape<cute::Int<ScaleN / TileM>, int32_t>>,
+                  cute::Shape<cute::Int<kScaleBlockK>, int32_t>, int32_t>,
+      cute::Stride<cute::Stride<cute::_0, cute::Stride<cute::_0, int32_t>>, cute::Stride<cute::_0, cute::_1>,
+                   int32_t>>;
+  using BuiltLayoutSFA = decltype(Scales::deduce_layoutSFA());
+  using LayoutSFA = cute::conditional_t<kInBlockTiles, InBlockLayoutSFA, BuiltLayoutSFA>;
   using LayoutSFB = decltype(Scales::deduce_layoutSFB());
   // The kernel's own operands and output layout: (A, B, row-major D), or (B, A, column-major D) swapped.
   using KernelElementA = cute::conditional_t<SwapAB, ElementB, ElementA>;
@@ -134,12 +155,13 @@ struct Sm90Fp8BlockGemm {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignmentD, ElementD, LayoutD,
       kAlignmentD, typename Schedule::Epilogue, Output>::CollectiveOp;
 
-  using StockMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, KernelElementA,
-      cute::tuple<cutlass::layout::RowMajor, LayoutSFA>, kAlignmentAB, KernelElementB,
+      cute::tuple<cutlass::layout::RowMajor, BuiltLayoutSFA>, kAlignmentAB, KernelElementB,
       cute::tuple<cutlass::layout::ColumnMajor, LayoutSFB>, kAlignmentAB, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<int(sizeof(typename Epilogue::SharedStorage))>,
       typename Schedule::Kernel>::CollectiveOp;
+  using StockMainloop = typename WithLayoutSFA<BuiltMainloop, LayoutSFA>::type;
   // OverlappedPromotion: each k-block's scaling and promotion run while the next one's wgmmas do
   // (sm90_fp8_block_overlapped_promotion.hpp); the same sums, bit for bit.
   // 256-row cooperative tiles: each warpgroup's 128 rows promoted 64 at a time (sm90_fp8_block_wave_promotion.hpp),
@@ -174,7 +196,8 @@ struct Sm90Fp8BlockGemm {
     arguments.mainloop.dB = cute::make_stride(SwapAB ? args.lda : args.ldb, _1{}, int64_t(0));
     // Scales as (rows, k-blocks): ((1, m), (128, k_blocks)) in CUTLASS's blockwise layout for A, strides (row, 1)
     // K-major or (1, k-block) M-major; ((ScaleN, ceil(n / ScaleN)), (128, k_blocks)) for B, strides (row, 1)
-    // (kScaleRowsN rows per scale for tiles across weight-scale blocks: the API's expanded scales).
+    // (kScaleRowsN rows per scale for tiles across weight-scale blocks: the API's expanded scales;
+    // ((TileM, (ScaleN / TileM, ceil(n / ScaleN))), ...) with strides ((0, (0, row)), ...) for tiles inside one).
     auto activation_shape =
         cute::make_shape(cute::make_shape(_1{}, m), cute::make_shape(cute::Int<kScaleBlockK>{}, k_blocks), 1);
     constexpr int kWeightRows = kScaleRowsN;
@@ -185,7 +208,17 @@ struct Sm90Fp8BlockGemm {
       return cute::make_stride(cute::make_stride(_0{}, int32_t(row_stride)), cute::make_stride(_0{}, _1{}),
                                int32_t(0));
     };
-    if constexpr (SwapAB) {
+    if constexpr (kInBlockTiles) {
+      arguments.mainloop.ptr_SFA = args.scale_b;
+      auto blocks = cute::make_shape(cute::Int<ScaleN / TileM>{}, (n + ScaleN - 1) / ScaleN);
+      arguments.mainloop.layout_SFA = cute::make_layout(
+          cute::make_shape(cute::make_shape(cute::Int<TileM>{}, blocks),
+                           cute::make_shape(cute::Int<kScaleBlockK>{}, k_blocks), 1),
+          cute::make_stride(cute::make_stride(_0{}, cute::make_stride(_0{}, int32_t(args.scale_b_row_stride))),
+                            cute::make_stride(_0{}, _1{}), int32_t(0)));
+      arguments.mainloop.ptr_SFB = args.scale_a;
+      arguments.mainloop.layout_SFB = cute::make_layout(activation_shape, k_major(args.scale_a_row_stride));
+    } else if constexpr (SwapAB) {
       arguments.mainloop.ptr_SFA = args.scale_b;
       arguments.mainloop.layout_SFA = cute::make_layout(weight_shape, k_major(args.scale_b_row_stride));
       arguments.mainloop.ptr_SFB = args.scale_a;

@@ -383,6 +383,7 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
             continue
         for (contender, groups), line in part.groupby(["contender", "groups"]):
             label = contender if kind == "dense" else f"{contender} G={groups}"
+            line = line.sort_values("m")  # rows of several runs joined in one CSV come in run order
             axis.plot(line.m, line.tflops, marker="o", label=label)
         axis.set_xscale("log", base=2)
         axis.set_title(f"{kind} N={n} K={k}")

@@ -264,6 +264,12 @@ def test_tiles_across_weight_blocks_read_expanded_scales(tile_n, scale_n, swap_a
     assert swap_ab or per_tile % rows == 0 or rows % per_tile == 0
 
 
+def test_half_block_swapped_tiles_read_block_scales_as_given():
+    """A swapped 64-row tile lies inside a 128-row weight block and reads that block's scale row in place."""
+    config = Fp8BlockConfig(tile=(64, 32, 128), schedule="pingpong", swap_ab=True)
+    assert config.scale_rows_n == 128
+
+
 @pytest.mark.parametrize(
     "fields, message",
     [

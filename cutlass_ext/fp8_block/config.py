@@ -47,8 +47,8 @@ class Fp8BlockConfig(VariantFields):
     along K (each expert's tokens), both operands' 1x128 scales M-/N-major (scale_n = 1, scale_a_major = 'm'),
     D = C + the product. scale_a_major: see SCALE_A_MAJORS (dense only; name suffix `_am`).
     swap_ab: the kernel computes Dᵀ = B · Aᵀ (name suffix `_swap`), so `tile` is (n, m, k): the weights fill its
-    first side (128 rows cooperative, or 64 ping-pong: then half a 128-row weight block, its scales expanded to
-    64 rows), decode's few tokens its second (a multiple of 32).
+    first side (128 rows cooperative, or 64 ping-pong: then half a 128-row weight block, whose scale row both
+    halves read), decode's few tokens its second (a multiple of 32).
     overlapped: each k-block's scaling and promotion run while the next k-block's wgmmas do (name suffix
     `_overlap`; kernels/sm90_fp8_block_overlapped_promotion.hpp), the same output bit for bit (dense only).
     """
@@ -185,8 +185,8 @@ class Fp8BlockConfig(VariantFields):
         """Rows of B per weight scale as the kernel reads them, to which the API expands the scales: scale_n, or for
         a tile across weight-scale blocks the largest g dividing both widths for which CUTLASS's producer can
         tile the scales' (g, rows / g) mode by a tile's n / g scales (kernels/sm90_fp8_block_gemm.cuh)."""
-        if self.swap_ab:  # a 64-row swapped tile inside a 128-row weight block reads its block's scale per 64 rows
-            return math.gcd(self.tile[0], self.scale_n)
+        if self.swap_ab:  # swapped tiles span whole weight blocks or lie inside one, whose scale row they read
+            return self.scale_n
         tile_n, shared = self.tile[1], math.gcd(self.tile[1], self.scale_n)
         return next(
             (g for g in range(shared, 1, -1) if shared % g == 0 and ((tile_n // g) % g == 0 or g % (tile_n // g) == 0)),

@@ -85,8 +85,8 @@ WAVE_TWINS = [
 ]
 
 
-# Swapped 64-row ping-pong tiles: each warpgroup alone on half a 128-row weight block (its scale repeated for both
-# halves by the API), the same wgmma shape, scale expressions and order as the 128-row swapped tile's warpgroups.
+# Swapped 64-row ping-pong tiles: each warpgroup alone on half a 128-row weight block (both halves read the block's
+# scale row in place), the same wgmma shape, scale expressions and order as the 128-row swapped tile's warpgroups.
 HALF_BLOCK_TWINS = [
     (
         Fp8BlockConfig(tile=(128, 32, 128), swap_ab=True),
@@ -323,13 +323,17 @@ def test_wave_promotion_gives_the_same_bits(stock, wave, m, n, k, distribution):
 @pytest.mark.parametrize("distribution", ["wide", "outliers"])
 def test_half_block_swapped_tiles_give_the_same_bits(stock, half, m, n, k, distribution):
     """Weight rows in a block's first or second half, N ending mid-block or on a half (64, 192, 320), one token
-    to several token tiles, one or several k-blocks and a partial last one."""
+    to several token tiles, one or several k-blocks and a partial last one; the half tile given its weight scales
+    as a view whose rows lie further apart than their k-blocks (the row stride it reads them by)."""
     weight_block = (stock.scale_n, 128)
     a8, b8, scale_a, scale_b = quantized(m, n, k, distribution, weight_block, seed=m + n + k)
     out_dtype = OUT_DTYPES[stock.out_dtype]
     bias = seeded_bias(n, m + k).to(out_dtype) * 100
     reference = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, out_dtype=out_dtype, variant=stock.name)
-    out = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, out_dtype=out_dtype, variant=half.name)
+    spread = torch.full((scale_b.shape[0], scale_b.shape[1] + 3), float("nan"), device="cuda")
+    spread[:, : scale_b.shape[1]] = scale_b
+    spread_scales = spread[:, : scale_b.shape[1]]
+    out = fp8_block.gemm_fp8_block(a8, b8, scale_a, spread_scales, bias=bias, out_dtype=out_dtype, variant=half.name)
     assert torch.equal(out, reference)
     if stock.out_dtype != "fp32" or distribution != "outliers":  # see test_wave_promotion_gives_the_same_bits
         check_close(out, a8, b8, scale_a, scale_b, stock.scale_n, bias)
