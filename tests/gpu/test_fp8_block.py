@@ -51,6 +51,8 @@ OVERLAPPED_TWINS = [
     Fp8BlockConfig(scheduler="streamk"),
     Fp8BlockConfig(scheduler="streamk", scale_n=1),
     Fp8BlockConfig(tile=(128, 32, 128), swap_ab=True),
+    Fp8BlockConfig(tile=(64, 32, 128), swap_ab=True, schedule="pingpong"),
+    Fp8BlockConfig(tile=(64, 64, 128), swap_ab=True, schedule="pingpong"),
 ]
 
 
