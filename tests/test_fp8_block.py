@@ -135,6 +135,20 @@ def test_grouped_reference_runs_group_by_group():
     assert torch.equal(masked[1], expected)
 
 
+@pytest.mark.parametrize("block", [(1, 128), (128, 128)])
+def test_block_quantizer_is_an_op_torch_compile_takes_whole(block):
+    """quantize_fp8(granularity="block") runs as `cutlass_ext::quantize_fp8_block` (its fake gives the shapes), so a
+    compiled caller keeps it in its graph; here on the CPU, where the op runs the PyTorch definition."""
+    x = torch.randn(2, 5, 300, generator=torch.Generator().manual_seed(4))
+    torch.library.opcheck(torch.ops.cutlass_ext.quantize_fp8_block.default, (x, torch.float8_e4m3fn, block[0]))
+    eager = ext.quantize_fp8(x, granularity="block", block=block)
+    compiled = torch.compile(lambda t: ext.quantize_fp8(t, granularity="block", block=block), fullgraph=True)(x)
+    definition = fp8_block.quantize.quantize_block_torch(x, torch.float8_e4m3fn, block)
+    for ours in (eager, compiled):
+        assert torch.equal(ours[0].view(torch.uint8), definition[0].view(torch.uint8))
+        assert torch.equal(ours[1], definition[1])
+
+
 def test_k_grouped_reference_runs_group_by_group_and_marks_refused_offsets():
     g = torch.Generator().manual_seed(3)
     a8, scale_a = fp8_block.quantize_block(torch.randn(5, 640, generator=g), torch.float8_e4m3fn, (1, 128))

@@ -1,5 +1,5 @@
-"""Fp8Linear on the CPU: weights quantized once per output channel or per tensor, buffers and keys, argument errors
-(tests/gpu/test_fp8_linear.py runs the layer)."""
+"""Fp8Linear on the CPU: weights quantized once per output channel, per tensor or per 128x128 block, buffers and keys,
+argument errors (tests/gpu/test_fp8_linear.py runs the layer)."""
 
 import pytest
 import torch
@@ -14,21 +14,39 @@ def linear(in_features=64, out_features=32, bias=True, dtype=torch.bfloat16, see
     return torch.nn.Linear(in_features, out_features, bias=bias, dtype=dtype)
 
 
-@pytest.mark.parametrize("scaling", ["row", "tensor"])
+def per_element(scale, rows, columns):
+    """A (ceil(rows / 128), ceil(columns / 128)) block scale repeated over its block's elements."""
+    return scale.repeat_interleave(128, dim=0)[:rows].repeat_interleave(128, dim=1)[:, :columns]
+
+
+@pytest.mark.parametrize("scaling", ["row", "tensor", "block"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_from_linear_quantizes_the_weight_once(scaling, dtype):
-    source = linear(dtype=dtype)
+    out_features, in_features = (160, 272) if scaling == "block" else (32, 64)  # partial blocks on both sides
+    source = linear(in_features, out_features, dtype=dtype)
     with torch.no_grad():
         source.weight[3] *= 100.0  # one loud channel: per-channel scales keep the others' precision
     layer = ext.nn.Fp8Linear.from_linear(source, scaling=scaling)
-    assert layer.weight.dtype == torch.float8_e4m3fn and layer.weight.shape == (32, 64)
+    assert layer.weight.dtype == torch.float8_e4m3fn and layer.weight.shape == (out_features, in_features)
     assert layer.weight_scale.dtype == torch.float32
-    assert layer.weight_scale.shape == ((32, 1) if scaling == "row" else ())
+    assert layer.weight_scale.shape == {"row": (32, 1), "tensor": (), "block": (2, 3)}[scaling]
     assert layer.out_dtype == dtype and layer.bias.dtype == dtype
     torch.testing.assert_close(layer.bias, source.bias.detach())
     weight = source.weight.detach().double()
-    dequantized = layer.weight.double() * layer.weight_scale.double()
-    largest = weight.abs().amax(dim=1, keepdim=True) if scaling == "row" else weight.abs().amax()
+    scale = layer.weight_scale.double()
+    if scaling == "block":
+        scale = per_element(scale, out_features, in_features)
+    dequantized = layer.weight.double() * scale
+    if scaling == "block":  # each block's largest magnitude maps to e4m3's largest
+        largest = per_element(
+            torch.nn.functional.pad(weight.abs(), (0, 384 - in_features, 0, 256 - out_features))
+            .reshape(2, 128, 3, 128)
+            .amax(dim=(1, 3)),
+            out_features,
+            in_features,
+        )
+    else:
+        largest = weight.abs().amax(dim=1, keepdim=True) if scaling == "row" else weight.abs().amax()
     # normal e4m3 values: half a step relative; the smallest, subnormal, ones: absolute, relative to the scale
     bound = torch.maximum(weight.abs() * E4M3_RELATIVE_STEP / 2, largest / 448 * 2.0**-9)
     assert ((dequantized - weight).abs() <= bound * (1 + 1e-6)).all()
@@ -46,7 +64,8 @@ def test_without_bias_and_with_another_output_dtype():
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [
-        ({"scaling": "block"}, ValueError, "scaling='block' is not one of"),
+        ({"scaling": "channel"}, ValueError, "scaling='channel' is not one of"),
+        ({"scaling": "block", "accum": "fast"}, ValueError, "accum='fast': block scales are applied as each"),
         ({"accum": "exact"}, ValueError, "accum='exact' is not one of"),
         ({"out_dtype": torch.float64}, TypeError, "out_dtype must be one of"),
         ({"in_features": 40}, ValueError, "in_features=40 must be a multiple of 16"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..compiling import custom_op
 from . import quantize_kernel
 
 SCALE_BLOCK_K = 128
@@ -28,10 +29,26 @@ def quantize_block(x: torch.Tensor, dtype: torch.dtype, block: tuple[int, int]) 
     """(x_fp8, scales) with x ≈ x_fp8 · scale of its block: each block's largest magnitude maps to the format's
     largest finite value; an all-zero block gets the smallest normal float32 as its scale. x: (…, R, K) of a
     float type; x_fp8 has x's shape, scales (…, ceil(R / br), ceil(K / 128)) float32 (module docstring).
-    On a GPU one Triton pass (quantize_kernel.py), elsewhere `quantize_block_torch`: the same bits."""
+    On a GPU one Triton pass (quantize_kernel.py), elsewhere `quantize_block_torch`: the same bits. The op
+    `cutlass_ext::quantize_fp8_block`, so torch.compile and CUDA graphs take it whole."""
+    return quantize_fp8_block(x, dtype, block[0])
+
+
+@custom_op("cutlass_ext::quantize_fp8_block", mutates_args=())
+def quantize_fp8_block(x: torch.Tensor, dtype: torch.dtype, rows_per_block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """quantize_block with (rows_per_block, 128) blocks."""
+    block = (rows_per_block, SCALE_BLOCK_K)
     if x.is_cuda and quantize_kernel.available():
         return quantize_kernel.quantize_block_kernel(x, dtype, block)
-    return quantize_block_torch(x, dtype, block)
+    x_fp8, scales = quantize_block_torch(x, dtype, block)
+    return x_fp8.contiguous(), scales.contiguous()  # an op's outputs: tensors of their own
+
+
+@quantize_fp8_block.register_fake
+def _quantize_fp8_block_fake(x: torch.Tensor, dtype: torch.dtype, rows_per_block: int):
+    *batch, rows, columns = x.shape
+    scales = (*batch, -(-rows // rows_per_block), -(-columns // SCALE_BLOCK_K))
+    return x.new_empty(x.shape, dtype=dtype), x.new_empty(scales, dtype=torch.float32)
 
 
 def quantize_block_torch(x: torch.Tensor, dtype: torch.dtype, block: tuple[int, int]):

@@ -63,18 +63,19 @@ def test_one_pass_row_quantizer_is_quantize_fp8_bit_for_bit(kind, dtype, columns
         torch.testing.assert_close(scale, expected_scale, rtol=0, atol=0, equal_nan=True)
 
 
-@pytest.mark.parametrize("scaling", ["row", "tensor"])
-@pytest.mark.parametrize("shape", [(21, 256), (2, 64, 256)])  # decode-sized (swapped kernels) and prefill-sized
+@pytest.mark.parametrize("scaling", ["row", "tensor", "block"])
+@pytest.mark.parametrize("shape", [(21, 272), (2, 64, 272)])  # decode-sized (swapped kernels) and prefill-sized
 @pytest.mark.parametrize("bias", [True, False])
 def test_layer_is_quantize_then_gemm_fp8(scaling, shape, bias):
-    source = bf16_linear(256, 512, bias=bias)
+    """K = 272: a partial last 128-wide block for the block scales."""
+    source = bf16_linear(272, 512, bias=bias)
     layer = ext.nn.Fp8Linear.from_linear(source, scaling=scaling)
     x = tokens(*shape, seed=1)
     y = layer(x)
     assert y.dtype == torch.bfloat16 and y.shape == (*shape[:-1], 512)
-    rows = x.reshape(-1, 256)
-    x8, x_scale = ext.quantize_fp8(rows, granularity=scaling)
-    w8, w_scale = ext.quantize_fp8(source.weight.detach(), granularity=scaling)
+    rows = x.reshape(-1, 272)
+    x8, x_scale = ext.quantize_fp8(rows, granularity=scaling, block=(1, 128))
+    w8, w_scale = ext.quantize_fp8(source.weight.detach(), granularity=scaling, block=(128, 128))
     manual = ext.gemm_fp8(x8, w8, x_scale, w_scale, torch.bfloat16, bias=layer.bias)
     assert torch.equal(y.reshape(-1, 512), manual)
     expected = x.double() @ source.weight.double().T + (source.bias.double() if bias else 0)
@@ -96,9 +97,10 @@ def test_fast_accumulation_and_per_channel_scales_follow_outliers():
     assert errors["row"] < FP8_TOLERANCE < errors["tensor"]
 
 
-def test_compile_and_cuda_graphs():
+@pytest.mark.parametrize("scaling", ["row", "block"])
+def test_compile_and_cuda_graphs(scaling):
     torch._dynamo.reset()
-    layer = ext.nn.Fp8Linear.from_linear(bf16_linear(256, 512))
+    layer = ext.nn.Fp8Linear.from_linear(bf16_linear(256, 512), scaling=scaling)
     x = tokens(2, 64, 256, seed=3)
     eager = layer(x)
     assert torch.equal(torch.compile(layer, fullgraph=True)(x), eager)
