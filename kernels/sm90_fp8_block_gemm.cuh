@@ -24,6 +24,7 @@
 #include "sm90_fp8_block_abi.h"
 #include "sm90_fp8_block_across_scale_load.hpp"
 #include "sm90_fp8_block_overlapped_promotion.hpp"
+#include "sm90_fp8_block_programmatic_mainloop.hpp"
 #include "sm90_fp8_block_wave_promotion.hpp"
 
 namespace cutlass_ext::fp8_block {
@@ -98,9 +99,13 @@ constexpr int scale_rows_n(int tile_n, int scale_n) {
 // SwapAB: the kernel computes Dᵀ (N, M) = B · Aᵀ into D viewed column-major, so the weights fill the 128-row side
 // of a cooperative tile and decode's few tokens a 32- or 64-wide n (instead of 64- or 128-row A tiles that are
 // mostly zeros): a quarter of the Tensor Core work and of the shared-memory traffic per k-block at M <= 32.
+// Programmatic: launched with programmatic dependent launch, asking L2 for L2PrefetchKBlocks k-blocks of the first
+// tile's weights before the wait (sm90_fp8_block_programmatic_mainloop.hpp; the translation unit defines
+// CUTLASS_ENABLE_GDC_FOR_SM90). Whole tiles per persistent CTA only.
 template <class ElementA, class ElementB, class ElementD, int TileM, int TileN, int TileK, int ClusterM,
           int ClusterN, class Schedule, int ScaleN, class Decomposition, int Splits, bool ScaleAMajorM = false,
-          bool SwapAB = false, bool OverlappedPromotion = false>
+          bool SwapAB = false, bool OverlappedPromotion = false, bool Programmatic = false,
+          int L2PrefetchKBlocks = 0>
 struct Sm90Fp8BlockGemm {
   static_assert(TileK == kScaleBlockK, "one k-tile per scale block");
   static_assert(!SwapAB || TileM % ScaleN == 0 || ScaleN % TileM == 0,
@@ -114,6 +119,9 @@ struct Sm90Fp8BlockGemm {
   static constexpr bool kAcrossScaleBlocks = !SwapAB && kScaleRowsN != ScaleN;
   static constexpr bool kInBlockTiles = SwapAB && TileM < ScaleN;
   static_assert(!(SwapAB && ScaleAMajorM), "swapped kernels read K-major activation scales");
+  static_assert(!Programmatic || cute::is_same_v<Decomposition, DecomposePersistent>,
+                "programmatic launch runs whole tiles per persistent CTA");
+  static_assert(Programmatic || L2PrefetchKBlocks == 0, "the L2 prefetch runs ahead of the programmatic wait");
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   static constexpr int kAlignmentAB = 16;  // elements: TMA moves 16-byte rows of FP8
@@ -173,9 +181,13 @@ struct Sm90Fp8BlockGemm {
   static constexpr bool kWaves = (TileM == 256 || kAcrossScaleBlocks) && !SwapAB;
   static_assert(!(kWaves && OverlappedPromotion), "256-row tiles promote one 64-row wave at a time, not overlapped");
   using WaveBase = cute::conditional_t<kAcrossScaleBlocks, AcrossBlockScaleLoad<StockMainloop>, StockMainloop>;
-  using Mainloop = cute::conditional_t<
+  using PromotingMainloop = cute::conditional_t<
       kWaves, WaveBlockScaledMainloop<WaveBase, kAcrossScaleBlocks>,
       cute::conditional_t<OverlappedPromotion, OverlappedBlockScaledMainloop<StockMainloop>, StockMainloop>>;
+  using Mainloop =
+      cute::conditional_t<Programmatic,
+                          ProgrammaticMainloop<PromotingMainloop, TileShape, ClusterShape, /*WeightsAreA=*/SwapAB>,
+                          PromotingMainloop>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
                                                       typename Decomposition::TileScheduler>;
@@ -259,6 +271,11 @@ struct Sm90Fp8BlockGemm {
       arguments.scheduler.decomposition_mode = Decomposition::kMode;
       arguments.scheduler.splits = Splits;
     }
+    if constexpr (Programmatic) {
+      arguments.mainloop.hw_info = arguments.hw_info;
+      arguments.mainloop.scheduler = arguments.scheduler;
+      arguments.mainloop.l2_prefetch_k_blocks = L2PrefetchKBlocks;
+    }
     return arguments;
   }
 
@@ -285,7 +302,7 @@ struct Sm90Fp8BlockGemm {
     auto cuda_stream = static_cast<cudaStream_t>(stream);
     cutlass::Status status = gemm.initialize(arguments(*args), workspace, cuda_stream);
     if (status != cutlass::Status::kSuccess) return int(status);
-    return int(gemm.run(cuda_stream));
+    return int(gemm.run(cuda_stream, /*cuda_adapter=*/nullptr, /*launch_with_pdl=*/Programmatic));
   }
 };
 

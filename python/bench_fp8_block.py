@@ -6,7 +6,8 @@ Dense rows: (N, K) of DeepSeek-V3's projections x M; 1x128 activation and 128x12
 bf16 output. Contenders: `ext.gemm_fp8` (the block kernel dispatch picks; `--variants` adds named ones),
 `torch._scaled_mm` with the same block scales where this torch and cuBLAS take them, and with `--deepgemm`
 DeepGEMM's `fp8_gemm_nt` (built by python/deepgemm_build.py; its JIT compiles a kernel per shape on first
-use). MoE rows: G experts x M tokens each, (N, K) of the experts' up and down projections; ours contiguous
+use), launched plainly and with programmatic dependent launch (`DeepGEMM pdl`, its `set_pdl(True)`). MoE rows: G
+experts x M tokens each, (N, K) of the experts' up and down projections; ours contiguous
 (offsets) and masked (counts), DeepGEMM's contiguous (its row-to-expert index) and masked layouts, and
 `torch._scaled_grouped_mm` with row-wise scales (timing only: other scales) where it runs. Weight-gradient rows
 (`--wgrad`): G experts' D_g (M, N) += over their tokens (K, padded to 128 per expert), 1x128 scales along K on
@@ -92,12 +93,16 @@ def dense_contenders(variants):
     deep_gemm = _deep_gemm()
     if deep_gemm is not None:
 
-        def deepgemm(a8, b8, sa, sb):
+        def deepgemm(a8, b8, sa, sb, pdl=False):
             out = torch.empty(a8.shape[0], b8.shape[0], dtype=torch.bfloat16, device="cuda")
+            deep_gemm.set_pdl(pdl)  # read at each launch (captured launches keep it)
             deep_gemm.fp8_gemm_nt((a8, sa), (b8, sb), out, disable_ue8m0_cast=True)
+            deep_gemm.set_pdl(False)
             return out
 
         yield "DeepGEMM", deepgemm
+        # its kernels wait for the grid before them too; launched programmatically they start while it drains
+        yield "DeepGEMM pdl", lambda a8, b8, sa, sb: deepgemm(a8, b8, sa, sb, pdl=True)
 
 
 def _failure(error: Exception) -> str:

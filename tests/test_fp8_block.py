@@ -231,6 +231,10 @@ def test_variant_names_round_trip():
         Fp8BlockConfig(tile=(128, 32, 128), swap_ab=True, overlapped=True),
         Fp8BlockConfig(tile=(256, 128, 128), cluster=(1, 2), scale_a_major="m", scheduler="streamk"),
         Fp8BlockConfig(tile=(128, 176, 128), cluster=(2, 1), scale_a_major="m"),
+        Fp8BlockConfig(
+            tile=(64, 32, 128), schedule="pingpong", swap_ab=True, overlapped=True, programmatic=True, l2_prefetch=8
+        ),
+        Fp8BlockConfig(programmatic=True),
     ]
     for config in configs:
         assert Fp8BlockConfig.from_name(config.name) == config
@@ -241,6 +245,20 @@ def test_variant_names_round_trip():
     assert configs[6].name == "fp8block_e4m3e4m3_bf16_128x32x128_c1x1_coop_sb128_swap_overlap"
     assert configs[7].name == "fp8block_e4m3e4m3_bf16_256x128x128_c1x2_coop_sb128_streamk_am"
     assert configs[8].name == "fp8block_e4m3e4m3_bf16_128x176x128_c2x1_coop_sb128_am"
+    assert configs[9].name == "fp8block_e4m3e4m3_bf16_64x32x128_c1x1_pp_sb128_swap_overlap_pdl_l2pf8"
+    assert configs[10].name == "fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128_pdl"
+
+
+def test_programmatic_variants_compile_cutlass_s_grid_dependency_control():
+    """CUTLASS's kernels wait on and release the grid before them only with CUTLASS_ENABLE_GDC_FOR_SM90, defined
+    before its headers: such variants get a translation unit of their own."""
+    config = Fp8BlockConfig(tile=(128, 32, 128), swap_ab=True, programmatic=True, l2_prefetch=8)
+    source = codegen.render_library([config])
+    assert source.index("#define CUTLASS_ENABLE_GDC_FOR_SM90 1\n") < source.index("#include")
+    assert "1, false, true, false, true, 8>" in source  # K-major, SwapAB, not overlapped, Programmatic, 8
+    assert "CUTLASS_ENABLE_GDC_FOR_SM90" not in codegen.render_library([Fp8BlockConfig()])
+    with pytest.raises(ValueError, match="separate translation units"):
+        codegen.render_library([config, Fp8BlockConfig()])
 
 
 @pytest.mark.parametrize("tile_n, extended", [(128, False), (192, False), (176, True), (144, True)])
@@ -311,6 +329,11 @@ def test_half_block_swapped_tiles_read_block_scales_as_given():
         ({"tile": (256, 256, 128)}, "256-row tiles"),
         ({"tile": (256, 32, 128), "swap_ab": True}, "256-row tiles"),
         ({"tile": (256, 128, 128), "grouped": True}, "256-row tiles"),
+        ({"programmatic": True, "scheduler": "streamk"}, "whole tiles per persistent CTA"),
+        ({"programmatic": True, "grouped": True}, "whole tiles per persistent CTA"),
+        ({"programmatic": 1}, "must be True or False"),
+        ({"l2_prefetch": 8}, "needs programmatic=True"),
+        ({"programmatic": True, "l2_prefetch": 3}, "l2_prefetch=3 must be one of"),
     ],
 )
 def test_invalid_configs_say_why(fields, message):

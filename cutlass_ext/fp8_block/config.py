@@ -27,6 +27,8 @@ _SCHEDULE_TAGS = {"cooperative": "coop", "pingpong": "pp"}
 # How the dense kernel reads activation scales: K-major (unit stride along k-blocks, what quantize_fp8 writes) or
 # M-major (unit stride along rows, DeepGEMM's layout: one k-block's scales of a tile loaded by TMA in one piece).
 SCALE_A_MAJORS = ("k", "m")
+# k-blocks of the first tile's weights a programmatically launched CTA asks L2 for before it waits; 0: none
+L2_PREFETCHES = (0, 4, 8, 16)
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,10 @@ class Fp8BlockConfig(VariantFields):
     halves read), decode's few tokens its second (a multiple of 32).
     overlapped: each k-block's scaling and promotion run while the next k-block's wgmmas do (name suffix
     `_overlap`; kernels/sm90_fp8_block_overlapped_promotion.hpp), the same output bit for bit (dense only).
+    programmatic: launched with programmatic dependent launch (name suffix `_pdl`): the kernel starts while the one
+    before it drains and waits for it before reading memory; l2_prefetch k-blocks of its first tile's weights are
+    asked of L2 before that wait (`_l2pfN`; kernels/sm90_fp8_block_programmatic_mainloop.hpp). Dense kernels with
+    whole tiles per persistent CTA only.
     """
 
     a_dtype: str = "e4m3"
@@ -67,9 +73,12 @@ class Fp8BlockConfig(VariantFields):
     scale_a_major: str = "k"
     swap_ab: bool = False
     overlapped: bool = False
+    programmatic: bool = False
+    l2_prefetch: int = 0
     family: str = FAMILY
 
-    # `fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128[_streamk|_splitk4][_grouped|_kgrouped][_am][_swap][_overlap]`
+    # `fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128[_streamk|_splitk4][_grouped|_kgrouped][_am][_swap][_overlap]
+    # [_pdl][_l2pfN]`
     NAME: ClassVar[NameGrammar] = NameGrammar(
         "fp8block_",
         Word("a_dtype", FP8_DTYPES),
@@ -91,6 +100,8 @@ class Fp8BlockConfig(VariantFields):
         Optional(Word("scale_a_major", {"m": "_am"}), default={"scale_a_major": "k"}),
         Optional(Word("swap_ab", {True: "_swap"}), default={"swap_ab": False}),
         Optional(Word("overlapped", {True: "_overlap"}), default={"overlapped": False}),
+        Optional(Word("programmatic", {True: "_pdl"}), default={"programmatic": False}),
+        Optional("_l2pf", Number("l2_prefetch"), default={"l2_prefetch": 0}),
     )
     EXAMPLE_NAME: ClassVar[str] = "fp8block_e4m3e4m3_bf16_128x128x128_c1x1_coop_sb128_streamk"
 
@@ -108,7 +119,7 @@ class Fp8BlockConfig(VariantFields):
                 raise ValueError(f"{field}={getattr(self, field)!r} is not one of {list(choices)}")
         if self.family != FAMILY:
             raise ValueError(f"family={self.family!r} must be {FAMILY!r}")
-        for field in ("grouped", "k_grouped", "swap_ab", "overlapped"):
+        for field in ("grouped", "k_grouped", "swap_ab", "overlapped", "programmatic"):
             if getattr(self, field) is not True and getattr(self, field) is not False:
                 raise ValueError(f"{field}={getattr(self, field)!r} must be True or False")
         self._check_extents(tile="mnk", cluster="mn")
@@ -179,6 +190,17 @@ class Fp8BlockConfig(VariantFields):
             raise ValueError("grouped kernels read K-major activation scales (scale_a_major='k'): dense per group")
         if self.scheduler != "persistent" and self.schedule != "cooperative":
             raise ValueError(f"scheduler={self.scheduler!r} runs cooperative kernels; got schedule={self.schedule!r}")
+        if self.programmatic and (self.scheduler != "persistent" or self.grouped or self.k_grouped):
+            raise ValueError(
+                "programmatic=True is built for dense kernels with whole tiles per persistent CTA; got "
+                f"scheduler={self.scheduler!r}, grouped={self.grouped}, k_grouped={self.k_grouped}"
+            )
+        if self.l2_prefetch not in L2_PREFETCHES:
+            raise ValueError(f"l2_prefetch={self.l2_prefetch!r} must be one of {list(L2_PREFETCHES)}")
+        if self.l2_prefetch and not self.programmatic:
+            raise ValueError(
+                f"l2_prefetch={self.l2_prefetch} runs ahead of the programmatic-launch wait: it needs programmatic=True"
+            )
 
     @property
     def scale_rows_n(self) -> int:
@@ -222,7 +244,8 @@ def render_instance(config: Fp8BlockConfig) -> str:
         decomposition = (
             f", cutlass_ext::fp8_block::{_DECOMPOSITIONS[config.scheduler]}, {config.splits}, "
             f"{'true' if config.scale_a_major == 'm' else 'false'}, {'true' if config.swap_ab else 'false'}, "
-            f"{'true' if config.overlapped else 'false'}"
+            f"{'true' if config.overlapped else 'false'}, {'true' if config.programmatic else 'false'}, "
+            f"{config.l2_prefetch}"
         )
     return Template((kernels_dir() / "sm90_fp8_block_instance.in").read_text()).substitute(
         name=config.name,

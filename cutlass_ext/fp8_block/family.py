@@ -9,9 +9,11 @@ from .config import Fp8BlockConfig, render_instance
 
 
 def defines(config: Fp8BlockConfig) -> str:
-    """CuTe's extended wgmma shapes, per translation unit, only for a tile whose n needs one (176 across weight
-    blocks): without them CollectiveBuilder cuts it into n = 16 atoms, and every other tile parses less."""
-    return "" if config.tile[1] in DEFAULT_WGMMA_N else "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED\n"
+    """Per translation unit: programmatic dependent launch (CUTLASS's kernels wait and trigger only with
+    CUTLASS_ENABLE_GDC_FOR_SM90), and CuTe's extended wgmma shapes only for a tile whose n needs one (176 across
+    weight blocks): without them CollectiveBuilder cuts it into n = 16 atoms, and every other tile parses less."""
+    gdc = "#define CUTLASS_ENABLE_GDC_FOR_SM90 1\n" if config.programmatic else ""
+    return gdc + ("" if config.tile[1] in DEFAULT_WGMMA_N else "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED\n")
 
 
 FAMILY = Family(

@@ -12,6 +12,8 @@ space:
   swap_ab: [false, true]
   out_dtype: [bf16]         # a_dtype, b_dtype, out_dtype default to e4m3, e4m3, bf16; scale_n to 128
   overlapped: [false, true] # promotion overlapped with the next k-block's wgmmas (dense kernels only)
+  programmatic: [false, true]  # programmatic dependent launch (dense, persistent)
+  l2_prefetch: [0, 8]       # k-blocks of weights asked of L2 before the programmatic wait
 
 The schedule follows the tile: m = 64 runs ping-pong warpgroups, m = 128 and 256 cooperative ones. Combinations that
 Fp8BlockConfig rejects (a weights side that is not a multiple of 128, a ping-pong kernel under stream-K, a swapped
@@ -24,7 +26,7 @@ import itertools
 from pathlib import Path
 
 from ..families import spaces
-from .config import FP8_DTYPES, OUT_DTYPES, SCALE_A_MAJORS, SCHEDULERS, Fp8BlockConfig
+from .config import FP8_DTYPES, L2_PREFETCHES, OUT_DTYPES, SCALE_A_MAJORS, SCHEDULERS, Fp8BlockConfig
 
 MODES = ("fp8_block", "fp8_grouped")
 _CHOICES = {
@@ -36,6 +38,8 @@ _CHOICES = {
     "swap_ab": [False, True],
     "grouped": [False, True],
     "overlapped": [False, True],
+    "programmatic": [False, True],
+    "l2_prefetch": list(L2_PREFETCHES),
 }
 
 

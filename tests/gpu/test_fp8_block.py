@@ -114,6 +114,23 @@ SPLIT_K = [
 ]
 
 
+# Programmatic dependent launch (kernels/sm90_fp8_block_programmatic_mainloop.hpp) around the same mainloops, so
+# the same bits as the plain launch: cooperative and ping-pong kernels, weights as the kernel's B or (swapped) its
+# A, tiles inside a weight block, stock and overlapped promotion, with and without the L2 prefetch before the wait.
+PROGRAMMATIC = [
+    Fp8BlockConfig(programmatic=True, l2_prefetch=8),
+    Fp8BlockConfig(tile=(64, 128, 128), schedule="pingpong", overlapped=True, programmatic=True),
+    Fp8BlockConfig(tile=(128, 32, 128), swap_ab=True, programmatic=True, l2_prefetch=8),
+    Fp8BlockConfig(
+        tile=(64, 32, 128), swap_ab=True, schedule="pingpong", overlapped=True, programmatic=True, l2_prefetch=8
+    ),
+]
+
+
+def plain_launch(config):
+    return dataclasses.replace(config, programmatic=False, l2_prefetch=0)
+
+
 def _swept_variants() -> list:
     """The survivors of the shipped sweep space: any of them may be a tuned table's winner."""
     path = Path(__file__).resolve().parents[2] / "configs" / "sm90_fp8_block.yaml"
@@ -131,7 +148,10 @@ def built():
         pytest.skip("block-scaled FP8 kernels run on Hopper (sm90)")
     twins = [dataclasses.replace(c, overlapped=True) for c in OVERLAPPED_TWINS]
     waves = [c for pair in WAVE_TWINS + HALF_BLOCK_TWINS for c in pair]
-    variants = list(dict.fromkeys(DENSE_VARIANTS + SWEPT_VARIANTS + OVERLAPPED_TWINS + twins + waves + SPLIT_K))
+    programmatic = PROGRAMMATIC + [plain_launch(c) for c in PROGRAMMATIC]
+    variants = list(
+        dict.fromkeys(DENSE_VARIANTS + SWEPT_VARIANTS + OVERLAPPED_TWINS + twins + waves + SPLIT_K + programmatic)
+    )
     failed = [r for r in build_libraries([(c,) for c in variants], "90a") if r.library is None]
     assert not failed, failed[0].error
 
@@ -339,6 +359,43 @@ def test_half_block_swapped_tiles_give_the_same_bits(stock, half, m, n, k, distr
     assert torch.equal(out, reference)
     if stock.out_dtype != "fp32" or distribution != "outliers":  # see test_wave_promotion_gives_the_same_bits
         check_close(out, a8, b8, scale_a, scale_b, stock.scale_n, bias)
+
+
+@pytest.mark.parametrize("config", PROGRAMMATIC, ids=lambda c: c.name)
+@pytest.mark.parametrize("m, n, k", [(1, 2112, 384), (3, 384, 128), (130, 640, 1040)])
+def test_programmatic_launch_gives_the_same_bits(config, m, n, k):
+    a8, b8, scale_a, scale_b = quantized(m, n, k, "wide", (config.scale_n, 128), seed=m + n)
+    bias = seeded_bias(n, m).bfloat16()
+    out = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, variant=config.name)
+    plain = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, variant=plain_launch(config).name)
+    assert torch.equal(out, plain)
+    check_close(out, a8, b8, scale_a, scale_b, config.scale_n, bias)
+
+
+@pytest.mark.parametrize("config", PROGRAMMATIC, ids=lambda c: c.name)
+def test_programmatic_launch_reads_what_the_kernel_before_wrote(config):
+    """Replayed from a graph, each GEMM follows the copies that write its operands and scales, a different one
+    last each time (the kernel may start while that copy runs): every product must equal the plain launch's of
+    the same values bit for bit (a warp reading memory before its wait, or the L2 prefetch, would read old ones)."""
+    m, n, k = 40, 2112, 1664
+    sets = [quantized(m, n, k, "wide", (config.scale_n, 128), seed=31 + i) for i in range(4)]
+    buffers = [t.clone() for t in sets[0]]
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        fp8_block.gemm_fp8_block(*buffers, variant=config.name)  # built and loaded before capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph, products = torch.cuda.CUDAGraph(), []
+    with torch.cuda.graph(graph):
+        for step, values in enumerate(sets):
+            order = [i for i in range(4) if i != step] + [step]  # operand `step` is written just before the GEMM
+            for i in order:
+                buffers[i].copy_(values[i])
+            products.append(fp8_block.gemm_fp8_block(*buffers, variant=config.name))
+    graph.replay()
+    torch.cuda.synchronize()
+    for values, product in zip(sets, products):
+        assert torch.equal(product, fp8_block.gemm_fp8_block(*values, variant=plain_launch(config).name))
+    check_close(products[-1], *sets[-1], config.scale_n)
 
 
 @pytest.mark.parametrize("m", [1, 2, 3, 5, 6, 7, 127, 130, 131])
