@@ -534,7 +534,8 @@ def _ptx_instructions(kernel, pointers: dict, constants: dict) -> set[str]:
 @pytest.mark.parametrize("quantizer", ["block_1x128", "block_128x128", "rows"])
 def test_one_pass_quantizers_divide_with_ieee_rounding(quantizer, tmp_path, monkeypatch):
     """The Triton quantizers' PTX: division correctly rounded (div.rn.f32, subnormals kept), clamping that keeps
-    NaN, conversion rounded to nearest even (about 5 s a kernel)."""
+    NaN, conversion rounded to nearest even, and for the block quantizers the early launch of the next kernel
+    (about 5 s a kernel)."""
     tl = pytest.importorskip("triton.language")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     tiny = torch.finfo(torch.float32).tiny
@@ -545,9 +546,11 @@ def test_one_pass_quantizers_divide_with_ieee_rounding(quantizer, tmp_path, monk
         rows = 1 if quantizer == "block_1x128" else 128
         kernel = fp8_block.quantize_kernel._kernel()
         constants = {"LARGEST": 57344.0, "TINY": tiny, "ROWS": 32 if rows == 1 else 128, "BLOCK_ROWS": rows}
-        constants["OUT"] = tl.float8e5
+        constants |= {"OUT": tl.float8e5, "LAUNCH_DEPENDENTS": True}
         pointers, conversion = {"x_ptr": "*fp32", "q_ptr": "*fp8e5", "s_ptr": "*fp32"}, "cvt.rn.satfinite.e5m2x2.f32"
     instructions = _ptx_instructions(kernel, pointers, constants)
     divisions = {i for i in instructions if i.startswith(("div", "rcp"))}
     assert divisions == {"div.rn.f32"}
     assert {"max.NaN.f32", "min.NaN.f32", conversion} <= instructions
+    # the block quantizers let a programmatically launched GEMM start early (its prologue, its weights' prefetch)
+    assert ("griddepcontrol.launch_dependents" in instructions) == (quantizer != "rows")
