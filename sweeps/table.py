@@ -70,6 +70,7 @@ ADDED_LATER = {
     "buffer_epilogue",
     "k_grouped",
     "overlapped",
+    "programmatic",
 }
 
 
