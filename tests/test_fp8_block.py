@@ -342,17 +342,19 @@ def test_invalid_configs_say_why(fields, message):
 
 
 def test_sweep_rules_drop_what_need_not_be_built():
-    """Swapped square tiles (the unswapped kernel's tiles) and overlapped promotion with per-row weight scales
-    (which spills); the same forms otherwise are kept."""
+    """Swapped square tiles (the unswapped kernel's tiles), overlapped promotion with per-row weight scales (which
+    spills) and programmatic cooperative kernels (slower after the quantizer); the same forms otherwise are kept."""
     configs = [
         Fp8BlockConfig(tile=(128, 128, 128), swap_ab=True),
         Fp8BlockConfig(overlapped=True, scale_n=1),
+        Fp8BlockConfig(tile=(128, 32, 128), swap_ab=True, programmatic=True),
         Fp8BlockConfig(overlapped=True),
         Fp8BlockConfig(scale_n=1),
         Fp8BlockConfig(tile=(128, 32, 128), swap_ab=True),
+        Fp8BlockConfig(tile=(64, 32, 128), schedule="pingpong", swap_ab=True, programmatic=True),
     ]
     result = apply_rules(configs, DeviceLimits.for_arch("90a"), filters.RULES)
-    assert result.survivors == configs[2:]
+    assert result.survivors == configs[3:]
 
 
 def test_non_canonical_name_is_refused():
