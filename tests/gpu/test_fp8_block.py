@@ -17,6 +17,8 @@ from cutlass_ext.fp8_block import Fp8BlockConfig
 from cutlass_ext.fp8_block import filters as block_filters
 from cutlass_ext.fp8_block import space as block_space
 
+from . import early_writer
+
 pytestmark = pytest.mark.gpu
 
 # Output rounding of each output type relative to |D|, with the FP32 scaling's few roundings.
@@ -373,29 +375,47 @@ def test_programmatic_launch_gives_the_same_bits(config, m, n, k):
 
 
 @pytest.mark.parametrize("config", PROGRAMMATIC, ids=lambda c: c.name)
-def test_programmatic_launch_reads_what_the_kernel_before_wrote(config):
-    """Replayed from a graph, each GEMM follows the copies that write its operands and scales, a different one
-    last each time (the kernel may start while that copy runs): every product must equal the plain launch's of
-    the same values bit for bit (a warp reading memory before its wait, or the L2 prefetch, would read old ones)."""
+def test_programmatic_launch_waits_for_a_writer_that_lets_it_start(config):
+    """A kernel lets the next one launch at its start, then waits 50 µs before it writes the GEMM's operands, both
+    scale tensors and the bias. A `_pdl` GEMM captured right after it starts inside that window and must still read
+    the new values: bit for bit the plain launch's product of them. The control, a kernel launched the same way that
+    reads without waiting, must see old bytes there, or the window this test relies on is not there."""
     m, n, k = 40, 2112, 1664
-    sets = [quantized(m, n, k, "wide", (config.scale_n, 128), seed=31 + i) for i in range(4)]
-    buffers = [t.clone() for t in sets[0]]
+    old = [*quantized(m, n, k, "wide", (config.scale_n, 128), seed=31), seeded_bias(n, 31).bfloat16()]
+    new = [*quantized(m, n, k, "wide", (config.scale_n, 128), seed=32), seeded_bias(n, 32).bfloat16() * 100]
+    size = early_writer.arena_bytes(old)
+    arenas = {name: torch.zeros(size, dtype=torch.uint8, device="cuda") for name in ("buffers", "old", "new", "seen")}
+    buffers = early_writer.arena_views(arenas["buffers"], old)
+    for values, name in ((old, "old"), (new, "new")):
+        for view, value in zip(early_writer.arena_views(arenas[name], old), values):
+            view.copy_(value)
+
+    def run():
+        a8, b8, scale_a, scale_b, bias = buffers
+        return fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, variant=config.name)
+
     stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        fp8_block.gemm_fp8_block(*buffers, variant=config.name)  # built and loaded before capture
+    with torch.cuda.stream(stream):  # built, loaded and compiled before capture
+        run()
+        early_writer.write_late(arenas["buffers"], arenas["old"], delay_ns=0)
+        early_writer.read_early(arenas["buffers"], arenas["seen"])
     torch.cuda.current_stream().wait_stream(stream)
-    graph, products = torch.cuda.CUDAGraph(), []
+    graph, control = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for step, values in enumerate(sets):
-            order = [i for i in range(4) if i != step] + [step]  # operand `step` is written just before the GEMM
-            for i in order:
-                buffers[i].copy_(values[i])
-            products.append(fp8_block.gemm_fp8_block(*buffers, variant=config.name))
-    graph.replay()
-    torch.cuda.synchronize()
-    for values, product in zip(sets, products):
-        assert torch.equal(product, fp8_block.gemm_fp8_block(*values, variant=plain_launch(config).name))
-    check_close(products[-1], *sets[-1], config.scale_n)
+        early_writer.write_late(arenas["buffers"], arenas["new"])
+        product = run()
+    with torch.cuda.graph(control):
+        early_writer.write_late(arenas["buffers"], arenas["new"])
+        early_writer.read_early(arenas["buffers"], arenas["seen"])
+    for replay in (graph, control):
+        arenas["buffers"].copy_(arenas["old"])
+        torch.cuda.synchronize()
+        replay.replay()
+        torch.cuda.synchronize()
+    assert not torch.equal(arenas["seen"], arenas["new"]), "the reader launched early saw only new bytes"
+    a8, b8, scale_a, scale_b, bias = new
+    expected = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, variant=plain_launch(config).name)
+    assert torch.equal(product, expected)
 
 
 @pytest.mark.parametrize("config", PROGRAMMATIC, ids=lambda c: c.name)
