@@ -61,8 +61,8 @@ def arena_views(arena: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Ten
     views, offset = [], 0
     for t in like:
         nbytes = t.untyped_storage().nbytes()
-        piece = arena[offset : offset + nbytes].view(t.dtype)
-        views.append(piece.as_strided(t.shape, t.stride(), t.storage_offset()))
+        piece = arena[offset : offset + nbytes].view(t.dtype)  # as_strided's offset counts from the arena's start
+        views.append(piece.as_strided(t.shape, t.stride(), piece.storage_offset() + t.storage_offset()))
         offset += -(-nbytes // 256) * 256
     return views
 
