@@ -510,6 +510,24 @@ int main() {
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_programmatic_variants_wait_for_the_grid_before(tmp_path):
+    """A `_pdl` kernel launches early, so its waits must be compiled in: CUTLASS emits them only with GDC enabled (its
+    define before the first CUTLASS header, sm_90a), silently nothing otherwise. The PTX of a ping-pong `_pdl`
+    variant: the waits of the operand and scale producers and of the consumers, and the early-launch signals (about
+    35 s on two cores)."""
+    config = Fp8BlockConfig(tile=(64, 128, 128), schedule="pingpong", overlapped=True, programmatic=True)
+    source = tmp_path / "kernel.cu"
+    source.write_text(codegen.render_library([config]))
+    includes = [f"-I{path}" for path in toolchain.include_dirs()]
+    command = [toolchain.nvcc(), "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-arch=sm_90a", "-ptx"]
+    subprocess.run([*command, *includes, str(source), "-o", str(tmp_path / "kernel.ptx")], check=True)
+    ptx = (tmp_path / "kernel.ptx").read_text()
+    assert ptx.count("griddepcontrol.wait;") >= 3
+    assert "griddepcontrol.launch_dependents;" in ptx
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_m_major_variant_implements_every_m_on_the_host(tmp_path):
     """CUTLASS's can_implement (host code) for the M-major kernel at M not a multiple of 4 (about 40 s)."""
     source = tmp_path / "can_implement.cu"
