@@ -69,3 +69,34 @@ def arena_views(arena: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Ten
 
 def arena_bytes(like: list[torch.Tensor]) -> int:
     return sum(-(-t.untyped_storage().nbytes() // 256) * 256 for t in like)
+
+
+def run_after_late_writer(run, old: list[torch.Tensor], new: list[torch.Tensor]):
+    """`run(*inputs)` captured in a graph right after a kernel that lets it launch at its start and writes `new` into
+    the inputs (which hold `old`) 50 µs later; returns its output and whether the control, a kernel launched the same
+    way that reads without waiting, saw old bytes (the window the caller relies on)."""
+    size = arena_bytes(old)
+    arenas = {name: torch.zeros(size, dtype=torch.uint8, device="cuda") for name in ("inputs", "old", "new", "seen")}
+    inputs = arena_views(arenas["inputs"], old)
+    for values, name in ((old, "old"), (new, "new")):
+        for view, value in zip(arena_views(arenas[name], old), values):
+            view.copy_(value)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):  # built, loaded and compiled before capture
+        run(*inputs)
+        write_late(arenas["inputs"], arenas["old"], delay_ns=0)
+        read_early(arenas["inputs"], arenas["seen"])
+    torch.cuda.current_stream().wait_stream(stream)
+    graph, control = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        write_late(arenas["inputs"], arenas["new"])
+        output = run(*inputs)
+    with torch.cuda.graph(control):
+        write_late(arenas["inputs"], arenas["new"])
+        read_early(arenas["inputs"], arenas["seen"])
+    for replay in (graph, control):
+        arenas["inputs"].copy_(arenas["old"])
+        torch.cuda.synchronize()
+        replay.replay()
+        torch.cuda.synchronize()
+    return output, not torch.equal(arenas["seen"], arenas["new"])

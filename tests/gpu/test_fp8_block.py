@@ -383,39 +383,13 @@ def test_programmatic_launch_waits_for_a_writer_that_lets_it_start(config):
     m, n, k = 40, 2112, 1664
     old = [*quantized(m, n, k, "wide", (config.scale_n, 128), seed=31), seeded_bias(n, 31).bfloat16()]
     new = [*quantized(m, n, k, "wide", (config.scale_n, 128), seed=32), seeded_bias(n, 32).bfloat16() * 100]
-    size = early_writer.arena_bytes(old)
-    arenas = {name: torch.zeros(size, dtype=torch.uint8, device="cuda") for name in ("buffers", "old", "new", "seen")}
-    buffers = early_writer.arena_views(arenas["buffers"], old)
-    for values, name in ((old, "old"), (new, "new")):
-        for view, value in zip(early_writer.arena_views(arenas[name], old), values):
-            view.copy_(value)
 
-    def run():
-        a8, b8, scale_a, scale_b, bias = buffers
-        return fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, variant=config.name)
+    def run(a8, b8, scale_a, scale_b, bias, variant=config.name):
+        return fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, variant=variant)
 
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):  # built, loaded and compiled before capture
-        run()
-        early_writer.write_late(arenas["buffers"], arenas["old"], delay_ns=0)
-        early_writer.read_early(arenas["buffers"], arenas["seen"])
-    torch.cuda.current_stream().wait_stream(stream)
-    graph, control = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        early_writer.write_late(arenas["buffers"], arenas["new"])
-        product = run()
-    with torch.cuda.graph(control):
-        early_writer.write_late(arenas["buffers"], arenas["new"])
-        early_writer.read_early(arenas["buffers"], arenas["seen"])
-    for replay in (graph, control):
-        arenas["buffers"].copy_(arenas["old"])
-        torch.cuda.synchronize()
-        replay.replay()
-        torch.cuda.synchronize()
-    assert not torch.equal(arenas["seen"], arenas["new"]), "the reader launched early saw only new bytes"
-    a8, b8, scale_a, scale_b, bias = new
-    expected = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, variant=plain_launch(config).name)
-    assert torch.equal(product, expected)
+    product, window = early_writer.run_after_late_writer(run, old, new)
+    assert window, "the reader launched early saw only new bytes"
+    assert torch.equal(product, run(*new, variant=plain_launch(config).name))
 
 
 @pytest.mark.parametrize("config", PROGRAMMATIC, ids=lambda c: c.name)

@@ -11,6 +11,7 @@ import cutlass_ext as ext
 from cutlass_ext import numerics, ops, registry
 from cutlass_ext.families.sm90_fp8.config import DEFAULT_FP8, FP8_DTYPES, OUT_DTYPES, Fp8Config
 
+from . import early_writer
 from .helpers import poison_allocator
 
 pytestmark = pytest.mark.skipif(
@@ -325,6 +326,29 @@ def test_l2_prefetch_reads_the_weights_the_kernel_before_wrote(config):
     for w, product in zip(weights, products):
         expected = ops.gemm_fp8(a, w, scale_a.reshape(-1), scale_b.reshape(-1), None, out_dtype, [base])
         assert torch.equal(product, expected)
+
+
+@pytest.mark.parametrize("config", PREFETCHING, ids=lambda c: c.name)
+def test_programmatic_launch_waits_for_a_writer_that_lets_it_start(config):
+    """Persistent kernels launch programmatically. A kernel lets the GEMM launch at its start, then waits 50 µs
+    before it writes its operands, both row-scale vectors and the bias: the GEMM starts inside that window and must
+    still read the new values, bit for bit the same variant's product of them called alone. The control (a kernel
+    launched the same way that reads without waiting) must see old bytes there, or the window is not there."""
+    m, n, k = 40, 1024, 4096
+    out_dtype = OUT_DTYPES[config.out_dtype]
+
+    def operands(seed):
+        a, b, scale_a, scale_b = fp8_operands(m, n, k, granularity="row", seed=seed)
+        bias = torch.randn(n, generator=torch.Generator(device="cuda").manual_seed(seed), device="cuda")
+        return [a, b, scale_a.reshape(-1), scale_b.reshape(-1), bias.to(out_dtype)]
+
+    def run(a, b, scale_a, scale_b, bias):
+        return ops.gemm_fp8(a, b, scale_a, scale_b, bias, out_dtype, [config.name])
+
+    new = operands(seed=2)
+    product, window = early_writer.run_after_late_writer(run, operands(seed=1), new)
+    assert window, "the reader launched early saw only new bytes"
+    assert torch.equal(product, run(*new))
 
 
 @pytest.mark.parametrize("config", RASTERED, ids=lambda c: c.name)
