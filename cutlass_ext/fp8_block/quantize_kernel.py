@@ -17,8 +17,11 @@ import math
 
 import torch
 
+from .. import device as device_info
+
 _ROWS_PER_PROGRAM = {1: 32, 128: 128}  # a (1, 128) program quantizes 32 rows' blocks; a (128, 128) one its block
-# Signal the next kernel's launch at each program's start (sm90+; the benchmark turns it off to time its worth).
+# Signal the next kernel's launch at each program's start (on Hopper, where the `_pdl` GEMMs run; the benchmark
+# turns it off to time its worth).
 LAUNCH_DEPENDENTS_EARLY = True
 
 
@@ -119,7 +122,7 @@ def quantize_block_kernel(x: torch.Tensor, dtype: torch.dtype, block: tuple[int,
             ROWS=per_program,
             BLOCK_ROWS=rows_per_block,
             OUT=tl.float8e4nv if dtype == torch.float8_e4m3fn else tl.float8e5,
-            LAUNCH_DEPENDENTS=LAUNCH_DEPENDENTS_EARLY and torch.cuda.get_device_capability(x.device) >= (9, 0),
+            LAUNCH_DEPENDENTS=LAUNCH_DEPENDENTS_EARLY and device_info.info(x.device.index).hopper,  # read once
             num_warps=8,
         )
     return q.reshape(*batch, rows, columns), scales.reshape(*batch, row_blocks, column_blocks)

@@ -42,17 +42,13 @@ def _kernels():
 def write_late(dst: torch.Tensor, src: torch.Tensor, delay_ns: int = 50_000) -> None:
     """dst (uint8) = src after `delay_ns`, each program having let the next kernel launch first."""
     kernel = _kernels()[0]
-    kernel[(triton_cdiv(dst.numel(), BLOCK_BYTES),)](dst, src, dst.numel(), delay_ns, BLOCK=BLOCK_BYTES)
+    kernel[(-(-dst.numel() // BLOCK_BYTES),)](dst, src, dst.numel(), delay_ns, BLOCK=BLOCK_BYTES)
 
 
 def read_early(src: torch.Tensor, out: torch.Tensor) -> None:
     """out = src, launched programmatically and reading without a wait."""
     kernel = _kernels()[1]
-    kernel[(triton_cdiv(src.numel(), BLOCK_BYTES),)](src, out, src.numel(), BLOCK=BLOCK_BYTES, launch_pdl=True)
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+    kernel[(-(-src.numel() // BLOCK_BYTES),)](src, out, src.numel(), BLOCK=BLOCK_BYTES, launch_pdl=True)
 
 
 def arena_views(arena: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
