@@ -10,6 +10,36 @@
 
 namespace cutlass_ext::fp8_block {
 
+// `bytes` of zeros at `base` (16-byte aligned), the threads of the whole grid side by side.
+__device__ inline void zero_fill(void* base, size_t bytes) {
+  size_t thread = size_t(blockIdx.x) * blockDim.x + threadIdx.x, threads = size_t(gridDim.x) * blockDim.x;
+  auto* words = static_cast<uint4*>(base);
+  for (size_t i = thread; i < bytes / sizeof(uint4); i += threads) words[i] = make_uint4(0u, 0u, 0u, 0u);
+  auto* tail = static_cast<unsigned char*>(base) + bytes / sizeof(uint4) * sizeof(uint4);
+  if (thread < bytes % sizeof(uint4)) tail[thread] = 0;
+}
+
+// A pointer-array kernel launched programmatically after the kernel that writes its group arrays: it may start
+// while that kernel runs, so every thread waits for it (griddepcontrol.wait, written out: CUTLASS's helper
+// compiles to nothing without CUTLASS_ENABLE_GDC_FOR_SM90) before CUTLASS's kernel, whose tile scheduler reads
+// the problem shapes at once and which has no wait of its own. What this saves is the launch between the two.
+template <class Base>
+struct AfterGroupArrays : Base {
+  CUTLASS_DEVICE void operator()(typename Base::Params const& params, char* smem) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    Base::operator()(params, smem);
+  }
+};
+
+// Lets the kernel launched after this one (programmatically) start now; it waits for this one's writes.
+__device__ inline void launch_dependents() {
+#if defined(__CUDA_ARCH__)
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
 // Arrays carved one after another out of the front of a workspace, each on a 128-byte boundary; from a null base
 // only the sizes count (the host never dereferences them).
 struct WorkspaceCursor {
@@ -95,9 +125,15 @@ typename Gemm::Arguments grouped_arguments(int64_t groups, const Arrays& arrays,
   return arguments;
 }
 
+// One thread per group, and the grid zeroes the GEMM's workspace: CUTLASS's grouped kernel keeps per-SM TMA
+// descriptors there and reads them before its first writes (compute-sanitizer initcheck), so nothing it reads is
+// undefined; here rather than in a memset before, which cost the call a graph node.
 template <class Gemm>
-__global__ void write_group_arrays(cutlass_ext_fp8_grouped_args args, GroupArrays<Gemm> arrays) {
+__global__ void write_group_arrays(cutlass_ext_fp8_grouped_args args, GroupArrays<Gemm> arrays, void* gemm_workspace,
+                                   size_t gemm_workspace_bytes) {
   using Arrays = GroupArrays<Gemm>;
+  launch_dependents();
+  zero_fill(gemm_workspace, gemm_workspace_bytes);
   int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (g >= args.groups) return;
   int64_t offset_before = 0, offset_end = 0, count = 0;
@@ -154,7 +190,7 @@ struct Sm90Fp8GroupedGemm {
       cutlass::gemm::collective::StageCountAutoCarveout<int(sizeof(typename Epilogue::SharedStorage))>,
       typename Schedule::GroupedKernel>::CollectiveOp;
 
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
+  using Kernel = AfterGroupArrays<cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using Arrays = GroupArrays<Gemm>;
 
@@ -180,23 +216,24 @@ struct Sm90Fp8GroupedGemm {
            Gemm::get_workspace_size(arguments(*args, Arrays::carve(nullptr, args->groups)));
   }
 
+  // Two launches: the group arrays' kernel, then the GEMM, programmatically (AfterGroupArrays).
   static int run(const cutlass_ext_fp8_grouped_args* args, void* workspace, void* stream) {
     auto cuda_stream = static_cast<cudaStream_t>(stream);
     Arrays arrays = Arrays::carve(workspace, args->groups);
-    // CUTLASS's grouped kernel keeps per-SM TMA descriptors in its workspace and reads them before its first
-    // writes (compute-sanitizer initcheck): zeroed, nothing it reads is undefined.
-    cudaError_t error = cudaMemsetAsync(workspace, 0, workspace_size(args), cuda_stream);
-    if (error != cudaSuccess) return int(error);
+    void* gemm_workspace = static_cast<char*>(workspace) + Arrays::bytes(args->groups);
+    size_t gemm_workspace_bytes = workspace_size(args) - Arrays::bytes(args->groups);
     constexpr int kThreads = 128;
-    int blocks = int((args->groups + kThreads - 1) / kThreads);
-    write_group_arrays<Gemm><<<blocks, kThreads, 0, cuda_stream>>>(*args, arrays);
-    error = cudaGetLastError();
+    int64_t zero_blocks = int64_t((gemm_workspace_bytes / sizeof(uint4) + kThreads - 1) / kThreads);
+    int64_t group_blocks = (args->groups + kThreads - 1) / kThreads;
+    int blocks = int(group_blocks > zero_blocks ? group_blocks : zero_blocks);
+    write_group_arrays<Gemm><<<blocks > 0 ? blocks : 1, kThreads, 0, cuda_stream>>>(*args, arrays, gemm_workspace,
+                                                                                    gemm_workspace_bytes);
+    cudaError_t error = cudaGetLastError();
     if (error != cudaSuccess) return int(error);
     Gemm gemm;
-    void* gemm_workspace = static_cast<char*>(workspace) + Arrays::bytes(args->groups);
     cutlass::Status status = gemm.initialize(arguments(*args, arrays), gemm_workspace, cuda_stream);
     if (status != cutlass::Status::kSuccess) return int(status);
-    return int(gemm.run(cuda_stream));
+    return int(gemm.run(cuda_stream, /*cuda_adapter=*/nullptr, /*launch_with_pdl=*/true));
   }
 };
 
