@@ -10,14 +10,27 @@
 
 namespace cutlass_ext::fp8_block {
 
-// `bytes` of zeros at `base` (16-byte aligned), the threads of the whole grid side by side.
-__device__ inline void zero_fill(void* base, size_t bytes) {
+// `bytes` bytes of `value` at `base` (16-byte aligned), the threads of the whole grid side by side.
+__device__ inline void fill_bytes(void* base, size_t bytes, unsigned char value) {
   size_t thread = size_t(blockIdx.x) * blockDim.x + threadIdx.x, threads = size_t(gridDim.x) * blockDim.x;
+  uint32_t word = 0x01010101u * value;
   auto* words = static_cast<uint4*>(base);
-  for (size_t i = thread; i < bytes / sizeof(uint4); i += threads) words[i] = make_uint4(0u, 0u, 0u, 0u);
+  for (size_t i = thread; i < bytes / sizeof(uint4); i += threads) words[i] = make_uint4(word, word, word, word);
   auto* tail = static_cast<unsigned char*>(base) + bytes / sizeof(uint4) * sizeof(uint4);
-  if (thread < bytes % sizeof(uint4)) tail[thread] = 0;
+  if (thread < bytes % sizeof(uint4)) tail[thread] = value;
 }
+
+// Blocks of kFillThreads threads for a writer kernel: one thread per group, and enough to fill `bytes` 16 at a time.
+constexpr int kFillThreads = 128;
+inline int fill_blocks(int64_t groups, size_t bytes) {
+  int64_t fill = int64_t((bytes / sizeof(uint4) + kFillThreads - 1) / kFillThreads);
+  int64_t group = (groups + kFillThreads - 1) / kFillThreads;
+  int64_t blocks = group > fill ? group : fill;
+  return int(blocks > 0 ? blocks : 1);
+}
+
+// Graph capture takes programmatic launches from CUDA 12.3 on; before, the GEMM launches plainly.
+constexpr bool kProgrammaticGroups = CUDART_VERSION >= 12030;
 
 // A pointer-array kernel launched programmatically after the kernel that writes its group arrays: it may start
 // while that kernel runs, so every thread waits for it (griddepcontrol.wait, written out: CUTLASS's helper
@@ -36,7 +49,7 @@ struct AfterGroupArrays : Base {
 // Lets the kernel launched after this one (programmatically) start now; it waits for this one's writes.
 __device__ inline void launch_dependents() {
 #if defined(__CUDA_ARCH__)
-  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
@@ -133,7 +146,7 @@ __global__ void write_group_arrays(cutlass_ext_fp8_grouped_args args, GroupArray
                                    size_t gemm_workspace_bytes) {
   using Arrays = GroupArrays<Gemm>;
   launch_dependents();
-  zero_fill(gemm_workspace, gemm_workspace_bytes);
+  fill_bytes(gemm_workspace, gemm_workspace_bytes, 0);
   int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (g >= args.groups) return;
   int64_t offset_before = 0, offset_end = 0, count = 0;
@@ -218,22 +231,19 @@ struct Sm90Fp8GroupedGemm {
 
   // Two launches: the group arrays' kernel, then the GEMM, programmatically (AfterGroupArrays).
   static int run(const cutlass_ext_fp8_grouped_args* args, void* workspace, void* stream) {
+    if (reinterpret_cast<uintptr_t>(workspace) % alignof(uint4) != 0) return int(cutlass::Status::kErrorInvalidProblem);
     auto cuda_stream = static_cast<cudaStream_t>(stream);
     Arrays arrays = Arrays::carve(workspace, args->groups);
     void* gemm_workspace = static_cast<char*>(workspace) + Arrays::bytes(args->groups);
     size_t gemm_workspace_bytes = workspace_size(args) - Arrays::bytes(args->groups);
-    constexpr int kThreads = 128;
-    int64_t zero_blocks = int64_t((gemm_workspace_bytes / sizeof(uint4) + kThreads - 1) / kThreads);
-    int64_t group_blocks = (args->groups + kThreads - 1) / kThreads;
-    int blocks = int(group_blocks > zero_blocks ? group_blocks : zero_blocks);
-    write_group_arrays<Gemm><<<blocks > 0 ? blocks : 1, kThreads, 0, cuda_stream>>>(*args, arrays, gemm_workspace,
-                                                                                    gemm_workspace_bytes);
+    write_group_arrays<Gemm><<<fill_blocks(args->groups, gemm_workspace_bytes), kFillThreads, 0, cuda_stream>>>(
+        *args, arrays, gemm_workspace, gemm_workspace_bytes);
     cudaError_t error = cudaGetLastError();
     if (error != cudaSuccess) return int(error);
     Gemm gemm;
     cutlass::Status status = gemm.initialize(arguments(*args, arrays), gemm_workspace, cuda_stream);
     if (status != cutlass::Status::kSuccess) return int(status);
-    return int(gemm.run(cuda_stream, /*cuda_adapter=*/nullptr, /*launch_with_pdl=*/true));
+    return int(gemm.run(cuda_stream, /*cuda_adapter=*/nullptr, /*launch_with_pdl=*/kProgrammaticGroups));
   }
 };
 

@@ -45,8 +45,8 @@ struct KGroupArrays {
   float* nans;
   size_t size;  // bytes of workspace the arrays take
 
-  static size_t zero_bytes(int64_t rows) { return size_t(rows) * kScaleBlockK; }
-  static size_t nan_bytes(int64_t rows) { return size_t(rows) * sizeof(float); }
+  CUTLASS_HOST_DEVICE static size_t zero_bytes(int64_t rows) { return size_t(rows) * kScaleBlockK; }
+  CUTLASS_HOST_DEVICE static size_t nan_bytes(int64_t rows) { return size_t(rows) * sizeof(float); }
   static size_t bytes(int64_t groups, int64_t rows) { return carve(nullptr, groups, rows).size; }
 
   // The arrays at `base` (any address when only sizes are asked).
@@ -72,9 +72,16 @@ struct KGroupArrays {
   }
 };
 
+// One thread per group, and the grid fills the rest of the workspace first: the empty groups' zero operands and
+// the invalid ones' NaN scales, and zeros over the GEMM's part (its TMA descriptors: see write_group_arrays).
 template <class Gemm>
-__global__ void write_k_group_arrays(cutlass_ext_fp8_k_grouped_args args, KGroupArrays<Gemm> arrays) {
+__global__ void write_k_group_arrays(cutlass_ext_fp8_k_grouped_args args, KGroupArrays<Gemm> arrays, int64_t rows,
+                                     void* gemm_workspace, size_t gemm_workspace_bytes) {
   using Arrays = KGroupArrays<Gemm>;
+  launch_dependents();
+  fill_bytes(arrays.zeros, Arrays::zero_bytes(rows), 0);
+  fill_bytes(arrays.nans, Arrays::nan_bytes(rows), 0xFF);
+  fill_bytes(gemm_workspace, gemm_workspace_bytes, 0);
   int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (g >= args.groups) return;
   GroupColumns columns = group_columns(args.k_total, g == 0 ? 0 : args.offsets[g - 1], args.offsets[g]);
@@ -144,7 +151,7 @@ struct Sm90Fp8KGroupedGemm {
       cutlass::gemm::collective::StageCountAutoCarveout<int(sizeof(typename Epilogue::SharedStorage))>,
       typename Schedule::GroupedKernel>::CollectiveOp;
 
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
+  using Kernel = AfterGroupArrays<cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using Arrays = KGroupArrays<Gemm>;
 
@@ -176,25 +183,23 @@ struct Sm90Fp8KGroupedGemm {
            Gemm::get_workspace_size(arguments(*args, Arrays::carve(nullptr, args->groups, zero_rows(*args))));
   }
 
+  // Two launches, as the grouped form's: the arrays' kernel, then the GEMM programmatically (AfterGroupArrays).
   static int run(const cutlass_ext_fp8_k_grouped_args* args, void* workspace, void* stream) {
+    if (reinterpret_cast<uintptr_t>(workspace) % alignof(uint4) != 0) return int(cutlass::Status::kErrorInvalidProblem);
     auto cuda_stream = static_cast<cudaStream_t>(stream);
     int64_t rows = zero_rows(*args);
     Arrays arrays = Arrays::carve(workspace, args->groups, rows);
-    // All zero (the empty groups' operands, and the TMA descriptors CUTLASS reads before writing: see
-    // sm90_fp8_grouped_gemm.cuh), then the invalid groups' NaN scales.
-    cudaError_t error = cudaMemsetAsync(workspace, 0, workspace_size(args), cuda_stream);
-    if (error == cudaSuccess) error = cudaMemsetAsync(arrays.nans, 0xFF, Arrays::nan_bytes(rows), cuda_stream);
-    if (error != cudaSuccess) return int(error);
-    constexpr int kThreads = 128;
-    int blocks = int((args->groups + kThreads - 1) / kThreads);
-    write_k_group_arrays<Gemm><<<blocks, kThreads, 0, cuda_stream>>>(*args, arrays);
-    error = cudaGetLastError();
+    void* gemm_workspace = static_cast<char*>(workspace) + Arrays::bytes(args->groups, rows);
+    size_t gemm_workspace_bytes = workspace_size(args) - Arrays::bytes(args->groups, rows);
+    size_t fill = Arrays::zero_bytes(rows) > gemm_workspace_bytes ? Arrays::zero_bytes(rows) : gemm_workspace_bytes;
+    write_k_group_arrays<Gemm><<<fill_blocks(args->groups, fill), kFillThreads, 0, cuda_stream>>>(
+        *args, arrays, rows, gemm_workspace, gemm_workspace_bytes);
+    cudaError_t error = cudaGetLastError();
     if (error != cudaSuccess) return int(error);
     Gemm gemm;
-    void* gemm_workspace = static_cast<char*>(workspace) + Arrays::bytes(args->groups, rows);
     cutlass::Status status = gemm.initialize(arguments(*args, arrays), gemm_workspace, cuda_stream);
     if (status != cutlass::Status::kSuccess) return int(status);
-    return int(gemm.run(cuda_stream));
+    return int(gemm.run(cuda_stream, /*cuda_adapter=*/nullptr, /*launch_with_pdl=*/kProgrammaticGroups));
   }
 };
 

@@ -528,17 +528,22 @@ def test_programmatic_variants_wait_for_the_grid_before(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_grouped_kernels_wait_for_their_group_arrays(tmp_path):
-    """The grouped GEMM launches programmatically after the kernel that writes its problem shapes and pointers,
-    which lets it start at once: the GEMM's entry must wait (griddepcontrol.wait) and the writer's must signal
-    (about 35 s on two cores)."""
+@pytest.mark.parametrize(
+    "config",
+    [Fp8BlockConfig(grouped=True), Fp8BlockConfig(k_grouped=True, scale_n=1, scale_a_major="m", out_dtype="fp32")],
+    ids=["grouped", "k_grouped"],
+)
+def test_grouped_kernels_wait_for_their_group_arrays(tmp_path, config):
+    """Both grouped GEMMs launch programmatically after the kernel that writes their problem shapes and pointers,
+    which lets them start at once: the GEMM's entry must wait (griddepcontrol.wait) and the writer's must signal
+    (about 70 s each on two cores)."""
     source = tmp_path / "kernel.cu"
-    source.write_text(codegen.render_library([Fp8BlockConfig(grouped=True)]))
+    source.write_text(codegen.render_library([config]))
     includes = [f"-I{path}" for path in toolchain.include_dirs()]
     command = [toolchain.nvcc(), "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-arch=sm_90a", "-ptx"]
     subprocess.run([*command, *includes, str(source), "-o", str(tmp_path / "kernel.ptx")], check=True)
     entries = (tmp_path / "kernel.ptx").read_text().split(".entry ")[1:]
-    writers = [e for e in entries if "write_group_arrays" in e.split("(")[0]]
+    writers = [e for e in entries if "group_arrays" in e.split("(")[0]]
     gemms = [e for e in entries if "device_kernel" in e.split("(")[0]]
     assert writers and gemms
     assert all("griddepcontrol.launch_dependents;" in e for e in writers)
