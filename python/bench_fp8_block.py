@@ -6,8 +6,11 @@ Dense rows: (N, K) of DeepSeek-V3's projections x M; 1x128 activation and 128x12
 bf16 output. Contenders: `ext.gemm_fp8` (the block kernel dispatch picks; `--variants` adds named ones),
 `torch._scaled_mm` with the same block scales where this torch and cuBLAS take them, and with `--deepgemm`
 DeepGEMM's `fp8_gemm_nt` (built by python/deepgemm_build.py; its JIT compiles a kernel per shape on first
-use), launched plainly and with programmatic dependent launch (`DeepGEMM pdl`, its `set_pdl(True)`). MoE rows: G
-experts x M tokens each, (N, K) of the experts' up and down projections; ours contiguous
+use), launched plainly and with programmatic dependent launch (`DeepGEMM native pdl`, its `set_pdl(True)`), each
+contender handed the activation scales in the layout it reads (ours K-major as quantize_fp8 writes them, DeepGEMM
+its M-major TMA-aligned one, laid out before the timed calls: rows named `DeepGEMM` without `native`, from runs
+before 2026-11-29, were handed K-major scales and timed with its per-call transposition). MoE rows: G experts x M
+tokens each, (N, K) of the experts' up and down projections; ours contiguous
 (offsets) and masked (counts), DeepGEMM's contiguous (its row-to-expert index) and masked layouts, and
 `torch._scaled_grouped_mm` with row-wise scales (timing only: other scales) where it runs. Weight-gradient rows
 (`--wgrad`): G experts' D_g (M, N) += over their tokens (K, padded to 128 per expert), 1x128 scales along K on
@@ -85,11 +88,14 @@ def quantize_sets(m, n, k, groups, seed):
 
 
 def dense_contenders(variants):
-    yield "ours", lambda a8, b8, sa, sb: ext.gemm_fp8(a8, b8, sa, sb)
+    """(label, run, prepare): `prepare` lays out the activation scales before the timed calls (None: K-major, as
+    quantize_fp8 writes them), as the quantizer feeding that contender would write them."""
+    yield "ours", lambda a8, b8, sa, sb: ext.gemm_fp8(a8, b8, sa, sb), None
     for variant in variants:
-        yield f"ours {variant}", lambda a8, b8, sa, sb, v=variant: fp8_block.gemm_fp8_block(a8, b8, sa, sb, variant=v)
+        run = lambda a8, b8, sa, sb, v=variant: fp8_block.gemm_fp8_block(a8, b8, sa, sb, variant=v)  # noqa: E731
+        yield f"ours {variant}", run, fp8_block.api.m_major if variant.endswith("_am") else None
 
-    yield "torch._scaled_mm block", peers_fp8.scaled_mm_block()
+    yield "torch._scaled_mm block", peers_fp8.scaled_mm_block(), None
     deep_gemm = _deep_gemm()
     if deep_gemm is not None:
 
@@ -100,9 +106,12 @@ def dense_contenders(variants):
             deep_gemm.set_pdl(False)
             return out
 
-        yield "DeepGEMM", deepgemm
+        # its own layout (M-major, TMA-aligned), which its users' quantizers write: handed K-major scales it
+        # transposes them in a kernel of its own at every call (1.4-2.3 us on the H200)
+        native = deep_gemm.get_mn_major_tma_aligned_tensor
+        yield "DeepGEMM native", deepgemm, native
         # its kernels wait for the grid before them too; launched programmatically they start while it drains
-        yield "DeepGEMM pdl", lambda a8, b8, sa, sb: deepgemm(a8, b8, sa, sb, pdl=True)
+        yield "DeepGEMM native pdl", lambda a8, b8, sa, sb: deepgemm(a8, b8, sa, sb, pdl=True), native
 
 
 def _failure(error: Exception) -> str:
@@ -146,18 +155,21 @@ def bench_dense(ms, nks, variants, environment, repeats, rounds, rows, save):
             a8, b8, sa, sb = sets[0]
             r = slice(0, min(m, REFERENCE_ROWS))
             reference = fp8_block.block_scaled_reference(a8[r], b8, sa[r], sb, 128)
-            # M-major variants get their scales in that layout, as a quantizer writing it would hand them over
-            m_major_sets = [(a8_, b8_, fp8_block.api.m_major(sa_), sb_) for a8_, b8_, sa_, sb_ in sets]
             extra = {"kind": "dense", "m": m, "n": n, "k": k, "groups": 1}
             contenders = []
-            for label, run in dense_contenders(variants):
-                given = m_major_sets if label.endswith("_am") else sets
+            for label, run, prepare in dense_contenders(variants):
+                given = prepared(sets, prepare)
                 contenders.append((label, run, given, _first(given, r, reference), 2 * m * n * k, extra))
             rows += measure_shape(contenders, environment, repeats, rounds)
             for row in rows[-len(contenders) :]:
                 print(_line(row), flush=True)
-            del sets, m_major_sets, contenders
+            del sets, contenders
             save(rows)
+
+
+def prepared(sets, prepare):
+    """The input sets with the activation scales laid out by `prepare` (outside the timed calls), or as they are."""
+    return sets if prepare is None else [(a8, b8, prepare(sa), sb) for a8, b8, sa, sb in sets]
 
 
 def _first(sets, r, reference, scored=True):
@@ -172,15 +184,16 @@ def _first(sets, r, reference, scored=True):
 
 
 def moe_contenders(groups, m_per_group, variants):
+    """(label, run, prepare), as dense_contenders."""
     offsets = torch.arange(1, groups + 1, dtype=torch.int32, device="cuda") * m_per_group
     counts = torch.full((groups,), m_per_group, dtype=torch.int32, device="cuda")
-    yield "ours contiguous", lambda a8, b8, sa, sb: ext.grouped_gemm_fp8(a8, b8, sa, sb, offsets=offsets)
+    yield "ours contiguous", lambda a8, b8, sa, sb: ext.grouped_gemm_fp8(a8, b8, sa, sb, offsets=offsets), None
     for variant in variants:
 
         def named(a8, b8, sa, sb, variant=variant):
             return ext.grouped_gemm_fp8(a8, b8, sa, sb, offsets=offsets, variant=variant)
 
-        yield f"ours contiguous {variant}", named
+        yield f"ours contiguous {variant}", named, None
 
     def masked(a8, b8, sa, sb):
         shape = (groups, m_per_group)
@@ -188,7 +201,7 @@ def moe_contenders(groups, m_per_group, variants):
             groups * m_per_group, -1
         )
 
-    yield "ours masked", masked
+    yield "ours masked", masked, None
 
     def scaled_grouped_mm(a8, b8, sa, sb):
         # row-wise scales (its only form on sm90): each row's and each expert-column's largest block scale
@@ -201,7 +214,7 @@ def moe_contenders(groups, m_per_group, variants):
             out_dtype=torch.bfloat16,
         )
 
-    yield "torch._scaled_grouped_mm row", scaled_grouped_mm
+    yield "torch._scaled_grouped_mm row", scaled_grouped_mm, None
     deep_gemm = _deep_gemm()
     if deep_gemm is not None:
         m_indices = torch.arange(groups, dtype=torch.int32, device="cuda").repeat_interleave(m_per_group)
@@ -224,9 +237,11 @@ def moe_contenders(groups, m_per_group, variants):
             )
             return out.view(groups * m_per_group, -1)
 
+        # scales in its own layout, per expert for the masked kernel (see dense_contenders)
+        native = deep_gemm.get_mn_major_tma_aligned_tensor
         if m_per_group % deep_gemm.get_mk_alignment_for_contiguous_layout() == 0:
-            yield "DeepGEMM contiguous", deepgemm_contiguous
-        yield "DeepGEMM masked", deepgemm_masked
+            yield "DeepGEMM native contiguous", deepgemm_contiguous, native
+        yield "DeepGEMM native masked", deepgemm_masked, lambda sa: native(sa.view(groups, m_per_group, -1))
 
 
 def bench_moe(group_counts, ms, nks, variants, environment, repeats, rounds, rows, save):
@@ -240,9 +255,10 @@ def bench_moe(group_counts, ms, nks, variants, environment, repeats, rounds, row
                 reference = fp8_block.block_scaled_reference(a8[r], b8[0], sa[r], sb[0], 128)
                 extra = {"kind": "moe", "m": m_per_group, "n": n, "k": k, "groups": groups}
                 contenders = []
-                for label, run in moe_contenders(groups, m_per_group, variants):
-                    first = _first(sets, r, reference, scored=not label.endswith(" row"))
-                    contenders.append((label, run, sets, first, 2 * m * n * k, extra))
+                for label, run, prepare in moe_contenders(groups, m_per_group, variants):
+                    given = prepared(sets, prepare)
+                    first = _first(given, r, reference, scored=not label.endswith(" row"))
+                    contenders.append((label, run, given, first, 2 * m * n * k, extra))
                 rows += measure_shape(contenders, environment, repeats, rounds)
                 for row in rows[-len(contenders) :]:
                     print(_line(row), flush=True)
