@@ -8,8 +8,9 @@ bf16 output. Contenders: `ext.gemm_fp8` (the block kernel dispatch picks; `--var
 DeepGEMM's `fp8_gemm_nt` (built by python/deepgemm_build.py; its JIT compiles a kernel per shape on first
 use), launched plainly and with programmatic dependent launch (`DeepGEMM native pdl`, its `set_pdl(True)`), each
 contender handed the activation scales in the layout it reads (ours K-major as quantize_fp8 writes them, DeepGEMM
-its M-major TMA-aligned one, laid out before the timed calls: rows named `DeepGEMM` without `native`, from runs
-before 2026-11-29, were handed K-major scales and timed with its per-call transposition). MoE rows: G experts x M
+its M-major TMA-aligned one, laid out before the timed calls: dense and MoE rows named `DeepGEMM` without
+`native`, from runs until 2026-11-29, were handed K-major scales and timed with its per-call transposition; the
+weight-gradient rows' `DeepGEMM` is handed its M-/N-major layout). MoE rows: G experts x M
 tokens each, (N, K) of the experts' up and down projections; ours contiguous
 (offsets) and masked (counts), DeepGEMM's contiguous (its row-to-expert index) and masked layouts, and
 `torch._scaled_grouped_mm` with row-wise scales (timing only: other scales) where it runs. Weight-gradient rows
@@ -107,7 +108,7 @@ def dense_contenders(variants):
             return out
 
         # its own layout (M-major, TMA-aligned), which its users' quantizers write: handed K-major scales it
-        # transposes them in a kernel of its own at every call (1.4-2.3 us on the H200)
+        # transposes them in a kernel of its own at every call (1.6-2.4 us on the H200)
         native = deep_gemm.get_mn_major_tma_aligned_tensor
         yield "DeepGEMM native", deepgemm, native
         # its kernels wait for the grid before them too; launched programmatically they start while it drains
