@@ -23,6 +23,18 @@ def rotation_count(bytes_per_set: int, device=None) -> int:
     return max(2, -(-ROTATION_L2_SIZES * l2_bytes // max(bytes_per_set, 1)))
 
 
+def spin_up(seconds: float = 1.0, device=None) -> None:
+    """Keep the GPU busy for `seconds` (bf16 matmuls) so that the first timed case does not meet idle clocks: an
+    H200 starts a run at 345 MHz, and the first shape of a round-robin benchmark ran 10-20% slow for every
+    contender, all three of its rounds included."""
+    x = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(10):
+            x = torch.mm(x, x).clamp_(-1, 1)
+        torch.cuda.synchronize(device)
+
+
 def pass_order(items, pass_index: int) -> list:
     """The order in which round-robin pass `pass_index` times `items`: as given on even passes, reversed on odd
     ones. Under the 700 W cap a GEMM timed right after a light contender (a plain read, another shape's last row)

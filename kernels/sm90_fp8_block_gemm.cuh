@@ -75,15 +75,41 @@ template <int ScaleN>
 using SwappedScaleConfig =
     cutlass::detail::Sm90BlockwiseScaleConfig<ScaleN, 1, kScaleBlockK, cute::GMMA::Major::K, cute::GMMA::Major::K>;
 
-// A blockwise-scaled collective reading its A scales through another layout type. CUTLASS's builder takes only
+// A blockwise-scaled collective reading its scales through other layout types. CUTLASS's builder takes only
 // ((granularity, rows), (128, k-blocks), L) layouts; the collective itself maps whatever coordinates it is given.
-template <class Collective, class LayoutSFA>
-struct WithLayoutSFA;
-template <class Policy, class Tile, class ElementA, class StridePairA, class... Rest, class LayoutSFA>
-struct WithLayoutSFA<cutlass::gemm::collective::CollectiveMma<Policy, Tile, ElementA, StridePairA, Rest...>, LayoutSFA> {
+template <class Collective, class LayoutSFA, class LayoutSFB>
+struct WithScaleLayouts;
+template <class Policy, class Tile, class ElementA, class StridePairA, class ElementB, class StridePairB,
+          class... Rest, class LayoutSFA, class LayoutSFB>
+struct WithScaleLayouts<
+    cutlass::gemm::collective::CollectiveMma<Policy, Tile, ElementA, StridePairA, ElementB, StridePairB, Rest...>,
+    LayoutSFA, LayoutSFB> {
   using type = cutlass::gemm::collective::CollectiveMma<
-      Policy, Tile, ElementA, cute::tuple<cute::tuple_element_t<0, StridePairA>, LayoutSFA>, Rest...>;
+      Policy, Tile, ElementA, cute::tuple<cute::tuple_element_t<0, StridePairA>, LayoutSFA>, ElementB,
+      cute::tuple<cute::tuple_element_t<0, StridePairB>, LayoutSFB>, Rest...>;
 };
+
+// Weight-scale rows as tiles TileW rows wide inside a ScaleN-row block read them: mode (TileW, (ScaleN / TileW,
+// blocks)), the middle count at stride 0, so a block's ScaleN / TileW tiles share its row and the API passes the
+// scales as they are (CUTLASS's (granularity, rows) mode would need them repeated per tile; nothing in its
+// mainloop assumes more than the coordinates this layout maps). K-major: unit stride along k-blocks.
+template <int TileW, int ScaleN>
+using InBlockScaleLayout = cute::Layout<
+    cute::Shape<cute::Shape<cute::Int<TileW>, cute::Shape<cute::Int<ScaleN / TileW>, int32_t>>,
+                cute::Shape<cute::Int<kScaleBlockK>, int32_t>, int32_t>,
+    cute::Stride<cute::Stride<cute::_0, cute::Stride<cute::_0, int32_t>>, cute::Stride<cute::_0, cute::_1>, int32_t>>;
+
+template <int TileW, int ScaleN>
+InBlockScaleLayout<TileW, ScaleN> in_block_scale_layout(int n, int k_blocks, int64_t row_stride) {
+  using cute::_0;
+  using cute::_1;
+  auto blocks = cute::make_shape(cute::Int<ScaleN / TileW>{}, (n + ScaleN - 1) / ScaleN);
+  return cute::make_layout(
+      cute::make_shape(cute::make_shape(cute::Int<TileW>{}, blocks),
+                       cute::make_shape(cute::Int<kScaleBlockK>{}, k_blocks), 1),
+      cute::make_stride(cute::make_stride(_0{}, cute::make_stride(_0{}, int32_t(row_stride))),
+                        cute::make_stride(_0{}, _1{}), int32_t(0)));
+}
 
 // Rows of B per weight scale as an unswapped kernel with TileN-wide tiles reads them: ScaleN when the tiles span
 // whole weight blocks, else the largest g dividing both widths for which CUTLASS's producer can tile the scales'
@@ -110,14 +136,21 @@ struct Sm90Fp8BlockGemm {
   static_assert(TileK == kScaleBlockK, "one k-tile per scale block");
   static_assert(!SwapAB || TileM % ScaleN == 0 || ScaleN % TileM == 0,
                 "a swapped tile spans whole weight-scale blocks, or lies inside one");
+  static_assert(SwapAB || TileN >= ScaleN || (ScaleN % TileN == 0 && TileM != 256),
+                "an unswapped tile narrower than a weight block divides it (and is not a 256-row one)");
   // Unswapped tiles may cut across weight-scale blocks (n = 176, 192: whole waves of tiles where 128-wide ones
   // leave a partial one, e.g. N = 2112): the kernel then reads the weight scales at a granularity the tile and the
   // blocks share (scale_rows_n), to which the API expands them (each repeated ScaleN / kScaleRowsN times).
-  // A swapped 64-row ping-pong tile lies inside a 128-row weight block: CUTLASS's mainloop sees one weight scale
-  // per tile and k-block (granularity TileM), read in place from the block's row (InBlockLayoutSFA).
-  static constexpr int kScaleRowsN = SwapAB ? std::gcd(TileM, ScaleN) : scale_rows_n(TileN, ScaleN);
-  static constexpr bool kAcrossScaleBlocks = !SwapAB && kScaleRowsN != ScaleN;
-  static constexpr bool kInBlockTiles = SwapAB && TileM < ScaleN;
+  // A tile whose weights' side is narrower than a weight block and divides it (swapped 64-row ping-pong tiles,
+  // unswapped 32- or 64-wide ones: DeepGEMM's tilings at M <= 128) lies inside one: CUTLASS's mainloop sees one
+  // weight scale per tile and k-block (granularity the tile's width), read in place from the block's row
+  // (InBlockScaleLayout). Unswapped, a thread then reads its rows' activation scales and one weight scale per
+  // k-block, where swapped it reads one activation scale per column it holds.
+  static constexpr int kWeightSide = SwapAB ? TileM : TileN;
+  static constexpr bool kInBlockTiles = kWeightSide < ScaleN && ScaleN % kWeightSide == 0;
+  static constexpr int kScaleRowsN =
+      kInBlockTiles ? kWeightSide : SwapAB ? std::gcd(TileM, ScaleN) : scale_rows_n(TileN, ScaleN);
+  static constexpr bool kAcrossScaleBlocks = !SwapAB && !kInBlockTiles && kScaleRowsN != ScaleN;
   static_assert(!(SwapAB && ScaleAMajorM), "swapped kernels read K-major activation scales");
   static_assert(!Programmatic || cute::is_same_v<Decomposition, DecomposePersistent>,
                 "programmatic launch runs whole tiles per persistent CTA");
@@ -129,18 +162,11 @@ struct Sm90Fp8BlockGemm {
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
   using Scales =
       cute::conditional_t<SwapAB, SwappedScaleConfig<kScaleRowsN>, ScaleConfig<kScaleRowsN, ScaleAMajorM>>;
-  // The weights' scale rows as tiles inside a block read them: mode (TileM, (ScaleN / TileM, blocks)), the
-  // middle count at stride 0, so a block's ScaleN / TileM tiles share its row and the API passes the scales as
-  // they are (CUTLASS's (granularity, rows) mode would need them repeated per tile; nothing in its mainloop
-  // assumes more than the coordinates this layout maps).
-  using InBlockLayoutSFA = cute::Layout<
-      cute::Shape<cute::Shape<cute::Int<TileM>, cute::Shape<cute::Int<ScaleN / TileM>, int32_t>>,
-                  cute::Shape<cute::Int<kScaleBlockK>, int32_t>, int32_t>,
-      cute::Stride<cute::Stride<cute::_0, cute::Stride<cute::_0, int32_t>>, cute::Stride<cute::_0, cute::_1>,
-                   int32_t>>;
   using BuiltLayoutSFA = decltype(Scales::deduce_layoutSFA());
-  using LayoutSFA = cute::conditional_t<kInBlockTiles, InBlockLayoutSFA, BuiltLayoutSFA>;
-  using LayoutSFB = decltype(Scales::deduce_layoutSFB());
+  using BuiltLayoutSFB = decltype(Scales::deduce_layoutSFB());
+  using InBlockLayout = InBlockScaleLayout<kWeightSide, ScaleN>;
+  using LayoutSFA = cute::conditional_t<kInBlockTiles && SwapAB, InBlockLayout, BuiltLayoutSFA>;
+  using LayoutSFB = cute::conditional_t<kInBlockTiles && !SwapAB, InBlockLayout, BuiltLayoutSFB>;
   // The kernel's own operands and output layout: (A, B, row-major D), or (B, A, column-major D) swapped.
   using KernelElementA = cute::conditional_t<SwapAB, ElementB, ElementA>;
   using KernelElementB = cute::conditional_t<SwapAB, ElementA, ElementB>;
@@ -166,10 +192,10 @@ struct Sm90Fp8BlockGemm {
   using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, KernelElementA,
       cute::tuple<cutlass::layout::RowMajor, BuiltLayoutSFA>, kAlignmentAB, KernelElementB,
-      cute::tuple<cutlass::layout::ColumnMajor, LayoutSFB>, kAlignmentAB, float, TileShape, ClusterShape,
+      cute::tuple<cutlass::layout::ColumnMajor, BuiltLayoutSFB>, kAlignmentAB, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<int(sizeof(typename Epilogue::SharedStorage))>,
       typename Schedule::Kernel>::CollectiveOp;
-  using StockMainloop = typename WithLayoutSFA<BuiltMainloop, LayoutSFA>::type;
+  using StockMainloop = typename WithScaleLayouts<BuiltMainloop, LayoutSFA, LayoutSFB>::type;
   // OverlappedPromotion: each k-block's scaling and promotion run while the next one's wgmmas do
   // (sm90_fp8_block_overlapped_promotion.hpp); the same sums, bit for bit.
   // 256-row cooperative tiles: each warpgroup's 128 rows promoted 64 at a time (sm90_fp8_block_wave_promotion.hpp),
@@ -209,7 +235,7 @@ struct Sm90Fp8BlockGemm {
     // Scales as (rows, k-blocks): ((1, m), (128, k_blocks)) in CUTLASS's blockwise layout for A, strides (row, 1)
     // K-major or (1, k-block) M-major; ((ScaleN, ceil(n / ScaleN)), (128, k_blocks)) for B, strides (row, 1)
     // (kScaleRowsN rows per scale for tiles across weight-scale blocks: the API's expanded scales;
-    // ((TileM, (ScaleN / TileM, ceil(n / ScaleN))), ...) with strides ((0, (0, row)), ...) for tiles inside one).
+    // in_block_scale_layout for tiles inside one).
     auto activation_shape =
         cute::make_shape(cute::make_shape(_1{}, m), cute::make_shape(cute::Int<kScaleBlockK>{}, k_blocks), 1);
     constexpr int kWeightRows = kScaleRowsN;
@@ -220,14 +246,10 @@ struct Sm90Fp8BlockGemm {
       return cute::make_stride(cute::make_stride(_0{}, int32_t(row_stride)), cute::make_stride(_0{}, _1{}),
                                int32_t(0));
     };
-    if constexpr (kInBlockTiles) {
+    if constexpr (kInBlockTiles && SwapAB) {
       arguments.mainloop.ptr_SFA = args.scale_b;
-      auto blocks = cute::make_shape(cute::Int<ScaleN / TileM>{}, (n + ScaleN - 1) / ScaleN);
-      arguments.mainloop.layout_SFA = cute::make_layout(
-          cute::make_shape(cute::make_shape(cute::Int<TileM>{}, blocks),
-                           cute::make_shape(cute::Int<kScaleBlockK>{}, k_blocks), 1),
-          cute::make_stride(cute::make_stride(_0{}, cute::make_stride(_0{}, int32_t(args.scale_b_row_stride))),
-                            cute::make_stride(_0{}, _1{}), int32_t(0)));
+      arguments.mainloop.layout_SFA =
+          in_block_scale_layout<kWeightSide, ScaleN>(n, k_blocks, args.scale_b_row_stride);
       arguments.mainloop.ptr_SFB = args.scale_a;
       arguments.mainloop.layout_SFB = cute::make_layout(activation_shape, k_major(args.scale_a_row_stride));
     } else if constexpr (SwapAB) {
@@ -251,7 +273,12 @@ struct Sm90Fp8BlockGemm {
         arguments.mainloop.layout_SFA = cute::make_layout(activation_shape, k_major(args.scale_a_row_stride));
       }
       arguments.mainloop.ptr_SFB = args.scale_b;
-      arguments.mainloop.layout_SFB = cute::make_layout(weight_shape, k_major(args.scale_b_row_stride));
+      if constexpr (kInBlockTiles) {
+        arguments.mainloop.layout_SFB =
+            in_block_scale_layout<kWeightSide, ScaleN>(n, k_blocks, args.scale_b_row_stride);
+      } else {
+        arguments.mainloop.layout_SFB = cute::make_layout(weight_shape, k_major(args.scale_b_row_stride));
+      }
     }
     typename Bias::Arguments bias{static_cast<const ElementD*>(args.bias), ElementD(0), {}};
     arguments.epilogue.thread = {{}, bias, {}};

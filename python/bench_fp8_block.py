@@ -464,6 +464,7 @@ def main(argv=None) -> int:
 
     rows = []
     timing = (environment, args.repeats, args.rounds, rows, save)
+    benchmark.spin_up()
     bench_dense(args.dense_m, args.dense_nk, args.variants, *timing)
     bench_moe(args.moe_groups, args.moe_m, args.moe_nk, args.grouped_variants, *timing)
     bench_wgrad(args.wgrad, args.wgrad_variants, *timing)

@@ -299,7 +299,18 @@ def test_tiles_across_weight_blocks_read_expanded_scales(tile_n, scale_n, swap_a
 def test_half_block_swapped_tiles_read_block_scales_as_given():
     """A swapped 64-row tile lies inside a 128-row weight block and reads that block's scale row in place."""
     config = Fp8BlockConfig(tile=(64, 32, 128), schedule="pingpong", swap_ab=True)
-    assert config.scale_rows_n == 128
+    assert config.scale_rows_n == 128 and config.in_block
+
+
+@pytest.mark.parametrize("tile_n", [32, 64])
+def test_narrow_unswapped_tiles_read_block_scales_as_given(tile_n):
+    """An unswapped 64-row tile 32 or 64 wide lies inside a 128-row weight block (DeepGEMM's tilings at M <= 128):
+    the API passes the block scales unexpanded, which 1x128 weight scales need no block for."""
+    config = Fp8BlockConfig(tile=(64, tile_n, 128), schedule="pingpong", overlapped=True)
+    assert config.in_block and config.scale_rows_n == 128
+    assert Fp8BlockConfig.from_name(config.name) == config
+    assert not Fp8BlockConfig(tile=(64, 128, 128), schedule="pingpong").in_block
+    assert not Fp8BlockConfig(tile=(64, tile_n, 128), schedule="pingpong", scale_n=1).in_block
 
 
 @pytest.mark.parametrize(
@@ -307,8 +318,10 @@ def test_half_block_swapped_tiles_read_block_scales_as_given():
     [
         ({"tile": (128, 128, 64)}, "its k must be 128"),
         ({"tile": (64, 128, 128)}, "takes m = 128"),
-        ({"tile": (128, 64, 128)}, "multiple of scale_n=128"),
-        ({"tile": (128, 136, 128)}, "multiple of scale_n=128 or, wider than one weight block, of 16"),
+        ({"tile": (128, 64, 128)}, "inside a weight-scale block .* 64-row ping-pong tiles"),
+        ({"tile": (64, 64, 128), "schedule": "pingpong", "grouped": True}, "inside a weight-scale block"),
+        ({"tile": (128, 48, 128)}, "multiple of scale_n=128, divide it or, wider than one weight block"),
+        ({"tile": (128, 136, 128)}, "multiple of scale_n=128, divide it or, wider than one weight block"),
         ({"tile": (192, 32, 128), "swap_ab": True}, "weights. side. must be a multiple of scale_n=128 or divide it"),
         ({"tile": (128, 176, 128), "overlapped": True}, "cuts across weight-scale blocks"),
         ({"tile": (128, 176, 128), "grouped": True}, "cuts across weight-scale blocks"),

@@ -29,13 +29,13 @@ def test_shipped_space_holds_the_defaults_and_only_kernels():
     path = ROOT / "configs" / "sm90_fp8_block.yaml"
     document = yaml.safe_load(path.read_text())
     configs = space.load_space(path, document)
-    assert len(configs) == len(set(configs)) == 25
+    assert len(configs) == len(set(configs)) == 29
     assert {c for _, c in api.DENSE_BY_M} <= set(configs)
     assert all(Fp8BlockConfig.from_name(c.name) == c and c.mode == api.MODE for c in configs)
     assert all(c.schedule == ("pingpong" if c.tile[0] == 64 else "cooperative") for c in configs)
     assert not any(c.swap_ab and c.scale_a_major == "m" for c in configs)
     survivors = apply_rules(configs, DeviceLimits.for_arch("90a"), filters.RULES).survivors
-    assert len(survivors) == 21 and not any(c.swap_ab and c.tile[:2] == (128, 128) for c in survivors)
+    assert len(survivors) == 25 and not any(c.swap_ab and c.tile[:2] == (128, 128) for c in survivors)
     shapes = yaml.safe_load((ROOT / "configs" / document["shapes"]).read_text())["shapes"]
     assert [64, 2112, 7168] in shapes and len(shapes) == 36
 

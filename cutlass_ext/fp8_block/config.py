@@ -50,7 +50,8 @@ class Fp8BlockConfig(VariantFields):
     D = C + the product. scale_a_major: see SCALE_A_MAJORS (dense only; name suffix `_am`).
     swap_ab: the kernel computes Dᵀ = B · Aᵀ (name suffix `_swap`), so `tile` is (n, m, k): the weights fill its
     first side (128 rows cooperative, or 64 ping-pong: then half a 128-row weight block, whose scale row both
-    halves read), decode's few tokens its second (a multiple of 32).
+    halves read), decode's few tokens its second (a multiple of 32). Unswapped, a dense 64-row ping-pong tile's n
+    may likewise lie inside a weight block (32 or 64 of 128: DeepGEMM's tilings at M <= 128; `in_block`).
     overlapped: each k-block's scaling and promotion run while the next k-block's wgmmas do (name suffix
     `_overlap`; kernels/sm90_fp8_block_overlapped_promotion.hpp), the same output bit for bit (dense only).
     programmatic: launched with programmatic dependent launch (name suffix `_pdl`): the kernel starts while the one
@@ -133,10 +134,17 @@ class Fp8BlockConfig(VariantFields):
                 "or divide it"
             )
         if not self.swap_ab and weights_side % self.scale_n and (tile_n % 16 or tile_n < self.scale_n):
-            raise ValueError(
-                f"tile={self.tile!r}: its n must be a multiple of scale_n={self.scale_n} or, wider than one weight "
-                "block, of 16"
-            )
+            if not self.in_block:
+                raise ValueError(
+                    f"tile={self.tile!r}: its n must be a multiple of scale_n={self.scale_n}, divide it or, wider "
+                    "than one weight block, be a multiple of 16"
+                )
+            if self.schedule != "pingpong" or self.grouped or self.k_grouped:
+                raise ValueError(
+                    f"tile={self.tile!r} lies inside a weight-scale block of {self.scale_n} rows: built for dense "
+                    f"64-row ping-pong tiles (DeepGEMM's at M <= 128); got schedule={self.schedule!r}, "
+                    f"grouped={self.grouped}, k_grouped={self.k_grouped}"
+                )
         if (
             not self.swap_ab
             and self.scale_rows_n != self.scale_n
@@ -207,13 +215,20 @@ class Fp8BlockConfig(VariantFields):
         """Rows of B per weight scale as the kernel reads them, to which the API expands the scales: scale_n, or for
         a tile across weight-scale blocks the largest g dividing both widths for which CUTLASS's producer can
         tile the scales' (g, rows / g) mode by a tile's n / g scales (kernels/sm90_fp8_block_gemm.cuh)."""
-        if self.swap_ab:  # swapped tiles span whole weight blocks or lie inside one, whose scale row they read
+        if self.swap_ab or self.in_block:  # whole weight blocks per tile, or inside one, whose scale row it reads
             return self.scale_n
         tile_n, shared = self.tile[1], math.gcd(self.tile[1], self.scale_n)
         return next(
             (g for g in range(shared, 1, -1) if shared % g == 0 and ((tile_n // g) % g == 0 or g % (tile_n // g) == 0)),
             1,
         )
+
+    @property
+    def in_block(self) -> bool:
+        """The tile's weights' side (n, or m swapped) is narrower than a weight-scale block and divides it: every
+        tile reads one weight scale per k-block, in place from its block's row."""
+        weights_side = self.tile[0] if self.swap_ab else self.tile[1]
+        return weights_side < self.scale_n and self.scale_n % weights_side == 0
 
     @property
     def mode(self) -> str:

@@ -107,6 +107,25 @@ HALF_BLOCK_TWINS = [
 ]
 
 
+# Unswapped 64-row ping-pong tiles 32 or 64 wide inside a 128-row weight block (one weight scale per tile and
+# k-block, read in place from the block's row): the 64x128 tile's wgmma rows, scale expressions and order, so its
+# bits, with CUTLASS's and the overlapped promotion and K- or M-major activation scales.
+IN_BLOCK_TWINS = [
+    (
+        Fp8BlockConfig(tile=(64, 128, 128), schedule="pingpong"),
+        Fp8BlockConfig(tile=(64, 32, 128), schedule="pingpong"),
+    ),
+    (
+        Fp8BlockConfig(tile=(64, 128, 128), schedule="pingpong", overlapped=True),
+        Fp8BlockConfig(tile=(64, 64, 128), schedule="pingpong", overlapped=True),
+    ),
+    (
+        Fp8BlockConfig(tile=(64, 128, 128), schedule="pingpong", scale_a_major="m"),
+        Fp8BlockConfig(tile=(64, 64, 128), schedule="pingpong", scale_a_major="m"),
+    ),
+]
+
+
 # Split-K: each tile's K cut across CTAs, the partial tiles reduced through the workspace in a fixed split order,
 # so the bits must not depend on which CTA finishes first (the swapped decode kernels, and the 128-row tile).
 SPLIT_K = [
@@ -126,6 +145,7 @@ PROGRAMMATIC = [
     Fp8BlockConfig(
         tile=(64, 32, 128), swap_ab=True, schedule="pingpong", overlapped=True, programmatic=True, l2_prefetch=8
     ),
+    Fp8BlockConfig(tile=(64, 64, 128), schedule="pingpong", overlapped=True, programmatic=True, l2_prefetch=8),
 ]
 
 
@@ -149,7 +169,7 @@ def built():
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("block-scaled FP8 kernels run on Hopper (sm90)")
     twins = [dataclasses.replace(c, overlapped=True) for c in OVERLAPPED_TWINS]
-    waves = [c for pair in WAVE_TWINS + HALF_BLOCK_TWINS for c in pair]
+    waves = [c for pair in WAVE_TWINS + HALF_BLOCK_TWINS + IN_BLOCK_TWINS for c in pair]
     programmatic = PROGRAMMATIC + [plain_launch(c) for c in PROGRAMMATIC]
     variants = list(
         dict.fromkeys(DENSE_VARIANTS + SWEPT_VARIANTS + OVERLAPPED_TWINS + twins + waves + SPLIT_K + programmatic)
@@ -361,6 +381,25 @@ def test_half_block_swapped_tiles_give_the_same_bits(stock, half, m, n, k, distr
     assert torch.equal(out, reference)
     if stock.out_dtype != "fp32" or distribution != "outliers":  # see test_wave_promotion_gives_the_same_bits
         check_close(out, a8, b8, scale_a, scale_b, stock.scale_n, bias)
+
+
+@pytest.mark.parametrize("stock, narrow", IN_BLOCK_TWINS, ids=[narrow.name for _, narrow in IN_BLOCK_TWINS])
+@pytest.mark.parametrize("m, n, k", [(1, 2112, 384), (3, 192, 128), (40, 320, 1040), (77, 64, 400), (130, 2112, 256)])
+@pytest.mark.parametrize("distribution", ["wide", "outliers"])
+def test_narrow_tiles_inside_a_weight_block_give_the_same_bits(stock, narrow, m, n, k, distribution):
+    """Tiles in a block's first, second, third or fourth quarter (32 wide) or half, N ending mid-block or on a
+    tile (64, 192, 320), one or several row tiles, one or several k-blocks and a partial last one; the narrow tile
+    given its weight scales as a view whose rows lie further apart than their k-blocks."""
+    a8, b8, scale_a, scale_b = quantized(m, n, k, distribution, (128, 128), seed=m + 2 * n + k)
+    bias = seeded_bias(n, m + k).to(torch.bfloat16) * 100
+    if stock.scale_a_major == "m":
+        scale_a = fp8_block.api.m_major(scale_a)
+    reference = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, bias=bias, variant=stock.name)
+    spread = torch.full((scale_b.shape[0], scale_b.shape[1] + 3), float("nan"), device="cuda")
+    spread[:, : scale_b.shape[1]] = scale_b
+    out = fp8_block.gemm_fp8_block(a8, b8, scale_a, spread[:, : scale_b.shape[1]], bias=bias, variant=narrow.name)
+    assert torch.equal(out, reference)
+    check_close(out, a8, b8, scale_a, scale_b, 128, bias)
 
 
 @pytest.mark.parametrize("config", PROGRAMMATIC, ids=lambda c: c.name)
