@@ -7,7 +7,12 @@ Every measurement is a new Python process (this file with `--child MODE`) that i
 (import_s), makes its inputs on the GPU with the CUDA context already up, and times its first call and its second
 (wall time to a synchronised result). Modes: `ext.gemm`'s tf32tf32, halfhalf, markidis, tf32 and fp32 at 4096³;
 `ext.gemm_fp8` with row-wise scales and promoted accumulation (the default) at a Llama-3-70B decode shape
-(16 × 8192 × 8192) and a prefill shape (4096 × 8192 × 8192); `ext.lowbit.matmul` with an M7E4 accumulator at 4096³.
+(16 × 8192 × 8192) and a prefill shape (4096 × 8192 × 8192); `ext.gemm_fp8` with block scales (1x128 activations,
+128x128 weights) at a DeepSeek-V3 shape (128 × 4096 × 7168); `ext.lowbit.matmul` with an M7E4 accumulator at 4096³.
+Peers (`deepgemm_nvcc`, `deepgemm_nvrtc`): DeepGEMM's `fp8_gemm_nt` at the block mode's shape, its scales in its own
+layout, its kernel compiled at the first call by its JIT with NVCC (its default) or NVRTC; its cache folder is the
+state's (DG_JIT_CACHE_DIR), its extension already built (as our torch binding is not, cold), `deep_gemm` importable
+(PYTHONPATH). They take the cold and warm states only.
 
 Cache states (the CUTLASS_EXT_CACHE folder the process sees):
   cold      an empty folder: the first call builds the torch binding and the kernels dispatch picks
@@ -38,11 +43,17 @@ from pathlib import Path
 
 GEMM_MODES = ("tf32tf32", "halfhalf", "markidis", "tf32", "fp32")
 FP8_SHAPES = {"fp8_decode": (16, 8192, 8192), "fp8_prefill": (4096, 8192, 8192)}
-MODES = GEMM_MODES + tuple(FP8_SHAPES) + ("lowbit",)
+BLOCK_SHAPE = (128, 4096, 7168)
+PEER_MODES = {"deepgemm_nvcc": "0", "deepgemm_nvrtc": "1"}  # DG_JIT_USE_NVRTC
+MODES = GEMM_MODES + tuple(FP8_SHAPES) + ("fp8_block", "lowbit") + tuple(PEER_MODES)
 STATES = ("cold", "warm", "prebuilt")
 SIZE = 4096
 # What a user runs to build ahead: the plain command covers ext.gemm's modes; FP8 is named (it is not a default).
-PREBUILD_ARGS = {"fp8_decode": ("--modes", "fp8_promoted"), "fp8_prefill": ("--modes", "fp8_promoted")}
+PREBUILD_ARGS = {
+    "fp8_decode": ("--modes", "fp8_promoted"),
+    "fp8_prefill": ("--modes", "fp8_promoted"),
+    "fp8_block": ("--modes", "fp8_block"),
+}
 COLUMNS = (
     "mode",
     "state",
@@ -68,8 +79,10 @@ def child(mode: str) -> None:
     start = time.perf_counter()
     import cutlass_ext as ext
 
+    if mode in PEER_MODES:
+        import deep_gemm
     import_s = time.perf_counter() - start
-    call = _call(mode, ext, torch)
+    call = _peer_call(deep_gemm, ext, torch) if mode in PEER_MODES else _call(mode, ext, torch)
     torch.cuda.synchronize()
     times = []
     for _ in range(2):
@@ -92,19 +105,46 @@ def _call(mode: str, ext, torch):
         w8 = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
         scale_a, scale_w = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
         return lambda: ext.gemm_fp8(a8, w8, scale_a, scale_w, out_dtype=torch.bfloat16, accum="promoted")
+    if mode == "fp8_block":
+        a8, scale_a, w8, scale_w = _block_operands(ext, torch)
+        return lambda: ext.gemm_fp8(a8, w8, scale_a, scale_w)
     a, b = (torch.randn(SIZE, SIZE, device="cuda") for _ in range(2))
     config = ext.lowbit.LowbitConfig(ext.lowbit.LowbitFormat.make(7, 4, chunk=16))
     return lambda: ext.lowbit.matmul(a, b, config)
 
 
-def _environment(cache: Path | None) -> dict:
-    return dict(os.environ) if cache is None else {**os.environ, "CUTLASS_EXT_CACHE": str(cache)}
+def _block_operands(ext, torch):
+    m, n, k = BLOCK_SHAPE
+    a8, scale_a = ext.quantize_fp8(torch.randn(m, k, device="cuda"), granularity="block", block=(1, 128))
+    w8, scale_w = ext.quantize_fp8(torch.randn(n, k, device="cuda"), granularity="block", block=(128, 128))
+    return a8, scale_a, w8, scale_w
+
+
+def _peer_call(deep_gemm, ext, torch):
+    """DeepGEMM's dense block-scaled GEMM on the block mode's operands, its activation scales laid out as it reads
+    them before the clock runs."""
+    a8, scale_a, w8, scale_w = _block_operands(ext, torch)
+    scale_a = deep_gemm.get_mn_major_tma_aligned_tensor(scale_a)
+    out = torch.empty(a8.shape[0], w8.shape[0], dtype=torch.bfloat16, device="cuda")
+    return lambda: deep_gemm.fp8_gemm_nt((a8, scale_a), (w8, scale_w), out, disable_ue8m0_cast=True)
+
+
+def _environment(cache: Path | None, mode: str = "") -> dict:
+    """The fresh process's environment: its cache folder (ours, or DeepGEMM's JIT cache for a peer mode)."""
+    environment = dict(os.environ)
+    if mode in PEER_MODES:
+        environment["DG_JIT_USE_NVRTC"] = PEER_MODES[mode]
+        if cache is not None:
+            environment["DG_JIT_CACHE_DIR"] = str(cache)
+    elif cache is not None:
+        environment["CUTLASS_EXT_CACHE"] = str(cache)
+    return environment
 
 
 def run_child(mode: str, cache: Path | None, timeout: float) -> dict:
     """A fresh process's measurement of `mode` with `cache` as its cache folder (None: the environment's)."""
     command = [sys.executable, str(Path(__file__).resolve()), "--child", mode]
-    done = subprocess.run(command, env=_environment(cache), capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(command, env=_environment(cache, mode), capture_output=True, text=True, timeout=timeout)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
         raise RuntimeError(f"{mode}: the measuring process exited {done.returncode}:\n{done.stderr[-3000:]}")
@@ -177,6 +217,9 @@ def measure(modes, states, out: Path, timeout: float, run=run_child) -> int:
         caches = Caches(Path(root), timeout, run)
         for mode in modes:
             for state in states:
+                if mode in PEER_MODES and state == "prebuilt":
+                    print(f"{mode} {state}: a peer has no ahead-of-time build here; skipped", file=sys.stderr)
+                    continue
                 print(f"{mode} {state} ...", file=sys.stderr, flush=True)
                 try:
                     cache, setup_s = caches.folder(mode, state)

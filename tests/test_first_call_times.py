@@ -123,3 +123,20 @@ def test_out_is_required_and_states_run_cold_first(timer, tmp_path, monkeypatch)
     monkeypatch.setattr(timer, "measure", lambda modes, states, out, timeout: seen.update(states=states) or 0)
     assert timer.main(["--out", str(tmp_path / "x.csv"), "--states", "warm", "cold"]) == 0
     assert seen["states"] == ["cold", "warm"]
+
+
+def test_peers_see_their_own_jit_cache_and_take_no_prebuilt_state(timer, tmp_path):
+    """DeepGEMM's modes: the state's folder is its JIT cache (NVCC or NVRTC as named); `prebuilt` is ours alone."""
+    run = Recorder()
+    out = tmp_path / "first_call.csv"
+    modes = ["fp8_block", "deepgemm_nvcc", "deepgemm_nvrtc"]
+    assert timer.measure(modes, ["cold", "warm", "prebuilt"], out, 60.0, run=run) == 0
+    rows = [(r["mode"], r["state"]) for r in read(out)]
+    assert rows == [(m, s) for m in modes for s in ("cold", "warm", "prebuilt") if s != "prebuilt" or m == "fp8_block"]
+    assert timer.prebuilds == [("--modes", "fp8_block")]
+    cold = {mode: cache for mode, cache, held in run.calls if held == []}
+    nvcc = timer._environment(cold["deepgemm_nvcc"], "deepgemm_nvcc")
+    nvrtc = timer._environment(cold["deepgemm_nvrtc"], "deepgemm_nvrtc")
+    assert nvcc["DG_JIT_CACHE_DIR"] == str(cold["deepgemm_nvcc"]) and nvcc["DG_JIT_USE_NVRTC"] == "0"
+    assert nvrtc["DG_JIT_USE_NVRTC"] == "1" and nvrtc.get("CUTLASS_EXT_CACHE") != str(cold["deepgemm_nvrtc"])
+    assert timer._environment(cold["fp8_block"], "fp8_block")["CUTLASS_EXT_CACHE"] == str(cold["fp8_block"])
