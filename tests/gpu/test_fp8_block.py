@@ -146,6 +146,8 @@ PROGRAMMATIC = [
         tile=(64, 32, 128), swap_ab=True, schedule="pingpong", overlapped=True, programmatic=True, l2_prefetch=8
     ),
     Fp8BlockConfig(tile=(64, 64, 128), schedule="pingpong", overlapped=True, programmatic=True, l2_prefetch=8),
+    Fp8BlockConfig(tile=(64, 64, 128), schedule="pingpong", overlapped=True, programmatic=True),
+    Fp8BlockConfig(tile=(64, 32, 128), schedule="pingpong", overlapped=True, programmatic=True),
 ]
 
 
