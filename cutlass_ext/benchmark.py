@@ -25,8 +25,9 @@ def rotation_count(bytes_per_set: int, device=None) -> int:
 
 def spin_up(seconds: float = 1.0, device=None) -> None:
     """Keep the GPU busy for `seconds` (bf16 matmuls) so that the first timed case does not meet idle clocks: an
-    H200 starts a run at 345 MHz, and the first shape of a round-robin benchmark ran 10-20% slow for every
-    contender, all three of its rounds included."""
+    H200 starts a run at 345 MHz, and the first shape of a round-robin benchmark once ran 10-20% slow for every
+    contender, all three of its rounds included. `device`: a CUDA device (default: the current one)."""
+    device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
     x = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:

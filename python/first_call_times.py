@@ -9,16 +9,18 @@ Every measurement is a new Python process (this file with `--child MODE`) that i
 `ext.gemm_fp8` with row-wise scales and promoted accumulation (the default) at a Llama-3-70B decode shape
 (16 × 8192 × 8192) and a prefill shape (4096 × 8192 × 8192); `ext.gemm_fp8` with block scales (1x128 activations,
 128x128 weights) at a DeepSeek-V3 shape (128 × 4096 × 7168); `ext.lowbit.matmul` with an M7E4 accumulator at 4096³.
-Peers (`deepgemm_nvcc`, `deepgemm_nvrtc`): DeepGEMM's `fp8_gemm_nt` at the block mode's shape, its scales in its own
-layout, its kernel compiled at the first call by its JIT with NVCC (its default) or NVRTC; its cache folder is the
-state's (DG_JIT_CACHE_DIR), its extension already built (as our torch binding is not, cold), `deep_gemm` importable
-(PYTHONPATH). They take the cold and warm states only.
+Peers (`deepgemm_nvcc`, `deepgemm_nvrtc`): DeepGEMM's `fp8_gemm_nt` at the block mode's shape, its kernel compiled
+at the first call by its JIT with NVCC (its default) or NVRTC; its cache folder is the state's (DG_JIT_CACHE_DIR),
+its extension already built, `deep_gemm` importable (PYTHONPATH). Its activation scales are laid out in its own
+layout before the clock runs, by its own transposition kernel (JIT-compiled then, so outside the timed call: its
+users' quantizers write that layout and never build it). They take the cold and warm states only.
 
 Cache states (the CUTLASS_EXT_CACHE folder the process sees):
   cold      an empty folder: the first call builds the torch binding and the kernels dispatch picks
   warm      the cold run's folder afterwards (without `cold`: the current cache, after one untimed call): it loads
-  prebuilt  a new folder after `python -m cutlass_ext.build --prebuild` (FP8 modes: `--modes fp8_promoted`), the
-            package's ahead-of-time build; setup_s is that command's time, one build shared by the modes using it
+  prebuilt  a new folder after `python -m cutlass_ext.build --prebuild` (FP8 modes: `--modes fp8_promoted`, the
+            block mode `--modes fp8_block`), the package's ahead-of-time build; setup_s is that command's time, one
+            build shared by the modes using it
 
 binding_build_s and kernel_build_s: what a cold first call built and how long each took, from the build's own
 log lines (the two build side by side; empty where nothing was built).

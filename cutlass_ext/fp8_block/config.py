@@ -136,8 +136,8 @@ class Fp8BlockConfig(VariantFields):
         if not self.swap_ab and weights_side % self.scale_n and (tile_n % 16 or tile_n < self.scale_n):
             if not self.in_block:
                 raise ValueError(
-                    f"tile={self.tile!r}: its n must be a multiple of scale_n={self.scale_n}, divide it or, wider "
-                    "than one weight block, be a multiple of 16"
+                    f"tile={self.tile!r}: its n must be a multiple of scale_n={self.scale_n}, 32 or 64 inside a "
+                    "weight block or, wider than one, a multiple of 16"
                 )
             if self.schedule != "pingpong" or self.grouped or self.k_grouped:
                 raise ValueError(
@@ -225,10 +225,10 @@ class Fp8BlockConfig(VariantFields):
 
     @property
     def in_block(self) -> bool:
-        """The tile's weights' side (n, or m swapped) is narrower than a weight-scale block and divides it: every
-        tile reads one weight scale per k-block, in place from its block's row."""
+        """The tile's weights' side (n, or m swapped: 32 or 64) is narrower than a weight-scale block and divides it:
+        every tile reads one weight scale per k-block, in place from its block's row."""
         weights_side = self.tile[0] if self.swap_ab else self.tile[1]
-        return weights_side < self.scale_n and self.scale_n % weights_side == 0
+        return weights_side < self.scale_n and self.scale_n % weights_side == 0 and weights_side % 32 == 0
 
     @property
     def mode(self) -> str:

@@ -386,12 +386,16 @@ def test_half_block_swapped_tiles_give_the_same_bits(stock, half, m, n, k, distr
 
 
 @pytest.mark.parametrize("stock, narrow", IN_BLOCK_TWINS, ids=[narrow.name for _, narrow in IN_BLOCK_TWINS])
-@pytest.mark.parametrize("m, n, k", [(1, 2112, 384), (3, 192, 128), (40, 320, 1040), (77, 64, 400), (130, 2112, 256)])
+@pytest.mark.parametrize(
+    "m, n, k",
+    [(1, 2112, 384), (3, 192, 128), (40, 320, 1040), (77, 64, 400), (130, 2112, 256), (5, 256, 384), (33, 2128, 520)],
+)
 @pytest.mark.parametrize("distribution", ["wide", "outliers"])
 def test_narrow_tiles_inside_a_weight_block_give_the_same_bits(stock, narrow, m, n, k, distribution):
-    """Tiles in a block's first, second, third or fourth quarter (32 wide) or half, N ending mid-block or on a
-    tile (64, 192, 320), one or several row tiles, one or several k-blocks and a partial last one; the narrow tile
-    given its weight scales as a view whose rows lie further apart than their k-blocks."""
+    """Tiles in a block's first, second, third or fourth quarter (32 wide) or half, N ending mid-block on a tile
+    (64, 192, 320, 2112), on a block (256) or inside a tile (2128), one or several row tiles, one or several k-blocks
+    and a partial last one; the narrow tile given its weight scales as a view whose rows lie further apart than
+    their k-blocks."""
     a8, b8, scale_a, scale_b = quantized(m, n, k, distribution, (128, 128), seed=m + 2 * n + k)
     bias = seeded_bias(n, m + k).to(torch.bfloat16) * 100
     if stock.scale_a_major == "m":
