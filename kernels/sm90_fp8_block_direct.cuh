@@ -1,0 +1,270 @@
+// Block-scaled FP8 GEMM (1x128 activation scales, 128x128 weight scales, bf16 out) written directly on Hopper's
+// TMA and wgmma instructions, without CUTLASS's collectives: one variant compiles in seconds, where the blockwise
+// collective's instantiation takes ~40 s. It computes what sm90_fp8_block_gemm.cuh's 128-deep promotion computes,
+// in the same order (four k32 wgmmas from zero per k-block; total = fma(acc, scale_a · scale_b, total); D = bf16(total
+// + bias)), so a variant of either with the same tile gives the same bits.
+//
+// A CTA is one producer warpgroup (one thread issues the TMA loads of A's and B's k-block tiles into a ring of
+// stages) and BM / 64 math warpgroups (each 64 rows of the BM x BN tile), persistent over the tiles.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cute/arch/copy_sm90_desc.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/arch/mma_sm90_desc.hpp>
+#include <cute/arch/mma_sm90_gmma.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include <utility>
+
+#include "sm90_fp8_block_abi.h"
+
+namespace cutlass_ext::fp8_block_direct {
+
+constexpr int kBlockK = 128;  // the scales' k-block: one 128-byte row of FP8 per tile row, one TMA swizzle span
+constexpr int kWgmmaK = 32;   // the k of one FP8 wgmma
+constexpr int kWarpgroup = 128;
+
+template <int N>
+struct Wgmma;  // m64nNk32, e4m3 x e4m3 -> f32, both operands K-major in shared memory
+template <>
+struct Wgmma<32> {
+  using Op = cute::SM90::GMMA::MMA_64x32x32_F32E4M3E4M3_SS_TN<>;
+};
+template <>
+struct Wgmma<64> {
+  using Op = cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_SS_TN<>;
+};
+template <>
+struct Wgmma<128> {
+  using Op = cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_SS_TN<>;
+};
+
+template <class Op, int... I>
+__device__ __forceinline__ void wgmma(uint64_t desc_a, uint64_t desc_b, float* d, bool accumulate,
+                                      std::integer_sequence<int, I...>) {
+  Op::fma(desc_a, desc_b, d[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
+}
+
+// A wgmma operand descriptor for a tile of 128-byte K-major rows written by TMA with the 128-byte swizzle: 8-row
+// core-matrix groups 1024 bytes apart; the leading offset is unused by swizzled K-major layouts.
+__device__ __forceinline__ uint64_t operand_descriptor(const void* smem) {
+  cute::GmmaDescriptor desc;
+  desc.bitfield.start_address_ = static_cast<uint16_t>(cute::cast_smem_ptr_to_uint(smem) >> 4);
+  desc.bitfield.leading_byte_offset_ = 0;
+  desc.bitfield.stride_byte_offset_ = 1024 >> 4;
+  desc.bitfield.base_offset_ = 0;
+  desc.bitfield.layout_type_ = 1;  // SWIZZLE_128B
+  return desc.desc_;
+}
+
+template <int BM, int BN, int Stages>
+struct Tiling {
+  static_assert(BM == 64 || BM == 128, "a tile is one or two math warpgroups of 64 rows");
+  static_assert(BN == 32 || BN == 64 || BN == 128, "a tile lies inside one 128-row weight-scale block");
+  static constexpr int kMathGroups = BM / 64;
+  static constexpr int kThreads = kWarpgroup * (1 + kMathGroups);
+  static constexpr int kBytesA = BM * kBlockK;
+  static constexpr int kBytesB = BN * kBlockK;
+  static constexpr int kAccumulators = BN / 2;  // a thread's share of a 64 x BN wgmma
+  struct alignas(1024) Shared {
+    uint8_t a[Stages][kBytesA];  // each a multiple of 1024 bytes: every stage starts on a swizzle atom
+    uint8_t b[Stages][kBytesB];
+    uint64_t full[Stages];
+    uint64_t empty[Stages];
+  };
+  static constexpr int kSharedBytes = int(sizeof(Shared)) + 1024;  // + the alignment of the dynamic base
+};
+
+struct Params {
+  int m, n, k;
+  const float* scale_a;
+  int64_t scale_a_row_stride, scale_a_block_stride;
+  const float* scale_b;
+  int64_t scale_b_row_stride;
+  const __nv_bfloat16* bias;
+  __nv_bfloat16* d;
+  int64_t ldd;
+};
+
+__device__ __forceinline__ void store_pair(__nv_bfloat16* d, const Params& p, int row, int col, float v0, float v1) {
+  if (row >= p.m || col >= p.n) return;
+  const float b0 = p.bias != nullptr ? __bfloat162float(p.bias[col]) : 0.f;
+  __nv_bfloat16* at = d + int64_t(row) * p.ldd + col;
+  if (col + 1 < p.n && (reinterpret_cast<uintptr_t>(at) & 3) == 0) {
+    const float b1 = p.bias != nullptr ? __bfloat162float(p.bias[col + 1]) : 0.f;
+    *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(v0 + b0, v1 + b1);
+  } else {
+    at[0] = __float2bfloat16_rn(v0 + b0);
+    if (col + 1 < p.n) at[1] = __float2bfloat16_rn(v1 + (p.bias != nullptr ? __bfloat162float(p.bias[col + 1]) : 0.f));
+  }
+}
+
+template <int BM, int BN, int Stages>
+__global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
+    fp8_block_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, Params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using T = Tiling<BM, BN, Stages>;
+  using Full = cutlass::arch::ClusterTransactionBarrier;
+  using Empty = cutlass::arch::ClusterBarrier;
+  extern __shared__ uint8_t raw[];
+  auto& s = *reinterpret_cast<typename T::Shared*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN;
+  const int tiles = tiles_m * tiles_n, k_blocks = (p.k + kBlockK - 1) / kBlockK;
+
+  if (threadIdx.x == 0) {
+    cute::prefetch_tma_descriptor(&map_a);
+    cute::prefetch_tma_descriptor(&map_b);
+    for (int i = 0; i < Stages; ++i) {
+      Full::init(&s.full[i], 1);
+      Empty::init(&s.empty[i], 4 * T::kMathGroups);  // lane 0 of every math warp
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warp < 4) {  // producer
+    cutlass::arch::warpgroup_reg_dealloc<40>();
+    if (threadIdx.x != 0) return;
+    int stage = 0;
+    uint32_t phase = 0;
+    // Tiles run down M first: CTAs launched together share a weight tile, read once from HBM.
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const int m0 = (tile % tiles_m) * BM, n0 = (tile / tiles_m) * BN;
+      for (int kb = 0; kb < k_blocks; ++kb) {
+        Empty::wait(&s.empty[stage], phase ^ 1);
+        Full::arrive_and_expect_tx(&s.full[stage], T::kBytesA + T::kBytesB);  // out-of-bounds boxes count whole
+        cute::SM90_TMA_LOAD_2D::copy(&map_a, &s.full[stage], 0, s.a[stage], kb * kBlockK, m0);
+        cute::SM90_TMA_LOAD_2D::copy(&map_b, &s.full[stage], 0, s.b[stage], kb * kBlockK, n0);
+        if (++stage == Stages) stage = 0, phase ^= 1;
+      }
+    }
+    return;
+  }
+
+  cutlass::arch::warpgroup_reg_alloc<T::kMathGroups == 1 ? 240 : 232>();
+  const int group = warp / 4 - 1;  // which 64 rows of the tile
+  const int w = warp % 4;
+  using Op = typename Wgmma<BN>::Op;
+  using Accumulators = std::make_integer_sequence<int, T::kAccumulators>;
+  float acc[T::kAccumulators], total[T::kAccumulators];
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int m0 = (tile % tiles_m) * BM, n0 = (tile / tiles_m) * BN;
+    // wgmma's accumulator layout: thread (w, lane) holds rows 16w + lane/4 and that + 8 of its 64, columns
+    // 8j + 2(lane % 4) and the next, for j < BN / 8 (registers 4j, 4j+1 the first row, 4j+2, 4j+3 the second).
+    const int row0 = m0 + 64 * group + 16 * w + lane / 4, row1 = row0 + 8;
+    const float* scale_b = p.scale_b + int64_t(n0 / kBlockK) * p.scale_b_row_stride;
+#pragma unroll
+    for (int i = 0; i < T::kAccumulators; ++i) total[i] = 0.f;
+    // Rows past m read no scale: TMA filled them with zeros and nothing stores them.
+    auto scales = [&](int kb, float& a0, float& a1, float& b) {
+      a0 = row0 < p.m ? p.scale_a[row0 * p.scale_a_row_stride + kb * p.scale_a_block_stride] : 0.f;
+      a1 = row1 < p.m ? p.scale_a[row1 * p.scale_a_row_stride + kb * p.scale_a_block_stride] : 0.f;
+      b = scale_b[kb];
+    };
+    float sa0, sa1, sb;
+    scales(0, sa0, sa1, sb);
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      Full::wait(&s.full[stage], phase);
+      const uint64_t desc_a = operand_descriptor(s.a[stage] + 64 * group * kBlockK);
+      const uint64_t desc_b = operand_descriptor(s.b[stage]);
+#pragma unroll
+      for (int i = 0; i < T::kAccumulators; ++i) cute::warpgroup_fence_operand(acc[i]);
+      cute::warpgroup_arrive();
+#pragma unroll
+      for (int j = 0; j < kBlockK / kWgmmaK; ++j)  // the descriptor's address is in 16-byte units
+        wgmma<Op>(desc_a + j * (kWgmmaK / 16), desc_b + j * (kWgmmaK / 16), acc, j > 0, Accumulators{});
+      cute::warpgroup_commit_batch();
+      // The next k-block's scales load while the Tensor Cores run (an L2 read's latency is a k-block's work).
+      float next_sa0 = 0.f, next_sa1 = 0.f, next_sb = 0.f;
+      if (kb + 1 < k_blocks) scales(kb + 1, next_sa0, next_sa1, next_sb);
+      cute::warpgroup_wait<0>();
+#pragma unroll
+      for (int i = 0; i < T::kAccumulators; ++i) cute::warpgroup_fence_operand(acc[i]);
+      if (lane == 0) Empty::arrive(&s.empty[stage]);  // the stage's operands are read: the producer may refill it
+      if (++stage == Stages) stage = 0, phase ^= 1;
+      const float scale0 = sa0 * sb, scale1 = sa1 * sb;
+#pragma unroll
+      for (int i = 0; i < T::kAccumulators; i += 4) {
+        total[i] = fmaf(acc[i], scale0, total[i]);
+        total[i + 1] = fmaf(acc[i + 1], scale0, total[i + 1]);
+        total[i + 2] = fmaf(acc[i + 2], scale1, total[i + 2]);
+        total[i + 3] = fmaf(acc[i + 3], scale1, total[i + 3]);
+      }
+      sa0 = next_sa0, sa1 = next_sa1, sb = next_sb;
+    }
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int col = n0 + 8 * j + 2 * (lane % 4);
+      store_pair(p.d, p, row0, col, total[4 * j], total[4 * j + 1]);
+      store_pair(p.d, p, row1, col, total[4 * j + 2], total[4 * j + 3]);
+    }
+  }
+#endif
+}
+
+// ---------------------------------------------------------------- host side
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+inline EncodeTiled encode_tiled() {
+  static EncodeTiled found = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &status);
+#else
+    cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &function, cudaEnableDefault, &status);
+#endif
+    if (status != cudaDriverEntryPointSuccess) (void)cudaGetLastError();
+    return status == cudaDriverEntryPointSuccess ? reinterpret_cast<EncodeTiled>(function) : nullptr;
+  }();
+  return found;
+}
+
+// A (rows, k) row-major FP8 operand read in (box_rows, 128) tiles with the 128-byte swizzle; zeros past its edges.
+inline bool operand_map(CUtensorMap* map, const void* base, int64_t rows, int64_t k, int64_t ld, int box_rows) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(ld)};  // bytes: one FP8 element each
+  const cuuint32_t box[2] = {cuuint32_t(kBlockK), cuuint32_t(box_rows)};
+  const cuuint32_t unit[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Runs D = the block-scaled product on `stream`. The caller has checked what the API checks (e4m3 operands with
+// 16-byte-aligned rows, 128 x 128 weight scales, bf16 D). Returns the launch's error.
+template <int BM, int BN, int Stages>
+cudaError_t run(const cutlass_ext_fp8_block_args& args, cudaStream_t stream) {
+  using T = Tiling<BM, BN, Stages>;
+  CUtensorMap map_a, map_b;
+  if (!operand_map(&map_a, args.a, args.m, args.k, args.lda, BM) ||
+      !operand_map(&map_b, args.b, args.n, args.k, args.ldb, BN))
+    return cudaErrorInvalidValue;
+  Params p{int(args.m), int(args.n), int(args.k), args.scale_a, args.scale_a_row_stride, args.scale_a_block_stride,
+           args.scale_b, args.scale_b_row_stride, static_cast<const __nv_bfloat16*>(args.bias),
+           static_cast<__nv_bfloat16*>(args.d), args.ldd};
+  auto kernel = fp8_block_gemm<BM, BN, Stages>;
+  cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes);
+  if (error != cudaSuccess) return error;
+  const int64_t tiles = ((args.m + BM - 1) / BM) * ((args.n + BN - 1) / BN);
+  const int grid = int(tiles < args.sm_count ? tiles : args.sm_count);
+  if (grid == 0) return cudaSuccess;
+  kernel<<<grid, T::kThreads, T::kSharedBytes, stream>>>(map_a, map_b, p);
+  return cudaGetLastError();
+}
+
+}  // namespace cutlass_ext::fp8_block_direct
