@@ -44,7 +44,7 @@ def direct(tmp_path_factory):
     return ctypes.CDLL(str(library))
 
 
-def run_direct(lib, tiling, a8, b8, scale_a, scale_b, bias=None):
+def run_direct(lib, tiling, a8, b8, scale_a, scale_b, bias=None, sync=True):
     m, k = a8.shape
     n = b8.shape[0]
     d = torch.empty(m, n, dtype=torch.bfloat16, device=a8.device)
@@ -59,7 +59,8 @@ def run_direct(lib, tiling, a8, b8, scale_a, scale_b, bias=None):
     function = getattr(lib, f"direct_{bm}x{bn}_s{stages}")
     status = function(ctypes.byref(args), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
     assert status == 0, f"launch failed: CUDA error {status}"
-    torch.cuda.synchronize()
+    if sync:
+        torch.cuda.synchronize()  # a fault surfaces here, at the variant that caused it
     return d
 
 
