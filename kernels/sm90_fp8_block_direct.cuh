@@ -4,8 +4,10 @@
 // in the same order (four k32 wgmmas from zero per k-block; total = fma(acc, scale_a · scale_b, total); D = bf16(total
 // + bias)), so a variant of either with the same tile gives the same bits.
 //
-// A CTA is one producer warpgroup (one thread issues the TMA loads of A's and B's k-block tiles into a ring of
-// stages) and BM / 64 math warpgroups (each 64 rows of the BM x BN tile), persistent over the tiles.
+// A CTA is one producer warpgroup and BM / 64 math warpgroups (each 64 rows of the BM x BN tile), persistent over
+// the tiles. Into each stage of a ring, one producer thread loads A's and B's k-block tiles by TMA and one producer
+// warp copies the k-block's scales (the tile's BM activation scales, its weight scale) by cp.async, so the scales
+// arrive with the operands, as far ahead as the ring reaches; the stage's full barrier waits for both.
 #pragma once
 
 #include <cuda.h>
@@ -74,6 +76,8 @@ struct Tiling {
   struct alignas(1024) Shared {
     uint8_t a[Stages][kBytesA];  // each a multiple of 1024 bytes: every stage starts on a swizzle atom
     uint8_t b[Stages][kBytesB];
+    float scale_a[Stages][BM];
+    float scale_b[Stages];
     uint64_t full[Stages];
     uint64_t empty[Stages];
   };
@@ -90,6 +94,17 @@ struct Params {
   __nv_bfloat16* d;
   int64_t ldd;
 };
+
+// A 4-byte cp.async, or zeros where `valid` is false (its source then unread).
+__device__ __forceinline__ void copy_scale(float* smem, const float* global, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(cute::cast_smem_ptr_to_uint(smem)),
+               "l"(global), "r"(valid ? 4 : 0));
+}
+
+// The barrier counts one arrival of this thread once its earlier cp.asyncs have landed.
+__device__ __forceinline__ void arrive_when_copied(uint64_t* barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(cute::cast_smem_ptr_to_uint(barrier)));
+}
 
 __device__ __forceinline__ void store_pair(__nv_bfloat16* d, const Params& p, int row, int col, float v0, float v1) {
   if (row >= p.m || col >= p.n) return;
@@ -112,7 +127,9 @@ __global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
   using Full = cutlass::arch::ClusterTransactionBarrier;
   using Empty = cutlass::arch::ClusterBarrier;
   extern __shared__ uint8_t raw[];
-  auto& s = *reinterpret_cast<typename T::Shared*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+  // Offset from `raw` itself (not a cast integer) so the compiler keeps shared-memory loads for what it reads.
+  const uint32_t misalignment = cute::cast_smem_ptr_to_uint(raw) & 1023;
+  auto& s = *reinterpret_cast<typename T::Shared*>(raw + (misalignment == 0 ? 0 : 1024 - misalignment));
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN;
@@ -122,7 +139,7 @@ __global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
     cute::prefetch_tma_descriptor(&map_a);
     cute::prefetch_tma_descriptor(&map_b);
     for (int i = 0; i < Stages; ++i) {
-      Full::init(&s.full[i], 1);
+      Full::init(&s.full[i], 1 + 32);  // the TMA thread's and the scale warp's arrivals
       Empty::init(&s.empty[i], 4 * T::kMathGroups);  // lane 0 of every math warp
     }
     cutlass::arch::fence_barrier_init();
@@ -131,17 +148,29 @@ __global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
 
   if (warp < 4) {  // producer
     cutlass::arch::warpgroup_reg_dealloc<40>();
-    if (threadIdx.x != 0) return;
+    if (warp > 1 || (warp == 0 && lane != 0)) return;
     int stage = 0;
     uint32_t phase = 0;
     // Tiles run down M first: CTAs launched together share a weight tile, read once from HBM.
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int m0 = (tile % tiles_m) * BM, n0 = (tile / tiles_m) * BN;
+      const float* scale_b = p.scale_b + int64_t(n0 / kBlockK) * p.scale_b_row_stride;
       for (int kb = 0; kb < k_blocks; ++kb) {
         Empty::wait(&s.empty[stage], phase ^ 1);
-        Full::arrive_and_expect_tx(&s.full[stage], T::kBytesA + T::kBytesB);  // out-of-bounds boxes count whole
-        cute::SM90_TMA_LOAD_2D::copy(&map_a, &s.full[stage], 0, s.a[stage], kb * kBlockK, m0);
-        cute::SM90_TMA_LOAD_2D::copy(&map_b, &s.full[stage], 0, s.b[stage], kb * kBlockK, n0);
+        if (warp == 0) {
+          Full::arrive_and_expect_tx(&s.full[stage], T::kBytesA + T::kBytesB);  // out-of-bounds boxes count whole
+          cute::SM90_TMA_LOAD_2D::copy(&map_a, &s.full[stage], 0, s.a[stage], kb * kBlockK, m0);
+          cute::SM90_TMA_LOAD_2D::copy(&map_b, &s.full[stage], 0, s.b[stage], kb * kBlockK, n0);
+        } else {
+          // Rows past m get scale 0 (TMA gave them zeros and nothing stores them), read from row 0.
+          for (int r = lane; r < BM; r += 32) {
+            const int row = m0 + r < p.m ? m0 + r : 0;
+            copy_scale(&s.scale_a[stage][r], p.scale_a + row * p.scale_a_row_stride + kb * p.scale_a_block_stride,
+                       m0 + r < p.m);
+          }
+          if (lane == 0) copy_scale(&s.scale_b[stage], scale_b + kb, true);
+          arrive_when_copied(&s.full[stage]);
+        }
         if (++stage == Stages) stage = 0, phase ^= 1;
       }
     }
@@ -149,7 +178,7 @@ __global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
   }
 
   cutlass::arch::warpgroup_reg_alloc<T::kMathGroups == 1 ? 240 : 232>();
-  const int group = warp / 4 - 1;  // which 64 rows of the tile
+  const int group = __shfl_sync(0xffffffff, warp / 4 - 1, 0);  // which 64 rows of the tile (warp-uniform)
   const int w = warp % 4;
   using Op = typename Wgmma<BN>::Op;
   using Accumulators = std::make_integer_sequence<int, T::kAccumulators>;
@@ -161,17 +190,9 @@ __global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
     // wgmma's accumulator layout: thread (w, lane) holds rows 16w + lane/4 and that + 8 of its 64, columns
     // 8j + 2(lane % 4) and the next, for j < BN / 8 (registers 4j, 4j+1 the first row, 4j+2, 4j+3 the second).
     const int row0 = m0 + 64 * group + 16 * w + lane / 4, row1 = row0 + 8;
-    const float* scale_b = p.scale_b + int64_t(n0 / kBlockK) * p.scale_b_row_stride;
 #pragma unroll
     for (int i = 0; i < T::kAccumulators; ++i) total[i] = 0.f;
-    // Rows past m read no scale: TMA filled them with zeros and nothing stores them.
-    auto scales = [&](int kb, float& a0, float& a1, float& b) {
-      a0 = row0 < p.m ? p.scale_a[row0 * p.scale_a_row_stride + kb * p.scale_a_block_stride] : 0.f;
-      a1 = row1 < p.m ? p.scale_a[row1 * p.scale_a_row_stride + kb * p.scale_a_block_stride] : 0.f;
-      b = scale_b[kb];
-    };
-    float sa0, sa1, sb;
-    scales(0, sa0, sa1, sb);
+    const int scale_row = 64 * group + 16 * w + lane / 4;
     for (int kb = 0; kb < k_blocks; ++kb) {
       Full::wait(&s.full[stage], phase);
       const uint64_t desc_a = operand_descriptor(s.a[stage] + 64 * group * kBlockK);
@@ -183,15 +204,14 @@ __global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
       for (int j = 0; j < kBlockK / kWgmmaK; ++j)  // the descriptor's address is in 16-byte units
         wgmma<Op>(desc_a + j * (kWgmmaK / 16), desc_b + j * (kWgmmaK / 16), acc, j > 0, Accumulators{});
       cute::warpgroup_commit_batch();
-      // The next k-block's scales load while the Tensor Cores run (an L2 read's latency is a k-block's work).
-      float next_sa0 = 0.f, next_sa1 = 0.f, next_sb = 0.f;
-      if (kb + 1 < k_blocks) scales(kb + 1, next_sa0, next_sa1, next_sb);
+      const float sb = s.scale_b[stage];
+      const float scale0 = s.scale_a[stage][scale_row] * sb, scale1 = s.scale_a[stage][scale_row + 8] * sb;
       cute::warpgroup_wait<0>();
 #pragma unroll
       for (int i = 0; i < T::kAccumulators; ++i) cute::warpgroup_fence_operand(acc[i]);
-      if (lane == 0) Empty::arrive(&s.empty[stage]);  // the stage's operands are read: the producer may refill it
+      // The stage's operands and scales are read (the scales into products): the producer may refill it.
+      if (lane == 0) Empty::arrive(&s.empty[stage]);
       if (++stage == Stages) stage = 0, phase ^= 1;
-      const float scale0 = sa0 * sb, scale1 = sa1 * sb;
 #pragma unroll
       for (int i = 0; i < T::kAccumulators; i += 4) {
         total[i] = fmaf(acc[i], scale0, total[i]);
@@ -199,7 +219,6 @@ __global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
         total[i + 2] = fmaf(acc[i + 2], scale1, total[i + 2]);
         total[i + 3] = fmaf(acc[i + 3], scale1, total[i + 3]);
       }
-      sa0 = next_sa0, sa1 = next_sa1, sb = next_sb;
     }
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
