@@ -84,16 +84,7 @@ struct Tiling {
   static constexpr int kSharedBytes = int(sizeof(Shared)) + 1024;  // + the alignment of the dynamic base
 };
 
-struct Params {
-  int m, n, k;
-  const float* scale_a;
-  int64_t scale_a_row_stride, scale_a_block_stride;
-  const float* scale_b;
-  int64_t scale_b_row_stride;
-  const __nv_bfloat16* bias;
-  __nv_bfloat16* d;
-  int64_t ldd;
-};
+using Params = cutlass_ext_fp8_block_args;  // the kernel reads the call's arguments as the ABI hands them over
 
 // A 4-byte cp.async, or zeros where `valid` is false (its source then unread).
 __device__ __forceinline__ void copy_scale(float* smem, const float* global, bool valid) {
@@ -106,16 +97,18 @@ __device__ __forceinline__ void arrive_when_copied(uint64_t* barrier) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(cute::cast_smem_ptr_to_uint(barrier)));
 }
 
-__device__ __forceinline__ void store_pair(__nv_bfloat16* d, const Params& p, int row, int col, float v0, float v1) {
+__device__ __forceinline__ float bias_at(const Params& p, int col) {
+  return p.bias != nullptr ? __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[col]) : 0.f;
+}
+
+__device__ __forceinline__ void store_pair(const Params& p, int row, int col, float v0, float v1) {
   if (row >= p.m || col >= p.n) return;
-  const float b0 = p.bias != nullptr ? __bfloat162float(p.bias[col]) : 0.f;
-  __nv_bfloat16* at = d + int64_t(row) * p.ldd + col;
+  __nv_bfloat16* at = static_cast<__nv_bfloat16*>(p.d) + row * p.ldd + col;
   if (col + 1 < p.n && (reinterpret_cast<uintptr_t>(at) & 3) == 0) {
-    const float b1 = p.bias != nullptr ? __bfloat162float(p.bias[col + 1]) : 0.f;
-    *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(v0 + b0, v1 + b1);
+    *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(v0 + bias_at(p, col), v1 + bias_at(p, col + 1));
   } else {
-    at[0] = __float2bfloat16_rn(v0 + b0);
-    if (col + 1 < p.n) at[1] = __float2bfloat16_rn(v1 + (p.bias != nullptr ? __bfloat162float(p.bias[col + 1]) : 0.f));
+    at[0] = __float2bfloat16_rn(v0 + bias_at(p, col));
+    if (col + 1 < p.n) at[1] = __float2bfloat16_rn(v1 + bias_at(p, col + 1));
   }
 }
 
@@ -132,8 +125,8 @@ __global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
   auto& s = *reinterpret_cast<typename T::Shared*>(raw + (misalignment == 0 ? 0 : 1024 - misalignment));
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN;
-  const int tiles = tiles_m * tiles_n, k_blocks = (p.k + kBlockK - 1) / kBlockK;
+  const int tiles_m = int((p.m + BM - 1) / BM), tiles_n = int((p.n + BN - 1) / BN);
+  const int tiles = tiles_m * tiles_n, k_blocks = int((p.k + kBlockK - 1) / kBlockK);
 
   if (threadIdx.x == 0) {
     cute::prefetch_tma_descriptor(&map_a);
@@ -223,8 +216,8 @@ __global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
       const int col = n0 + 8 * j + 2 * (lane % 4);
-      store_pair(p.d, p, row0, col, total[4 * j], total[4 * j + 1]);
-      store_pair(p.d, p, row1, col, total[4 * j + 2], total[4 * j + 3]);
+      store_pair(p, row0, col, total[4 * j], total[4 * j + 1]);
+      store_pair(p, row1, col, total[4 * j + 2], total[4 * j + 3]);
     }
   }
 #endif
@@ -273,16 +266,13 @@ cudaError_t run(const cutlass_ext_fp8_block_args& args, cudaStream_t stream) {
   if (!operand_map(&map_a, args.a, args.m, args.k, args.lda, BM) ||
       !operand_map(&map_b, args.b, args.n, args.k, args.ldb, BN))
     return cudaErrorInvalidValue;
-  Params p{int(args.m), int(args.n), int(args.k), args.scale_a, args.scale_a_row_stride, args.scale_a_block_stride,
-           args.scale_b, args.scale_b_row_stride, static_cast<const __nv_bfloat16*>(args.bias),
-           static_cast<__nv_bfloat16*>(args.d), args.ldd};
   auto kernel = fp8_block_gemm<BM, BN, Stages>;
   cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes);
   if (error != cudaSuccess) return error;
   const int64_t tiles = ((args.m + BM - 1) / BM) * ((args.n + BN - 1) / BN);
   const int grid = int(tiles < args.sm_count ? tiles : args.sm_count);
   if (grid == 0) return cudaSuccess;
-  kernel<<<grid, T::kThreads, T::kSharedBytes, stream>>>(map_a, map_b, p);
+  kernel<<<grid, T::kThreads, T::kSharedBytes, stream>>>(map_a, map_b, args);
   return cudaGetLastError();
 }
 
