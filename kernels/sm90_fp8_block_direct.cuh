@@ -30,6 +30,8 @@ namespace cutlass_ext::fp8_block_direct {
 constexpr int kBlockK = 128;  // the scales' k-block: one 128-byte row of FP8 per tile row, one TMA swizzle span
 constexpr int kWgmmaK = 32;   // the k of one FP8 wgmma
 constexpr int kWarpgroup = 128;
+// The L2 policy TMA loads carry (its cache-hint operand is a policy, not a flag: 0 names none).
+constexpr uint64_t kEvictNormal = uint64_t(cute::TMA::CacheHintSm90::EVICT_NORMAL);
 
 template <int N>
 struct Wgmma;  // m64nNk32, e4m3 x e4m3 -> f32, both operands K-major in shared memory
@@ -152,8 +154,8 @@ __global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
         Empty::wait(&s.empty[stage], phase ^ 1);
         if (warp == 0) {
           Full::arrive_and_expect_tx(&s.full[stage], T::kBytesA + T::kBytesB);  // out-of-bounds boxes count whole
-          cute::SM90_TMA_LOAD_2D::copy(&map_a, &s.full[stage], 0, s.a[stage], kb * kBlockK, m0);
-          cute::SM90_TMA_LOAD_2D::copy(&map_b, &s.full[stage], 0, s.b[stage], kb * kBlockK, n0);
+          cute::SM90_TMA_LOAD_2D::copy(&map_a, &s.full[stage], kEvictNormal, s.a[stage], kb * kBlockK, m0);
+          cute::SM90_TMA_LOAD_2D::copy(&map_b, &s.full[stage], kEvictNormal, s.b[stage], kb * kBlockK, n0);
         } else {
           // Rows past m get scale 0 (TMA gave them zeros and nothing stores them), read from row 0.
           for (int r = lane; r < BM; r += 32) {
