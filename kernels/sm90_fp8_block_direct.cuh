@@ -20,6 +20,7 @@
 #include <cute/arch/mma_sm90_gmma.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/cutlass.h>
 
 #include <utility>
 
@@ -277,5 +278,41 @@ cudaError_t run(const cutlass_ext_fp8_block_args& args, cudaStream_t stream) {
   kernel<<<grid, T::kThreads, T::kSharedBytes, stream>>>(map_a, map_b, args);
   return cudaGetLastError();
 }
+
+constexpr int kSharedCapacity = 232448;  // sm90's opt-in shared memory per block (227 KB)
+
+// The most stages (up to 16) whose ring fits in shared memory.
+template <int BM, int BN, int S = 16>
+constexpr int stages_that_fit() {
+  if constexpr (S == 1 || Tiling<BM, BN, S>::kSharedBytes <= kSharedCapacity) {
+    return S;
+  } else {
+    return stages_that_fit<BM, BN, S - 1>();
+  }
+}
+
+// The variant's launchers as the block family's libraries export them (library_exports.h): statuses are CUTLASS's.
+template <int BM, int BN>
+struct Sm90Fp8BlockDirectGemm {
+  static constexpr int kStages = stages_that_fit<BM, BN>();
+
+  static int can_implement(const cutlass_ext_fp8_block_args* args) {
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    // TMA: 16-byte aligned bases and row strides; the bf16 pairs the epilogue stores fall back to single stores.
+    if (!aligned(args->a) || !aligned(args->b) || args->lda % 16 || args->ldb % 16)
+      return int(cutlass::Status::kErrorMisalignedOperand);
+    if (args->m < 1 || args->n < 1 || args->k < 1 || args->m >= (int64_t(1) << 31) ||
+        args->n >= (int64_t(1) << 31) || args->k >= (int64_t(1) << 31))
+      return int(cutlass::Status::kErrorInvalidProblem);
+    return int(cutlass::Status::kSuccess);
+  }
+
+  static size_t workspace_size(const cutlass_ext_fp8_block_args*) { return 0; }
+
+  static int run(const cutlass_ext_fp8_block_args* args, void*, void* stream) {
+    const cudaError_t error = fp8_block_direct::run<BM, BN, kStages>(*args, static_cast<cudaStream_t>(stream));
+    return int(error == cudaSuccess ? cutlass::Status::kSuccess : cutlass::Status::kErrorInternal);
+  }
+};
 
 }  // namespace cutlass_ext::fp8_block_direct
