@@ -170,6 +170,7 @@ __global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
         if (++stage == Stages) stage = 0, phase ^= 1;
       }
     }
+    if (warp == 1) asm volatile("cp.async.wait_all;\n" ::: "memory");  // no copy outlives the warp that issued it
     return;
   }
 
@@ -205,7 +206,9 @@ __global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
       cute::warpgroup_wait<0>();
 #pragma unroll
       for (int i = 0; i < T::kAccumulators; ++i) cute::warpgroup_fence_operand(acc[i]);
-      // The stage's operands and scales are read (the scales into products): the producer may refill it.
+      // The stage's operands and scales are read (the scales into products): the producer may refill it. The
+      // warp converges first, so lane 0's release orders every lane's scale reads.
+      __syncwarp();
       if (lane == 0) Empty::arrive(&s.empty[stage]);
       if (++stage == Stages) stage = 0, phase ^= 1;
 #pragma unroll
