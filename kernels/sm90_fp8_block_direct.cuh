@@ -76,9 +76,15 @@ struct Tiling {
   static constexpr int kBytesA = BM * kBlockK;
   static constexpr int kBytesB = BN * kBlockK;
   static constexpr int kAccumulators = BN / 2;  // a thread's share of a 64 x BN wgmma
+  static constexpr int kStages = Stages;
+  // The output tile goes out by TMA in boxes of 64 rows and kBoxColumns columns, each one swizzle span wide.
+  static constexpr int kBoxColumns = BN < 64 ? BN : 64;
+  static constexpr int kSwizzleBytes = kBoxColumns * 2;  // 64 or 128
+  static constexpr int kBoxBytes = 64 * kSwizzleBytes;
   struct alignas(1024) Shared {
     uint8_t a[Stages][kBytesA];  // each a multiple of 1024 bytes: every stage starts on a swizzle atom
     uint8_t b[Stages][kBytesB];
+    uint8_t d[kMathGroups][BN / kBoxColumns][kBoxBytes];  // each math warpgroup's 64 x BN bf16 output
     float scale_a[Stages][BM];
     float scale_b[Stages];
     uint64_t full[Stages];
@@ -115,9 +121,137 @@ __device__ __forceinline__ void store_pair(const Params& p, int row, int col, fl
   }
 }
 
+// Where a math warpgroup stands in the ring: the stage it issues from next, and the oldest stage it still holds.
+struct Ring {
+  int issue = 0, release = 0;
+  uint32_t phase = 0;
+};
+
+// A k-block multiplied but not yet promoted: its accumulators and its two rows' combined scales.
+template <int N>
+struct Pending {
+  float acc[N];
+  float scale0, scale1;
+};
+
+// Waits for the ring's next stage, reads its scales and issues its four wgmmas (from zero) into `into`.
+template <class T, int BN>
+__device__ __forceinline__ void issue(typename T::Shared& s, Ring& ring, Pending<T::kAccumulators>& into, int group,
+                                      int scale_row) {
+  using Full = cutlass::arch::ClusterTransactionBarrier;
+  using Op = typename Wgmma<BN>::Op;
+  Full::wait(&s.full[ring.issue], ring.phase);
+  const uint64_t desc_a = operand_descriptor(s.a[ring.issue] + 64 * group * kBlockK);
+  const uint64_t desc_b = operand_descriptor(s.b[ring.issue]);
+#pragma unroll
+  for (int i = 0; i < T::kAccumulators; ++i) cute::warpgroup_fence_operand(into.acc[i]);
+  cute::warpgroup_arrive();
+#pragma unroll
+  for (int j = 0; j < kBlockK / kWgmmaK; ++j)  // the descriptor's address is in 16-byte units
+    wgmma<Op>(desc_a + j * (kWgmmaK / 16), desc_b + j * (kWgmmaK / 16), into.acc, j > 0,
+              std::make_integer_sequence<int, T::kAccumulators>{});
+  cute::warpgroup_commit_batch();
+  const float sb = s.scale_b[ring.issue];
+  into.scale0 = s.scale_a[ring.issue][scale_row] * sb;
+  into.scale1 = s.scale_a[ring.issue][scale_row + 8] * sb;
+  if (++ring.issue == T::kStages) ring.issue = 0, ring.phase ^= 1;
+}
+
+// Waits for the wgmmas of `current` (all but the newest `InFlight` batches), hands its stage back to the producer
+// and adds its scaled products into `total`: total = fma(acc, scale_a * scale_b, total).
+template <class T, int InFlight>
+__device__ __forceinline__ void promote(typename T::Shared& s, Ring& ring, Pending<T::kAccumulators>& current,
+                                        float* total, int lane) {
+  using Empty = cutlass::arch::ClusterBarrier;
+  cute::warpgroup_wait<InFlight>();
+#pragma unroll
+  for (int i = 0; i < T::kAccumulators; ++i) cute::warpgroup_fence_operand(current.acc[i]);
+  // The stage's operands are read and its scales are in registers: the producer may refill it. The warp
+  // converges first, so lane 0's release orders every lane's scale reads.
+  __syncwarp();
+  if (lane == 0) Empty::arrive(&s.empty[ring.release]);
+  if (++ring.release == T::kStages) ring.release = 0;
+#pragma unroll
+  for (int i = 0; i < T::kAccumulators; i += 4) {
+    total[i] = fmaf(current.acc[i], current.scale0, total[i]);
+    total[i + 1] = fmaf(current.acc[i + 1], current.scale0, total[i + 1]);
+    total[i + 2] = fmaf(current.acc[i + 2], current.scale1, total[i + 2]);
+    total[i + 3] = fmaf(current.acc[i + 3], current.scale1, total[i + 3]);
+  }
+}
+
+// Adds the bias, rounds to bf16 and stores a math warpgroup's 64 x BN tile by TMA through its staging buffer in
+// shared memory (the swizzled layout the map reads), or straight from registers where D does not suit TMA.
+template <class T, int BN>
+__device__ __forceinline__ void store_tile(typename T::Shared& s, const CUtensorMap* map_d, const Params& p,
+                                           const float* total, int group, int w, int lane, int m0, int n0) {
+  const int row = 16 * w + lane / 4;  // within the warpgroup's 64 rows; the thread's second row is row + 8
+  const int row0 = m0 + 64 * group + row;
+  if (map_d == nullptr) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int col = n0 + 8 * j + 2 * (lane % 4);
+      store_pair(p, row0, col, total[4 * j], total[4 * j + 1]);
+      store_pair(p, row0 + 8, col, total[4 * j + 2], total[4 * j + 3]);
+    }
+    return;
+  }
+  const bool leader = w == 0 && lane == 0;
+  const int barrier = 1 + group;  // a named barrier per math warpgroup (0 is __syncthreads')
+  // The buffer's previous tile must have left shared memory before it is overwritten.
+  if (leader) cute::tma_store_wait<0>();
+  asm volatile("bar.sync %0, 128;\n" ::"r"(barrier));
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int col = 8 * j + 2 * (lane % 4);
+    // Columns past n are clipped by the store; their bias is not read.
+    const float b0 = n0 + col < p.n ? bias_at(p, n0 + col) : 0.f;
+    const float b1 = n0 + col + 1 < p.n ? bias_at(p, n0 + col + 1) : 0.f;
+    uint8_t* box = s.d[group][col / T::kBoxColumns];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = row + 8 * half;
+      // The TMA swizzle: 16-byte chunk c of a row r goes to chunk c ^ (r mod 8) (128-byte rows), or c ^ (r / 2
+      // mod 4) (64-byte rows): the address bits 7 up, masked to the span's chunks, flip bits 4 up.
+      const uint32_t offset = r * T::kSwizzleBytes + (col % T::kBoxColumns) * 2;
+      const uint32_t swizzled = offset ^ (((offset >> 7) & (T::kSwizzleBytes / 16 - 1)) << 4);
+      *reinterpret_cast<__nv_bfloat162*>(box + swizzled) =
+          __floats2bfloat162_rn(total[4 * j + 2 * half] + b0, total[4 * j + 2 * half + 1] + b1);
+    }
+  }
+  cutlass::arch::fence_view_async_shared();  // the writes become visible to TMA
+  asm volatile("bar.sync %0, 128;\n" ::"r"(barrier));
+  if (leader) {
+#pragma unroll
+    for (int b = 0; b < BN / T::kBoxColumns; ++b)
+      cute::SM90_TMA_STORE_2D::copy(map_d, s.d[group][b], n0 + b * T::kBoxColumns, m0 + 64 * group);
+    cute::tma_store_arrive();
+  }
+}
+
+struct TileCoord {
+  int m, n;
+};
+
+// Tiles in bands `width` tiles wide along N, each band walked row by row down M: the CTAs running at once cover a
+// compact block of the output, so each k-block of A and B they read is shared through L2 by several of them.
+__device__ __forceinline__ TileCoord tile_coord(int tile, int tiles_m, int tiles_n, int width) {
+  const int band = tile / (width * tiles_m);
+  const int n_first = band * width;
+  const int band_width = min(width, tiles_n - n_first);
+  const int i = tile - band * width * tiles_m;
+  return {i / band_width, n_first + i % band_width};
+}
+
+template <int BN>
+constexpr int raster_width() {
+  return 1024 / BN;  // a band 1024 columns wide
+}
+
 template <int BM, int BN, int Stages>
 __global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
-    fp8_block_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, Params p) {
+    fp8_block_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                   const __grid_constant__ CUtensorMap map_d, bool store_by_tma, Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using T = Tiling<BM, BN, Stages>;
   using Full = cutlass::arch::ClusterTransactionBarrier;
@@ -134,6 +268,7 @@ __global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
   if (threadIdx.x == 0) {
     cute::prefetch_tma_descriptor(&map_a);
     cute::prefetch_tma_descriptor(&map_b);
+    if (store_by_tma) cute::prefetch_tma_descriptor(&map_d);
     for (int i = 0; i < Stages; ++i) {
       Full::init(&s.full[i], 1 + 32);  // the TMA thread's and the scale warp's arrivals
       Empty::init(&s.empty[i], 4 * T::kMathGroups);  // lane 0 of every math warp
@@ -147,9 +282,9 @@ __global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
     if (warp > 1 || (warp == 0 && lane != 0)) return;
     int stage = 0;
     uint32_t phase = 0;
-    // Tiles run down M first: CTAs launched together share a weight tile, read once from HBM.
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const int m0 = (tile % tiles_m) * BM, n0 = (tile / tiles_m) * BN;
+      const TileCoord at = tile_coord(tile, tiles_m, tiles_n, raster_width<BN>());
+      const int m0 = at.m * BM, n0 = at.n * BN;
       const float* scale_b = p.scale_b + int64_t(n0 / kBlockK) * p.scale_b_row_stride;
       for (int kb = 0; kb < k_blocks; ++kb) {
         Empty::wait(&s.empty[stage], phase ^ 1);
@@ -177,55 +312,38 @@ __global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
   cutlass::arch::warpgroup_reg_alloc<T::kMathGroups == 1 ? 240 : 232>();
   const int group = __shfl_sync(0xffffffff, warp / 4 - 1, 0);  // which 64 rows of the tile (warp-uniform)
   const int w = warp % 4;
-  using Op = typename Wgmma<BN>::Op;
-  using Accumulators = std::make_integer_sequence<int, T::kAccumulators>;
-  float acc[T::kAccumulators], total[T::kAccumulators];
-  int stage = 0;
-  uint32_t phase = 0;
+  // wgmma's accumulator layout: thread (w, lane) holds rows 16w + lane/4 and that + 8 of its 64, columns
+  // 8j + 2(lane % 4) and the next, for j < BN / 8 (registers 4j, 4j+1 the first row, 4j+2, 4j+3 the second).
+  const int scale_row = 64 * group + 16 * w + lane / 4;
+  Ring ring;
+  float total[T::kAccumulators];
+  Pending<T::kAccumulators> a[2];  // two k-blocks in flight: one being promoted while the next multiplies
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int m0 = (tile % tiles_m) * BM, n0 = (tile / tiles_m) * BN;
-    // wgmma's accumulator layout: thread (w, lane) holds rows 16w + lane/4 and that + 8 of its 64, columns
-    // 8j + 2(lane % 4) and the next, for j < BN / 8 (registers 4j, 4j+1 the first row, 4j+2, 4j+3 the second).
-    const int row0 = m0 + 64 * group + 16 * w + lane / 4, row1 = row0 + 8;
+    const TileCoord at = tile_coord(tile, tiles_m, tiles_n, raster_width<BN>());
+    const int m0 = at.m * BM, n0 = at.n * BN;
 #pragma unroll
     for (int i = 0; i < T::kAccumulators; ++i) total[i] = 0.f;
-    const int scale_row = 64 * group + 16 * w + lane / 4;
-    for (int kb = 0; kb < k_blocks; ++kb) {
-      Full::wait(&s.full[stage], phase);
-      const uint64_t desc_a = operand_descriptor(s.a[stage] + 64 * group * kBlockK);
-      const uint64_t desc_b = operand_descriptor(s.b[stage]);
-#pragma unroll
-      for (int i = 0; i < T::kAccumulators; ++i) cute::warpgroup_fence_operand(acc[i]);
-      cute::warpgroup_arrive();
-#pragma unroll
-      for (int j = 0; j < kBlockK / kWgmmaK; ++j)  // the descriptor's address is in 16-byte units
-        wgmma<Op>(desc_a + j * (kWgmmaK / 16), desc_b + j * (kWgmmaK / 16), acc, j > 0, Accumulators{});
-      cute::warpgroup_commit_batch();
-      const float sb = s.scale_b[stage];
-      const float scale0 = s.scale_a[stage][scale_row] * sb, scale1 = s.scale_a[stage][scale_row + 8] * sb;
-      cute::warpgroup_wait<0>();
-#pragma unroll
-      for (int i = 0; i < T::kAccumulators; ++i) cute::warpgroup_fence_operand(acc[i]);
-      // The stage's operands and scales are read (the scales into products): the producer may refill it. The
-      // warp converges first, so lane 0's release orders every lane's scale reads.
-      __syncwarp();
-      if (lane == 0) Empty::arrive(&s.empty[stage]);
-      if (++stage == Stages) stage = 0, phase ^= 1;
-#pragma unroll
-      for (int i = 0; i < T::kAccumulators; i += 4) {
-        total[i] = fmaf(acc[i], scale0, total[i]);
-        total[i + 1] = fmaf(acc[i + 1], scale0, total[i + 1]);
-        total[i + 2] = fmaf(acc[i + 2], scale1, total[i + 2]);
-        total[i + 3] = fmaf(acc[i + 3], scale1, total[i + 3]);
-      }
+    // k-block kb multiplies into a[kb % 2] and is promoted once k-block kb + 1 is issued, so the tensor cores run
+    // while the CUDA cores scale and add (the order of the adds into `total` is unchanged). The loop carries one
+    // batch in flight, always in a[0], so the accumulators keep their registers from one turn to the next.
+    issue<T, BN>(s, ring, a[0], group, scale_row);
+    int kb = 0;
+    for (; kb + 2 < k_blocks; kb += 2) {
+      issue<T, BN>(s, ring, a[1], group, scale_row);
+      promote<T, 1>(s, ring, a[0], total, lane);
+      issue<T, BN>(s, ring, a[0], group, scale_row);
+      promote<T, 1>(s, ring, a[1], total, lane);
     }
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const int col = n0 + 8 * j + 2 * (lane % 4);
-      store_pair(p, row0, col, total[4 * j], total[4 * j + 1]);
-      store_pair(p, row1, col, total[4 * j + 2], total[4 * j + 3]);
+    if (kb + 1 < k_blocks) {
+      issue<T, BN>(s, ring, a[1], group, scale_row);
+      promote<T, 1>(s, ring, a[0], total, lane);
+      promote<T, 0>(s, ring, a[1], total, lane);
+    } else {
+      promote<T, 0>(s, ring, a[0], total, lane);
     }
+    store_tile<T, BN>(s, store_by_tma ? &map_d : nullptr, p, total, group, w, lane, m0, n0);
   }
+  if (store_by_tma && w == 0 && lane == 0) cute::tma_store_wait<0>();  // shared memory outlives the last store
 #endif
 }
 
@@ -263,6 +381,20 @@ inline bool operand_map(CUtensorMap* map, const void* base, int64_t rows, int64_
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// D, (m, n) row-major bf16, written in (64, box_columns) boxes with the swizzle one box row spans.
+inline bool output_map(CUtensorMap* map, void* base, int64_t rows, int64_t cols, int64_t ld, int box_columns) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(ld * 2)};
+  const cuuint32_t box[2] = {cuuint32_t(box_columns), 64};
+  const cuuint32_t unit[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, strides, box, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE,
+                box_columns == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+                CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 // Runs D = the block-scaled product on `stream`. The caller has checked what the API checks (e4m3 operands with
 // 16-byte-aligned rows, 128 x 128 weight scales, bf16 D). Returns the launch's error.
 template <int BM, int BN, int Stages>
@@ -272,13 +404,17 @@ cudaError_t run(const cutlass_ext_fp8_block_args& args, cudaStream_t stream) {
   if (!operand_map(&map_a, args.a, args.m, args.k, args.lda, BM) ||
       !operand_map(&map_b, args.b, args.n, args.k, args.ldb, BN))
     return cudaErrorInvalidValue;
+  // TMA stores D where its base and rows are 16-byte aligned; elsewhere the kernel stores from registers.
+  CUtensorMap map_d{};
+  const bool store_by_tma = reinterpret_cast<uintptr_t>(args.d) % 16 == 0 && args.ldd % 8 == 0 &&
+                            output_map(&map_d, args.d, args.m, args.n, args.ldd, T::kBoxColumns);
   auto kernel = fp8_block_gemm<BM, BN, Stages>;
   cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes);
   if (error != cudaSuccess) return error;
   const int64_t tiles = ((args.m + BM - 1) / BM) * ((args.n + BN - 1) / BN);
   const int grid = int(tiles < args.sm_count ? tiles : args.sm_count);
   if (grid == 0) return cudaSuccess;
-  kernel<<<grid, T::kThreads, T::kSharedBytes, stream>>>(map_a, map_b, args);
+  kernel<<<grid, T::kThreads, T::kSharedBytes, stream>>>(map_a, map_b, map_d, store_by_tma, args);
   return cudaGetLastError();
 }
 
