@@ -8,19 +8,14 @@
 // the tiles. Into each stage of a ring, one producer thread loads A's and B's k-block tiles by TMA and one producer
 // warp copies the k-block's scales (the tile's BM activation scales, its weight scale) by cp.async, so the scales
 // arrive with the operands, as far ahead as the ring reaches; the stage's full barrier waits for both.
+//
+// A library is built in two halves (cubin_launch.h): nvcc compiles the kernels alone (CUTLASS_EXT_DEVICE_CODE), the
+// host compiler the launchers (CUTLASS_EXT_HOST_CODE), side by side; neither half parses the other's headers.
 #pragma once
 
 #include <cuda.h>
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
-
-#include <cute/arch/copy_sm90_desc.hpp>
-#include <cute/arch/copy_sm90_tma.hpp>
-#include <cute/arch/mma_sm90_desc.hpp>
-#include <cute/arch/mma_sm90_gmma.hpp>
-#include <cutlass/arch/barrier.h>
-#include <cutlass/arch/reg_reconfig.h>
-#include <cutlass/cutlass.h>
+#include <stdint.h>
 
 #include <utility>
 
@@ -31,6 +26,61 @@ namespace cutlass_ext::fp8_block_direct {
 constexpr int kBlockK = 128;  // the scales' k-block: one 128-byte row of FP8 per tile row, one TMA swizzle span
 constexpr int kWgmmaK = 32;   // the k of one FP8 wgmma
 constexpr int kWarpgroup = 128;
+constexpr int kSharedCapacity = 232448;  // sm90's opt-in shared memory per block (227 KB)
+
+template <int BM, int BN, int Stages>
+struct Tiling {
+  static_assert(BM == 64 || BM == 128, "a tile is one or two math warpgroups of 64 rows");
+  static_assert(BN == 32 || BN == 64 || BN == 128, "a tile lies inside one 128-row weight-scale block");
+  static constexpr int kMathGroups = BM / 64;
+  static constexpr int kThreads = kWarpgroup * (1 + kMathGroups);
+  static constexpr int kBytesA = BM * kBlockK;
+  static constexpr int kBytesB = BN * kBlockK;
+  static constexpr int kAccumulators = BN / 2;  // a thread's share of a 64 x BN wgmma
+  static constexpr int kStages = Stages;
+  // The output tile goes out by TMA in boxes of 64 rows and kBoxColumns columns, each one swizzle span wide.
+  static constexpr int kBoxColumns = BN < 64 ? BN : 64;
+  static constexpr int kSwizzleBytes = kBoxColumns * 2;  // 64 or 128
+  static constexpr int kBoxBytes = 64 * kSwizzleBytes;
+  struct alignas(1024) Shared {
+    uint8_t a[Stages][kBytesA];  // each a multiple of 1024 bytes: every stage starts on a swizzle atom
+    uint8_t b[Stages][kBytesB];
+    uint8_t d[kMathGroups][BN / kBoxColumns][kBoxBytes];  // each math warpgroup's 64 x BN bf16 output
+    float scale_a[Stages][BM];
+    float scale_b[Stages];
+    uint64_t full[Stages];
+    uint64_t empty[Stages];
+  };
+  static constexpr int kSharedBytes = int(sizeof(Shared)) + 1024;  // + the alignment of the dynamic base
+};
+
+// The most stages (up to 16) whose ring fits in shared memory.
+template <int BM, int BN, int S = 16>
+constexpr int stages_that_fit() {
+  if constexpr (S == 1 || Tiling<BM, BN, S>::kSharedBytes <= kSharedCapacity) {
+    return S;
+  } else {
+    return stages_that_fit<BM, BN, S - 1>();
+  }
+}
+
+using Params = cutlass_ext_fp8_block_args;  // the kernel reads the call's arguments as the ABI hands them over
+
+#ifdef CUTLASS_EXT_DEVICE_CODE  // ---------------------------------------------------------------- the kernel
+
+}  // namespace cutlass_ext::fp8_block_direct
+
+#include <cuda_bf16.h>
+
+#include <cute/arch/copy_sm90_desc.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/arch/mma_sm90_desc.hpp>
+#include <cute/arch/mma_sm90_gmma.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+namespace cutlass_ext::fp8_block_direct {
+
 // The L2 policy TMA loads carry (its cache-hint operand is a policy, not a flag: 0 names none).
 constexpr uint64_t kEvictNormal = uint64_t(cute::TMA::CacheHintSm90::EVICT_NORMAL);
 
@@ -66,34 +116,6 @@ __device__ __forceinline__ uint64_t operand_descriptor(const void* smem) {
   desc.bitfield.layout_type_ = 1;  // SWIZZLE_128B
   return desc.desc_;
 }
-
-template <int BM, int BN, int Stages>
-struct Tiling {
-  static_assert(BM == 64 || BM == 128, "a tile is one or two math warpgroups of 64 rows");
-  static_assert(BN == 32 || BN == 64 || BN == 128, "a tile lies inside one 128-row weight-scale block");
-  static constexpr int kMathGroups = BM / 64;
-  static constexpr int kThreads = kWarpgroup * (1 + kMathGroups);
-  static constexpr int kBytesA = BM * kBlockK;
-  static constexpr int kBytesB = BN * kBlockK;
-  static constexpr int kAccumulators = BN / 2;  // a thread's share of a 64 x BN wgmma
-  static constexpr int kStages = Stages;
-  // The output tile goes out by TMA in boxes of 64 rows and kBoxColumns columns, each one swizzle span wide.
-  static constexpr int kBoxColumns = BN < 64 ? BN : 64;
-  static constexpr int kSwizzleBytes = kBoxColumns * 2;  // 64 or 128
-  static constexpr int kBoxBytes = 64 * kSwizzleBytes;
-  struct alignas(1024) Shared {
-    uint8_t a[Stages][kBytesA];  // each a multiple of 1024 bytes: every stage starts on a swizzle atom
-    uint8_t b[Stages][kBytesB];
-    uint8_t d[kMathGroups][BN / kBoxColumns][kBoxBytes];  // each math warpgroup's 64 x BN bf16 output
-    float scale_a[Stages][BM];
-    float scale_b[Stages];
-    uint64_t full[Stages];
-    uint64_t empty[Stages];
-  };
-  static constexpr int kSharedBytes = int(sizeof(Shared)) + 1024;  // + the alignment of the dynamic base
-};
-
-using Params = cutlass_ext_fp8_block_args;  // the kernel reads the call's arguments as the ABI hands them over
 
 // A 4-byte cp.async, or zeros where `valid` is false (its source then unread).
 __device__ __forceinline__ void copy_scale(float* smem, const float* global, bool valid) {
@@ -248,10 +270,10 @@ constexpr int raster_width() {
   return 1024 / BN;  // a band 1024 columns wide
 }
 
+// The kernel's body; the maps are the kernel's __grid_constant__ parameters (TMA reads them where they are).
 template <int BM, int BN, int Stages>
-__global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
-    fp8_block_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                   const __grid_constant__ CUtensorMap map_d, bool store_by_tma, Params p) {
+__device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_d,
+                                     bool store_by_tma, const Params& p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using T = Tiling<BM, BN, Stages>;
   using Full = cutlass::arch::ClusterTransactionBarrier;
@@ -347,7 +369,27 @@ __global__ void __launch_bounds__(Tiling<BM, BN, Stages>::kThreads, 1)
 #endif
 }
 
-// ---------------------------------------------------------------- host side
+}  // namespace cutlass_ext::fp8_block_direct
+
+// One variant's kernel under a C name, which the host half looks up in the cubin.
+#define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT(NAME, BM, BN)                                                    \
+  extern "C" __global__ void __launch_bounds__(cutlass_ext::fp8_block_direct::Tiling<BM, BN, 1>::kThreads, 1) \
+      NAME##_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,    \
+                    const __grid_constant__ CUtensorMap map_d, bool store_by_tma,                            \
+                    const cutlass_ext_fp8_block_args p) {                                                    \
+    cutlass_ext::fp8_block_direct::gemm<BM, BN, cutlass_ext::fp8_block_direct::stages_that_fit<BM, BN>()>(   \
+        map_a, map_b, map_d, store_by_tma, p);                                                               \
+  }
+#define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT_LIBRARY()
+
+#else  // ---------------------------------------------------------------- the launchers (host compiler)
+
+}  // namespace cutlass_ext::fp8_block_direct
+
+#include "cubin_launch.h"
+#include "library_exports.h"
+
+namespace cutlass_ext::fp8_block_direct {
 
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
@@ -395,10 +437,58 @@ inline bool output_map(CUtensorMap* map, void* base, int64_t rows, int64_t cols,
                 CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// One variant's kernel in this library's cubin, looked up once; its shared-memory allowance set once per device.
+class LoadedKernel {
+ public:
+  LoadedKernel(const char* name, int shared_bytes) : shared_bytes_(shared_bytes) {
+    cudaLibrary_t library = device_code(&error_);
+    if (library != nullptr) error_ = cudaLibraryGetKernel(&kernel_, library, name);
+    if (error_ != cudaSuccess) {  // every call of this variant will fail: say why, once
+      (void)cudaGetLastError();
+      std::fprintf(stderr, "cutlass_ext: kernel %s cannot be loaded from its library: %s\n", name,
+                   cudaGetErrorString(error_));
+    }
+  }
+
+  cudaError_t launch(int grid, int threads, cudaStream_t stream, void** arguments) {
+    if (error_ != cudaSuccess) return error_;
+    int device = 0;
+    cudaError_t error = cudaGetDevice(&device);
+    if (error == cudaSuccess) error = allow_shared_memory(device);
+    if (error != cudaSuccess) return error;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = shared_bytes_;
+    config.stream = stream;
+    return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel_), arguments);
+  }
+
+ private:
+  cudaError_t allow_shared_memory(int device) {
+    const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
+    if (bit != 0 && (allowed_.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+#if CUDART_VERSION >= 12050
+    cudaError_t error = cudaKernelSetAttributeForDevice(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                        shared_bytes_, device);
+#else  // the current device's, which is `device`
+    cudaError_t error = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel_),
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes_);
+#endif
+    if (error == cudaSuccess) allowed_.fetch_or(bit, std::memory_order_acq_rel);
+    return error;
+  }
+
+  cudaKernel_t kernel_ = nullptr;
+  cudaError_t error_ = cudaSuccess;
+  int shared_bytes_;
+  std::atomic<uint64_t> allowed_{0};  // devices whose shared-memory allowance is set (bit per device, < 64)
+};
+
 // Runs D = the block-scaled product on `stream`. The caller has checked what the API checks (e4m3 operands with
 // 16-byte-aligned rows, 128 x 128 weight scales, bf16 D). Returns the launch's error.
 template <int BM, int BN, int Stages>
-cudaError_t run(const cutlass_ext_fp8_block_args& args, cudaStream_t stream) {
+cudaError_t run(LoadedKernel& kernel, cutlass_ext_fp8_block_args args, cudaStream_t stream) {
   using T = Tiling<BM, BN, Stages>;
   CUtensorMap map_a, map_b;
   if (!operand_map(&map_a, args.a, args.m, args.k, args.lda, BM) ||
@@ -406,28 +496,15 @@ cudaError_t run(const cutlass_ext_fp8_block_args& args, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   // TMA stores D where its base and rows are 16-byte aligned; elsewhere the kernel stores from registers.
   CUtensorMap map_d{};
-  const bool store_by_tma = reinterpret_cast<uintptr_t>(args.d) % 16 == 0 && args.ldd % 8 == 0 &&
-                            output_map(&map_d, args.d, args.m, args.n, args.ldd, T::kBoxColumns);
-  auto kernel = fp8_block_gemm<BM, BN, Stages>;
-  cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes);
-  if (error != cudaSuccess) return error;
+  bool store_by_tma = reinterpret_cast<uintptr_t>(args.d) % 16 == 0 && args.ldd % 8 == 0 &&
+                      output_map(&map_d, args.d, args.m, args.n, args.ldd, T::kBoxColumns);
   const int64_t tiles = ((args.m + BM - 1) / BM) * ((args.n + BN - 1) / BN);
   const int grid = int(tiles < args.sm_count ? tiles : args.sm_count);
   if (grid == 0) return cudaSuccess;
-  kernel<<<grid, T::kThreads, T::kSharedBytes, stream>>>(map_a, map_b, map_d, store_by_tma, args);
-  return cudaGetLastError();
-}
-
-constexpr int kSharedCapacity = 232448;  // sm90's opt-in shared memory per block (227 KB)
-
-// The most stages (up to 16) whose ring fits in shared memory.
-template <int BM, int BN, int S = 16>
-constexpr int stages_that_fit() {
-  if constexpr (S == 1 || Tiling<BM, BN, S>::kSharedBytes <= kSharedCapacity) {
-    return S;
-  } else {
-    return stages_that_fit<BM, BN, S - 1>();
-  }
+  void* arguments[] = {&map_a, &map_b, &map_d, &store_by_tma, &args};
+  const cudaError_t error = kernel.launch(grid, T::kThreads, stream, arguments);
+  if (error != cudaSuccess) (void)cudaGetLastError();  // the failure is this call's status, not the next call's
+  return error;
 }
 
 // The variant's launchers as the block family's libraries export them (library_exports.h): statuses are CUTLASS's.
@@ -448,10 +525,28 @@ struct Sm90Fp8BlockDirectGemm {
 
   static size_t workspace_size(const cutlass_ext_fp8_block_args*) { return 0; }
 
-  static int run(const cutlass_ext_fp8_block_args* args, void*, void* stream) {
-    const cudaError_t error = fp8_block_direct::run<BM, BN, kStages>(*args, static_cast<cudaStream_t>(stream));
+  static int run(LoadedKernel& kernel, const cutlass_ext_fp8_block_args* args, void* stream) {
+    const cudaError_t error = fp8_block_direct::run<BM, BN, kStages>(kernel, *args, static_cast<cudaStream_t>(stream));
     return int(error == cudaSuccess ? cutlass::Status::kSuccess : cutlass::Status::kErrorInternal);
   }
 };
 
 }  // namespace cutlass_ext::fp8_block_direct
+
+// One variant's launchers under the block family's C names (library_exports.h), the kernel from the cubin.
+#define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT(NAME, BM, BN)                                                    \
+  extern "C" int NAME##_fp8_block_can_implement(const cutlass_ext_fp8_block_args* args) {                    \
+    return cutlass_ext::fp8_block_direct::Sm90Fp8BlockDirectGemm<BM, BN>::can_implement(args);               \
+  }                                                                                                          \
+  extern "C" size_t NAME##_fp8_block_workspace_size(const cutlass_ext_fp8_block_args* args) {                \
+    return cutlass_ext::fp8_block_direct::Sm90Fp8BlockDirectGemm<BM, BN>::workspace_size(args);              \
+  }                                                                                                          \
+  extern "C" int NAME##_fp8_block_run(const cutlass_ext_fp8_block_args* args, void*, void* stream) {         \
+    using Gemm = cutlass_ext::fp8_block_direct::Sm90Fp8BlockDirectGemm<BM, BN>;                              \
+    static cutlass_ext::fp8_block_direct::LoadedKernel kernel(                                               \
+        #NAME "_kernel", cutlass_ext::fp8_block_direct::Tiling<BM, BN, Gemm::kStages>::kSharedBytes);        \
+    return Gemm::run(kernel, args, stream);                                                                  \
+  }
+#define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT_LIBRARY() CUTLASS_EXT_EXPORT_ABI()  // once per library
+
+#endif

@@ -108,6 +108,7 @@ FAMILY = Family(
     template=kernels_dir() / "sm90_fp8_block_direct.cu.in",
     render_instance=render_instance,
     archs=("90a",),
+    cubin=True,  # the kernel and its launchers compiled side by side (kernels/cubin_launch.h)
     filters="cutlass_ext.fp8_block.direct",
     space="cutlass_ext.fp8_block.direct",
     measure="cutlass_ext.fp8_block.measure",
