@@ -36,6 +36,7 @@ import torch
 import cutlass_ext as ext
 from cutlass_ext import benchmark, fp8_block, peers_fp8
 from cutlass_ext.build import build_libraries
+from cutlass_ext.fp8_block.variant import config_of
 
 DENSE_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
 DENSE_M = [1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
@@ -339,7 +340,7 @@ def build(variants) -> None:
     names = [fp8_block.api.dense_variant("e4m3", "e4m3", "bf16", 128)]
     names += [fp8_block.api.grouped_variant("e4m3", "e4m3", "bf16", 128), *variants]
     names.append(fp8_block.api.k_grouped_variant("e4m3", "e4m3", "fp32"))
-    configs = [fp8_block.Fp8BlockConfig.from_name(name) for name in dict.fromkeys(names)]
+    configs = [config_of(name) for name in dict.fromkeys(names)]
     for result in build_libraries([(c,) for c in configs], "90a"):
         if result.library is None:
             print(f"{result.configs[0].name} failed to build:\n{result.error}", file=sys.stderr)

@@ -47,7 +47,9 @@ GEMM_MODES = ("tf32tf32", "halfhalf", "markidis", "tf32", "fp32")
 FP8_SHAPES = {"fp8_decode": (16, 8192, 8192), "fp8_prefill": (4096, 8192, 8192)}
 BLOCK_SHAPE = (128, 4096, 7168)
 PEER_MODES = {"deepgemm_nvcc": "0", "deepgemm_nvrtc": "1"}  # DG_JIT_USE_NVRTC
-MODES = GEMM_MODES + tuple(FP8_SHAPES) + ("fp8_block", "lowbit") + tuple(PEER_MODES)
+# The directly written block-scaled kernel at the block mode's shape (its own family: no CUTLASS collective).
+DIRECT_VARIANT = "fp8direct_e4m3e4m3_bf16_64x64x128"
+MODES = GEMM_MODES + tuple(FP8_SHAPES) + ("fp8_block", "fp8_block_direct", "lowbit") + tuple(PEER_MODES)
 STATES = ("cold", "warm", "prebuilt")
 SIZE = 4096
 # What a user runs to build ahead: the plain command covers ext.gemm's modes; FP8 is named (it is not a default).
@@ -55,6 +57,7 @@ PREBUILD_ARGS = {
     "fp8_decode": ("--modes", "fp8_promoted"),
     "fp8_prefill": ("--modes", "fp8_promoted"),
     "fp8_block": ("--modes", "fp8_block"),
+    "fp8_block_direct": ("--names", DIRECT_VARIANT),
 }
 COLUMNS = (
     "mode",
@@ -110,6 +113,9 @@ def _call(mode: str, ext, torch):
     if mode == "fp8_block":
         a8, scale_a, w8, scale_w = _block_operands(ext, torch)
         return lambda: ext.gemm_fp8(a8, w8, scale_a, scale_w)
+    if mode == "fp8_block_direct":
+        a8, scale_a, w8, scale_w = _block_operands(ext, torch)
+        return lambda: ext.fp8_block.gemm_fp8_block(a8, w8, scale_a, scale_w, variant=DIRECT_VARIANT)
     a, b = (torch.randn(SIZE, SIZE, device="cuda") for _ in range(2))
     config = ext.lowbit.LowbitConfig(ext.lowbit.LowbitFormat.make(7, 4, chunk=16))
     return lambda: ext.lowbit.matmul(a, b, config)

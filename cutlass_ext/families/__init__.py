@@ -31,6 +31,7 @@ _REGISTERED: dict[str, str | Family] = {
     "sm90": "cutlass_ext.families.sm90",
     "sm90_fp8": "cutlass_ext.families.sm90_fp8",
     "sm90_fp8_block": "cutlass_ext.fp8_block.family",
+    "sm90_fp8_block_direct": "cutlass_ext.fp8_block.direct",
     "lowbit": "cutlass_ext.lowbit.family",
     "optim": "cutlass_ext.optim.family",
     "ozaki": "cutlass_ext.ozaki.family",

@@ -25,6 +25,8 @@ from .kernel import TMA_BYTES as _TMA_BYTES
 from .kernel import gemm_fp8_block as _gemm_op
 from .kernel import grouped_gemm_fp8_block as _grouped_op
 from .kernel import k_grouped_gemm_fp8_block as _k_grouped_op
+from .variant import CONFIGS as _BLOCK_CONFIGS
+from .variant import config_of
 
 FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -209,14 +211,14 @@ def _grouped_planned(index: int, a_dtype: str, b_dtype: str, out_dtype: str, sca
     return _loadable(variant, grouped_variant(a_dtype, b_dtype, out_dtype, scale_n), index)
 
 
-def dispatch_configs() -> list[Fp8BlockConfig]:
+def dispatch_configs() -> list:
     """The block-scaled variants dispatch runs for e4m3 inputs, bf16 output and 128x128 weight blocks (what
     `--prebuild --modes fp8_block` builds): the defaults per M, the grouped kernels (mixture-of-experts and its
     weight gradients, FP32 out) and the shipped tables' winners."""
     defaults = [config for _, config in DENSE_BY_M]
     defaults.append(Fp8BlockConfig.from_name(grouped_variant("e4m3", "e4m3", "bf16", 128)))
     defaults.append(Fp8BlockConfig.from_name(k_grouped_variant("e4m3", "e4m3", "fp32")))
-    shipped = [c for c in tuned.shipped_configs() if isinstance(c, Fp8BlockConfig)]
+    shipped = [c for c in tuned.shipped_configs() if isinstance(c, _BLOCK_CONFIGS)]
     return list(dict.fromkeys(defaults + shipped))
 
 
@@ -234,7 +236,7 @@ def _loadable(variant: str, default: str, index: int) -> str:
     if variant == default:
         return variant
     try:
-        native.library(Fp8BlockConfig.from_name(variant), torch.device("cuda", index))
+        native.library(config_of(variant), torch.device("cuda", index))
     except (RuntimeError, OSError) as error:  # a build that fails, a library that does not load
         warnings.warn(f"cutlass_ext: {error}\nfalling back to {default}", RuntimeWarning, stacklevel=2)
         return default
@@ -308,12 +310,12 @@ def gemm_fp8_block(
 
 @cached_constant
 def _scale_a_major(variant: str) -> str:
-    return Fp8BlockConfig.from_name(variant).scale_a_major
+    return config_of(variant).scale_a_major
 
 
 @cached_constant
 def _scale_rows_n(variant: str) -> int:
-    return Fp8BlockConfig.from_name(variant).scale_rows_n
+    return config_of(variant).scale_rows_n
 
 
 def m_major(scale: torch.Tensor) -> torch.Tensor:
@@ -499,7 +501,7 @@ def _expert_scales(scale, groups: int, n: int, k: int, device: torch.device) -> 
 def _check_variant(
     variant: str, a_name: str, b_name: str, out_name: str, scale_n: int, grouped: bool, k_grouped: bool = False
 ) -> None:
-    config = Fp8BlockConfig.from_name(variant)
+    config = config_of(variant)
     wanted = (a_name, b_name, out_name, scale_n, grouped, k_grouped)
     if (config.a_dtype, config.b_dtype, config.out_dtype, config.scale_n, config.grouped, config.k_grouped) != wanted:
         kind = "a K-grouped kernel (_kgrouped)" if k_grouped else "not a K-grouped kernel"

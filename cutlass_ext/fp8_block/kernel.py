@@ -12,7 +12,7 @@ import torch
 
 from .. import native
 from ..compiling import custom_op
-from .config import Fp8BlockConfig
+from .variant import config_of
 
 TMA_BYTES = 16  # TMA moves rows whose start and stride are multiples of 16 bytes
 
@@ -100,11 +100,6 @@ class _KGroupedArgs(ctypes.Structure):
 
 
 @functools.cache
-def _config(variant: str) -> Fp8BlockConfig:
-    return Fp8BlockConfig.from_name(variant)
-
-
-@functools.cache
 def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
@@ -115,7 +110,7 @@ def _index(device: torch.device) -> int:
 
 def _launch(variant: str, suffix: str, args: ctypes.Structure, device: torch.device) -> None:
     """can_implement, workspace, run: the three launchers of one variant (library_exports.h)."""
-    library = native.library(_config(variant), device)
+    library = native.library(config_of(variant), device)
     status = getattr(library, f"{variant}{suffix}_can_implement")(ctypes.byref(args))
     if status != 0:
         reason = _CUTLASS_STATUSES.get(status, f"status {status}")

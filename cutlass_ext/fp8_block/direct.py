@@ -1,0 +1,115 @@
+"""`Fp8BlockDirectConfig`: a block-scaled FP8 GEMM variant of the kernel written directly on TMA and wgmma
+(kernels/sm90_fp8_block_direct.cuh), its own family `sm90_fp8_block_direct`: no CUTLASS collective, so one variant
+compiles in seconds. It computes what the `sm90_fp8_block` family's dense kernels compute, with the same bits,
+and runs through the same API (`gemm_fp8_block(..., variant=...)`), tuned tables and sweep.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+from typing import ClassVar
+
+from ..config import Extent, NameGrammar, Optional, VariantFields, Word
+from ..families import Family, spaces
+from ..toolchain import kernels_dir
+from .config import SCALE_A_MAJORS, SCALE_BLOCK_K
+
+FAMILY_NAME = "sm90_fp8_block_direct"
+TILE_MS = (64, 128)  # one or two math warpgroups of 64 rows on one tile
+TILE_NS = (32, 64, 128)  # inside one 128-row weight-scale block: one weight scale per tile and k-block
+WEIGHT_BLOCK = 128
+
+
+@dataclass(frozen=True)
+class Fp8BlockDirectConfig(VariantFields):
+    """One variant of the directly written block-scaled FP8 GEMM: D (M, N) = Σ_kb scale_a[m, kb] ·
+    scale_b[n / 128, kb] · (A·Bᵀ)_kb (+ bias), A (M, K) and B (N, K) e4m3, D bf16, 128x128 weight blocks.
+
+    tile: (m, n, k), m one or two math warpgroups of 64 rows, n 32, 64 or 128 (inside a weight block), k 128 (one
+    scale block); the ring holds as many stages as shared memory fits (kernels/sm90_fp8_block_direct.cuh).
+    scale_a_major: how it reads the activation scales (`k`: as quantize_fp8 writes them; `m`: name suffix `_am`).
+    """
+
+    a_dtype: str = "e4m3"
+    b_dtype: str = "e4m3"
+    out_dtype: str = "bf16"
+    tile: tuple[int, int, int] = (64, 64, 128)
+    scale_a_major: str = "k"
+    family: str = FAMILY_NAME
+
+    # `fp8direct_e4m3e4m3_bf16_64x64x128[_am]`
+    NAME: ClassVar[NameGrammar] = NameGrammar(
+        "fp8direct_",
+        Word("a_dtype", ["e4m3"]),
+        Word("b_dtype", ["e4m3"]),
+        "_",
+        Word("out_dtype", ["bf16"]),
+        "_",
+        Extent("tile", 3),
+        Optional(Word("scale_a_major", {"m": "_am"}), default={"scale_a_major": "k"}),
+    )
+    EXAMPLE_NAME: ClassVar[str] = "fp8direct_e4m3e4m3_bf16_64x64x128"
+
+    # What the block-scaled API reads of a variant, fixed for this kernel.
+    scale_n: ClassVar[int] = WEIGHT_BLOCK
+    scale_rows_n: ClassVar[int] = WEIGHT_BLOCK
+    grouped: ClassVar[bool] = False
+    k_grouped: ClassVar[bool] = False
+    mode: ClassVar[str] = "fp8_block"
+
+    def __post_init__(self):
+        wanted = {"a_dtype": "e4m3", "b_dtype": "e4m3", "out_dtype": "bf16", "family": FAMILY_NAME}
+        for field, value in wanted.items():
+            if getattr(self, field) != value:
+                raise ValueError(f"{field}={getattr(self, field)!r}: the direct kernel is built for {value!r}")
+        if self.scale_a_major not in SCALE_A_MAJORS:
+            raise ValueError(f"scale_a_major={self.scale_a_major!r} is not one of {list(SCALE_A_MAJORS)}")
+        self._check_extents(tile="mnk")
+        tile_m, tile_n, tile_k = self.tile
+        if tile_m not in TILE_MS or tile_n not in TILE_NS or tile_k != SCALE_BLOCK_K:
+            raise ValueError(
+                f"tile={self.tile!r}: the direct kernel takes m in {list(TILE_MS)}, n in {list(TILE_NS)} "
+                f"and k = {SCALE_BLOCK_K}"
+            )
+
+
+def render_instance(config: Fp8BlockDirectConfig) -> str:
+    """The variant's launchers (kernels/sm90_fp8_block_direct_instance.in)."""
+    return Template((kernels_dir() / "sm90_fp8_block_direct_instance.in").read_text()).substitute(
+        name=config.name, tile_m=config.tile[0], tile_n=config.tile[1]
+    )
+
+
+def load_space(path: Path, document: dict) -> list[Fp8BlockDirectConfig]:
+    """A sweep space of direct variants: `tile` and `scale_a_major` axes, mode fp8_block (dense shapes)."""
+    modes = spaces.modes(path, document, ("fp8_block",))
+    if modes != ["fp8_block"]:
+        raise spaces.SpaceError(f"{path}: modes: [fp8_block] (the direct kernel is dense); got {modes!r}")
+    choices = {"scale_a_major": list(SCALE_A_MAJORS)}
+    axes = spaces.axes(path, document.get("space"), {"tile": "mnk"}, choices, (), "Fp8BlockDirectConfig")
+    configs = []
+    for tile in axes.get("tile", [Fp8BlockDirectConfig.tile]):
+        for major in axes.get("scale_a_major", ["k"]):
+            try:
+                configs.append(Fp8BlockDirectConfig(tile=tile, scale_a_major=major))
+            except ValueError:
+                continue  # a tile the kernel does not build
+    return list(dict.fromkeys(configs))
+
+
+# The sweep's named filters (`cutlass_ext.families.rules`): none, every tile the config admits builds and fits.
+RULES = ()
+
+FAMILY = Family(
+    name=FAMILY_NAME,
+    config=Fp8BlockDirectConfig,
+    template=kernels_dir() / "sm90_fp8_block_direct.cu.in",
+    render_instance=render_instance,
+    archs=("90a",),
+    cubin=True,  # the kernel and its launchers compiled side by side (kernels/cubin_launch.h)
+    filters="cutlass_ext.fp8_block.direct",
+    space="cutlass_ext.fp8_block.direct",
+    measure="cutlass_ext.fp8_block.measure",
+)
