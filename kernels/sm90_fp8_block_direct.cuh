@@ -31,7 +31,7 @@ constexpr int kSharedCapacity = 232448;  // sm90's opt-in shared memory per bloc
 template <int BM, int BN, int Stages>
 struct Tiling {
   static_assert(BM == 64 || BM == 128, "a tile is one or two math warpgroups of 64 rows");
-  static_assert(BN == 32 || BN == 64 || BN == 128, "a tile lies inside one 128-row weight-scale block");
+  static_assert(BN == 16 || BN == 32 || BN == 64 || BN == 128, "a tile lies inside one 128-row weight-scale block");
   static constexpr int kMathGroups = BM / 64;
   static constexpr int kThreads = kWarpgroup * (1 + kMathGroups);
   static constexpr int kBytesA = BM * kBlockK;
@@ -40,7 +40,7 @@ struct Tiling {
   static constexpr int kStages = Stages;
   // The output tile goes out by TMA in boxes of 64 rows and kBoxColumns columns, each one swizzle span wide.
   static constexpr int kBoxColumns = BN < 64 ? BN : 64;
-  static constexpr int kSwizzleBytes = kBoxColumns * 2;  // 64 or 128
+  static constexpr int kSwizzleBytes = kBoxColumns * 2;  // 32, 64 or 128
   static constexpr int kBoxBytes = 64 * kSwizzleBytes;
   struct alignas(1024) Shared {
     uint8_t a[Stages][kBytesA];  // each a multiple of 1024 bytes: every stage starts on a swizzle atom
@@ -86,6 +86,10 @@ constexpr uint64_t kEvictNormal = uint64_t(cute::TMA::CacheHintSm90::EVICT_NORMA
 
 template <int N>
 struct Wgmma;  // m64nNk32, e4m3 x e4m3 -> f32, both operands K-major in shared memory
+template <>
+struct Wgmma<16> {
+  using Op = cute::SM90::GMMA::MMA_64x16x32_F32E4M3E4M3_SS_TN<>;
+};
 template <>
 struct Wgmma<32> {
   using Op = cute::SM90::GMMA::MMA_64x32x32_F32E4M3E4M3_SS_TN<>;
@@ -233,8 +237,9 @@ __device__ __forceinline__ void store_tile(typename T::Shared& s, const CUtensor
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = row + 8 * half;
-      // The TMA swizzle: 16-byte chunk c of a row r goes to chunk c ^ (r mod 8) (128-byte rows), or c ^ (r / 2
-      // mod 4) (64-byte rows): the address bits 7 up, masked to the span's chunks, flip bits 4 up.
+      // The TMA swizzle: 16-byte chunk c of a row r goes to chunk c ^ (r mod 8) (128-byte rows), c ^ (r / 2 mod 4)
+      // (64-byte rows) or c ^ (r / 4 mod 2) (32-byte rows): the address bits 7 up, masked to the span's chunks,
+      // flip bits 4 up.
       const uint32_t offset = r * T::kSwizzleBytes + (col % T::kBoxColumns) * 2;
       const uint32_t swizzled = offset ^ (((offset >> 7) & (T::kSwizzleBytes / 16 - 1)) << 4);
       *reinterpret_cast<__nv_bfloat162*>(box + swizzled) =
@@ -433,7 +438,9 @@ inline bool output_map(CUtensorMap* map, void* base, int64_t rows, int64_t cols,
   const cuuint32_t unit[2] = {1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, strides, box, unit,
                 CU_TENSOR_MAP_INTERLEAVE_NONE,
-                box_columns == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+                box_columns == 64   ? CU_TENSOR_MAP_SWIZZLE_128B
+                : box_columns == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                    : CU_TENSOR_MAP_SWIZZLE_32B,
                 CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 

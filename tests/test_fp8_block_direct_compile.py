@@ -49,8 +49,8 @@ def test_other_names_are_refused_naming_the_variant():
 
 def test_sweep_space_holds_every_tile_with_the_scales_quantize_fp8_writes():
     configs = load_space("configs/sm90_fp8_block_direct.yaml")
-    assert {c.tile for c in configs} == {(m, n, 128) for m in (64, 128) for n in (32, 64, 128)}
-    assert len(configs) == 6
+    assert {c.tile for c in configs} == {(m, n, 128) for m in (64, 128) for n in (16, 32, 64, 128)}
+    assert len(configs) == 8
     assert {c.mode for c in configs} == {"fp8_block"}
     assert {c.scale_a_major for c in configs} == {"k"}
 
@@ -58,7 +58,7 @@ def test_sweep_space_holds_every_tile_with_the_scales_quantize_fp8_writes():
 @pytest.mark.skipif(not have_nvcc and not os.environ.get("CI"), reason="nvcc not installed")
 def test_libraries_compile_without_spills(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
-    configs = [Fp8BlockDirectConfig(tile=(64, 32, 128)), Fp8BlockDirectConfig(tile=(128, 128, 128))]
+    configs = [Fp8BlockDirectConfig(tile=(64, 16, 128)), Fp8BlockDirectConfig(tile=(128, 128, 128))]
     results = build.build_libraries([(c,) for c in configs], "90a", verbose=False)
     for config, result in zip(configs, results):
         assert result.library is not None, result.error

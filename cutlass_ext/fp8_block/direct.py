@@ -18,7 +18,7 @@ from .config import SCALE_A_MAJORS, SCALE_BLOCK_K
 
 FAMILY_NAME = "sm90_fp8_block_direct"
 TILE_MS = (64, 128)  # one or two math warpgroups of 64 rows on one tile
-TILE_NS = (32, 64, 128)  # inside one 128-row weight-scale block: one weight scale per tile and k-block
+TILE_NS = (16, 32, 64, 128)  # inside one 128-row weight-scale block: one weight scale per tile and k-block
 WEIGHT_BLOCK = 128
 
 
