@@ -243,7 +243,8 @@ def _run_fp8_block(name: str, shape: tuple, generator) -> None:
     blocks = -(-k // 128)
     a = torch.randn(m, k, device=generator.device, generator=generator).to(torch.float8_e4m3fn)
     b = torch.randn(n, k, device=generator.device, generator=generator).to(torch.float8_e4m3fn)
-    if getattr(config, "k_grouped", False):  # groups along K: a full block, an empty group, a partial last block, one refused (NaN)
+    # groups along K: a full block, an empty group, a partial last block, one refused (NaN)
+    if getattr(config, "k_grouped", False):
         ends = torch.tensor([128, 128, k, 256], dtype=torch.int32, device=generator.device)
         scale_a = torch.rand(m, blocks, device=generator.device, generator=generator) + 0.5
         scale_b = torch.rand(n, blocks, device=generator.device, generator=generator) + 0.5
