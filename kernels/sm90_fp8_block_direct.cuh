@@ -72,6 +72,7 @@ using Params = cutlass_ext_fp8_block_args;  // the kernel reads the call's argum
 
 #include <cuda_bf16.h>
 
+#include <cute/arch/cluster_sm90.hpp>
 #include <cute/arch/copy_sm90_desc.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/arch/mma_sm90_desc.hpp>
@@ -185,7 +186,7 @@ __device__ __forceinline__ void issue(typename T::Shared& s, Ring& ring, Pending
 
 // Waits for the wgmmas of `current` (all but the newest `InFlight` batches), hands its stage back to the producer
 // and adds its scaled products into `total`: total = fma(acc, scale_a * scale_b, total).
-template <class T, int InFlight>
+template <class T, int InFlight, int Cluster>
 __device__ __forceinline__ void promote(typename T::Shared& s, Ring& ring, Pending<T::kAccumulators>& current,
                                         float* total, int lane) {
   using Empty = cutlass::arch::ClusterBarrier;
@@ -193,9 +194,14 @@ __device__ __forceinline__ void promote(typename T::Shared& s, Ring& ring, Pendi
 #pragma unroll
   for (int i = 0; i < T::kAccumulators; ++i) cute::warpgroup_fence_operand(current.acc[i]);
   // The stage's operands are read and its scales are in registers: the producer may refill it. The warp
-  // converges first, so lane 0's release orders every lane's scale reads.
+  // converges first, so lane 0's release orders every lane's scale reads. In a cluster, lane i releases the
+  // stage of CTA i too: the other CTA's producer writes half of this CTA's A into it.
   __syncwarp();
-  if (lane == 0) Empty::arrive(&s.empty[ring.release]);
+  if constexpr (Cluster == 1) {
+    if (lane == 0) Empty::arrive(&s.empty[ring.release]);
+  } else {
+    Empty::arrive(&s.empty[ring.release], uint32_t(lane), lane < Cluster);
+  }
   if (++ring.release == T::kStages) ring.release = 0;
 #pragma unroll
   for (int i = 0; i < T::kAccumulators; i += 4) {
@@ -276,7 +282,9 @@ constexpr int raster_width() {
 }
 
 // The kernel's body; the maps are the kernel's __grid_constant__ parameters (TMA reads them where they are).
-template <int BM, int BN, int Stages>
+// Cluster 2: the two CTAs of a cluster take neighbouring tiles along N, and each loads half of their shared A tile
+// by TMA multicast into both, so A crosses from L2 once for the two.
+template <int BM, int BN, int Stages, int Cluster>
 __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_d,
                                      bool store_by_tma, const Params& p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -288,9 +296,19 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
   const uint32_t misalignment = cute::cast_smem_ptr_to_uint(raw) & 1023;
   auto& s = *reinterpret_cast<typename T::Shared*>(raw + (misalignment == 0 ? 0 : 1024 - misalignment));
 
+  static_assert(Cluster == 1 || Cluster == 2, "a tile alone, or two sharing A");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int tiles_m = int((p.m + BM - 1) / BM), tiles_n = int((p.n + BN - 1) / BN);
-  const int tiles = tiles_m * tiles_n, k_blocks = int((p.k + kBlockK - 1) / kBlockK);
+  const int k_blocks = int((p.k + kBlockK - 1) / kBlockK);
+  // The cluster's units of work: `Cluster` neighbouring tiles along N (a last odd one past n: its CTA still loads
+  // its half of A for the other, multiplies zeros and stores nothing).
+  const int units_n = (tiles_n + Cluster - 1) / Cluster, units = tiles_m * units_n;
+  const int rank = Cluster == 1 ? 0 : int(cute::block_rank_in_cluster());
+  const int first_unit = int(blockIdx.x) / Cluster, unit_step = int(gridDim.x) / Cluster;
+  auto tile_origin = [&](int unit) {
+    const TileCoord at = tile_coord(unit, tiles_m, units_n, raster_width<BN>() / Cluster);
+    return TileCoord{at.m * BM, (at.n * Cluster + rank) * BN};
+  };
 
   if (threadIdx.x == 0) {
     cute::prefetch_tma_descriptor(&map_a);
@@ -298,26 +316,37 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
     if (store_by_tma) cute::prefetch_tma_descriptor(&map_d);
     for (int i = 0; i < Stages; ++i) {
       Full::init(&s.full[i], 1 + 32);  // the TMA thread's and the scale warp's arrivals
-      Empty::init(&s.empty[i], 4 * T::kMathGroups);  // lane 0 of every math warp
+      Empty::init(&s.empty[i], 4 * T::kMathGroups * Cluster);  // every math warp of the cluster's CTAs
     }
     cutlass::arch::fence_barrier_init();
   }
-  __syncthreads();
+  if constexpr (Cluster > 1) {
+    cute::cluster_sync();  // both CTAs' barriers exist before either signals the other's
+  } else {
+    __syncthreads();
+  }
 
   if (warp < 4) {  // producer
     cutlass::arch::warpgroup_reg_dealloc<40>();
     if (warp > 1 || (warp == 0 && lane != 0)) return;
     int stage = 0;
     uint32_t phase = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const TileCoord at = tile_coord(tile, tiles_m, tiles_n, raster_width<BN>());
-      const int m0 = at.m * BM, n0 = at.n * BN;
-      const float* scale_b = p.scale_b + int64_t(n0 / kBlockK) * p.scale_b_row_stride;
+    for (int unit = first_unit; unit < units; unit += unit_step) {
+      const auto [m0, n0] = tile_origin(unit);
+      // A tile past n reads the first weight block's scales (finite: they multiply B's zeros there).
+      const float* scale_b = p.scale_b + int64_t((n0 < p.n ? n0 : 0) / kBlockK) * p.scale_b_row_stride;
       for (int kb = 0; kb < k_blocks; ++kb) {
         Empty::wait(&s.empty[stage], phase ^ 1);
         if (warp == 0) {
           Full::arrive_and_expect_tx(&s.full[stage], T::kBytesA + T::kBytesB);  // out-of-bounds boxes count whole
-          cute::SM90_TMA_LOAD_2D::copy(&map_a, &s.full[stage], kEvictNormal, s.a[stage], kb * kBlockK, m0);
+          if constexpr (Cluster == 1) {
+            cute::SM90_TMA_LOAD_2D::copy(&map_a, &s.full[stage], kEvictNormal, s.a[stage], kb * kBlockK, m0);
+          } else {  // this CTA's half of A's rows, into both CTAs at the same offset (and both full barriers)
+            constexpr int kRows = BM / Cluster;
+            cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&map_a, &s.full[stage], uint16_t((1 << Cluster) - 1),
+                                                   kEvictNormal, s.a[stage] + rank * kRows * kBlockK,
+                                                   kb * kBlockK, m0 + rank * kRows);
+          }
           cute::SM90_TMA_LOAD_2D::copy(&map_b, &s.full[stage], kEvictNormal, s.b[stage], kb * kBlockK, n0);
         } else {
           // Rows past m get scale 0 (TMA gave them zeros and nothing stores them), read from row 0.
@@ -333,6 +362,16 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
       }
     }
     if (warp == 1) asm volatile("cp.async.wait_all;\n" ::: "memory");  // no copy outlives the warp that issued it
+    if constexpr (Cluster > 1) {
+      // The other CTA's warps release this CTA's stages remotely: once every stage is released by both, nothing
+      // more arrives here, and the CTA may end.
+      if (warp == 0) {
+        for (int i = 0; i < Stages; ++i) {
+          Empty::wait(&s.empty[stage], phase ^ 1);
+          if (++stage == Stages) stage = 0, phase ^= 1;
+        }
+      }
+    }
     return;
   }
 
@@ -345,9 +384,8 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
   Ring ring;
   float total[T::kAccumulators];
   Pending<T::kAccumulators> a[2];  // two k-blocks in flight: one being promoted while the next multiplies
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const TileCoord at = tile_coord(tile, tiles_m, tiles_n, raster_width<BN>());
-    const int m0 = at.m * BM, n0 = at.n * BN;
+  for (int unit = first_unit; unit < units; unit += unit_step) {
+    const auto [m0, n0] = tile_origin(unit);
 #pragma unroll
     for (int i = 0; i < T::kAccumulators; ++i) total[i] = 0.f;
     // k-block kb multiplies into a[kb % 2] and is promoted once k-block kb + 1 is issued, so the tensor cores run
@@ -357,18 +395,18 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
     int kb = 0;
     for (; kb + 2 < k_blocks; kb += 2) {
       issue<T, BN>(s, ring, a[1], group, scale_row);
-      promote<T, 1>(s, ring, a[0], total, lane);
+      promote<T, 1, Cluster>(s, ring, a[0], total, lane);
       issue<T, BN>(s, ring, a[0], group, scale_row);
-      promote<T, 1>(s, ring, a[1], total, lane);
+      promote<T, 1, Cluster>(s, ring, a[1], total, lane);
     }
     if (kb + 1 < k_blocks) {
       issue<T, BN>(s, ring, a[1], group, scale_row);
-      promote<T, 1>(s, ring, a[0], total, lane);
-      promote<T, 0>(s, ring, a[1], total, lane);
+      promote<T, 1, Cluster>(s, ring, a[0], total, lane);
+      promote<T, 0, Cluster>(s, ring, a[1], total, lane);
     } else {
-      promote<T, 0>(s, ring, a[0], total, lane);
+      promote<T, 0, Cluster>(s, ring, a[0], total, lane);
     }
-    store_tile<T, BN>(s, store_by_tma ? &map_d : nullptr, p, total, group, w, lane, m0, n0);
+    if (n0 < p.n) store_tile<T, BN>(s, store_by_tma ? &map_d : nullptr, p, total, group, w, lane, m0, n0);
   }
   if (store_by_tma && w == 0 && lane == 0) cute::tma_store_wait<0>();  // shared memory outlives the last store
 #endif
@@ -377,13 +415,13 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
 }  // namespace cutlass_ext::fp8_block_direct
 
 // One variant's kernel under a C name, which the host half looks up in the cubin.
-#define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT(NAME, BM, BN)                                                    \
+#define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT(NAME, BM, BN, CLUSTER)                                           \
   extern "C" __global__ void __launch_bounds__(cutlass_ext::fp8_block_direct::Tiling<BM, BN, 1>::kThreads, 1) \
       NAME##_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,    \
                     const __grid_constant__ CUtensorMap map_d, bool store_by_tma,                            \
                     const cutlass_ext_fp8_block_args p) {                                                    \
-    cutlass_ext::fp8_block_direct::gemm<BM, BN, cutlass_ext::fp8_block_direct::stages_that_fit<BM, BN>()>(   \
-        map_a, map_b, map_d, store_by_tma, p);                                                               \
+    cutlass_ext::fp8_block_direct::gemm<BM, BN, cutlass_ext::fp8_block_direct::stages_that_fit<BM, BN>(),    \
+                                        CLUSTER>(map_a, map_b, map_d, store_by_tma, p);                      \
   }
 #define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT_LIBRARY()
 
@@ -457,17 +495,27 @@ class LoadedKernel {
     }
   }
 
-  cudaError_t launch(int grid, int threads, cudaStream_t stream, void** arguments) {
+  // `grid` CTAs in clusters of `cluster` along x (a multiple of it).
+  cudaError_t launch(int grid, int cluster, int threads, cudaStream_t stream, void** arguments) {
     if (error_ != cudaSuccess) return error_;
     int device = 0;
     cudaError_t error = cudaGetDevice(&device);
     if (error == cudaSuccess) error = allow_shared_memory(device);
     if (error != cudaSuccess) return error;
+    cudaLaunchAttribute attribute{};
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(grid);
     config.blockDim = dim3(threads);
     config.dynamicSmemBytes = shared_bytes_;
     config.stream = stream;
+    if (cluster > 1) {
+      attribute.id = cudaLaunchAttributeClusterDimension;
+      attribute.val.clusterDim.x = cluster;
+      attribute.val.clusterDim.y = 1;
+      attribute.val.clusterDim.z = 1;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+    }
     return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel_), arguments);
   }
 
@@ -494,28 +542,30 @@ class LoadedKernel {
 
 // Runs D = the block-scaled product on `stream`. The caller has checked what the API checks (e4m3 operands with
 // 16-byte-aligned rows, 128 x 128 weight scales, bf16 D). Returns the launch's error.
-template <int BM, int BN, int Stages>
+template <int BM, int BN, int Stages, int Cluster>
 cudaError_t run(LoadedKernel& kernel, cutlass_ext_fp8_block_args args, cudaStream_t stream) {
   using T = Tiling<BM, BN, Stages>;
-  CUtensorMap map_a, map_b;
-  if (!operand_map(&map_a, args.a, args.m, args.k, args.lda, BM) ||
+  CUtensorMap map_a, map_b;  // in a cluster, each CTA loads BM / Cluster rows of A
+  if (!operand_map(&map_a, args.a, args.m, args.k, args.lda, BM / Cluster) ||
       !operand_map(&map_b, args.b, args.n, args.k, args.ldb, BN))
     return cudaErrorInvalidValue;
   // TMA stores D where its base and rows are 16-byte aligned; elsewhere the kernel stores from registers.
   CUtensorMap map_d{};
   bool store_by_tma = reinterpret_cast<uintptr_t>(args.d) % 16 == 0 && args.ldd % 8 == 0 &&
                       output_map(&map_d, args.d, args.m, args.n, args.ldd, T::kBoxColumns);
-  const int64_t tiles = ((args.m + BM - 1) / BM) * ((args.n + BN - 1) / BN);
-  const int grid = int(tiles < args.sm_count ? tiles : args.sm_count);
+  // Persistent: a cluster per unit of work (Cluster neighbouring tiles along N) up to the SMs' worth.
+  const int64_t units = ((args.m + BM - 1) / BM) * ((args.n + BN * Cluster - 1) / (BN * Cluster));
+  const int64_t clusters = args.sm_count / Cluster;
+  const int grid = int(units < clusters ? units : clusters) * Cluster;
   if (grid == 0) return cudaSuccess;
   void* arguments[] = {&map_a, &map_b, &map_d, &store_by_tma, &args};
-  const cudaError_t error = kernel.launch(grid, T::kThreads, stream, arguments);
+  const cudaError_t error = kernel.launch(grid, Cluster, T::kThreads, stream, arguments);
   if (error != cudaSuccess) (void)cudaGetLastError();  // the failure is this call's status, not the next call's
   return error;
 }
 
 // The variant's launchers as the block family's libraries export them (library_exports.h): statuses are CUTLASS's.
-template <int BM, int BN>
+template <int BM, int BN, int Cluster>
 struct Sm90Fp8BlockDirectGemm {
   static constexpr int kStages = stages_that_fit<BM, BN>();
 
@@ -533,7 +583,8 @@ struct Sm90Fp8BlockDirectGemm {
   static size_t workspace_size(const cutlass_ext_fp8_block_args*) { return 0; }
 
   static int run(LoadedKernel& kernel, const cutlass_ext_fp8_block_args* args, void* stream) {
-    const cudaError_t error = fp8_block_direct::run<BM, BN, kStages>(kernel, *args, static_cast<cudaStream_t>(stream));
+    const cudaError_t error =
+        fp8_block_direct::run<BM, BN, kStages, Cluster>(kernel, *args, static_cast<cudaStream_t>(stream));
     return int(error == cudaSuccess ? cutlass::Status::kSuccess : cutlass::Status::kErrorInternal);
   }
 };
@@ -541,15 +592,15 @@ struct Sm90Fp8BlockDirectGemm {
 }  // namespace cutlass_ext::fp8_block_direct
 
 // One variant's launchers under the block family's C names (library_exports.h), the kernel from the cubin.
-#define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT(NAME, BM, BN)                                                    \
+#define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT(NAME, BM, BN, CLUSTER)                                           \
   extern "C" int NAME##_fp8_block_can_implement(const cutlass_ext_fp8_block_args* args) {                    \
-    return cutlass_ext::fp8_block_direct::Sm90Fp8BlockDirectGemm<BM, BN>::can_implement(args);               \
+    return cutlass_ext::fp8_block_direct::Sm90Fp8BlockDirectGemm<BM, BN, CLUSTER>::can_implement(args);      \
   }                                                                                                          \
   extern "C" size_t NAME##_fp8_block_workspace_size(const cutlass_ext_fp8_block_args* args) {                \
-    return cutlass_ext::fp8_block_direct::Sm90Fp8BlockDirectGemm<BM, BN>::workspace_size(args);              \
+    return cutlass_ext::fp8_block_direct::Sm90Fp8BlockDirectGemm<BM, BN, CLUSTER>::workspace_size(args);     \
   }                                                                                                          \
   extern "C" int NAME##_fp8_block_run(const cutlass_ext_fp8_block_args* args, void*, void* stream) {         \
-    using Gemm = cutlass_ext::fp8_block_direct::Sm90Fp8BlockDirectGemm<BM, BN>;                              \
+    using Gemm = cutlass_ext::fp8_block_direct::Sm90Fp8BlockDirectGemm<BM, BN, CLUSTER>;                     \
     static cutlass_ext::fp8_block_direct::LoadedKernel kernel(                                               \
         #NAME "_kernel", cutlass_ext::fp8_block_direct::Tiling<BM, BN, Gemm::kStages>::kSharedBytes);        \
     return Gemm::run(kernel, args, stream);                                                                  \

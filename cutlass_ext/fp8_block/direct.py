@@ -11,7 +11,7 @@ from pathlib import Path
 from string import Template
 from typing import ClassVar
 
-from ..config import Extent, NameGrammar, Optional, VariantFields, Word
+from ..config import Extent, NameGrammar, Number, Optional, VariantFields, Word
 from ..families import Family, spaces
 from ..toolchain import kernels_dir
 from .config import SCALE_A_MAJORS, SCALE_BLOCK_K
@@ -19,6 +19,7 @@ from .config import SCALE_A_MAJORS, SCALE_BLOCK_K
 FAMILY_NAME = "sm90_fp8_block_direct"
 TILE_MS = (64, 128)  # one or two math warpgroups of 64 rows on one tile
 TILE_NS = (16, 32, 64, 128)  # inside one 128-row weight-scale block: one weight scale per tile and k-block
+CLUSTERS = (1, 2)  # a CTA alone, or two on neighbouring tiles along N sharing A by TMA multicast
 WEIGHT_BLOCK = 128
 
 
@@ -27,8 +28,10 @@ class Fp8BlockDirectConfig(VariantFields):
     """One variant of the directly written block-scaled FP8 GEMM: D (M, N) = Σ_kb scale_a[m, kb] ·
     scale_b[n / 128, kb] · (A·Bᵀ)_kb (+ bias), A (M, K) and B (N, K) e4m3, D bf16, 128x128 weight blocks.
 
-    tile: (m, n, k), m one or two math warpgroups of 64 rows, n 32, 64 or 128 (inside a weight block), k 128 (one
-    scale block); the ring holds as many stages as shared memory fits (kernels/sm90_fp8_block_direct.cuh).
+    tile: (m, n, k), m one or two math warpgroups of 64 rows, n 16, 32, 64 or 128 (inside a weight block), k 128
+    (one scale block); the ring holds as many stages as shared memory fits (kernels/sm90_fp8_block_direct.cuh).
+    cluster: 1, or 2 (name suffix `_mc2`): two CTAs on neighbouring tiles along N, each loading half of their A
+    tile by TMA multicast into both.
     scale_a_major: how it reads the activation scales (`k`: as quantize_fp8 writes them; `m`: name suffix `_am`).
     """
 
@@ -36,10 +39,11 @@ class Fp8BlockDirectConfig(VariantFields):
     b_dtype: str = "e4m3"
     out_dtype: str = "bf16"
     tile: tuple[int, int, int] = (64, 64, 128)
+    cluster: int = 1
     scale_a_major: str = "k"
     family: str = FAMILY_NAME
 
-    # `fp8direct_e4m3e4m3_bf16_64x64x128[_am]`
+    # `fp8direct_e4m3e4m3_bf16_64x64x128[_mc2][_am]`
     NAME: ClassVar[NameGrammar] = NameGrammar(
         "fp8direct_",
         Word("a_dtype", ["e4m3"]),
@@ -48,6 +52,7 @@ class Fp8BlockDirectConfig(VariantFields):
         Word("out_dtype", ["bf16"]),
         "_",
         Extent("tile", 3),
+        Optional("_mc", Number("cluster"), default={"cluster": 1}),
         Optional(Word("scale_a_major", {"m": "_am"}), default={"scale_a_major": "k"}),
     )
     EXAMPLE_NAME: ClassVar[str] = "fp8direct_e4m3e4m3_bf16_64x64x128"
@@ -64,6 +69,8 @@ class Fp8BlockDirectConfig(VariantFields):
         for field, value in wanted.items():
             if getattr(self, field) != value:
                 raise ValueError(f"{field}={getattr(self, field)!r}: the direct kernel is built for {value!r}")
+        if self.cluster not in CLUSTERS:
+            raise ValueError(f"cluster={self.cluster!r}: the direct kernel runs clusters of {list(CLUSTERS)} CTAs")
         if self.scale_a_major not in SCALE_A_MAJORS:
             raise ValueError(f"scale_a_major={self.scale_a_major!r} is not one of {list(SCALE_A_MAJORS)}")
         self._check_extents(tile="mnk")
@@ -78,24 +85,25 @@ class Fp8BlockDirectConfig(VariantFields):
 def render_instance(config: Fp8BlockDirectConfig) -> str:
     """The variant's launchers (kernels/sm90_fp8_block_direct_instance.in)."""
     return Template((kernels_dir() / "sm90_fp8_block_direct_instance.in").read_text()).substitute(
-        name=config.name, tile_m=config.tile[0], tile_n=config.tile[1]
+        name=config.name, tile_m=config.tile[0], tile_n=config.tile[1], cluster=config.cluster
     )
 
 
 def load_space(path: Path, document: dict) -> list[Fp8BlockDirectConfig]:
-    """A sweep space of direct variants: `tile` and `scale_a_major` axes, mode fp8_block (dense shapes)."""
+    """A sweep space of direct variants: `tile`, `cluster` and `scale_a_major` axes, mode fp8_block (dense shapes)."""
     modes = spaces.modes(path, document, ("fp8_block",))
     if modes != ["fp8_block"]:
         raise spaces.SpaceError(f"{path}: modes: [fp8_block] (the direct kernel is dense); got {modes!r}")
-    choices = {"scale_a_major": list(SCALE_A_MAJORS)}
+    choices = {"scale_a_major": list(SCALE_A_MAJORS), "cluster": list(CLUSTERS)}
     axes = spaces.axes(path, document.get("space"), {"tile": "mnk"}, choices, (), "Fp8BlockDirectConfig")
     configs = []
     for tile in axes.get("tile", [Fp8BlockDirectConfig.tile]):
-        for major in axes.get("scale_a_major", ["k"]):
-            try:
-                configs.append(Fp8BlockDirectConfig(tile=tile, scale_a_major=major))
-            except ValueError:
-                continue  # a tile the kernel does not build
+        for cluster in axes.get("cluster", [1]):
+            for major in axes.get("scale_a_major", ["k"]):
+                try:
+                    configs.append(Fp8BlockDirectConfig(tile=tile, cluster=cluster, scale_a_major=major))
+                except ValueError:
+                    continue  # a tile the kernel does not build
     return list(dict.fromkeys(configs))
 
 
