@@ -32,6 +32,7 @@ template <int BM, int BN, int Stages>
 struct Tiling {
   static_assert(BM == 64 || BM == 128, "a tile is one or two math warpgroups of 64 rows");
   static_assert(BN == 16 || BN == 32 || BN == 64 || BN == 128, "a tile lies inside one 128-row weight-scale block");
+  static_assert(Stages >= 2, "a math warpgroup holds two stages at once (one multiplying, one being promoted)");
   static constexpr int kMathGroups = BM / 64;
   static constexpr int kThreads = kWarpgroup * (1 + kMathGroups);
   static constexpr int kBytesA = BM * kBlockK;
@@ -297,6 +298,8 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
   auto& s = *reinterpret_cast<typename T::Shared*>(raw + (misalignment == 0 ? 0 : 1024 - misalignment));
 
   static_assert(Cluster == 1 || Cluster == 2, "a tile alone, or two sharing A");
+  // A clustered kernel launched without its cluster would multicast to a CTA that does not exist.
+  if (Cluster > 1 && cute::cluster_shape().x != Cluster) __trap();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int tiles_m = int((p.m + BM - 1) / BM), tiles_n = int((p.n + BN - 1) / BN);
   const int k_blocks = int((p.k + kBlockK - 1) / kBlockK);
@@ -416,7 +419,7 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
 
 // One variant's kernel under a C name, which the host half looks up in the cubin.
 #define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT(NAME, BM, BN, CLUSTER)                                           \
-  extern "C" __global__ void __launch_bounds__(cutlass_ext::fp8_block_direct::Tiling<BM, BN, 1>::kThreads, 1) \
+  extern "C" __global__ void __launch_bounds__(cutlass_ext::fp8_block_direct::Tiling<BM, BN, 2>::kThreads, 1) \
       NAME##_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,    \
                     const __grid_constant__ CUtensorMap map_d, bool store_by_tma,                            \
                     const cutlass_ext_fp8_block_args p) {                                                    \
@@ -502,21 +505,33 @@ class LoadedKernel {
     cudaError_t error = cudaGetDevice(&device);
     if (error == cudaSuccess) error = allow_shared_memory(device);
     if (error != cudaSuccess) return error;
-    cudaLaunchAttribute attribute{};
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(grid);
-    config.blockDim = dim3(threads);
-    config.dynamicSmemBytes = shared_bytes_;
-    config.stream = stream;
-    if (cluster > 1) {
-      attribute.id = cudaLaunchAttributeClusterDimension;
-      attribute.val.clusterDim.x = cluster;
-      attribute.val.clusterDim.y = 1;
-      attribute.val.clusterDim.z = 1;
-      config.attrs = &attribute;
-      config.numAttrs = 1;
-    }
+    cudaLaunchAttribute attribute;
+    const cudaLaunchConfig_t config = launch_config(grid, cluster, threads, stream, &attribute);
     return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel_), arguments);
+  }
+
+  // How many clusters of `cluster` CTAs can run at once on the current device (a GPC may leave an SM without a
+  // partner), asked of the runtime once per device; sm_count / cluster where it cannot say.
+  int64_t resident_clusters(int sm_count, int cluster, int threads) {
+    const int64_t fallback = sm_count / cluster > 0 ? sm_count / cluster : 1;
+    if (cluster == 1 || error_ != cudaSuccess) return fallback;
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || device >= kDevices || allow_shared_memory(device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return fallback;
+    }
+    int known = resident_[device].load(std::memory_order_acquire);
+    if (known == 0) {
+      cudaLaunchAttribute attribute;
+      const cudaLaunchConfig_t config = launch_config(int(fallback) * cluster, cluster, threads, nullptr, &attribute);
+      if (cudaOccupancyMaxActiveClusters(&known, reinterpret_cast<const void*>(kernel_), &config) != cudaSuccess ||
+          known < 1) {
+        (void)cudaGetLastError();
+        known = int(fallback);
+      }
+      resident_[device].store(known, std::memory_order_release);
+    }
+    return known < fallback ? known : fallback;
   }
 
  private:
@@ -534,10 +549,31 @@ class LoadedKernel {
     return error;
   }
 
+  cudaLaunchConfig_t launch_config(int grid, int cluster, int threads, cudaStream_t stream,
+                                   cudaLaunchAttribute* attribute) const {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = shared_bytes_;
+    config.stream = stream;
+    if (cluster > 1) {
+      *attribute = cudaLaunchAttribute{};
+      attribute->id = cudaLaunchAttributeClusterDimension;
+      attribute->val.clusterDim.x = cluster;
+      attribute->val.clusterDim.y = 1;
+      attribute->val.clusterDim.z = 1;
+      config.attrs = attribute;
+      config.numAttrs = 1;
+    }
+    return config;
+  }
+
+  static constexpr int kDevices = 64;
   cudaKernel_t kernel_ = nullptr;
   cudaError_t error_ = cudaSuccess;
   int shared_bytes_;
   std::atomic<uint64_t> allowed_{0};  // devices whose shared-memory allowance is set (bit per device, < 64)
+  std::atomic<int> resident_[kDevices] = {};  // clusters resident at once, per device (0: not asked yet)
 };
 
 // Runs D = the block-scaled product on `stream`. The caller has checked what the API checks (e4m3 operands with
@@ -553,9 +589,9 @@ cudaError_t run(LoadedKernel& kernel, cutlass_ext_fp8_block_args args, cudaStrea
   CUtensorMap map_d{};
   bool store_by_tma = reinterpret_cast<uintptr_t>(args.d) % 16 == 0 && args.ldd % 8 == 0 &&
                       output_map(&map_d, args.d, args.m, args.n, args.ldd, T::kBoxColumns);
-  // Persistent: a cluster per unit of work (Cluster neighbouring tiles along N) up to the SMs' worth.
+  // Persistent: a cluster per unit of work (Cluster neighbouring tiles along N) up to as many as fit at once.
   const int64_t units = ((args.m + BM - 1) / BM) * ((args.n + BN * Cluster - 1) / (BN * Cluster));
-  const int64_t clusters = args.sm_count / Cluster;
+  const int64_t clusters = kernel.resident_clusters(args.sm_count, Cluster, T::kThreads);
   const int grid = int(units < clusters ? units : clusters) * Cluster;
   if (grid == 0) return cudaSuccess;
   void* arguments[] = {&map_a, &map_b, &map_d, &store_by_tma, &args};
