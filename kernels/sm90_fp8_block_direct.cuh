@@ -65,8 +65,6 @@ constexpr int stages_that_fit() {
   }
 }
 
-using Params = cutlass_ext_fp8_block_args;  // the kernel reads the call's arguments as the ABI hands them over
-
 #ifdef CUTLASS_EXT_DEVICE_CODE  // ---------------------------------------------------------------- the kernel
 
 }  // namespace cutlass_ext::fp8_block_direct
@@ -80,6 +78,8 @@ using Params = cutlass_ext_fp8_block_args;  // the kernel reads the call's argum
 #include <cute/arch/mma_sm90_gmma.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
+
+#include "sm90_fp8_grouped_rows.h"
 
 namespace cutlass_ext::fp8_block_direct {
 
@@ -134,18 +134,27 @@ __device__ __forceinline__ void arrive_when_copied(uint64_t* barrier) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(cute::cast_smem_ptr_to_uint(barrier)));
 }
 
-__device__ __forceinline__ float bias_at(const Params& p, int col) {
-  return p.bias != nullptr ? __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[col]) : 0.f;
+// Where the output goes: D (rows, n) bf16 with row stride ldd, and the bias (n bf16, or null) added first.
+struct Output {
+  void* d;
+  int64_t ldd;
+  const void* bias;
+  int64_t rows, n;
+};
+
+__device__ __forceinline__ float bias_at(const Output& o, int col) {
+  return o.bias != nullptr ? __bfloat162float(static_cast<const __nv_bfloat16*>(o.bias)[col]) : 0.f;
 }
 
-__device__ __forceinline__ void store_pair(const Params& p, int row, int col, float v0, float v1) {
-  if (row >= p.m || col >= p.n) return;
-  __nv_bfloat16* at = static_cast<__nv_bfloat16*>(p.d) + row * p.ldd + col;
-  if (col + 1 < p.n && (reinterpret_cast<uintptr_t>(at) & 3) == 0) {
-    *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(v0 + bias_at(p, col), v1 + bias_at(p, col + 1));
+// Stores rows below row_end only (a group's last tile may reach into the rows of the group after it).
+__device__ __forceinline__ void store_pair(const Output& o, int row, int row_end, int col, float v0, float v1) {
+  if (row >= row_end || col >= o.n) return;
+  __nv_bfloat16* at = static_cast<__nv_bfloat16*>(o.d) + row * o.ldd + col;
+  if (col + 1 < o.n && (reinterpret_cast<uintptr_t>(at) & 3) == 0) {
+    *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(v0 + bias_at(o, col), v1 + bias_at(o, col + 1));
   } else {
-    at[0] = __float2bfloat16_rn(v0 + bias_at(p, col));
-    if (col + 1 < p.n) at[1] = __float2bfloat16_rn(v1 + bias_at(p, col + 1));
+    at[0] = __float2bfloat16_rn(v0 + bias_at(o, col));
+    if (col + 1 < o.n) at[1] = __float2bfloat16_rn(v1 + bias_at(o, col + 1));
   }
 }
 
@@ -213,19 +222,22 @@ __device__ __forceinline__ void promote(typename T::Shared& s, Ring& ring, Pendi
   }
 }
 
-// Adds the bias, rounds to bf16 and stores a math warpgroup's 64 x BN tile by TMA through its staging buffer in
-// shared memory (the swizzled layout the map reads), or straight from registers where D does not suit TMA.
+// Adds the bias, rounds to bf16 and stores a math warpgroup's 64 x BN tile (rows below row_end) by TMA through its
+// staging buffer in shared memory (the swizzled layout the map reads), or straight from registers where D does not
+// suit TMA or the warpgroup's rows end inside D before row_end's group does.
 template <class T, int BN>
-__device__ __forceinline__ void store_tile(typename T::Shared& s, const CUtensorMap* map_d, const Params& p,
-                                           const float* total, int group, int w, int lane, int m0, int n0) {
+__device__ __forceinline__ void store_tile(typename T::Shared& s, const CUtensorMap* map_d, const Output& o,
+                                           const float* total, int group, int w, int lane, int m0, int row_end,
+                                           int n0) {
   const int row = 16 * w + lane / 4;  // within the warpgroup's 64 rows; the thread's second row is row + 8
   const int row0 = m0 + 64 * group + row;
-  if (map_d == nullptr) {
+  const bool whole = m0 + 64 * group + 64 <= row_end || row_end >= o.rows;  // TMA clips at D's last row only
+  if (map_d == nullptr || !whole) {
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
       const int col = n0 + 8 * j + 2 * (lane % 4);
-      store_pair(p, row0, col, total[4 * j], total[4 * j + 1]);
-      store_pair(p, row0 + 8, col, total[4 * j + 2], total[4 * j + 3]);
+      store_pair(o, row0, row_end, col, total[4 * j], total[4 * j + 1]);
+      store_pair(o, row0 + 8, row_end, col, total[4 * j + 2], total[4 * j + 3]);
     }
     return;
   }
@@ -238,8 +250,8 @@ __device__ __forceinline__ void store_tile(typename T::Shared& s, const CUtensor
   for (int j = 0; j < BN / 8; ++j) {
     const int col = 8 * j + 2 * (lane % 4);
     // Columns past n are clipped by the store; their bias is not read.
-    const float b0 = n0 + col < p.n ? bias_at(p, n0 + col) : 0.f;
-    const float b1 = n0 + col + 1 < p.n ? bias_at(p, n0 + col + 1) : 0.f;
+    const float b0 = n0 + col < o.n ? bias_at(o, n0 + col) : 0.f;
+    const float b1 = n0 + col + 1 < o.n ? bias_at(o, n0 + col + 1) : 0.f;
     uint8_t* box = s.d[group][col / T::kBoxColumns];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -282,12 +294,105 @@ constexpr int raster_width() {
   return 1024 / BN;  // a band 1024 columns wide
 }
 
+// Where a unit of work's tile is: A's, scale_a's and D's first row m0 (rows at or past row_end belong to another
+// group, or lie past m: their scales read as 0 and they are not stored), D's first column n0 and the group whose
+// B and weight scales it reads (0 when dense).
+struct TileAt {
+  int m0, row_end, n0, group;
+};
+
+// The dense problem: tiles over (m, n), in clusters of `Cluster` neighbouring tiles along N.
+template <int BM, int BN, int Cluster>
+struct DenseProblem {
+  const cutlass_ext_fp8_block_args& p;
+  int tiles_m, units_n;
+
+  __device__ __forceinline__ explicit DenseProblem(const cutlass_ext_fp8_block_args& args)
+      : p(args), tiles_m(int((args.m + BM - 1) / BM)), units_n(int((args.n + BN * Cluster - 1) / (BN * Cluster))) {}
+  __device__ __forceinline__ int64_t n() const { return p.n; }
+  __device__ __forceinline__ int64_t k() const { return p.k; }
+  __device__ __forceinline__ bool find(int unit) { return unit < tiles_m * units_n; }
+  __device__ __forceinline__ TileAt tile(int unit, int rank) const {
+    const TileCoord at = tile_coord(unit, tiles_m, units_n, raster_width<BN>() / Cluster);
+    return {at.m * BM, int(p.m), (at.n * Cluster + rank) * BN, 0};
+  }
+  __device__ __forceinline__ const float* scale_a(int row, int kb) const {
+    return p.scale_a + row * p.scale_a_row_stride + kb * p.scale_a_block_stride;
+  }
+  // A tile past n reads the first weight block's scales (finite: they multiply B's zeros there).
+  __device__ __forceinline__ const float* scale_b(const TileAt& t) const {
+    return p.scale_b + int64_t((t.n0 < p.n ? t.n0 : 0) / kBlockK) * p.scale_b_row_stride;
+  }
+  __device__ __forceinline__ void load_b(const CUtensorMap& map, uint64_t* full, void* smem, int kb,
+                                         const TileAt& t) const {
+    cute::SM90_TMA_LOAD_2D::copy(&map, full, kEvictNormal, smem, kb * kBlockK, t.n0);
+  }
+  __device__ __forceinline__ Output output() const { return {p.d, p.ldd, p.bias, p.m, p.n}; }
+};
+
+// The grouped problem (a mixture-of-experts layer, sm90_fp8_block_abi.h): per group its tiles over (its rows, n),
+// the groups one after another. The rows of each group are read on the device: every thread walks the groups
+// forward as its units advance (a unit's group is the one whose units it falls among).
+template <int BM, int BN, int Cluster>
+struct GroupedProblem {
+  const cutlass_ext_fp8_grouped_args& p;
+  int units_n, k_blocks;
+  int g = 0, first = 0, start = 0, rows = 0, tiles_m = 0;  // the group the walk is at, and its first unit
+
+  __device__ __forceinline__ explicit GroupedProblem(const cutlass_ext_fp8_grouped_args& args)
+      : p(args),
+        units_n(int((args.n + BN * Cluster - 1) / (BN * Cluster))),
+        k_blocks(int((args.k + kBlockK - 1) / kBlockK)) {
+    if (p.groups > 0) enter(0);
+  }
+  __device__ __forceinline__ void enter(int group) {
+    g = group;
+    const int64_t before = p.offsets != nullptr && g > 0 ? p.offsets[g - 1] : 0;
+    const int64_t end = p.offsets != nullptr ? p.offsets[g] : 0;
+    const int64_t count = p.offsets == nullptr ? p.counts[g] : 0;
+    const fp8_block::GroupRows span = fp8_block::group_rows(p, g, before, end, count);
+    start = int(span.start), rows = int(span.rows), tiles_m = (rows + BM - 1) / BM;
+  }
+  __device__ __forceinline__ int64_t n() const { return p.n; }
+  __device__ __forceinline__ int64_t k() const { return p.k; }
+  // Moves the walk to the group of `unit` (units only grow); false past the last group's.
+  __device__ __forceinline__ bool find(int unit) {
+    while (g < p.groups) {
+      const int units = tiles_m * units_n;
+      if (unit < first + units) return true;
+      first += units;
+      if (g + 1 < p.groups) {
+        enter(g + 1);
+      } else {
+        ++g;
+      }
+    }
+    return false;
+  }
+  __device__ __forceinline__ TileAt tile(int unit, int rank) const {
+    const TileCoord at = tile_coord(unit - first, tiles_m, units_n, raster_width<BN>() / Cluster);
+    return {start + at.m * BM, start + rows, (at.n * Cluster + rank) * BN, g};
+  }
+  __device__ __forceinline__ const float* scale_a(int row, int kb) const {
+    return p.scale_a + int64_t(row) * k_blocks + kb;
+  }
+  __device__ __forceinline__ const float* scale_b(const TileAt& t) const {
+    return p.scale_b + t.group * p.scale_b_group_stride + int64_t((t.n0 < p.n ? t.n0 : 0) / kBlockK) * k_blocks;
+  }
+  // B as (groups, n, k): the group's rows only (past n: zeros, not the next group's weights).
+  __device__ __forceinline__ void load_b(const CUtensorMap& map, uint64_t* full, void* smem, int kb,
+                                         const TileAt& t) const {
+    cute::SM90_TMA_LOAD_3D::copy(&map, full, kEvictNormal, smem, kb * kBlockK, t.n0, t.group);
+  }
+  __device__ __forceinline__ Output output() const { return {p.d, p.ldd, nullptr, p.m_total, p.n}; }
+};
+
 // The kernel's body; the maps are the kernel's __grid_constant__ parameters (TMA reads them where they are).
 // Cluster 2: the two CTAs of a cluster take neighbouring tiles along N, and each loads half of their shared A tile
 // by TMA multicast into both, so A crosses from L2 once for the two.
-template <int BM, int BN, int Stages, int Cluster>
+template <int BM, int BN, int Stages, int Cluster, class Problem>
 __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_d,
-                                     bool store_by_tma, const Params& p) {
+                                     bool store_by_tma, Problem problem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using T = Tiling<BM, BN, Stages>;
   using Full = cutlass::arch::ClusterTransactionBarrier;
@@ -301,17 +406,11 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
   // A clustered kernel launched without its cluster would multicast to a CTA that does not exist.
   if (Cluster > 1 && cute::cluster_shape().x != Cluster) __trap();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int tiles_m = int((p.m + BM - 1) / BM), tiles_n = int((p.n + BN - 1) / BN);
-  const int k_blocks = int((p.k + kBlockK - 1) / kBlockK);
+  const int k_blocks = int((problem.k() + kBlockK - 1) / kBlockK);
   // The cluster's units of work: `Cluster` neighbouring tiles along N (a last odd one past n: its CTA still loads
   // its half of A for the other, multiplies zeros and stores nothing).
-  const int units_n = (tiles_n + Cluster - 1) / Cluster, units = tiles_m * units_n;
   const int rank = Cluster == 1 ? 0 : int(cute::block_rank_in_cluster());
   const int first_unit = int(blockIdx.x) / Cluster, unit_step = int(gridDim.x) / Cluster;
-  auto tile_origin = [&](int unit) {
-    const TileCoord at = tile_coord(unit, tiles_m, units_n, raster_width<BN>() / Cluster);
-    return TileCoord{at.m * BM, (at.n * Cluster + rank) * BN};
-  };
 
   if (threadIdx.x == 0) {
     cute::prefetch_tma_descriptor(&map_a);
@@ -334,29 +433,27 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
     if (warp > 1 || (warp == 0 && lane != 0)) return;
     int stage = 0;
     uint32_t phase = 0;
-    for (int unit = first_unit; unit < units; unit += unit_step) {
-      const auto [m0, n0] = tile_origin(unit);
-      // A tile past n reads the first weight block's scales (finite: they multiply B's zeros there).
-      const float* scale_b = p.scale_b + int64_t((n0 < p.n ? n0 : 0) / kBlockK) * p.scale_b_row_stride;
+    for (int unit = first_unit; problem.find(unit); unit += unit_step) {
+      const TileAt t = problem.tile(unit, rank);
+      const float* scale_b = problem.scale_b(t);
       for (int kb = 0; kb < k_blocks; ++kb) {
         Empty::wait(&s.empty[stage], phase ^ 1);
         if (warp == 0) {
           Full::arrive_and_expect_tx(&s.full[stage], T::kBytesA + T::kBytesB);  // out-of-bounds boxes count whole
           if constexpr (Cluster == 1) {
-            cute::SM90_TMA_LOAD_2D::copy(&map_a, &s.full[stage], kEvictNormal, s.a[stage], kb * kBlockK, m0);
+            cute::SM90_TMA_LOAD_2D::copy(&map_a, &s.full[stage], kEvictNormal, s.a[stage], kb * kBlockK, t.m0);
           } else {  // this CTA's half of A's rows, into both CTAs at the same offset (and both full barriers)
             constexpr int kRows = BM / Cluster;
             cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&map_a, &s.full[stage], uint16_t((1 << Cluster) - 1),
                                                    kEvictNormal, s.a[stage] + rank * kRows * kBlockK,
-                                                   kb * kBlockK, m0 + rank * kRows);
+                                                   kb * kBlockK, t.m0 + rank * kRows);
           }
-          cute::SM90_TMA_LOAD_2D::copy(&map_b, &s.full[stage], kEvictNormal, s.b[stage], kb * kBlockK, n0);
+          problem.load_b(map_b, &s.full[stage], s.b[stage], kb, t);
         } else {
-          // Rows past m get scale 0 (TMA gave them zeros and nothing stores them), read from row 0.
+          // Rows past the tile's own (past m, or another group's) get scale 0, read from row 0: nothing stores them.
           for (int r = lane; r < BM; r += 32) {
-            const int row = m0 + r < p.m ? m0 + r : 0;
-            copy_scale(&s.scale_a[stage][r], p.scale_a + row * p.scale_a_row_stride + kb * p.scale_a_block_stride,
-                       m0 + r < p.m);
+            const bool own = t.m0 + r < t.row_end;
+            copy_scale(&s.scale_a[stage][r], problem.scale_a(own ? t.m0 + r : 0, kb), own);
           }
           if (lane == 0) copy_scale(&s.scale_b[stage], scale_b + kb, true);
           arrive_when_copied(&s.full[stage]);
@@ -387,8 +484,9 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
   Ring ring;
   float total[T::kAccumulators];
   Pending<T::kAccumulators> a[2];  // two k-blocks in flight: one being promoted while the next multiplies
-  for (int unit = first_unit; unit < units; unit += unit_step) {
-    const auto [m0, n0] = tile_origin(unit);
+  const Output output = problem.output();
+  for (int unit = first_unit; problem.find(unit); unit += unit_step) {
+    const TileAt t = problem.tile(unit, rank);
 #pragma unroll
     for (int i = 0; i < T::kAccumulators; ++i) total[i] = 0.f;
     // k-block kb multiplies into a[kb % 2] and is promoted once k-block kb + 1 is issued, so the tensor cores run
@@ -409,7 +507,8 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
     } else {
       promote<T, 0, Cluster>(s, ring, a[0], total, lane);
     }
-    if (n0 < p.n) store_tile<T, BN>(s, store_by_tma ? &map_d : nullptr, p, total, group, w, lane, m0, n0);
+    if (t.n0 < output.n)
+      store_tile<T, BN>(s, store_by_tma ? &map_d : nullptr, output, total, group, w, lane, t.m0, t.row_end, t.n0);
   }
   if (store_by_tma && w == 0 && lane == 0) cute::tma_store_wait<0>();  // shared memory outlives the last store
 #endif
@@ -423,8 +522,19 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
       NAME##_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,    \
                     const __grid_constant__ CUtensorMap map_d, bool store_by_tma,                            \
                     const cutlass_ext_fp8_block_args p) {                                                    \
+    using Problem = cutlass_ext::fp8_block_direct::DenseProblem<BM, BN, CLUSTER>;                            \
     cutlass_ext::fp8_block_direct::gemm<BM, BN, cutlass_ext::fp8_block_direct::stages_that_fit<BM, BN>(),    \
-                                        CLUSTER>(map_a, map_b, map_d, store_by_tma, p);                      \
+                                        CLUSTER>(map_a, map_b, map_d, store_by_tma, Problem(p));             \
+  }
+// The grouped form: B read through a (groups, n, k) map.
+#define CUTLASS_EXT_EXPORT_FP8_GROUPED_DIRECT(NAME, BM, BN, CLUSTER)                                         \
+  extern "C" __global__ void __launch_bounds__(cutlass_ext::fp8_block_direct::Tiling<BM, BN, 2>::kThreads, 1) \
+      NAME##_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,    \
+                    const __grid_constant__ CUtensorMap map_d, bool store_by_tma,                            \
+                    const cutlass_ext_fp8_grouped_args p) {                                                  \
+    using Problem = cutlass_ext::fp8_block_direct::GroupedProblem<BM, BN, CLUSTER>;                          \
+    cutlass_ext::fp8_block_direct::gemm<BM, BN, cutlass_ext::fp8_block_direct::stages_that_fit<BM, BN>(),    \
+                                        CLUSTER>(map_a, map_b, map_d, store_by_tma, Problem(p));             \
   }
 #define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT_LIBRARY()
 
@@ -465,6 +575,21 @@ inline bool operand_map(CUtensorMap* map, const void* base, int64_t rows, int64_
   const cuuint32_t box[2] = {cuuint32_t(kBlockK), cuuint32_t(box_rows)};
   const cuuint32_t unit[2] = {1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The groups' B, (groups, n, k) FP8 with row stride ld and group stride group_ld (bytes), read in (1, box_rows, 128)
+// tiles with the 128-byte swizzle; zeros past n within a group.
+inline bool grouped_operand_map(CUtensorMap* map, const void* base, int64_t groups, int64_t rows, int64_t k,
+                                int64_t ld, int64_t group_ld, int box_rows) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[3] = {cuuint64_t(k), cuuint64_t(rows), cuuint64_t(groups)};
+  const cuuint64_t strides[2] = {cuuint64_t(ld), cuuint64_t(group_ld)};
+  const cuuint32_t box[3] = {cuuint32_t(kBlockK), cuuint32_t(box_rows), 1};
+  const cuuint32_t unit[3] = {1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(base), dims, strides, box, unit,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
@@ -600,6 +725,33 @@ cudaError_t run(LoadedKernel& kernel, cutlass_ext_fp8_block_args args, cudaStrea
   return error;
 }
 
+// Runs the grouped form on `stream` (the API has checked what it checks: e4m3 operands, dense K-major activation
+// scales, 128 x 128 weight blocks, bf16 D). The grid covers the most units the groups can have: their rows are
+// read on the device.
+template <int BM, int BN, int Stages, int Cluster>
+cudaError_t run_grouped(LoadedKernel& kernel, cutlass_ext_fp8_grouped_args args, cudaStream_t stream) {
+  using T = Tiling<BM, BN, Stages>;
+  CUtensorMap map_a, map_b;
+  if (!operand_map(&map_a, args.a, args.m_total, args.k, args.lda, BM / Cluster) ||
+      !grouped_operand_map(&map_b, args.b, args.groups, args.n, args.k, args.ldb, args.b_group_stride, BN))
+    return cudaErrorInvalidValue;
+  CUtensorMap map_d{};
+  bool store_by_tma = reinterpret_cast<uintptr_t>(args.d) % 16 == 0 && args.ldd % 8 == 0 &&
+                      output_map(&map_d, args.d, args.m_total, args.n, args.ldd, T::kBoxColumns);
+  // Each group's tiles: ceil(rows / BM), together at most ceil(m_total / BM) + groups (contiguous) or
+  // groups * ceil(capacity / BM) (masked).
+  const int64_t tiles_m = args.offsets != nullptr ? (args.m_total + BM - 1) / BM + args.groups
+                                                  : args.groups * ((args.capacity + BM - 1) / BM);
+  const int64_t units = tiles_m * ((args.n + BN * Cluster - 1) / (BN * Cluster));
+  const int64_t clusters = kernel.resident_clusters(args.sm_count, Cluster, T::kThreads);
+  const int grid = int(units < clusters ? units : clusters) * Cluster;
+  if (grid == 0) return cudaSuccess;
+  void* arguments[] = {&map_a, &map_b, &map_d, &store_by_tma, &args};
+  const cudaError_t error = kernel.launch(grid, Cluster, T::kThreads, stream, arguments);
+  if (error != cudaSuccess) (void)cudaGetLastError();  // the failure is this call's status, not the next call's
+  return error;
+}
+
 // The variant's launchers as the block family's libraries export them (library_exports.h): statuses are CUTLASS's.
 template <int BM, int BN, int Cluster>
 struct Sm90Fp8BlockDirectGemm {
@@ -625,6 +777,32 @@ struct Sm90Fp8BlockDirectGemm {
   }
 };
 
+// The grouped form's launchers.
+template <int BM, int BN, int Cluster>
+struct Sm90Fp8GroupedDirectGemm {
+  static constexpr int kStages = stages_that_fit<BM, BN>();
+
+  static int can_implement(const cutlass_ext_fp8_grouped_args* args) {
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (!aligned(args->a) || !aligned(args->b) || args->lda % 16 || args->ldb % 16 || args->b_group_stride % 16)
+      return int(cutlass::Status::kErrorMisalignedOperand);
+    constexpr int64_t kLimit = int64_t(1) << 31;
+    if (args->groups < 1 || args->n < 1 || args->k < 1 || args->m_total < 0 || args->groups >= kLimit ||
+        args->n >= kLimit || args->k >= kLimit || args->m_total >= kLimit || args->capacity < 0 ||
+        (args->offsets == nullptr) == (args->counts == nullptr))
+      return int(cutlass::Status::kErrorInvalidProblem);
+    return int(cutlass::Status::kSuccess);
+  }
+
+  static size_t workspace_size(const cutlass_ext_fp8_grouped_args*) { return 0; }
+
+  static int run(LoadedKernel& kernel, const cutlass_ext_fp8_grouped_args* args, void* stream) {
+    const cudaError_t error =
+        fp8_block_direct::run_grouped<BM, BN, kStages, Cluster>(kernel, *args, static_cast<cudaStream_t>(stream));
+    return int(error == cudaSuccess ? cutlass::Status::kSuccess : cutlass::Status::kErrorInternal);
+  }
+};
+
 }  // namespace cutlass_ext::fp8_block_direct
 
 // One variant's launchers under the block family's C names (library_exports.h), the kernel from the cubin.
@@ -637,6 +815,19 @@ struct Sm90Fp8BlockDirectGemm {
   }                                                                                                          \
   extern "C" int NAME##_fp8_block_run(const cutlass_ext_fp8_block_args* args, void*, void* stream) {         \
     using Gemm = cutlass_ext::fp8_block_direct::Sm90Fp8BlockDirectGemm<BM, BN, CLUSTER>;                     \
+    static cutlass_ext::fp8_block_direct::LoadedKernel kernel(                                               \
+        #NAME "_kernel", cutlass_ext::fp8_block_direct::Tiling<BM, BN, Gemm::kStages>::kSharedBytes);        \
+    return Gemm::run(kernel, args, stream);                                                                  \
+  }
+#define CUTLASS_EXT_EXPORT_FP8_GROUPED_DIRECT(NAME, BM, BN, CLUSTER)                                         \
+  extern "C" int NAME##_fp8_grouped_can_implement(const cutlass_ext_fp8_grouped_args* args) {                \
+    return cutlass_ext::fp8_block_direct::Sm90Fp8GroupedDirectGemm<BM, BN, CLUSTER>::can_implement(args);    \
+  }                                                                                                          \
+  extern "C" size_t NAME##_fp8_grouped_workspace_size(const cutlass_ext_fp8_grouped_args* args) {            \
+    return cutlass_ext::fp8_block_direct::Sm90Fp8GroupedDirectGemm<BM, BN, CLUSTER>::workspace_size(args);   \
+  }                                                                                                          \
+  extern "C" int NAME##_fp8_grouped_run(const cutlass_ext_fp8_grouped_args* args, void*, void* stream) {     \
+    using Gemm = cutlass_ext::fp8_block_direct::Sm90Fp8GroupedDirectGemm<BM, BN, CLUSTER>;                   \
     static cutlass_ext::fp8_block_direct::LoadedKernel kernel(                                               \
         #NAME "_kernel", cutlass_ext::fp8_block_direct::Tiling<BM, BN, Gemm::kStages>::kSharedBytes);        \
     return Gemm::run(kernel, args, stream);                                                                  \

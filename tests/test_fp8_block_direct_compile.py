@@ -23,6 +23,7 @@ have_nvcc = shutil.which("nvcc") is not None or os.path.exists("/usr/local/cuda/
         ({"tile": (128, 64, 128), "scale_a_major": "m"}, "fp8direct_e4m3e4m3_bf16_128x64x128_am"),
         ({"tile": (64, 16, 128), "cluster": 2}, "fp8direct_e4m3e4m3_bf16_64x16x128_mc2"),
         ({"tile": (128, 128, 128), "cluster": 2, "scale_a_major": "m"}, "fp8direct_e4m3e4m3_bf16_128x128x128_mc2_am"),
+        ({"tile": (128, 64, 128), "cluster": 2, "grouped": True}, "fp8direct_e4m3e4m3_bf16_128x64x128_mc2_grouped"),
     ],
 )
 def test_names_round_trip_through_every_family_lookup(fields, name):
@@ -44,6 +45,7 @@ def test_names_round_trip_through_every_family_lookup(fields, name):
         ({"a_dtype": "e5m2"}, "a_dtype"),
         ({"scale_a_major": "n"}, "scale_a_major"),
         ({"cluster": 4}, "cluster"),
+        ({"grouped": True, "scale_a_major": "m"}, "K-major"),
     ],
 )
 def test_configs_it_does_not_build_are_refused(fields, word):
@@ -68,7 +70,10 @@ def test_sweep_space_holds_every_tile_with_the_scales_quantize_fp8_writes():
 @pytest.mark.skipif(not have_nvcc and not os.environ.get("CI"), reason="nvcc not installed")
 def test_libraries_compile_without_spills(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
-    configs = [Fp8BlockDirectConfig(tile=(64, 16, 128)), Fp8BlockDirectConfig(tile=(128, 128, 128), cluster=2)]
+    configs = [
+        Fp8BlockDirectConfig(tile=(64, 16, 128)),
+        Fp8BlockDirectConfig(tile=(128, 128, 128), cluster=2, grouped=True),
+    ]
     results = build.build_libraries([(c,) for c in configs], "90a", verbose=False)
     for config, result in zip(configs, results):
         assert result.library is not None, result.error
@@ -76,4 +81,10 @@ def test_libraries_compile_without_spills(tmp_path, monkeypatch):
         spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", usage)
         assert spills and all(stores == loads == "0" for stores, loads in spills), usage
         symbols = subprocess.run(["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True)
-        assert f"{config.name}_fp8_block_run" in symbols.stdout
+        assert f"{config.name}_{'fp8_grouped' if config.grouped else 'fp8_block'}_run" in symbols.stdout
+
+
+def test_grouped_sweep_space_holds_grouped_kernels_only():
+    configs = load_space("configs/sm90_fp8_grouped_direct.yaml")
+    assert configs and all(c.grouped and c.mode == "fp8_grouped" for c in configs)
+    assert {c.cluster for c in configs} == {1, 2}

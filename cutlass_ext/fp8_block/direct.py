@@ -32,6 +32,8 @@ class Fp8BlockDirectConfig(VariantFields):
     (one scale block); the ring holds as many stages as shared memory fits (kernels/sm90_fp8_block_direct.cuh).
     cluster: 1, or 2 (name suffix `_mc2`): two CTAs on neighbouring tiles along N, each loading half of their A
     tile by TMA multicast into both.
+    grouped: the mixture-of-experts form (name suffix `_grouped`, `grouped_gemm_fp8`): every group's tiles in one
+    launch, the groups' rows read on the device; its activation scales K-major.
     scale_a_major: how it reads the activation scales (`k`: as quantize_fp8 writes them; `m`: name suffix `_am`).
     """
 
@@ -40,10 +42,11 @@ class Fp8BlockDirectConfig(VariantFields):
     out_dtype: str = "bf16"
     tile: tuple[int, int, int] = (64, 64, 128)
     cluster: int = 1
+    grouped: bool = False
     scale_a_major: str = "k"
     family: str = FAMILY_NAME
 
-    # `fp8direct_e4m3e4m3_bf16_64x64x128[_mc2][_am]`
+    # `fp8direct_e4m3e4m3_bf16_64x64x128[_mc2][_grouped][_am]`
     NAME: ClassVar[NameGrammar] = NameGrammar(
         "fp8direct_",
         Word("a_dtype", ["e4m3"]),
@@ -53,6 +56,7 @@ class Fp8BlockDirectConfig(VariantFields):
         "_",
         Extent("tile", 3),
         Optional("_mc", Number("cluster"), default={"cluster": 1}),
+        Optional(Word("grouped", {True: "_grouped"}), default={"grouped": False}),
         Optional(Word("scale_a_major", {"m": "_am"}), default={"scale_a_major": "k"}),
     )
     EXAMPLE_NAME: ClassVar[str] = "fp8direct_e4m3e4m3_bf16_64x64x128"
@@ -60,9 +64,12 @@ class Fp8BlockDirectConfig(VariantFields):
     # What the block-scaled API reads of a variant, fixed for this kernel.
     scale_n: ClassVar[int] = WEIGHT_BLOCK
     scale_rows_n: ClassVar[int] = WEIGHT_BLOCK
-    grouped: ClassVar[bool] = False
     k_grouped: ClassVar[bool] = False
-    mode: ClassVar[str] = "fp8_block"
+
+    @property
+    def mode(self) -> str:
+        """The tuned tables' mode: `fp8_block` (dense) or `fp8_grouped` (mixture-of-experts)."""
+        return "fp8_grouped" if self.grouped else "fp8_block"
 
     def __post_init__(self):
         wanted = {"a_dtype": "e4m3", "b_dtype": "e4m3", "out_dtype": "bf16", "family": FAMILY_NAME}
@@ -71,6 +78,10 @@ class Fp8BlockDirectConfig(VariantFields):
                 raise ValueError(f"{field}={getattr(self, field)!r}: the direct kernel is built for {value!r}")
         if self.cluster not in CLUSTERS:
             raise ValueError(f"cluster={self.cluster!r}: the direct kernel runs clusters of {list(CLUSTERS)} CTAs")
+        if not isinstance(self.grouped, bool):
+            raise ValueError(f"grouped={self.grouped!r}: True or False")
+        if self.grouped and self.scale_a_major != "k":
+            raise ValueError("grouped: the grouped form reads K-major activation scales (scale_a_major='k')")
         if self.scale_a_major not in SCALE_A_MAJORS:
             raise ValueError(f"scale_a_major={self.scale_a_major!r} is not one of {list(SCALE_A_MAJORS)}")
         self._check_extents(tile="mnk")
@@ -83,27 +94,36 @@ class Fp8BlockDirectConfig(VariantFields):
 
 
 def render_instance(config: Fp8BlockDirectConfig) -> str:
-    """The variant's launchers (kernels/sm90_fp8_block_direct_instance.in)."""
+    """The variant's kernel or launchers (kernels/sm90_fp8_block_direct_instance.in)."""
     return Template((kernels_dir() / "sm90_fp8_block_direct_instance.in").read_text()).substitute(
-        name=config.name, tile_m=config.tile[0], tile_n=config.tile[1], cluster=config.cluster
+        name=config.name,
+        form="GROUPED" if config.grouped else "BLOCK",
+        tile_m=config.tile[0],
+        tile_n=config.tile[1],
+        cluster=config.cluster,
     )
 
 
 def load_space(path: Path, document: dict) -> list[Fp8BlockDirectConfig]:
-    """A sweep space of direct variants: `tile`, `cluster` and `scale_a_major` axes, mode fp8_block (dense shapes)."""
-    modes = spaces.modes(path, document, ("fp8_block",))
-    if modes != ["fp8_block"]:
-        raise spaces.SpaceError(f"{path}: modes: [fp8_block] (the direct kernel is dense); got {modes!r}")
-    choices = {"scale_a_major": list(SCALE_A_MAJORS), "cluster": list(CLUSTERS)}
+    """A sweep space of direct variants: `tile`, `cluster`, `grouped` and `scale_a_major` axes; one mode per space,
+    fp8_block (dense shapes) or fp8_grouped (mixture-of-experts shapes, `grouped: [true]`)."""
+    modes = spaces.modes(path, document, ("fp8_block", "fp8_grouped"))
+    if len(modes) != 1:
+        raise spaces.SpaceError(f"{path}: modes: one of [fp8_block] or [fp8_grouped] per space; got {modes!r}")
+    choices = {"scale_a_major": list(SCALE_A_MAJORS), "cluster": list(CLUSTERS), "grouped": [False, True]}
     axes = spaces.axes(path, document.get("space"), {"tile": "mnk"}, choices, (), "Fp8BlockDirectConfig")
     configs = []
     for tile in axes.get("tile", [Fp8BlockDirectConfig.tile]):
         for cluster in axes.get("cluster", [1]):
-            for major in axes.get("scale_a_major", ["k"]):
-                try:
-                    configs.append(Fp8BlockDirectConfig(tile=tile, cluster=cluster, scale_a_major=major))
-                except ValueError:
-                    continue  # a tile the kernel does not build
+            for grouped in axes.get("grouped", [False]):
+                for major in axes.get("scale_a_major", ["k"]):
+                    try:
+                        config = Fp8BlockDirectConfig(tile=tile, cluster=cluster, grouped=grouped, scale_a_major=major)
+                    except ValueError:
+                        continue  # a tile the kernel does not build
+                    if config.mode != modes[0]:
+                        raise spaces.SpaceError(f"{path}: modes {modes} takes no {config.mode} kernel ({config.name})")
+                    configs.append(config)
     return list(dict.fromkeys(configs))
 
 
