@@ -1,0 +1,472 @@
+// The directly written block-scaled FP8 kernel's device half (sm90_fp8_block_direct.cuh: nvcc -cubin compiles it
+// alone): the producer and math warpgroups, the dense and grouped problems, and the kernels under C names.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cute/arch/cluster_sm90.hpp>
+#include <cute/arch/copy_sm90_desc.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/arch/mma_sm90_desc.hpp>
+#include <cute/arch/mma_sm90_gmma.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "sm90_fp8_grouped_rows.h"
+
+namespace cutlass_ext::fp8_block_direct {
+
+// The L2 policy TMA loads carry (its cache-hint operand is a policy, not a flag: 0 names none).
+constexpr uint64_t kEvictNormal = uint64_t(cute::TMA::CacheHintSm90::EVICT_NORMAL);
+
+template <int N>
+struct Wgmma;  // m64nNk32, e4m3 x e4m3 -> f32, both operands K-major in shared memory
+template <>
+struct Wgmma<16> {
+  using Op = cute::SM90::GMMA::MMA_64x16x32_F32E4M3E4M3_SS_TN<>;
+};
+template <>
+struct Wgmma<32> {
+  using Op = cute::SM90::GMMA::MMA_64x32x32_F32E4M3E4M3_SS_TN<>;
+};
+template <>
+struct Wgmma<64> {
+  using Op = cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_SS_TN<>;
+};
+template <>
+struct Wgmma<128> {
+  using Op = cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_SS_TN<>;
+};
+
+template <class Op, int... I>
+__device__ __forceinline__ void wgmma(uint64_t desc_a, uint64_t desc_b, float* d, bool accumulate,
+                                      std::integer_sequence<int, I...>) {
+  Op::fma(desc_a, desc_b, d[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
+}
+
+// A wgmma operand descriptor for a tile of 128-byte K-major rows written by TMA with the 128-byte swizzle: 8-row
+// core-matrix groups 1024 bytes apart; the leading offset is unused by swizzled K-major layouts.
+__device__ __forceinline__ uint64_t operand_descriptor(const void* smem) {
+  cute::GmmaDescriptor desc;
+  desc.bitfield.start_address_ = static_cast<uint16_t>(cute::cast_smem_ptr_to_uint(smem) >> 4);
+  desc.bitfield.leading_byte_offset_ = 0;
+  desc.bitfield.stride_byte_offset_ = 1024 >> 4;
+  desc.bitfield.base_offset_ = 0;
+  desc.bitfield.layout_type_ = 1;  // SWIZZLE_128B
+  return desc.desc_;
+}
+
+// A 4-byte cp.async, or zeros where `valid` is false (its source then unread).
+__device__ __forceinline__ void copy_scale(float* smem, const float* global, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(cute::cast_smem_ptr_to_uint(smem)),
+               "l"(global), "r"(valid ? 4 : 0));
+}
+
+// The barrier counts one arrival of this thread once its earlier cp.asyncs have landed.
+__device__ __forceinline__ void arrive_when_copied(uint64_t* barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(cute::cast_smem_ptr_to_uint(barrier)));
+}
+
+// Where the output goes: D (rows, n) bf16 with row stride ldd, and the bias (n bf16, or null) added first.
+struct Output {
+  void* d;
+  int64_t ldd;
+  const void* bias;
+  int64_t rows, n;
+};
+
+__device__ __forceinline__ float bias_at(const Output& o, int col) {
+  return o.bias != nullptr ? __bfloat162float(static_cast<const __nv_bfloat16*>(o.bias)[col]) : 0.f;
+}
+
+// Stores rows below row_end only (a group's last tile may reach into the rows of the group after it).
+__device__ __forceinline__ void store_pair(const Output& o, int row, int row_end, int col, float v0, float v1) {
+  if (row >= row_end || row >= o.rows || col >= o.n) return;
+  __nv_bfloat16* at = static_cast<__nv_bfloat16*>(o.d) + row * o.ldd + col;
+  if (col + 1 < o.n && (reinterpret_cast<uintptr_t>(at) & 3) == 0) {
+    *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(v0 + bias_at(o, col), v1 + bias_at(o, col + 1));
+  } else {
+    at[0] = __float2bfloat16_rn(v0 + bias_at(o, col));
+    if (col + 1 < o.n) at[1] = __float2bfloat16_rn(v1 + bias_at(o, col + 1));
+  }
+}
+
+// Where a math warpgroup stands in the ring: the stage it issues from next, and the oldest stage it still holds.
+struct Ring {
+  int issue = 0, release = 0;
+  uint32_t phase = 0;
+};
+
+// A k-block multiplied but not yet promoted: its accumulators and its two rows' combined scales.
+template <int N>
+struct Pending {
+  float acc[N];
+  float scale0, scale1;
+};
+
+// Waits for the ring's next stage, reads its scales and issues its four wgmmas (from zero) into `into`.
+template <class T, int BN>
+__device__ __forceinline__ void issue(typename T::Shared& s, Ring& ring, Pending<T::kAccumulators>& into, int group,
+                                      int scale_row) {
+  using Full = cutlass::arch::ClusterTransactionBarrier;
+  using Op = typename Wgmma<BN>::Op;
+  Full::wait(&s.full[ring.issue], ring.phase);
+  const uint64_t desc_a = operand_descriptor(s.a[ring.issue] + 64 * group * kBlockK);
+  const uint64_t desc_b = operand_descriptor(s.b[ring.issue]);
+#pragma unroll
+  for (int i = 0; i < T::kAccumulators; ++i) cute::warpgroup_fence_operand(into.acc[i]);
+  cute::warpgroup_arrive();
+#pragma unroll
+  for (int j = 0; j < kBlockK / kWgmmaK; ++j)  // the descriptor's address is in 16-byte units
+    wgmma<Op>(desc_a + j * (kWgmmaK / 16), desc_b + j * (kWgmmaK / 16), into.acc, j > 0,
+              std::make_integer_sequence<int, T::kAccumulators>{});
+  cute::warpgroup_commit_batch();
+  const float sb = s.scale_b[ring.issue];
+  into.scale0 = s.scale_a[ring.issue][scale_row] * sb;
+  into.scale1 = s.scale_a[ring.issue][scale_row + 8] * sb;
+  if (++ring.issue == T::kStages) ring.issue = 0, ring.phase ^= 1;
+}
+
+// Waits for the wgmmas of `current` (all but the newest `InFlight` batches), hands its stage back to the producer
+// and adds its scaled products into `total`: total = fma(acc, scale_a * scale_b, total).
+template <class T, int InFlight, int Cluster>
+__device__ __forceinline__ void promote(typename T::Shared& s, Ring& ring, Pending<T::kAccumulators>& current,
+                                        float* total, int lane) {
+  using Empty = cutlass::arch::ClusterBarrier;
+  cute::warpgroup_wait<InFlight>();
+#pragma unroll
+  for (int i = 0; i < T::kAccumulators; ++i) cute::warpgroup_fence_operand(current.acc[i]);
+  // The stage's operands are read and its scales are in registers: the producer may refill it. The warp
+  // converges first, so lane 0's release orders every lane's scale reads. In a cluster, lane i releases the
+  // stage of CTA i too: the other CTA's producer writes half of this CTA's A into it.
+  __syncwarp();
+  if constexpr (Cluster == 1) {
+    if (lane == 0) Empty::arrive(&s.empty[ring.release]);
+  } else {
+    Empty::arrive(&s.empty[ring.release], uint32_t(lane), lane < Cluster);
+  }
+  if (++ring.release == T::kStages) ring.release = 0;
+#pragma unroll
+  for (int i = 0; i < T::kAccumulators; i += 4) {
+    total[i] = fmaf(current.acc[i], current.scale0, total[i]);
+    total[i + 1] = fmaf(current.acc[i + 1], current.scale0, total[i + 1]);
+    total[i + 2] = fmaf(current.acc[i + 2], current.scale1, total[i + 2]);
+    total[i + 3] = fmaf(current.acc[i + 3], current.scale1, total[i + 3]);
+  }
+}
+
+// Adds the bias, rounds to bf16 and stores a math warpgroup's 64 x BN tile (rows below row_end) by TMA through its
+// staging buffer in shared memory (the swizzled layout the map reads), or straight from registers where D does not
+// suit TMA or the warpgroup's rows end inside D before row_end's group does.
+template <class T, int BN>
+__device__ __forceinline__ void store_tile(typename T::Shared& s, const CUtensorMap* map_d, const Output& o,
+                                           const float* total, int group, int w, int lane, int m0, int row_end,
+                                           int n0) {
+  const int row = 16 * w + lane / 4;  // within the warpgroup's 64 rows; the thread's second row is row + 8
+  const int row0 = m0 + 64 * group + row;
+  const bool whole = m0 + 64 * group + 64 <= row_end || row_end >= o.rows;  // TMA clips at D's last row only
+  if (map_d == nullptr || !whole) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int col = n0 + 8 * j + 2 * (lane % 4);
+      store_pair(o, row0, row_end, col, total[4 * j], total[4 * j + 1]);
+      store_pair(o, row0 + 8, row_end, col, total[4 * j + 2], total[4 * j + 3]);
+    }
+    return;
+  }
+  const bool leader = w == 0 && lane == 0;
+  const int barrier = 1 + group;  // a named barrier per math warpgroup (0 is __syncthreads')
+  // The buffer's previous tile must have left shared memory before it is overwritten.
+  if (leader) cute::tma_store_wait<0>();
+  asm volatile("bar.sync %0, 128;\n" ::"r"(barrier));
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int col = 8 * j + 2 * (lane % 4);
+    // Columns past n are clipped by the store; their bias is not read.
+    const float b0 = n0 + col < o.n ? bias_at(o, n0 + col) : 0.f;
+    const float b1 = n0 + col + 1 < o.n ? bias_at(o, n0 + col + 1) : 0.f;
+    uint8_t* box = s.d[group][col / T::kBoxColumns];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = row + 8 * half;
+      // The TMA swizzle: 16-byte chunk c of a row r goes to chunk c ^ (r mod 8) (128-byte rows), c ^ (r / 2 mod 4)
+      // (64-byte rows) or c ^ (r / 4 mod 2) (32-byte rows): the address bits 7 up, masked to the span's chunks,
+      // flip bits 4 up.
+      const uint32_t offset = r * T::kSwizzleBytes + (col % T::kBoxColumns) * 2;
+      const uint32_t swizzled = offset ^ (((offset >> 7) & (T::kSwizzleBytes / 16 - 1)) << 4);
+      *reinterpret_cast<__nv_bfloat162*>(box + swizzled) =
+          __floats2bfloat162_rn(total[4 * j + 2 * half] + b0, total[4 * j + 2 * half + 1] + b1);
+    }
+  }
+  cutlass::arch::fence_view_async_shared();  // the writes become visible to TMA
+  asm volatile("bar.sync %0, 128;\n" ::"r"(barrier));
+  if (leader) {
+#pragma unroll
+    for (int b = 0; b < BN / T::kBoxColumns; ++b)
+      cute::SM90_TMA_STORE_2D::copy(map_d, s.d[group][b], n0 + b * T::kBoxColumns, m0 + 64 * group);
+    cute::tma_store_arrive();
+  }
+}
+
+struct TileCoord {
+  int m, n;
+};
+
+// Tiles in bands `width` tiles wide along N, each band walked row by row down M: the CTAs running at once cover a
+// compact block of the output, so each k-block of A and B they read is shared through L2 by several of them.
+__device__ __forceinline__ TileCoord tile_coord(int tile, int tiles_m, int tiles_n, int width) {
+  const int band = tile / (width * tiles_m);
+  const int n_first = band * width;
+  const int band_width = min(width, tiles_n - n_first);
+  const int i = tile - band * width * tiles_m;
+  return {i / band_width, n_first + i % band_width};
+}
+
+template <int BN>
+constexpr int raster_width() {
+  return 1024 / BN;  // a band 1024 columns wide
+}
+
+// Where a unit of work's tile is: A's, scale_a's and D's first row m0 (rows at or past row_end belong to another
+// group, or lie past m: their scales read as 0 and they are not stored), D's first column n0 and the group whose
+// B and weight scales it reads (0 when dense).
+struct TileAt {
+  int m0, row_end, n0, group;
+};
+
+// The dense problem: tiles over (m, n), in clusters of `Cluster` neighbouring tiles along N.
+template <int BM, int BN, int Cluster>
+struct DenseProblem {
+  const cutlass_ext_fp8_block_args& p;
+  int tiles_m, units_n;
+
+  __device__ __forceinline__ explicit DenseProblem(const cutlass_ext_fp8_block_args& args)
+      : p(args), tiles_m(int((args.m + BM - 1) / BM)), units_n(int((args.n + BN * Cluster - 1) / (BN * Cluster))) {}
+  __device__ __forceinline__ int64_t n() const { return p.n; }
+  __device__ __forceinline__ int64_t k() const { return p.k; }
+  __device__ __forceinline__ bool find(int unit) { return unit < tiles_m * units_n; }
+  __device__ __forceinline__ TileAt tile(int unit, int rank) const {
+    const TileCoord at = tile_coord(unit, tiles_m, units_n, raster_width<BN>() / Cluster);
+    return {at.m * BM, int(p.m), (at.n * Cluster + rank) * BN, 0};
+  }
+  __device__ __forceinline__ const float* scale_a(int row, int kb) const {
+    return p.scale_a + row * p.scale_a_row_stride + kb * p.scale_a_block_stride;
+  }
+  // A tile past n reads the first weight block's scales (finite: they multiply B's zeros there).
+  __device__ __forceinline__ const float* scale_b(const TileAt& t) const {
+    return p.scale_b + int64_t((t.n0 < p.n ? t.n0 : 0) / kBlockK) * p.scale_b_row_stride;
+  }
+  __device__ __forceinline__ void load_b(const CUtensorMap& map, uint64_t* full, void* smem, int kb,
+                                         const TileAt& t) const {
+    cute::SM90_TMA_LOAD_2D::copy(&map, full, kEvictNormal, smem, kb * kBlockK, t.n0);
+  }
+  __device__ __forceinline__ Output output() const { return {p.d, p.ldd, p.bias, p.m, p.n}; }
+};
+
+// The grouped problem (a mixture-of-experts layer, sm90_fp8_block_abi.h): per group its tiles over (its rows, n),
+// the groups one after another. The rows of each group are read on the device: every thread walks the groups
+// forward as its units advance (a unit's group is the one whose units it falls among).
+template <int BM, int BN, int Cluster>
+struct GroupedProblem {
+  const cutlass_ext_fp8_grouped_args& p;
+  int units_n, k_blocks;
+  int g = 0, first = 0, start = 0, rows = 0, tiles_m = 0;  // the group the walk is at, and its first unit
+
+  __device__ __forceinline__ explicit GroupedProblem(const cutlass_ext_fp8_grouped_args& args)
+      : p(args),
+        units_n(int((args.n + BN * Cluster - 1) / (BN * Cluster))),
+        k_blocks(int((args.k + kBlockK - 1) / kBlockK)) {
+    if (p.groups > 0) enter(0);
+  }
+  __device__ __forceinline__ void enter(int group) {
+    g = group;
+    const int64_t before = p.offsets != nullptr && g > 0 ? p.offsets[g - 1] : 0;
+    const int64_t end = p.offsets != nullptr ? p.offsets[g] : 0;
+    const int64_t count = p.offsets == nullptr ? p.counts[g] : 0;
+    const fp8_block::GroupRows span = fp8_block::group_rows(p, g, before, end, count);
+    start = int(span.start), rows = int(span.rows), tiles_m = (rows + BM - 1) / BM;
+  }
+  __device__ __forceinline__ int64_t n() const { return p.n; }
+  __device__ __forceinline__ int64_t k() const { return p.k; }
+  // Moves the walk to the group of `unit` (units only grow); false past the last group's.
+  __device__ __forceinline__ bool find(int unit) {
+    while (g < p.groups) {
+      const int units = tiles_m * units_n;
+      if (unit < first + units) return true;
+      first += units;
+      if (g + 1 < p.groups) {
+        enter(g + 1);
+      } else {
+        ++g;
+      }
+    }
+    return false;
+  }
+  __device__ __forceinline__ TileAt tile(int unit, int rank) const {
+    const TileCoord at = tile_coord(unit - first, tiles_m, units_n, raster_width<BN>() / Cluster);
+    return {start + at.m * BM, start + rows, (at.n * Cluster + rank) * BN, g};
+  }
+  __device__ __forceinline__ const float* scale_a(int row, int kb) const {
+    return p.scale_a + int64_t(row) * k_blocks + kb;
+  }
+  __device__ __forceinline__ const float* scale_b(const TileAt& t) const {
+    return p.scale_b + t.group * p.scale_b_group_stride + int64_t((t.n0 < p.n ? t.n0 : 0) / kBlockK) * k_blocks;
+  }
+  // B as (groups, n, k): the group's rows only (past n: zeros, not the next group's weights).
+  __device__ __forceinline__ void load_b(const CUtensorMap& map, uint64_t* full, void* smem, int kb,
+                                         const TileAt& t) const {
+    cute::SM90_TMA_LOAD_3D::copy(&map, full, kEvictNormal, smem, kb * kBlockK, t.n0, t.group);
+  }
+  __device__ __forceinline__ Output output() const { return {p.d, p.ldd, nullptr, p.m_total, p.n}; }
+};
+
+// The kernel's body; the maps are the kernel's __grid_constant__ parameters (TMA reads them where they are).
+// Cluster 2: the two CTAs of a cluster take neighbouring tiles along N, and each loads half of their shared A tile
+// by TMA multicast into both, so A crosses from L2 once for the two.
+template <int BM, int BN, int Stages, int Cluster, class Problem>
+__device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_d,
+                                     bool store_by_tma, Problem problem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using T = Tiling<BM, BN, Stages>;
+  using Full = cutlass::arch::ClusterTransactionBarrier;
+  using Empty = cutlass::arch::ClusterBarrier;
+  extern __shared__ uint8_t raw[];
+  // Offset from `raw` itself (not a cast integer) so the compiler keeps shared-memory loads for what it reads.
+  const uint32_t misalignment = cute::cast_smem_ptr_to_uint(raw) & 1023;
+  auto& s = *reinterpret_cast<typename T::Shared*>(raw + (misalignment == 0 ? 0 : 1024 - misalignment));
+
+  static_assert(Cluster == 1 || Cluster == 2, "a tile alone, or two sharing A");
+  // A clustered kernel launched without its cluster would multicast to a CTA that does not exist.
+  if (Cluster > 1 && cute::cluster_shape().x != Cluster) __trap();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int k_blocks = int((problem.k() + kBlockK - 1) / kBlockK);
+  // The cluster's units of work: `Cluster` neighbouring tiles along N (a last odd one past n: its CTA still loads
+  // its half of A for the other, multiplies zeros and stores nothing).
+  const int rank = Cluster == 1 ? 0 : int(cute::block_rank_in_cluster());
+  const int first_unit = int(blockIdx.x) / Cluster, unit_step = int(gridDim.x) / Cluster;
+
+  if (threadIdx.x == 0) {
+    cute::prefetch_tma_descriptor(&map_a);
+    cute::prefetch_tma_descriptor(&map_b);
+    if (store_by_tma) cute::prefetch_tma_descriptor(&map_d);
+    for (int i = 0; i < Stages; ++i) {
+      Full::init(&s.full[i], 1 + 32);  // the TMA thread's and the scale warp's arrivals
+      Empty::init(&s.empty[i], 4 * T::kMathGroups * Cluster);  // every math warp of the cluster's CTAs
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  if constexpr (Cluster > 1) {
+    cute::cluster_sync();  // both CTAs' barriers exist before either signals the other's
+  } else {
+    __syncthreads();
+  }
+
+  if (warp < 4) {  // producer
+    cutlass::arch::warpgroup_reg_dealloc<40>();
+    if (warp > 1 || (warp == 0 && lane != 0)) return;
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int unit = first_unit; problem.find(unit); unit += unit_step) {
+      const TileAt t = problem.tile(unit, rank);
+      const float* scale_b = problem.scale_b(t);
+      for (int kb = 0; kb < k_blocks; ++kb) {
+        Empty::wait(&s.empty[stage], phase ^ 1);
+        if (warp == 0) {
+          Full::arrive_and_expect_tx(&s.full[stage], T::kBytesA + T::kBytesB);  // out-of-bounds boxes count whole
+          if constexpr (Cluster == 1) {
+            cute::SM90_TMA_LOAD_2D::copy(&map_a, &s.full[stage], kEvictNormal, s.a[stage], kb * kBlockK, t.m0);
+          } else {  // this CTA's half of A's rows, into both CTAs at the same offset (and both full barriers)
+            constexpr int kRows = BM / Cluster;
+            cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&map_a, &s.full[stage], uint16_t((1 << Cluster) - 1),
+                                                   kEvictNormal, s.a[stage] + rank * kRows * kBlockK,
+                                                   kb * kBlockK, t.m0 + rank * kRows);
+          }
+          problem.load_b(map_b, &s.full[stage], s.b[stage], kb, t);
+        } else {
+          // Rows past the tile's own (past m, or another group's) get scale 0, read from row 0: nothing stores them.
+          for (int r = lane; r < BM; r += 32) {
+            const bool own = t.m0 + r < t.row_end;
+            copy_scale(&s.scale_a[stage][r], problem.scale_a(own ? t.m0 + r : 0, kb), own);
+          }
+          if (lane == 0) copy_scale(&s.scale_b[stage], scale_b + kb, true);
+          arrive_when_copied(&s.full[stage]);
+        }
+        if (++stage == Stages) stage = 0, phase ^= 1;
+      }
+    }
+    if (warp == 1) asm volatile("cp.async.wait_all;\n" ::: "memory");  // no copy outlives the warp that issued it
+    if constexpr (Cluster > 1) {
+      // The other CTA's warps release this CTA's stages remotely: once every stage is released by both, nothing
+      // more arrives here, and the CTA may end.
+      if (warp == 0) {
+        for (int i = 0; i < Stages; ++i) {
+          Empty::wait(&s.empty[stage], phase ^ 1);
+          if (++stage == Stages) stage = 0, phase ^= 1;
+        }
+      }
+    }
+    return;
+  }
+
+  cutlass::arch::warpgroup_reg_alloc<T::kMathGroups == 1 ? 240 : 232>();
+  const int group = __shfl_sync(0xffffffff, warp / 4 - 1, 0);  // which 64 rows of the tile (warp-uniform)
+  const int w = warp % 4;
+  // wgmma's accumulator layout: thread (w, lane) holds rows 16w + lane/4 and that + 8 of its 64, columns
+  // 8j + 2(lane % 4) and the next, for j < BN / 8 (registers 4j, 4j+1 the first row, 4j+2, 4j+3 the second).
+  const int scale_row = 64 * group + 16 * w + lane / 4;
+  Ring ring;
+  float total[T::kAccumulators];
+  Pending<T::kAccumulators> a[2];  // two k-blocks in flight: one being promoted while the next multiplies
+  const Output output = problem.output();
+  for (int unit = first_unit; problem.find(unit); unit += unit_step) {
+    const TileAt t = problem.tile(unit, rank);
+#pragma unroll
+    for (int i = 0; i < T::kAccumulators; ++i) total[i] = 0.f;
+    // k-block kb multiplies into a[kb % 2] and is promoted once k-block kb + 1 is issued, so the tensor cores run
+    // while the CUDA cores scale and add (the order of the adds into `total` is unchanged). The loop carries one
+    // batch in flight, always in a[0], so the accumulators keep their registers from one turn to the next.
+    issue<T, BN>(s, ring, a[0], group, scale_row);
+    int kb = 0;
+    for (; kb + 2 < k_blocks; kb += 2) {
+      issue<T, BN>(s, ring, a[1], group, scale_row);
+      promote<T, 1, Cluster>(s, ring, a[0], total, lane);
+      issue<T, BN>(s, ring, a[0], group, scale_row);
+      promote<T, 1, Cluster>(s, ring, a[1], total, lane);
+    }
+    if (kb + 1 < k_blocks) {
+      issue<T, BN>(s, ring, a[1], group, scale_row);
+      promote<T, 1, Cluster>(s, ring, a[0], total, lane);
+      promote<T, 0, Cluster>(s, ring, a[1], total, lane);
+    } else {
+      promote<T, 0, Cluster>(s, ring, a[0], total, lane);
+    }
+    if (t.n0 < output.n)
+      store_tile<T, BN>(s, store_by_tma ? &map_d : nullptr, output, total, group, w, lane, t.m0, t.row_end, t.n0);
+  }
+  if (store_by_tma && w == 0 && lane == 0) cute::tma_store_wait<0>();  // shared memory outlives the last store
+#endif
+}
+
+}  // namespace cutlass_ext::fp8_block_direct
+
+// One variant's kernel under a C name, which the host half looks up in the cubin.
+#define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT(NAME, BM, BN, CLUSTER)                                           \
+  extern "C" __global__ void __launch_bounds__(cutlass_ext::fp8_block_direct::Tiling<BM, BN, 2>::kThreads, 1) \
+      NAME##_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,    \
+                    const __grid_constant__ CUtensorMap map_d, bool store_by_tma,                            \
+                    const cutlass_ext_fp8_block_args p) {                                                    \
+    using Problem = cutlass_ext::fp8_block_direct::DenseProblem<BM, BN, CLUSTER>;                            \
+    cutlass_ext::fp8_block_direct::gemm<BM, BN, cutlass_ext::fp8_block_direct::stages_that_fit<BM, BN>(),    \
+                                        CLUSTER>(map_a, map_b, map_d, store_by_tma, Problem(p));             \
+  }
+// The grouped form: B read through a (groups, n, k) map.
+#define CUTLASS_EXT_EXPORT_FP8_GROUPED_DIRECT(NAME, BM, BN, CLUSTER)                                         \
+  extern "C" __global__ void __launch_bounds__(cutlass_ext::fp8_block_direct::Tiling<BM, BN, 2>::kThreads, 1) \
+      NAME##_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,    \
+                    const __grid_constant__ CUtensorMap map_d, bool store_by_tma,                            \
+                    const cutlass_ext_fp8_grouped_args p) {                                                  \
+    using Problem = cutlass_ext::fp8_block_direct::GroupedProblem<BM, BN, CLUSTER>;                          \
+    cutlass_ext::fp8_block_direct::gemm<BM, BN, cutlass_ext::fp8_block_direct::stages_that_fit<BM, BN>(),    \
+                                        CLUSTER>(map_a, map_b, map_d, store_by_tma, Problem(p));             \
+  }
+#define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT_LIBRARY()
