@@ -12,7 +12,7 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 
-#include "sm90_fp8_grouped_rows.h"
+#include "sm90_fp8_block_direct_walk.h"
 
 namespace cutlass_ext::fp8_block_direct {
 
@@ -208,46 +208,19 @@ __device__ __forceinline__ void store_tile(typename T::Shared& s, const CUtensor
   }
 }
 
-struct TileCoord {
-  int m, n;
-};
-
-// Tiles in bands `width` tiles wide along N, each band walked row by row down M: the CTAs running at once cover a
-// compact block of the output, so each k-block of A and B they read is shared through L2 by several of them.
-__device__ __forceinline__ TileCoord tile_coord(int tile, int tiles_m, int tiles_n, int width) {
-  const int band = tile / (width * tiles_m);
-  const int n_first = band * width;
-  const int band_width = min(width, tiles_n - n_first);
-  const int i = tile - band * width * tiles_m;
-  return {i / band_width, n_first + i % band_width};
-}
-
-template <int BN>
-constexpr int raster_width() {
-  return 1024 / BN;  // a band 1024 columns wide
-}
-
-// Where a unit of work's tile is: A's, scale_a's and D's first row m0 (rows at or past row_end belong to another
-// group, or lie past m: their scales read as 0 and they are not stored), D's first column n0 and the group whose
-// B and weight scales it reads (0 when dense).
-struct TileAt {
-  int m0, row_end, n0, group;
-};
-
 // The dense problem: tiles over (m, n), in clusters of `Cluster` neighbouring tiles along N.
 template <int BM, int BN, int Cluster>
 struct DenseProblem {
   const cutlass_ext_fp8_block_args& p;
-  int tiles_m, units_n;
+  int units;
 
   __device__ __forceinline__ explicit DenseProblem(const cutlass_ext_fp8_block_args& args)
-      : p(args), tiles_m(int((args.m + BM - 1) / BM)), units_n(int((args.n + BN * Cluster - 1) / (BN * Cluster))) {}
+      : p(args), units(int((args.m + BM - 1) / BM) * int((args.n + BN * Cluster - 1) / (BN * Cluster))) {}
   __device__ __forceinline__ int64_t n() const { return p.n; }
   __device__ __forceinline__ int64_t k() const { return p.k; }
-  __device__ __forceinline__ bool find(int unit) { return unit < tiles_m * units_n; }
+  __device__ __forceinline__ bool find(int unit) { return unit < units; }
   __device__ __forceinline__ TileAt tile(int unit, int rank) const {
-    const TileCoord at = tile_coord(unit, tiles_m, units_n, raster_width<BN>() / Cluster);
-    return {at.m * BM, int(p.m), (at.n * Cluster + rank) * BN, 0};
+    return dense_tile<BM, BN, Cluster>(unit, rank, p.m, p.n);
   }
   __device__ __forceinline__ const float* scale_a(int row, int kb) const {
     return p.scale_a + row * p.scale_a_row_stride + kb * p.scale_a_block_stride;
@@ -263,49 +236,20 @@ struct DenseProblem {
   __device__ __forceinline__ Output output() const { return {p.d, p.ldd, p.bias, p.m, p.n}; }
 };
 
-// The grouped problem (a mixture-of-experts layer, sm90_fp8_block_abi.h): per group its tiles over (its rows, n),
-// the groups one after another. The rows of each group are read on the device: every thread walks the groups
-// forward as its units advance (a unit's group is the one whose units it falls among).
+// The grouped problem (a mixture-of-experts layer, sm90_fp8_block_abi.h): every thread walks the groups forward as
+// its units advance (sm90_fp8_block_direct_walk.h), the groups' rows read on the device.
 template <int BM, int BN, int Cluster>
 struct GroupedProblem {
   const cutlass_ext_fp8_grouped_args& p;
-  int units_n, k_blocks;
-  int g = 0, first = 0, start = 0, rows = 0, tiles_m = 0;  // the group the walk is at, and its first unit
+  GroupWalk<BM, BN, Cluster> walk;
+  int k_blocks;
 
   __device__ __forceinline__ explicit GroupedProblem(const cutlass_ext_fp8_grouped_args& args)
-      : p(args),
-        units_n(int((args.n + BN * Cluster - 1) / (BN * Cluster))),
-        k_blocks(int((args.k + kBlockK - 1) / kBlockK)) {
-    if (p.groups > 0) enter(0);
-  }
-  __device__ __forceinline__ void enter(int group) {
-    g = group;
-    const int64_t before = p.offsets != nullptr && g > 0 ? p.offsets[g - 1] : 0;
-    const int64_t end = p.offsets != nullptr ? p.offsets[g] : 0;
-    const int64_t count = p.offsets == nullptr ? p.counts[g] : 0;
-    const fp8_block::GroupRows span = fp8_block::group_rows(p, g, before, end, count);
-    start = int(span.start), rows = int(span.rows), tiles_m = (rows + BM - 1) / BM;
-  }
+      : p(args), walk(args), k_blocks(int((args.k + kBlockK - 1) / kBlockK)) {}
   __device__ __forceinline__ int64_t n() const { return p.n; }
   __device__ __forceinline__ int64_t k() const { return p.k; }
-  // Moves the walk to the group of `unit` (units only grow); false past the last group's.
-  __device__ __forceinline__ bool find(int unit) {
-    while (g < p.groups) {
-      const int units = tiles_m * units_n;
-      if (unit < first + units) return true;
-      first += units;
-      if (g + 1 < p.groups) {
-        enter(g + 1);
-      } else {
-        ++g;
-      }
-    }
-    return false;
-  }
-  __device__ __forceinline__ TileAt tile(int unit, int rank) const {
-    const TileCoord at = tile_coord(unit - first, tiles_m, units_n, raster_width<BN>() / Cluster);
-    return {start + at.m * BM, start + rows, (at.n * Cluster + rank) * BN, g};
-  }
+  __device__ __forceinline__ bool find(int unit) { return walk.find(unit); }
+  __device__ __forceinline__ TileAt tile(int unit, int rank) const { return walk.tile(unit, rank); }
   __device__ __forceinline__ const float* scale_a(int row, int kb) const {
     return p.scale_a + int64_t(row) * k_blocks + kb;
   }
