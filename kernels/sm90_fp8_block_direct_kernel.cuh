@@ -393,24 +393,19 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
 
 }  // namespace cutlass_ext::fp8_block_direct
 
-// One variant's kernel under a C name, which the host half looks up in the cubin.
-#define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT(NAME, BM, BN, CLUSTER)                                           \
+// One variant's kernel under a C name, which the host half looks up in the cubin: ARGS the ABI's argument struct,
+// PROBLEM the problem type reading it.
+#define CUTLASS_EXT_DIRECT_KERNEL(NAME, BM, BN, CLUSTER, ARGS, PROBLEM)                                      \
   extern "C" __global__ void __launch_bounds__(cutlass_ext::fp8_block_direct::Tiling<BM, BN, 2>::kThreads, 1) \
       NAME##_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,    \
-                    const __grid_constant__ CUtensorMap map_d, bool store_by_tma,                            \
-                    const cutlass_ext_fp8_block_args p) {                                                    \
-    using Problem = cutlass_ext::fp8_block_direct::DenseProblem<BM, BN, CLUSTER>;                            \
+                    const __grid_constant__ CUtensorMap map_d, bool store_by_tma, const ARGS p) {            \
+    using Problem = cutlass_ext::fp8_block_direct::PROBLEM<BM, BN, CLUSTER>;                                 \
     cutlass_ext::fp8_block_direct::gemm<BM, BN, cutlass_ext::fp8_block_direct::stages_that_fit<BM, BN>(),    \
                                         CLUSTER>(map_a, map_b, map_d, store_by_tma, Problem(p));             \
   }
+#define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT(NAME, BM, BN, CLUSTER) \
+  CUTLASS_EXT_DIRECT_KERNEL(NAME, BM, BN, CLUSTER, cutlass_ext_fp8_block_args, DenseProblem)
 // The grouped form: B read through a (groups, n, k) map.
-#define CUTLASS_EXT_EXPORT_FP8_GROUPED_DIRECT(NAME, BM, BN, CLUSTER)                                         \
-  extern "C" __global__ void __launch_bounds__(cutlass_ext::fp8_block_direct::Tiling<BM, BN, 2>::kThreads, 1) \
-      NAME##_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,    \
-                    const __grid_constant__ CUtensorMap map_d, bool store_by_tma,                            \
-                    const cutlass_ext_fp8_grouped_args p) {                                                  \
-    using Problem = cutlass_ext::fp8_block_direct::GroupedProblem<BM, BN, CLUSTER>;                          \
-    cutlass_ext::fp8_block_direct::gemm<BM, BN, cutlass_ext::fp8_block_direct::stages_that_fit<BM, BN>(),    \
-                                        CLUSTER>(map_a, map_b, map_d, store_by_tma, Problem(p));             \
-  }
+#define CUTLASS_EXT_EXPORT_FP8_GROUPED_DIRECT(NAME, BM, BN, CLUSTER) \
+  CUTLASS_EXT_DIRECT_KERNEL(NAME, BM, BN, CLUSTER, cutlass_ext_fp8_grouped_args, GroupedProblem)
 #define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT_LIBRARY()

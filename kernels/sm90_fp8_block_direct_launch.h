@@ -161,48 +161,15 @@ class LoadedKernel {
   std::atomic<int> resident_[kDevices] = {};  // clusters resident at once, per device (0: not asked yet)
 };
 
-// Runs D = the block-scaled product on `stream`. The caller has checked what the API checks (e4m3 operands with
-// 16-byte-aligned rows, 128 x 128 weight scales, bf16 D). Returns the launch's error.
-template <int BM, int BN, int Stages, int Cluster>
-cudaError_t run(LoadedKernel& kernel, cutlass_ext_fp8_block_args args, cudaStream_t stream) {
+// Launches a cluster per unit of work (`tiles_m` rows of units, each `Cluster` tiles along N) up to as many as fit
+// at once (persistent CTAs), D stored by TMA where its base and rows are 16-byte aligned (else from registers).
+template <int BM, int BN, int Stages, int Cluster, class Args>
+cudaError_t launch_persistent(LoadedKernel& kernel, CUtensorMap& map_a, CUtensorMap& map_b, Args& args, int64_t rows,
+                              int64_t tiles_m, cudaStream_t stream) {
   using T = Tiling<BM, BN, Stages>;
-  CUtensorMap map_a, map_b;  // in a cluster, each CTA loads BM / Cluster rows of A
-  if (!operand_map(&map_a, args.a, args.m, args.k, args.lda, BM / Cluster) ||
-      !operand_map(&map_b, args.b, args.n, args.k, args.ldb, BN))
-    return cudaErrorInvalidValue;
-  // TMA stores D where its base and rows are 16-byte aligned; elsewhere the kernel stores from registers.
   CUtensorMap map_d{};
   bool store_by_tma = reinterpret_cast<uintptr_t>(args.d) % 16 == 0 && args.ldd % 8 == 0 &&
-                      output_map(&map_d, args.d, args.m, args.n, args.ldd, T::kBoxColumns);
-  // Persistent: a cluster per unit of work (Cluster neighbouring tiles along N) up to as many as fit at once.
-  const int64_t units = ((args.m + BM - 1) / BM) * ((args.n + BN * Cluster - 1) / (BN * Cluster));
-  const int64_t clusters = kernel.resident_clusters(args.sm_count, Cluster, T::kThreads);
-  const int grid = int(units < clusters ? units : clusters) * Cluster;
-  if (grid == 0) return cudaSuccess;
-  void* arguments[] = {&map_a, &map_b, &map_d, &store_by_tma, &args};
-  const cudaError_t error = kernel.launch(grid, Cluster, T::kThreads, stream, arguments);
-  if (error != cudaSuccess) (void)cudaGetLastError();  // the failure is this call's status, not the next call's
-  return error;
-}
-
-// Runs the grouped form on `stream` (the API has checked what it checks: e4m3 operands, dense K-major activation
-// scales, 128 x 128 weight blocks, bf16 D). The grid covers the most units the groups can have: their rows are
-// read on the device.
-template <int BM, int BN, int Stages, int Cluster>
-cudaError_t run_grouped(LoadedKernel& kernel, cutlass_ext_fp8_grouped_args args, cudaStream_t stream) {
-  using T = Tiling<BM, BN, Stages>;
-  if (args.m_total == 0) return cudaSuccess;  // no rows: nothing to compute (a map cannot have 0 rows)
-  CUtensorMap map_a, map_b;
-  if (!operand_map(&map_a, args.a, args.m_total, args.k, args.lda, BM / Cluster) ||
-      !grouped_operand_map(&map_b, args.b, args.groups, args.n, args.k, args.ldb, args.b_group_stride, BN))
-    return cudaErrorInvalidValue;
-  CUtensorMap map_d{};
-  bool store_by_tma = reinterpret_cast<uintptr_t>(args.d) % 16 == 0 && args.ldd % 8 == 0 &&
-                      output_map(&map_d, args.d, args.m_total, args.n, args.ldd, T::kBoxColumns);
-  // Each group's tiles: ceil(rows / BM), together at most ceil(m_total / BM) + groups (contiguous) or
-  // groups * ceil(capacity / BM) (masked).
-  const int64_t tiles_m = args.offsets != nullptr ? (args.m_total + BM - 1) / BM + args.groups
-                                                  : args.groups * ((args.capacity + BM - 1) / BM);
+                      output_map(&map_d, args.d, rows, args.n, args.ldd, T::kBoxColumns);
   const int64_t units = tiles_m * ((args.n + BN * Cluster - 1) / (BN * Cluster));
   const int64_t clusters = kernel.resident_clusters(args.sm_count, Cluster, T::kThreads);
   const int grid = int(units < clusters ? units : clusters) * Cluster;
@@ -213,10 +180,49 @@ cudaError_t run_grouped(LoadedKernel& kernel, cutlass_ext_fp8_grouped_args args,
   return error;
 }
 
+// Runs D = the block-scaled product on `stream`. The caller has checked what the API checks (e4m3 operands with
+// 16-byte-aligned rows, 128 x 128 weight scales, bf16 D). Returns the launch's error.
+template <int BM, int BN, int Stages, int Cluster>
+cudaError_t run(LoadedKernel& kernel, cutlass_ext_fp8_block_args args, cudaStream_t stream) {
+  CUtensorMap map_a, map_b;  // in a cluster, each CTA loads BM / Cluster rows of A
+  if (!operand_map(&map_a, args.a, args.m, args.k, args.lda, BM / Cluster) ||
+      !operand_map(&map_b, args.b, args.n, args.k, args.ldb, BN))
+    return cudaErrorInvalidValue;
+  return launch_persistent<BM, BN, Stages, Cluster>(kernel, map_a, map_b, args, args.m, (args.m + BM - 1) / BM,
+                                                    stream);
+}
+
+// Runs the grouped form on `stream` (the API has checked what it checks: e4m3 operands, dense K-major activation
+// scales, 128 x 128 weight blocks, bf16 D). The grid covers the most units the groups can have: their rows are
+// read on the device.
+template <int BM, int BN, int Stages, int Cluster>
+cudaError_t run_grouped(LoadedKernel& kernel, cutlass_ext_fp8_grouped_args args, cudaStream_t stream) {
+  if (args.m_total == 0) return cudaSuccess;  // no rows: nothing to compute (a map cannot have 0 rows)
+  CUtensorMap map_a, map_b;
+  if (!operand_map(&map_a, args.a, args.m_total, args.k, args.lda, BM / Cluster) ||
+      !grouped_operand_map(&map_b, args.b, args.groups, args.n, args.k, args.ldb, args.b_group_stride, BN))
+    return cudaErrorInvalidValue;
+  // Each group's tiles: ceil(rows / BM), together at most ceil(m_total / BM) + groups (contiguous) or
+  // groups * ceil(capacity / BM) (masked).
+  const int64_t tiles_m = args.offsets != nullptr ? (args.m_total + BM - 1) / BM + args.groups
+                                                  : args.groups * ((args.capacity + BM - 1) / BM);
+  return launch_persistent<BM, BN, Stages, Cluster>(kernel, map_a, map_b, args, args.m_total, tiles_m, stream);
+}
+
+// What both forms' launchers share: the ring's depth, the shared memory it takes, CUTLASS's statuses.
+template <int BM, int BN>
+struct DirectLaunchers {
+  static constexpr int kStages = stages_that_fit<BM, BN>();
+  static constexpr int kSharedBytes = Tiling<BM, BN, kStages>::kSharedBytes;
+  static int status(cudaError_t error) {
+    return int(error == cudaSuccess ? cutlass::Status::kSuccess : cutlass::Status::kErrorInternal);
+  }
+};
+
 // The variant's launchers as the block family's libraries export them (library_exports.h): statuses are CUTLASS's.
 template <int BM, int BN, int Cluster>
-struct Sm90Fp8BlockDirectGemm {
-  static constexpr int kStages = stages_that_fit<BM, BN>();
+struct Sm90Fp8BlockDirectGemm : DirectLaunchers<BM, BN> {
+  using Base = DirectLaunchers<BM, BN>;
 
   static int can_implement(const cutlass_ext_fp8_block_args* args) {
     auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
@@ -229,19 +235,16 @@ struct Sm90Fp8BlockDirectGemm {
     return int(cutlass::Status::kSuccess);
   }
 
-  static size_t workspace_size(const cutlass_ext_fp8_block_args*) { return 0; }
-
   static int run(LoadedKernel& kernel, const cutlass_ext_fp8_block_args* args, void* stream) {
-    const cudaError_t error =
-        fp8_block_direct::run<BM, BN, kStages, Cluster>(kernel, *args, static_cast<cudaStream_t>(stream));
-    return int(error == cudaSuccess ? cutlass::Status::kSuccess : cutlass::Status::kErrorInternal);
+    return Base::status(fp8_block_direct::run<BM, BN, Base::kStages, Cluster>(kernel, *args,
+                                                                             static_cast<cudaStream_t>(stream)));
   }
 };
 
 // The grouped form's launchers.
 template <int BM, int BN, int Cluster>
-struct Sm90Fp8GroupedDirectGemm {
-  static constexpr int kStages = stages_that_fit<BM, BN>();
+struct Sm90Fp8GroupedDirectGemm : DirectLaunchers<BM, BN> {
+  using Base = DirectLaunchers<BM, BN>;
 
   static int can_implement(const cutlass_ext_fp8_grouped_args* args) {
     auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
@@ -259,42 +262,27 @@ struct Sm90Fp8GroupedDirectGemm {
     return int(cutlass::Status::kSuccess);
   }
 
-  static size_t workspace_size(const cutlass_ext_fp8_grouped_args*) { return 0; }
-
   static int run(LoadedKernel& kernel, const cutlass_ext_fp8_grouped_args* args, void* stream) {
-    const cudaError_t error =
-        fp8_block_direct::run_grouped<BM, BN, kStages, Cluster>(kernel, *args, static_cast<cudaStream_t>(stream));
-    return int(error == cudaSuccess ? cutlass::Status::kSuccess : cutlass::Status::kErrorInternal);
+    return Base::status(fp8_block_direct::run_grouped<BM, BN, Base::kStages, Cluster>(
+        kernel, *args, static_cast<cudaStream_t>(stream)));
   }
 };
 
 }  // namespace cutlass_ext::fp8_block_direct
 
-// One variant's launchers under the block family's C names (library_exports.h), the kernel from the cubin.
-#define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT(NAME, BM, BN, CLUSTER)                                           \
-  extern "C" int NAME##_fp8_block_can_implement(const cutlass_ext_fp8_block_args* args) {                    \
-    return cutlass_ext::fp8_block_direct::Sm90Fp8BlockDirectGemm<BM, BN, CLUSTER>::can_implement(args);      \
-  }                                                                                                          \
-  extern "C" size_t NAME##_fp8_block_workspace_size(const cutlass_ext_fp8_block_args* args) {                \
-    return cutlass_ext::fp8_block_direct::Sm90Fp8BlockDirectGemm<BM, BN, CLUSTER>::workspace_size(args);     \
-  }                                                                                                          \
-  extern "C" int NAME##_fp8_block_run(const cutlass_ext_fp8_block_args* args, void*, void* stream) {         \
-    using Gemm = cutlass_ext::fp8_block_direct::Sm90Fp8BlockDirectGemm<BM, BN, CLUSTER>;                     \
-    static cutlass_ext::fp8_block_direct::LoadedKernel kernel(                                               \
-        #NAME "_kernel", cutlass_ext::fp8_block_direct::Tiling<BM, BN, Gemm::kStages>::kSharedBytes);        \
-    return Gemm::run(kernel, args, stream);                                                                  \
+// One variant's launchers under the block family's C names (library_exports.h), the kernel from the cubin: SUFFIX
+// and ARGS the ABI's form, GEMM the launcher class.
+#define CUTLASS_EXT_DIRECT_LAUNCHERS(NAME, SUFFIX, ARGS, ...)                                                \
+  extern "C" int NAME##SUFFIX##_can_implement(const ARGS* args) { return __VA_ARGS__::can_implement(args); } \
+  extern "C" size_t NAME##SUFFIX##_workspace_size(const ARGS*) { return 0; }                                 \
+  extern "C" int NAME##SUFFIX##_run(const ARGS* args, void*, void* stream) {                                 \
+    static cutlass_ext::fp8_block_direct::LoadedKernel kernel(#NAME "_kernel", __VA_ARGS__::kSharedBytes);    \
+    return __VA_ARGS__::run(kernel, args, stream);                                                           \
   }
-#define CUTLASS_EXT_EXPORT_FP8_GROUPED_DIRECT(NAME, BM, BN, CLUSTER)                                         \
-  extern "C" int NAME##_fp8_grouped_can_implement(const cutlass_ext_fp8_grouped_args* args) {                \
-    return cutlass_ext::fp8_block_direct::Sm90Fp8GroupedDirectGemm<BM, BN, CLUSTER>::can_implement(args);    \
-  }                                                                                                          \
-  extern "C" size_t NAME##_fp8_grouped_workspace_size(const cutlass_ext_fp8_grouped_args* args) {            \
-    return cutlass_ext::fp8_block_direct::Sm90Fp8GroupedDirectGemm<BM, BN, CLUSTER>::workspace_size(args);   \
-  }                                                                                                          \
-  extern "C" int NAME##_fp8_grouped_run(const cutlass_ext_fp8_grouped_args* args, void*, void* stream) {     \
-    using Gemm = cutlass_ext::fp8_block_direct::Sm90Fp8GroupedDirectGemm<BM, BN, CLUSTER>;                   \
-    static cutlass_ext::fp8_block_direct::LoadedKernel kernel(                                               \
-        #NAME "_kernel", cutlass_ext::fp8_block_direct::Tiling<BM, BN, Gemm::kStages>::kSharedBytes);        \
-    return Gemm::run(kernel, args, stream);                                                                  \
-  }
+#define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT(NAME, BM, BN, CLUSTER)             \
+  CUTLASS_EXT_DIRECT_LAUNCHERS(NAME, _fp8_block, cutlass_ext_fp8_block_args, \
+                               cutlass_ext::fp8_block_direct::Sm90Fp8BlockDirectGemm<BM, BN, CLUSTER>)
+#define CUTLASS_EXT_EXPORT_FP8_GROUPED_DIRECT(NAME, BM, BN, CLUSTER)               \
+  CUTLASS_EXT_DIRECT_LAUNCHERS(NAME, _fp8_grouped, cutlass_ext_fp8_grouped_args, \
+                               cutlass_ext::fp8_block_direct::Sm90Fp8GroupedDirectGemm<BM, BN, CLUSTER>)
 #define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT_LIBRARY() CUTLASS_EXT_EXPORT_ABI()  // once per library
