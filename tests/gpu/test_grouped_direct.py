@@ -12,7 +12,7 @@ from cutlass_ext.build import build_libraries
 from cutlass_ext.fp8_block.direct import Fp8BlockDirectConfig
 
 from .test_fp8_block import check_close, draw
-from .test_grouped_fp8 import experts, offsets_of
+from .test_grouped_fp8 import check_contiguous, experts, offsets_of
 
 pytestmark = pytest.mark.gpu
 
@@ -53,12 +53,7 @@ def test_contiguous_layout_equals_the_dense_kernel_per_group(config, sizes, n, k
     b8, scale_b = experts(len(sizes), n, k, (128, 128), seed=n)
     out = ext.grouped_gemm_fp8(a8, b8, scale_a, scale_b, offsets=offsets_of(sizes), variant=config.name)
     assert out.shape == (m, n)
-    start = 0
-    for g, size in enumerate(sizes):
-        if size:
-            rows = slice(start, start + size)
-            check_group(out[rows], a8[rows], b8[g], scale_a[rows], scale_b[g], config)
-        start += size
+    check_contiguous(out, a8, b8, scale_a, scale_b, 128, sizes, lambda *group: check_group(*group, config))
 
 
 @pytest.mark.parametrize("config", GROUPED, ids=lambda c: c.name)
