@@ -29,27 +29,34 @@ constexpr int kWgmmaK = 32;   // the k of one FP8 wgmma
 constexpr int kWarpgroup = 128;
 constexpr int kSharedCapacity = 232448;  // sm90's opt-in shared memory per block (227 KB)
 
-template <int BM, int BN, int Stages>
+// ColumnScales: the weight-gradient form's scales, 1x128 along K for both operands (a weight scale per column of
+// the tile and k-block); otherwise one weight scale per tile and k-block (128 x 128 weight blocks).
+template <int BM, int BN, int Stages, bool ColumnScales = false>
 struct Tiling {
   static_assert(BM == 64 || BM == 128, "a tile is one or two math warpgroups of 64 rows");
   static_assert(BN == 16 || BN == 32 || BN == 64 || BN == 128, "a tile lies inside one 128-row weight-scale block");
   static_assert(Stages >= 2, "a math warpgroup holds two stages at once (one multiplying, one being promoted)");
+  static_assert(!ColumnScales || BN <= 64, "a weight scale per column: tiles at most 64 wide (registers)");
   static constexpr int kMathGroups = BM / 64;
   static constexpr int kThreads = kWarpgroup * (1 + kMathGroups);
   static constexpr int kBytesA = BM * kBlockK;
   static constexpr int kBytesB = BN * kBlockK;
   static constexpr int kAccumulators = BN / 2;  // a thread's share of a 64 x BN wgmma
   static constexpr int kStages = Stages;
-  // The output tile goes out by TMA in boxes of 64 rows and kBoxColumns columns, each one swizzle span wide.
+  static constexpr bool kColumnScales = ColumnScales;
+  static constexpr int kScalesB = ColumnScales ? BN : 1;
+  // The bf16 output tile goes out by TMA in boxes of 64 rows and kBoxColumns columns, each one swizzle span wide
+  // (the column-scaled form writes FP32 from registers: no staging).
   static constexpr int kBoxColumns = BN < 64 ? BN : 64;
   static constexpr int kSwizzleBytes = kBoxColumns * 2;  // 32, 64 or 128
   static constexpr int kBoxBytes = 64 * kSwizzleBytes;
+  static constexpr int kBoxes = ColumnScales ? 1 : kMathGroups * (BN / kBoxColumns);
   struct alignas(1024) Shared {
     uint8_t a[Stages][kBytesA];  // each a multiple of 1024 bytes: every stage starts on a swizzle atom
     uint8_t b[Stages][kBytesB];
-    uint8_t d[kMathGroups][BN / kBoxColumns][kBoxBytes];  // each math warpgroup's 64 x BN bf16 output
+    uint8_t d[kBoxes][ColumnScales ? 1024 : kBoxBytes];  // math warpgroup g's boxes from g * BN / kBoxColumns
     float scale_a[Stages][BM];
-    float scale_b[Stages];
+    float scale_b[Stages][kScalesB];
     uint64_t full[Stages];
     uint64_t empty[Stages];
   };
@@ -57,12 +64,12 @@ struct Tiling {
 };
 
 // The most stages (up to 16) whose ring fits in shared memory.
-template <int BM, int BN, int S = 16>
+template <int BM, int BN, bool ColumnScales = false, int S = 16>
 constexpr int stages_that_fit() {
-  if constexpr (S == 1 || Tiling<BM, BN, S>::kSharedBytes <= kSharedCapacity) {
+  if constexpr (S == 2 || Tiling<BM, BN, S, ColumnScales>::kSharedBytes <= kSharedCapacity) {
     return S;
   } else {
-    return stages_that_fit<BM, BN, S - 1>();
+    return stages_that_fit<BM, BN, ColumnScales, S - 1>();
   }
 }
 

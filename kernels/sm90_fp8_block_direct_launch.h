@@ -163,12 +163,12 @@ class LoadedKernel {
 
 // Launches a cluster per unit of work (`tiles_m` rows of units, each `Cluster` tiles along N) up to as many as fit
 // at once (persistent CTAs), D stored by TMA where its base and rows are 16-byte aligned (else from registers).
-template <int BM, int BN, int Stages, int Cluster, class Args>
+template <int BM, int BN, int Stages, int Cluster, bool ColumnScales = false, class Args>
 cudaError_t launch_persistent(LoadedKernel& kernel, CUtensorMap& map_a, CUtensorMap& map_b, Args& args, int64_t rows,
                               int64_t tiles_m, cudaStream_t stream) {
-  using T = Tiling<BM, BN, Stages>;
-  CUtensorMap map_d{};
-  bool store_by_tma = reinterpret_cast<uintptr_t>(args.d) % 16 == 0 && args.ldd % 8 == 0 &&
+  using T = Tiling<BM, BN, Stages, ColumnScales>;
+  CUtensorMap map_d{};  // bf16 D only (the column-scaled form's FP32 D goes out from registers)
+  bool store_by_tma = !ColumnScales && reinterpret_cast<uintptr_t>(args.d) % 16 == 0 && args.ldd % 8 == 0 &&
                       output_map(&map_d, args.d, rows, args.n, args.ldd, T::kBoxColumns);
   const int64_t units = tiles_m * ((args.n + BN * Cluster - 1) / (BN * Cluster));
   const int64_t clusters = kernel.resident_clusters(args.sm_count, Cluster, T::kThreads);
@@ -209,11 +209,23 @@ cudaError_t run_grouped(LoadedKernel& kernel, cutlass_ext_fp8_grouped_args args,
   return launch_persistent<BM, BN, Stages, Cluster>(kernel, map_a, map_b, args, args.m_total, tiles_m, stream);
 }
 
-// What both forms' launchers share: the ring's depth, the shared memory it takes, CUTLASS's statuses.
-template <int BM, int BN>
+// Runs the weight-gradient form on `stream` (the API has checked what it checks: e4m3 operands, 1x128 scales along K
+// for both, M- and N-contiguous, FP32 D): every group's tiles over (m, n).
+template <int BM, int BN, int Stages, int Cluster>
+cudaError_t run_k_grouped(LoadedKernel& kernel, cutlass_ext_fp8_k_grouped_args args, cudaStream_t stream) {
+  CUtensorMap map_a, map_b;
+  if (!operand_map(&map_a, args.a, args.m, args.k_total, args.lda, BM / Cluster) ||
+      !operand_map(&map_b, args.b, args.n, args.k_total, args.ldb, BN))
+    return cudaErrorInvalidValue;
+  return launch_persistent<BM, BN, Stages, Cluster, true>(kernel, map_a, map_b, args, args.m,
+                                                          args.groups * ((args.m + BM - 1) / BM), stream);
+}
+
+// What the forms' launchers share: the ring's depth, the shared memory it takes, CUTLASS's statuses.
+template <int BM, int BN, bool ColumnScales = false>
 struct DirectLaunchers {
-  static constexpr int kStages = stages_that_fit<BM, BN>();
-  static constexpr int kSharedBytes = Tiling<BM, BN, kStages>::kSharedBytes;
+  static constexpr int kStages = stages_that_fit<BM, BN, ColumnScales>();
+  static constexpr int kSharedBytes = Tiling<BM, BN, kStages, ColumnScales>::kSharedBytes;
   static int status(cudaError_t error) {
     return int(error == cudaSuccess ? cutlass::Status::kSuccess : cutlass::Status::kErrorInternal);
   }
@@ -268,6 +280,29 @@ struct Sm90Fp8GroupedDirectGemm : DirectLaunchers<BM, BN> {
   }
 };
 
+// The weight-gradient form's launchers.
+template <int BM, int BN, int Cluster>
+struct Sm90Fp8KGroupedDirectGemm : DirectLaunchers<BM, BN, true> {
+  using Base = DirectLaunchers<BM, BN, true>;
+
+  static int can_implement(const cutlass_ext_fp8_k_grouped_args* args) {
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (!aligned(args->a) || !aligned(args->b) || args->lda % 16 || args->ldb % 16)
+      return int(cutlass::Status::kErrorMisalignedOperand);
+    constexpr int64_t kLimit = int64_t(1) << 31, kRowLimit = kLimit - 256;
+    if (args->offsets == nullptr || args->groups < 1 || args->m < 1 || args->n < 1 || args->k_total < 1 ||
+        args->groups >= kLimit || args->m > kRowLimit || args->n >= kLimit || args->k_total >= kLimit ||
+        args->groups * ((args->m + BM - 1) / BM) * ((args->n + BN - 1) / BN) >= kLimit)
+      return int(cutlass::Status::kErrorInvalidProblem);
+    return int(cutlass::Status::kSuccess);
+  }
+
+  static int run(LoadedKernel& kernel, const cutlass_ext_fp8_k_grouped_args* args, void* stream) {
+    return Base::status(fp8_block_direct::run_k_grouped<BM, BN, Base::kStages, Cluster>(
+        kernel, *args, static_cast<cudaStream_t>(stream)));
+  }
+};
+
 }  // namespace cutlass_ext::fp8_block_direct
 
 // One variant's launchers under the block family's C names (library_exports.h), the kernel from the cubin: SUFFIX
@@ -285,4 +320,7 @@ struct Sm90Fp8GroupedDirectGemm : DirectLaunchers<BM, BN> {
 #define CUTLASS_EXT_EXPORT_FP8_GROUPED_DIRECT(NAME, BM, BN, CLUSTER)               \
   CUTLASS_EXT_DIRECT_LAUNCHERS(NAME, _fp8_grouped, cutlass_ext_fp8_grouped_args, \
                                cutlass_ext::fp8_block_direct::Sm90Fp8GroupedDirectGemm<BM, BN, CLUSTER>)
+#define CUTLASS_EXT_EXPORT_FP8_K_GROUPED_DIRECT(NAME, BM, BN, CLUSTER)                 \
+  CUTLASS_EXT_DIRECT_LAUNCHERS(NAME, _fp8_k_grouped, cutlass_ext_fp8_k_grouped_args, \
+                               cutlass_ext::fp8_block_direct::Sm90Fp8KGroupedDirectGemm<BM, BN, CLUSTER>)
 #define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT_LIBRARY() CUTLASS_EXT_EXPORT_ABI()  // once per library

@@ -24,6 +24,10 @@ have_nvcc = shutil.which("nvcc") is not None or os.path.exists("/usr/local/cuda/
         ({"tile": (64, 16, 128), "cluster": 2}, "fp8direct_e4m3e4m3_bf16_64x16x128_mc2"),
         ({"tile": (128, 128, 128), "cluster": 2, "scale_a_major": "m"}, "fp8direct_e4m3e4m3_bf16_128x128x128_mc2_am"),
         ({"tile": (128, 64, 128), "cluster": 2, "grouped": True}, "fp8direct_e4m3e4m3_bf16_128x64x128_mc2_grouped"),
+        (
+            {"out_dtype": "fp32", "tile": (128, 32, 128), "k_grouped": True},
+            "fp8direct_e4m3e4m3_fp32_128x32x128_kgrouped",
+        ),
     ],
 )
 def test_names_round_trip_through_every_family_lookup(fields, name):
@@ -46,6 +50,9 @@ def test_names_round_trip_through_every_family_lookup(fields, name):
         ({"scale_a_major": "n"}, "scale_a_major"),
         ({"cluster": 4}, "cluster"),
         ({"grouped": True, "scale_a_major": "m"}, "K-major"),
+        ({"k_grouped": True}, "out_dtype"),
+        ({"k_grouped": True, "out_dtype": "fp32", "tile": (128, 128, 128)}, "64 wide"),
+        ({"k_grouped": True, "grouped": True, "out_dtype": "fp32"}, "one form"),
     ],
 )
 def test_configs_it_does_not_build_are_refused(fields, word):
@@ -73,6 +80,7 @@ def test_libraries_compile_without_spills(tmp_path, monkeypatch):
     configs = [
         Fp8BlockDirectConfig(tile=(64, 16, 128)),
         Fp8BlockDirectConfig(tile=(128, 128, 128), cluster=2, grouped=True),
+        Fp8BlockDirectConfig(out_dtype="fp32", tile=(128, 64, 128), k_grouped=True),
     ]
     results = build.build_libraries([(c,) for c in configs], "90a", verbose=False)
     for config, result in zip(configs, results):
@@ -81,7 +89,8 @@ def test_libraries_compile_without_spills(tmp_path, monkeypatch):
         spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", usage)
         assert spills and all(stores == loads == "0" for stores, loads in spills), usage
         symbols = subprocess.run(["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True)
-        assert f"{config.name}_{'fp8_grouped' if config.grouped else 'fp8_block'}_run" in symbols.stdout
+        form = "fp8_k_grouped" if config.k_grouped else "fp8_grouped" if config.grouped else "fp8_block"
+        assert f"{config.name}_{form}_run" in symbols.stdout
 
 
 def test_grouped_sweep_space_holds_grouped_kernels_only():
