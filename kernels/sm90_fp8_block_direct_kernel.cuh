@@ -110,11 +110,16 @@ struct Pending {
 // tile sits at r * 128 + ((c / 16) ^ (r mod 8)) * 16 + c mod 16.
 template <class T, int BN>
 __device__ __forceinline__ void clear_columns(typename T::Shared& s, int stage, int from, int group) {
-  const int thread = threadIdx.x % kWarpgroup, width = kBlockK - from;
+  const int thread = threadIdx.x % kWarpgroup;
+  const int first_chunk = (from + 15) / 16, chunks = kBlockK / 16 - first_chunk, bytes = first_chunk * 16 - from;
   auto clear = [&](uint8_t* tile, int rows) {
-    for (int i = thread; i < rows * width; i += kWarpgroup) {
-      const int r = i / width, c = from + i % width;
-      tile[r * kBlockK + ((((c >> 4) ^ (r & 7))) << 4) + (c & 15)] = 0;
+    for (int i = thread; i < rows * chunks; i += kWarpgroup) {  // whole 16-byte chunks
+      const int r = i / chunks, c = first_chunk + i % chunks;
+      *reinterpret_cast<uint4*>(tile + r * kBlockK + ((c ^ (r & 7)) << 4)) = make_uint4(0, 0, 0, 0);
+    }
+    for (int i = thread; i < rows * bytes; i += kWarpgroup) {  // the chunk `from` falls inside, byte by byte
+      const int r = i / bytes, c = from + i % bytes;
+      tile[r * kBlockK + (((c >> 4) ^ (r & 7)) << 4) + (c & 15)] = 0;
     }
   };
   constexpr int kRowsB = BN / T::kMathGroups;  // a multiple of 8: each share starts on a swizzle atom
@@ -379,7 +384,7 @@ struct KGroupedProblem {
     const int row0 = t.m0 + 64 * group + 16 * w + lane / 4;
     float* d = static_cast<float*>(p.d) + t.group * p.d_group_stride;
     const float* c = p.c != nullptr ? static_cast<const float*>(p.c) + t.group * p.d_group_stride : nullptr;
-    const float nan = __int_as_float(0x7fc00000);
+    const float nan = __int_as_float(0x7fffffff);  // the NaN the GPU's arithmetic gives (the collective's)
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
       const int col = t.n0 + 8 * j + 2 * (lane % 4);

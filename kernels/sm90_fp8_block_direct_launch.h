@@ -214,8 +214,13 @@ cudaError_t run_grouped(LoadedKernel& kernel, cutlass_ext_fp8_grouped_args args,
 template <int BM, int BN, int Stages, int Cluster>
 cudaError_t run_k_grouped(LoadedKernel& kernel, cutlass_ext_fp8_k_grouped_args args, cudaStream_t stream) {
   CUtensorMap map_a, map_b;
-  if (!operand_map(&map_a, args.a, args.m, args.k_total, args.lda, BM / Cluster) ||
-      !operand_map(&map_b, args.b, args.n, args.k_total, args.ldb, BN))
+  // No columns: every group is empty (D = C or 0) or refused (NaN), and no map is read; a map cannot have 0 columns,
+  // so both describe one k-block of D's memory instead.
+  const bool columns = args.k_total > 0;
+  const int64_t k = columns ? args.k_total : kBlockK;
+  if (!operand_map(&map_a, columns ? args.a : args.d, columns ? args.m : 1, k, columns ? args.lda : kBlockK,
+                   BM / Cluster) ||
+      !operand_map(&map_b, columns ? args.b : args.d, columns ? args.n : 1, k, columns ? args.ldb : kBlockK, BN))
     return cudaErrorInvalidValue;
   return launch_persistent<BM, BN, Stages, Cluster, true>(kernel, map_a, map_b, args, args.m,
                                                           args.groups * ((args.m + BM - 1) / BM), stream);
@@ -286,13 +291,15 @@ struct Sm90Fp8KGroupedDirectGemm : DirectLaunchers<BM, BN, true> {
   using Base = DirectLaunchers<BM, BN, true>;
 
   static int can_implement(const cutlass_ext_fp8_k_grouped_args* args) {
-    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    if (!aligned(args->a) || !aligned(args->b) || args->lda % 16 || args->ldb % 16)
+    auto aligned = [](const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+    const bool columns = args->k_total > 0;  // without any, A and B are not read
+    if ((columns && (!aligned(args->a, 16) || !aligned(args->b, 16) || args->lda % 16 || args->ldb % 16)) ||
+        !aligned(args->d, 16) || (args->c != nullptr && !aligned(args->c, 4)))
       return int(cutlass::Status::kErrorMisalignedOperand);
     constexpr int64_t kLimit = int64_t(1) << 31, kRowLimit = kLimit - 256;
-    if (args->offsets == nullptr || args->groups < 1 || args->m < 1 || args->n < 1 || args->k_total < 1 ||
+    if (args->offsets == nullptr || args->groups < 1 || args->m < 1 || args->n < 1 || args->k_total < 0 ||
         args->groups >= kLimit || args->m > kRowLimit || args->n >= kLimit || args->k_total >= kLimit ||
-        args->groups * ((args->m + BM - 1) / BM) * ((args->n + BN - 1) / BN) >= kLimit)
+        args->ldd < args->n || (args->m + BM - 1) / BM * ((args->n + BN - 1) / BN) >= kLimit / args->groups)
       return int(cutlass::Status::kErrorInvalidProblem);
     return int(cutlass::Status::kSuccess);
   }
