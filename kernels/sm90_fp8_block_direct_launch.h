@@ -12,17 +12,7 @@ using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, 
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
 inline EncodeTiled encode_tiled() {
-  static EncodeTiled found = [] {
-    void* function = nullptr;
-    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-    cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &status);
-#else
-    cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &function, cudaEnableDefault, &status);
-#endif
-    if (status != cudaDriverEntryPointSuccess) (void)cudaGetLastError();
-    return status == cudaDriverEntryPointSuccess ? reinterpret_cast<EncodeTiled>(function) : nullptr;
-  }();
+  static EncodeTiled found = reinterpret_cast<EncodeTiled>(driver_function("cuTensorMapEncodeTiled", 12000));
   return found;
 }
 
@@ -83,40 +73,21 @@ class LoadedKernel {
     }
   }
 
-  // `grid` CTAs in clusters of `cluster` along x (a multiple of it).
-  cudaError_t launch(int grid, int cluster, int threads, cudaStream_t stream, void** arguments) {
+  // Persistent CTAs in clusters of `cluster` along x: one cluster per unit of work, up to as many as fit at once
+  // on the current device (a GPC may leave an SM without a partner: asked of the runtime once per device; else
+  // sm_count / cluster).
+  cudaError_t launch(int64_t units, int cluster, int threads, int sm_count, cudaStream_t stream, void** arguments) {
     if (error_ != cudaSuccess) return error_;
     int device = 0;
     cudaError_t error = cudaGetDevice(&device);
     if (error == cudaSuccess) error = allow_shared_memory(device);
     if (error != cudaSuccess) return error;
+    const int64_t clusters = resident_clusters(device, sm_count, cluster, threads);
+    const int grid = int(units < clusters ? units : clusters) * cluster;
+    if (grid == 0) return cudaSuccess;
     cudaLaunchAttribute attribute;
     const cudaLaunchConfig_t config = launch_config(grid, cluster, threads, stream, &attribute);
     return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel_), arguments);
-  }
-
-  // How many clusters of `cluster` CTAs can run at once on the current device (a GPC may leave an SM without a
-  // partner), asked of the runtime once per device; sm_count / cluster where it cannot say.
-  int64_t resident_clusters(int sm_count, int cluster, int threads) {
-    const int64_t fallback = sm_count / cluster > 0 ? sm_count / cluster : 1;
-    if (cluster == 1 || error_ != cudaSuccess) return fallback;
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess || device >= kDevices || allow_shared_memory(device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return fallback;
-    }
-    int known = resident_[device].load(std::memory_order_acquire);
-    if (known == 0) {
-      cudaLaunchAttribute attribute;
-      const cudaLaunchConfig_t config = launch_config(int(fallback) * cluster, cluster, threads, nullptr, &attribute);
-      if (cudaOccupancyMaxActiveClusters(&known, reinterpret_cast<const void*>(kernel_), &config) != cudaSuccess ||
-          known < 1) {
-        (void)cudaGetLastError();
-        known = int(fallback);
-      }
-      resident_[device].store(known, std::memory_order_release);
-    }
-    return known < fallback ? known : fallback;
   }
 
  private:
@@ -132,6 +103,23 @@ class LoadedKernel {
 #endif
     if (error == cudaSuccess) allowed_.fetch_or(bit, std::memory_order_acq_rel);
     return error;
+  }
+
+  int64_t resident_clusters(int device, int sm_count, int cluster, int threads) {
+    const int64_t fallback = sm_count / cluster > 0 ? sm_count / cluster : 1;
+    if (cluster == 1 || device >= kDevices) return fallback;
+    int known = resident_[device].load(std::memory_order_acquire);
+    if (known == 0) {
+      cudaLaunchAttribute attribute;
+      const cudaLaunchConfig_t config = launch_config(int(fallback) * cluster, cluster, threads, nullptr, &attribute);
+      if (cudaOccupancyMaxActiveClusters(&known, reinterpret_cast<const void*>(kernel_), &config) != cudaSuccess ||
+          known < 1) {
+        (void)cudaGetLastError();
+        known = int(fallback);
+      }
+      resident_[device].store(known, std::memory_order_release);
+    }
+    return known < fallback ? known : fallback;
   }
 
   cudaLaunchConfig_t launch_config(int grid, int cluster, int threads, cudaStream_t stream,
@@ -171,11 +159,8 @@ cudaError_t launch_persistent(LoadedKernel& kernel, CUtensorMap& map_a, CUtensor
   bool store_by_tma = !ColumnScales && reinterpret_cast<uintptr_t>(args.d) % 16 == 0 && args.ldd % 8 == 0 &&
                       output_map(&map_d, args.d, rows, args.n, args.ldd, T::kBoxColumns);
   const int64_t units = tiles_m * ((args.n + BN * Cluster - 1) / (BN * Cluster));
-  const int64_t clusters = kernel.resident_clusters(args.sm_count, Cluster, T::kThreads);
-  const int grid = int(units < clusters ? units : clusters) * Cluster;
-  if (grid == 0) return cudaSuccess;
   void* arguments[] = {&map_a, &map_b, &map_d, &store_by_tma, &args};
-  const cudaError_t error = kernel.launch(grid, Cluster, T::kThreads, stream, arguments);
+  const cudaError_t error = kernel.launch(units, Cluster, T::kThreads, args.sm_count, stream, arguments);
   if (error != cudaSuccess) (void)cudaGetLastError();  // the failure is this call's status, not the next call's
   return error;
 }
