@@ -80,3 +80,16 @@ def test_accumulates_into_out_in_place():
         a8, b8, scale_a, scale_b, offsets_of(sizes), out=expected, accumulate=True, variant=COLLECTIVE.name
     )
     assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("config", DIRECT[:2], ids=lambda c: c.name)
+def test_k_zero_gives_c_or_zeros(config):
+    m, n = 136, 200
+    a8, b8, scale_a, scale_b = operands(m, n, 0, seed=3)
+    offsets = torch.zeros(3, dtype=torch.int32, device="cuda")
+    out = ext.k_grouped_gemm_fp8(a8, b8, scale_a, scale_b, offsets, variant=config.name)
+    assert torch.equal(out, torch.zeros(3, m, n, device="cuda"))
+    c = torch.randn(3, m, n, device="cuda")
+    into = c.clone()
+    ext.k_grouped_gemm_fp8(a8, b8, scale_a, scale_b, offsets, out=into, accumulate=True, variant=config.name)
+    assert torch.equal(into, c)
