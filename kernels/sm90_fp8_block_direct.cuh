@@ -9,8 +9,9 @@
 // warp copies the k-block's scales (the tile's BM activation scales, its weight scale) by cp.async, so the scales
 // arrive with the operands, as far ahead as the ring reaches; the stage's full barrier waits for both.
 //
-// A library is built in two halves (cubin_launch.h): nvcc compiles the kernels alone (CUTLASS_EXT_DEVICE_CODE), the
-// host compiler the launchers (CUTLASS_EXT_HOST_CODE), side by side; neither half parses the other's headers.
+// A library is built in two halves (cubin_launch.h): nvcc compiles the kernels alone (CUTLASS_EXT_DEVICE_CODE:
+// sm90_fp8_block_direct_kernel.cuh), the host compiler the launchers (sm90_fp8_block_direct_launch.h), side by side;
+// neither half parses the other's headers. This file holds what both need: the tiling and the ring's depth.
 #pragma once
 
 #include <cuda.h>
@@ -28,26 +29,34 @@ constexpr int kWgmmaK = 32;   // the k of one FP8 wgmma
 constexpr int kWarpgroup = 128;
 constexpr int kSharedCapacity = 232448;  // sm90's opt-in shared memory per block (227 KB)
 
-template <int BM, int BN, int Stages>
+// ColumnScales: the weight-gradient form's scales, 1x128 along K for both operands (a weight scale per column of
+// the tile and k-block); otherwise one weight scale per tile and k-block (128 x 128 weight blocks).
+template <int BM, int BN, int Stages, bool ColumnScales = false>
 struct Tiling {
   static_assert(BM == 64 || BM == 128, "a tile is one or two math warpgroups of 64 rows");
-  static_assert(BN == 32 || BN == 64 || BN == 128, "a tile lies inside one 128-row weight-scale block");
+  static_assert(BN == 16 || BN == 32 || BN == 64 || BN == 128, "a tile lies inside one 128-row weight-scale block");
+  static_assert(Stages >= 2, "a math warpgroup holds two stages at once (one multiplying, one being promoted)");
+  static_assert(!ColumnScales || BN <= 64, "a weight scale per column: tiles at most 64 wide (registers)");
   static constexpr int kMathGroups = BM / 64;
   static constexpr int kThreads = kWarpgroup * (1 + kMathGroups);
   static constexpr int kBytesA = BM * kBlockK;
   static constexpr int kBytesB = BN * kBlockK;
   static constexpr int kAccumulators = BN / 2;  // a thread's share of a 64 x BN wgmma
   static constexpr int kStages = Stages;
-  // The output tile goes out by TMA in boxes of 64 rows and kBoxColumns columns, each one swizzle span wide.
+  static constexpr bool kColumnScales = ColumnScales;
+  static constexpr int kScalesB = ColumnScales ? BN : 1;
+  // The bf16 output tile goes out by TMA in boxes of 64 rows and kBoxColumns columns, each one swizzle span wide
+  // (the column-scaled form writes FP32 from registers: no staging).
   static constexpr int kBoxColumns = BN < 64 ? BN : 64;
-  static constexpr int kSwizzleBytes = kBoxColumns * 2;  // 64 or 128
+  static constexpr int kSwizzleBytes = kBoxColumns * 2;  // 32, 64 or 128
   static constexpr int kBoxBytes = 64 * kSwizzleBytes;
+  static constexpr int kBoxes = ColumnScales ? 1 : kMathGroups * (BN / kBoxColumns);
   struct alignas(1024) Shared {
     uint8_t a[Stages][kBytesA];  // each a multiple of 1024 bytes: every stage starts on a swizzle atom
     uint8_t b[Stages][kBytesB];
-    uint8_t d[kMathGroups][BN / kBoxColumns][kBoxBytes];  // each math warpgroup's 64 x BN bf16 output
+    uint8_t d[kBoxes][ColumnScales ? 1024 : kBoxBytes];  // math warpgroup g's boxes from g * BN / kBoxColumns
     float scale_a[Stages][BM];
-    float scale_b[Stages];
+    float scale_b[Stages][kScalesB];
     uint64_t full[Stages];
     uint64_t empty[Stages];
   };
@@ -55,498 +64,19 @@ struct Tiling {
 };
 
 // The most stages (up to 16) whose ring fits in shared memory.
-template <int BM, int BN, int S = 16>
+template <int BM, int BN, bool ColumnScales = false, int S = 16>
 constexpr int stages_that_fit() {
-  if constexpr (S == 1 || Tiling<BM, BN, S>::kSharedBytes <= kSharedCapacity) {
+  if constexpr (S == 2 || Tiling<BM, BN, S, ColumnScales>::kSharedBytes <= kSharedCapacity) {
     return S;
   } else {
-    return stages_that_fit<BM, BN, S - 1>();
+    return stages_that_fit<BM, BN, ColumnScales, S - 1>();
   }
-}
-
-using Params = cutlass_ext_fp8_block_args;  // the kernel reads the call's arguments as the ABI hands them over
-
-#ifdef CUTLASS_EXT_DEVICE_CODE  // ---------------------------------------------------------------- the kernel
-
-}  // namespace cutlass_ext::fp8_block_direct
-
-#include <cuda_bf16.h>
-
-#include <cute/arch/copy_sm90_desc.hpp>
-#include <cute/arch/copy_sm90_tma.hpp>
-#include <cute/arch/mma_sm90_desc.hpp>
-#include <cute/arch/mma_sm90_gmma.hpp>
-#include <cutlass/arch/barrier.h>
-#include <cutlass/arch/reg_reconfig.h>
-
-namespace cutlass_ext::fp8_block_direct {
-
-// The L2 policy TMA loads carry (its cache-hint operand is a policy, not a flag: 0 names none).
-constexpr uint64_t kEvictNormal = uint64_t(cute::TMA::CacheHintSm90::EVICT_NORMAL);
-
-template <int N>
-struct Wgmma;  // m64nNk32, e4m3 x e4m3 -> f32, both operands K-major in shared memory
-template <>
-struct Wgmma<32> {
-  using Op = cute::SM90::GMMA::MMA_64x32x32_F32E4M3E4M3_SS_TN<>;
-};
-template <>
-struct Wgmma<64> {
-  using Op = cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_SS_TN<>;
-};
-template <>
-struct Wgmma<128> {
-  using Op = cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_SS_TN<>;
-};
-
-template <class Op, int... I>
-__device__ __forceinline__ void wgmma(uint64_t desc_a, uint64_t desc_b, float* d, bool accumulate,
-                                      std::integer_sequence<int, I...>) {
-  Op::fma(desc_a, desc_b, d[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
-}
-
-// A wgmma operand descriptor for a tile of 128-byte K-major rows written by TMA with the 128-byte swizzle: 8-row
-// core-matrix groups 1024 bytes apart; the leading offset is unused by swizzled K-major layouts.
-__device__ __forceinline__ uint64_t operand_descriptor(const void* smem) {
-  cute::GmmaDescriptor desc;
-  desc.bitfield.start_address_ = static_cast<uint16_t>(cute::cast_smem_ptr_to_uint(smem) >> 4);
-  desc.bitfield.leading_byte_offset_ = 0;
-  desc.bitfield.stride_byte_offset_ = 1024 >> 4;
-  desc.bitfield.base_offset_ = 0;
-  desc.bitfield.layout_type_ = 1;  // SWIZZLE_128B
-  return desc.desc_;
-}
-
-// A 4-byte cp.async, or zeros where `valid` is false (its source then unread).
-__device__ __forceinline__ void copy_scale(float* smem, const float* global, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(cute::cast_smem_ptr_to_uint(smem)),
-               "l"(global), "r"(valid ? 4 : 0));
-}
-
-// The barrier counts one arrival of this thread once its earlier cp.asyncs have landed.
-__device__ __forceinline__ void arrive_when_copied(uint64_t* barrier) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(cute::cast_smem_ptr_to_uint(barrier)));
-}
-
-__device__ __forceinline__ float bias_at(const Params& p, int col) {
-  return p.bias != nullptr ? __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[col]) : 0.f;
-}
-
-__device__ __forceinline__ void store_pair(const Params& p, int row, int col, float v0, float v1) {
-  if (row >= p.m || col >= p.n) return;
-  __nv_bfloat16* at = static_cast<__nv_bfloat16*>(p.d) + row * p.ldd + col;
-  if (col + 1 < p.n && (reinterpret_cast<uintptr_t>(at) & 3) == 0) {
-    *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(v0 + bias_at(p, col), v1 + bias_at(p, col + 1));
-  } else {
-    at[0] = __float2bfloat16_rn(v0 + bias_at(p, col));
-    if (col + 1 < p.n) at[1] = __float2bfloat16_rn(v1 + bias_at(p, col + 1));
-  }
-}
-
-// Where a math warpgroup stands in the ring: the stage it issues from next, and the oldest stage it still holds.
-struct Ring {
-  int issue = 0, release = 0;
-  uint32_t phase = 0;
-};
-
-// A k-block multiplied but not yet promoted: its accumulators and its two rows' combined scales.
-template <int N>
-struct Pending {
-  float acc[N];
-  float scale0, scale1;
-};
-
-// Waits for the ring's next stage, reads its scales and issues its four wgmmas (from zero) into `into`.
-template <class T, int BN>
-__device__ __forceinline__ void issue(typename T::Shared& s, Ring& ring, Pending<T::kAccumulators>& into, int group,
-                                      int scale_row) {
-  using Full = cutlass::arch::ClusterTransactionBarrier;
-  using Op = typename Wgmma<BN>::Op;
-  Full::wait(&s.full[ring.issue], ring.phase);
-  const uint64_t desc_a = operand_descriptor(s.a[ring.issue] + 64 * group * kBlockK);
-  const uint64_t desc_b = operand_descriptor(s.b[ring.issue]);
-#pragma unroll
-  for (int i = 0; i < T::kAccumulators; ++i) cute::warpgroup_fence_operand(into.acc[i]);
-  cute::warpgroup_arrive();
-#pragma unroll
-  for (int j = 0; j < kBlockK / kWgmmaK; ++j)  // the descriptor's address is in 16-byte units
-    wgmma<Op>(desc_a + j * (kWgmmaK / 16), desc_b + j * (kWgmmaK / 16), into.acc, j > 0,
-              std::make_integer_sequence<int, T::kAccumulators>{});
-  cute::warpgroup_commit_batch();
-  const float sb = s.scale_b[ring.issue];
-  into.scale0 = s.scale_a[ring.issue][scale_row] * sb;
-  into.scale1 = s.scale_a[ring.issue][scale_row + 8] * sb;
-  if (++ring.issue == T::kStages) ring.issue = 0, ring.phase ^= 1;
-}
-
-// Waits for the wgmmas of `current` (all but the newest `InFlight` batches), hands its stage back to the producer
-// and adds its scaled products into `total`: total = fma(acc, scale_a * scale_b, total).
-template <class T, int InFlight>
-__device__ __forceinline__ void promote(typename T::Shared& s, Ring& ring, Pending<T::kAccumulators>& current,
-                                        float* total, int lane) {
-  using Empty = cutlass::arch::ClusterBarrier;
-  cute::warpgroup_wait<InFlight>();
-#pragma unroll
-  for (int i = 0; i < T::kAccumulators; ++i) cute::warpgroup_fence_operand(current.acc[i]);
-  // The stage's operands are read and its scales are in registers: the producer may refill it. The warp
-  // converges first, so lane 0's release orders every lane's scale reads.
-  __syncwarp();
-  if (lane == 0) Empty::arrive(&s.empty[ring.release]);
-  if (++ring.release == T::kStages) ring.release = 0;
-#pragma unroll
-  for (int i = 0; i < T::kAccumulators; i += 4) {
-    total[i] = fmaf(current.acc[i], current.scale0, total[i]);
-    total[i + 1] = fmaf(current.acc[i + 1], current.scale0, total[i + 1]);
-    total[i + 2] = fmaf(current.acc[i + 2], current.scale1, total[i + 2]);
-    total[i + 3] = fmaf(current.acc[i + 3], current.scale1, total[i + 3]);
-  }
-}
-
-// Adds the bias, rounds to bf16 and stores a math warpgroup's 64 x BN tile by TMA through its staging buffer in
-// shared memory (the swizzled layout the map reads), or straight from registers where D does not suit TMA.
-template <class T, int BN>
-__device__ __forceinline__ void store_tile(typename T::Shared& s, const CUtensorMap* map_d, const Params& p,
-                                           const float* total, int group, int w, int lane, int m0, int n0) {
-  const int row = 16 * w + lane / 4;  // within the warpgroup's 64 rows; the thread's second row is row + 8
-  const int row0 = m0 + 64 * group + row;
-  if (map_d == nullptr) {
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const int col = n0 + 8 * j + 2 * (lane % 4);
-      store_pair(p, row0, col, total[4 * j], total[4 * j + 1]);
-      store_pair(p, row0 + 8, col, total[4 * j + 2], total[4 * j + 3]);
-    }
-    return;
-  }
-  const bool leader = w == 0 && lane == 0;
-  const int barrier = 1 + group;  // a named barrier per math warpgroup (0 is __syncthreads')
-  // The buffer's previous tile must have left shared memory before it is overwritten.
-  if (leader) cute::tma_store_wait<0>();
-  asm volatile("bar.sync %0, 128;\n" ::"r"(barrier));
-#pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
-    const int col = 8 * j + 2 * (lane % 4);
-    // Columns past n are clipped by the store; their bias is not read.
-    const float b0 = n0 + col < p.n ? bias_at(p, n0 + col) : 0.f;
-    const float b1 = n0 + col + 1 < p.n ? bias_at(p, n0 + col + 1) : 0.f;
-    uint8_t* box = s.d[group][col / T::kBoxColumns];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = row + 8 * half;
-      // The TMA swizzle: 16-byte chunk c of a row r goes to chunk c ^ (r mod 8) (128-byte rows), or c ^ (r / 2
-      // mod 4) (64-byte rows): the address bits 7 up, masked to the span's chunks, flip bits 4 up.
-      const uint32_t offset = r * T::kSwizzleBytes + (col % T::kBoxColumns) * 2;
-      const uint32_t swizzled = offset ^ (((offset >> 7) & (T::kSwizzleBytes / 16 - 1)) << 4);
-      *reinterpret_cast<__nv_bfloat162*>(box + swizzled) =
-          __floats2bfloat162_rn(total[4 * j + 2 * half] + b0, total[4 * j + 2 * half + 1] + b1);
-    }
-  }
-  cutlass::arch::fence_view_async_shared();  // the writes become visible to TMA
-  asm volatile("bar.sync %0, 128;\n" ::"r"(barrier));
-  if (leader) {
-#pragma unroll
-    for (int b = 0; b < BN / T::kBoxColumns; ++b)
-      cute::SM90_TMA_STORE_2D::copy(map_d, s.d[group][b], n0 + b * T::kBoxColumns, m0 + 64 * group);
-    cute::tma_store_arrive();
-  }
-}
-
-struct TileCoord {
-  int m, n;
-};
-
-// Tiles in bands `width` tiles wide along N, each band walked row by row down M: the CTAs running at once cover a
-// compact block of the output, so each k-block of A and B they read is shared through L2 by several of them.
-__device__ __forceinline__ TileCoord tile_coord(int tile, int tiles_m, int tiles_n, int width) {
-  const int band = tile / (width * tiles_m);
-  const int n_first = band * width;
-  const int band_width = min(width, tiles_n - n_first);
-  const int i = tile - band * width * tiles_m;
-  return {i / band_width, n_first + i % band_width};
-}
-
-template <int BN>
-constexpr int raster_width() {
-  return 1024 / BN;  // a band 1024 columns wide
-}
-
-// The kernel's body; the maps are the kernel's __grid_constant__ parameters (TMA reads them where they are).
-template <int BM, int BN, int Stages>
-__device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_d,
-                                     bool store_by_tma, const Params& p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using T = Tiling<BM, BN, Stages>;
-  using Full = cutlass::arch::ClusterTransactionBarrier;
-  using Empty = cutlass::arch::ClusterBarrier;
-  extern __shared__ uint8_t raw[];
-  // Offset from `raw` itself (not a cast integer) so the compiler keeps shared-memory loads for what it reads.
-  const uint32_t misalignment = cute::cast_smem_ptr_to_uint(raw) & 1023;
-  auto& s = *reinterpret_cast<typename T::Shared*>(raw + (misalignment == 0 ? 0 : 1024 - misalignment));
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int tiles_m = int((p.m + BM - 1) / BM), tiles_n = int((p.n + BN - 1) / BN);
-  const int tiles = tiles_m * tiles_n, k_blocks = int((p.k + kBlockK - 1) / kBlockK);
-
-  if (threadIdx.x == 0) {
-    cute::prefetch_tma_descriptor(&map_a);
-    cute::prefetch_tma_descriptor(&map_b);
-    if (store_by_tma) cute::prefetch_tma_descriptor(&map_d);
-    for (int i = 0; i < Stages; ++i) {
-      Full::init(&s.full[i], 1 + 32);  // the TMA thread's and the scale warp's arrivals
-      Empty::init(&s.empty[i], 4 * T::kMathGroups);  // lane 0 of every math warp
-    }
-    cutlass::arch::fence_barrier_init();
-  }
-  __syncthreads();
-
-  if (warp < 4) {  // producer
-    cutlass::arch::warpgroup_reg_dealloc<40>();
-    if (warp > 1 || (warp == 0 && lane != 0)) return;
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const TileCoord at = tile_coord(tile, tiles_m, tiles_n, raster_width<BN>());
-      const int m0 = at.m * BM, n0 = at.n * BN;
-      const float* scale_b = p.scale_b + int64_t(n0 / kBlockK) * p.scale_b_row_stride;
-      for (int kb = 0; kb < k_blocks; ++kb) {
-        Empty::wait(&s.empty[stage], phase ^ 1);
-        if (warp == 0) {
-          Full::arrive_and_expect_tx(&s.full[stage], T::kBytesA + T::kBytesB);  // out-of-bounds boxes count whole
-          cute::SM90_TMA_LOAD_2D::copy(&map_a, &s.full[stage], kEvictNormal, s.a[stage], kb * kBlockK, m0);
-          cute::SM90_TMA_LOAD_2D::copy(&map_b, &s.full[stage], kEvictNormal, s.b[stage], kb * kBlockK, n0);
-        } else {
-          // Rows past m get scale 0 (TMA gave them zeros and nothing stores them), read from row 0.
-          for (int r = lane; r < BM; r += 32) {
-            const int row = m0 + r < p.m ? m0 + r : 0;
-            copy_scale(&s.scale_a[stage][r], p.scale_a + row * p.scale_a_row_stride + kb * p.scale_a_block_stride,
-                       m0 + r < p.m);
-          }
-          if (lane == 0) copy_scale(&s.scale_b[stage], scale_b + kb, true);
-          arrive_when_copied(&s.full[stage]);
-        }
-        if (++stage == Stages) stage = 0, phase ^= 1;
-      }
-    }
-    if (warp == 1) asm volatile("cp.async.wait_all;\n" ::: "memory");  // no copy outlives the warp that issued it
-    return;
-  }
-
-  cutlass::arch::warpgroup_reg_alloc<T::kMathGroups == 1 ? 240 : 232>();
-  const int group = __shfl_sync(0xffffffff, warp / 4 - 1, 0);  // which 64 rows of the tile (warp-uniform)
-  const int w = warp % 4;
-  // wgmma's accumulator layout: thread (w, lane) holds rows 16w + lane/4 and that + 8 of its 64, columns
-  // 8j + 2(lane % 4) and the next, for j < BN / 8 (registers 4j, 4j+1 the first row, 4j+2, 4j+3 the second).
-  const int scale_row = 64 * group + 16 * w + lane / 4;
-  Ring ring;
-  float total[T::kAccumulators];
-  Pending<T::kAccumulators> a[2];  // two k-blocks in flight: one being promoted while the next multiplies
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const TileCoord at = tile_coord(tile, tiles_m, tiles_n, raster_width<BN>());
-    const int m0 = at.m * BM, n0 = at.n * BN;
-#pragma unroll
-    for (int i = 0; i < T::kAccumulators; ++i) total[i] = 0.f;
-    // k-block kb multiplies into a[kb % 2] and is promoted once k-block kb + 1 is issued, so the tensor cores run
-    // while the CUDA cores scale and add (the order of the adds into `total` is unchanged). The loop carries one
-    // batch in flight, always in a[0], so the accumulators keep their registers from one turn to the next.
-    issue<T, BN>(s, ring, a[0], group, scale_row);
-    int kb = 0;
-    for (; kb + 2 < k_blocks; kb += 2) {
-      issue<T, BN>(s, ring, a[1], group, scale_row);
-      promote<T, 1>(s, ring, a[0], total, lane);
-      issue<T, BN>(s, ring, a[0], group, scale_row);
-      promote<T, 1>(s, ring, a[1], total, lane);
-    }
-    if (kb + 1 < k_blocks) {
-      issue<T, BN>(s, ring, a[1], group, scale_row);
-      promote<T, 1>(s, ring, a[0], total, lane);
-      promote<T, 0>(s, ring, a[1], total, lane);
-    } else {
-      promote<T, 0>(s, ring, a[0], total, lane);
-    }
-    store_tile<T, BN>(s, store_by_tma ? &map_d : nullptr, p, total, group, w, lane, m0, n0);
-  }
-  if (store_by_tma && w == 0 && lane == 0) cute::tma_store_wait<0>();  // shared memory outlives the last store
-#endif
 }
 
 }  // namespace cutlass_ext::fp8_block_direct
 
-// One variant's kernel under a C name, which the host half looks up in the cubin.
-#define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT(NAME, BM, BN)                                                    \
-  extern "C" __global__ void __launch_bounds__(cutlass_ext::fp8_block_direct::Tiling<BM, BN, 1>::kThreads, 1) \
-      NAME##_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,    \
-                    const __grid_constant__ CUtensorMap map_d, bool store_by_tma,                            \
-                    const cutlass_ext_fp8_block_args p) {                                                    \
-    cutlass_ext::fp8_block_direct::gemm<BM, BN, cutlass_ext::fp8_block_direct::stages_that_fit<BM, BN>()>(   \
-        map_a, map_b, map_d, store_by_tma, p);                                                               \
-  }
-#define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT_LIBRARY()
-
-#else  // ---------------------------------------------------------------- the launchers (host compiler)
-
-}  // namespace cutlass_ext::fp8_block_direct
-
-#include "cubin_launch.h"
-#include "library_exports.h"
-
-namespace cutlass_ext::fp8_block_direct {
-
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-inline EncodeTiled encode_tiled() {
-  static EncodeTiled found = [] {
-    void* function = nullptr;
-    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-    cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &status);
+#ifdef CUTLASS_EXT_DEVICE_CODE
+#include "sm90_fp8_block_direct_kernel.cuh"
 #else
-    cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &function, cudaEnableDefault, &status);
-#endif
-    if (status != cudaDriverEntryPointSuccess) (void)cudaGetLastError();
-    return status == cudaDriverEntryPointSuccess ? reinterpret_cast<EncodeTiled>(function) : nullptr;
-  }();
-  return found;
-}
-
-// A (rows, k) row-major FP8 operand read in (box_rows, 128) tiles with the 128-byte swizzle; zeros past its edges.
-inline bool operand_map(CUtensorMap* map, const void* base, int64_t rows, int64_t k, int64_t ld, int box_rows) {
-  const EncodeTiled encode = encode_tiled();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(ld)};  // bytes: one FP8 element each
-  const cuuint32_t box[2] = {cuuint32_t(kBlockK), cuuint32_t(box_rows)};
-  const cuuint32_t unit[2] = {1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-// D, (m, n) row-major bf16, written in (64, box_columns) boxes with the swizzle one box row spans.
-inline bool output_map(CUtensorMap* map, void* base, int64_t rows, int64_t cols, int64_t ld, int box_columns) {
-  const EncodeTiled encode = encode_tiled();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(ld * 2)};
-  const cuuint32_t box[2] = {cuuint32_t(box_columns), 64};
-  const cuuint32_t unit[2] = {1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, strides, box, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE,
-                box_columns == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
-                CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-// One variant's kernel in this library's cubin, looked up once; its shared-memory allowance set once per device.
-class LoadedKernel {
- public:
-  LoadedKernel(const char* name, int shared_bytes) : shared_bytes_(shared_bytes) {
-    cudaLibrary_t library = device_code(&error_);
-    if (library != nullptr) error_ = cudaLibraryGetKernel(&kernel_, library, name);
-    if (error_ != cudaSuccess) {  // every call of this variant will fail: say why, once
-      (void)cudaGetLastError();
-      std::fprintf(stderr, "cutlass_ext: kernel %s cannot be loaded from its library: %s\n", name,
-                   cudaGetErrorString(error_));
-    }
-  }
-
-  cudaError_t launch(int grid, int threads, cudaStream_t stream, void** arguments) {
-    if (error_ != cudaSuccess) return error_;
-    int device = 0;
-    cudaError_t error = cudaGetDevice(&device);
-    if (error == cudaSuccess) error = allow_shared_memory(device);
-    if (error != cudaSuccess) return error;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(grid);
-    config.blockDim = dim3(threads);
-    config.dynamicSmemBytes = shared_bytes_;
-    config.stream = stream;
-    return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel_), arguments);
-  }
-
- private:
-  cudaError_t allow_shared_memory(int device) {
-    const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
-    if (bit != 0 && (allowed_.load(std::memory_order_acquire) & bit)) return cudaSuccess;
-#if CUDART_VERSION >= 12050
-    cudaError_t error = cudaKernelSetAttributeForDevice(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                        shared_bytes_, device);
-#else  // the current device's, which is `device`
-    cudaError_t error = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel_),
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes_);
-#endif
-    if (error == cudaSuccess) allowed_.fetch_or(bit, std::memory_order_acq_rel);
-    return error;
-  }
-
-  cudaKernel_t kernel_ = nullptr;
-  cudaError_t error_ = cudaSuccess;
-  int shared_bytes_;
-  std::atomic<uint64_t> allowed_{0};  // devices whose shared-memory allowance is set (bit per device, < 64)
-};
-
-// Runs D = the block-scaled product on `stream`. The caller has checked what the API checks (e4m3 operands with
-// 16-byte-aligned rows, 128 x 128 weight scales, bf16 D). Returns the launch's error.
-template <int BM, int BN, int Stages>
-cudaError_t run(LoadedKernel& kernel, cutlass_ext_fp8_block_args args, cudaStream_t stream) {
-  using T = Tiling<BM, BN, Stages>;
-  CUtensorMap map_a, map_b;
-  if (!operand_map(&map_a, args.a, args.m, args.k, args.lda, BM) ||
-      !operand_map(&map_b, args.b, args.n, args.k, args.ldb, BN))
-    return cudaErrorInvalidValue;
-  // TMA stores D where its base and rows are 16-byte aligned; elsewhere the kernel stores from registers.
-  CUtensorMap map_d{};
-  bool store_by_tma = reinterpret_cast<uintptr_t>(args.d) % 16 == 0 && args.ldd % 8 == 0 &&
-                      output_map(&map_d, args.d, args.m, args.n, args.ldd, T::kBoxColumns);
-  const int64_t tiles = ((args.m + BM - 1) / BM) * ((args.n + BN - 1) / BN);
-  const int grid = int(tiles < args.sm_count ? tiles : args.sm_count);
-  if (grid == 0) return cudaSuccess;
-  void* arguments[] = {&map_a, &map_b, &map_d, &store_by_tma, &args};
-  const cudaError_t error = kernel.launch(grid, T::kThreads, stream, arguments);
-  if (error != cudaSuccess) (void)cudaGetLastError();  // the failure is this call's status, not the next call's
-  return error;
-}
-
-// The variant's launchers as the block family's libraries export them (library_exports.h): statuses are CUTLASS's.
-template <int BM, int BN>
-struct Sm90Fp8BlockDirectGemm {
-  static constexpr int kStages = stages_that_fit<BM, BN>();
-
-  static int can_implement(const cutlass_ext_fp8_block_args* args) {
-    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    // TMA: 16-byte aligned bases and row strides; the bf16 pairs the epilogue stores fall back to single stores.
-    if (!aligned(args->a) || !aligned(args->b) || args->lda % 16 || args->ldb % 16)
-      return int(cutlass::Status::kErrorMisalignedOperand);
-    if (args->m < 1 || args->n < 1 || args->k < 1 || args->m >= (int64_t(1) << 31) ||
-        args->n >= (int64_t(1) << 31) || args->k >= (int64_t(1) << 31))
-      return int(cutlass::Status::kErrorInvalidProblem);
-    return int(cutlass::Status::kSuccess);
-  }
-
-  static size_t workspace_size(const cutlass_ext_fp8_block_args*) { return 0; }
-
-  static int run(LoadedKernel& kernel, const cutlass_ext_fp8_block_args* args, void* stream) {
-    const cudaError_t error = fp8_block_direct::run<BM, BN, kStages>(kernel, *args, static_cast<cudaStream_t>(stream));
-    return int(error == cudaSuccess ? cutlass::Status::kSuccess : cutlass::Status::kErrorInternal);
-  }
-};
-
-}  // namespace cutlass_ext::fp8_block_direct
-
-// One variant's launchers under the block family's C names (library_exports.h), the kernel from the cubin.
-#define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT(NAME, BM, BN)                                                    \
-  extern "C" int NAME##_fp8_block_can_implement(const cutlass_ext_fp8_block_args* args) {                    \
-    return cutlass_ext::fp8_block_direct::Sm90Fp8BlockDirectGemm<BM, BN>::can_implement(args);               \
-  }                                                                                                          \
-  extern "C" size_t NAME##_fp8_block_workspace_size(const cutlass_ext_fp8_block_args* args) {                \
-    return cutlass_ext::fp8_block_direct::Sm90Fp8BlockDirectGemm<BM, BN>::workspace_size(args);              \
-  }                                                                                                          \
-  extern "C" int NAME##_fp8_block_run(const cutlass_ext_fp8_block_args* args, void*, void* stream) {         \
-    using Gemm = cutlass_ext::fp8_block_direct::Sm90Fp8BlockDirectGemm<BM, BN>;                              \
-    static cutlass_ext::fp8_block_direct::LoadedKernel kernel(                                               \
-        #NAME "_kernel", cutlass_ext::fp8_block_direct::Tiling<BM, BN, Gemm::kStages>::kSharedBytes);        \
-    return Gemm::run(kernel, args, stream);                                                                  \
-  }
-#define CUTLASS_EXT_EXPORT_FP8_BLOCK_DIRECT_LIBRARY() CUTLASS_EXT_EXPORT_ABI()  // once per library
-
+#include "sm90_fp8_block_direct_launch.h"
 #endif

@@ -17,9 +17,22 @@ from sweeps.space import load_space
 have_nvcc = shutil.which("nvcc") is not None or os.path.exists("/usr/local/cuda/bin/nvcc")
 
 
-def test_names_round_trip_through_every_family_lookup():
-    config = Fp8BlockDirectConfig(tile=(128, 64, 128), scale_a_major="m")
-    assert config.name == "fp8direct_e4m3e4m3_bf16_128x64x128_am"
+@pytest.mark.parametrize(
+    "fields, name",
+    [
+        ({"tile": (128, 64, 128), "scale_a_major": "m"}, "fp8direct_e4m3e4m3_bf16_128x64x128_am"),
+        ({"tile": (64, 16, 128), "cluster": 2}, "fp8direct_e4m3e4m3_bf16_64x16x128_mc2"),
+        ({"tile": (128, 128, 128), "cluster": 2, "scale_a_major": "m"}, "fp8direct_e4m3e4m3_bf16_128x128x128_mc2_am"),
+        ({"tile": (128, 64, 128), "cluster": 2, "grouped": True}, "fp8direct_e4m3e4m3_bf16_128x64x128_mc2_grouped"),
+        (
+            {"out_dtype": "fp32", "tile": (128, 32, 128), "k_grouped": True},
+            "fp8direct_e4m3e4m3_fp32_128x32x128_kgrouped",
+        ),
+    ],
+)
+def test_names_round_trip_through_every_family_lookup(fields, name):
+    config = Fp8BlockDirectConfig(**fields)
+    assert config.name == name
     assert Fp8BlockDirectConfig.from_name(config.name) == config
     assert families.from_name(config.name) == config
     assert config_of(config.name) == config
@@ -35,6 +48,11 @@ def test_names_round_trip_through_every_family_lookup():
         ({"out_dtype": "fp16"}, "out_dtype"),
         ({"a_dtype": "e5m2"}, "a_dtype"),
         ({"scale_a_major": "n"}, "scale_a_major"),
+        ({"cluster": 4}, "cluster"),
+        ({"grouped": True, "scale_a_major": "m"}, "K-major"),
+        ({"k_grouped": True}, "out_dtype"),
+        ({"k_grouped": True, "out_dtype": "fp32", "tile": (128, 128, 128)}, "64 wide"),
+        ({"k_grouped": True, "grouped": True, "out_dtype": "fp32"}, "one form"),
     ],
 )
 def test_configs_it_does_not_build_are_refused(fields, word):
@@ -49,8 +67,9 @@ def test_other_names_are_refused_naming_the_variant():
 
 def test_sweep_space_holds_every_tile_with_the_scales_quantize_fp8_writes():
     configs = load_space("configs/sm90_fp8_block_direct.yaml")
-    assert {c.tile for c in configs} == {(m, n, 128) for m in (64, 128) for n in (32, 64, 128)}
-    assert len(configs) == 6
+    assert {c.tile for c in configs} == {(m, n, 128) for m in (64, 128) for n in (16, 32, 64, 128)}
+    assert {c.cluster for c in configs} == {1, 2}
+    assert len(configs) == 16
     assert {c.mode for c in configs} == {"fp8_block"}
     assert {c.scale_a_major for c in configs} == {"k"}
 
@@ -58,7 +77,11 @@ def test_sweep_space_holds_every_tile_with_the_scales_quantize_fp8_writes():
 @pytest.mark.skipif(not have_nvcc and not os.environ.get("CI"), reason="nvcc not installed")
 def test_libraries_compile_without_spills(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
-    configs = [Fp8BlockDirectConfig(tile=(64, 32, 128)), Fp8BlockDirectConfig(tile=(128, 128, 128))]
+    configs = [
+        Fp8BlockDirectConfig(tile=(64, 16, 128)),
+        Fp8BlockDirectConfig(tile=(128, 128, 128), cluster=2, grouped=True),
+        Fp8BlockDirectConfig(out_dtype="fp32", tile=(128, 64, 128), k_grouped=True),
+    ]
     results = build.build_libraries([(c,) for c in configs], "90a", verbose=False)
     for config, result in zip(configs, results):
         assert result.library is not None, result.error
@@ -66,4 +89,11 @@ def test_libraries_compile_without_spills(tmp_path, monkeypatch):
         spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", usage)
         assert spills and all(stores == loads == "0" for stores, loads in spills), usage
         symbols = subprocess.run(["nm", "-D", "--defined-only", str(result.library)], capture_output=True, text=True)
-        assert f"{config.name}_fp8_block_run" in symbols.stdout
+        form = "fp8_k_grouped" if config.k_grouped else "fp8_grouped" if config.grouped else "fp8_block"
+        assert f"{config.name}_{form}_run" in symbols.stdout
+
+
+def test_grouped_sweep_space_holds_grouped_kernels_only():
+    configs = load_space("configs/sm90_fp8_grouped_direct.yaml")
+    assert configs and all(c.grouped and c.mode == "fp8_grouped" for c in configs)
+    assert {c.cluster for c in configs} == {1, 2}

@@ -13,8 +13,13 @@ from .test_fp8_block import check_close, quantized, seeded_bias
 
 pytestmark = pytest.mark.gpu
 
-TILES = [(64, 32, 128), (64, 64, 128), (64, 128, 128), (128, 32, 128), (128, 64, 128), (128, 128, 128)]
+TILES = [(64, 16, 128), (64, 32, 128), (64, 64, 128), (64, 128, 128)]
+TILES += [(128, 32, 128), (128, 64, 128), (128, 128, 128)]
+# Clusters of two sharing A: the last unit of an odd tile count along N has one tile past n (N = 384 and 2128 at 128
+# wide, 2112 at 64 wide).
+CLUSTERED = [(64, 16, 128), (64, 64, 128), (128, 128, 128)]
 VARIANTS = [Fp8BlockDirectConfig(tile=tile) for tile in TILES]
+VARIANTS += [Fp8BlockDirectConfig(tile=tile, cluster=2) for tile in CLUSTERED]
 # The collective kernel whose promotion the direct one mirrors (every tile of it gives these bits).
 STOCK = "fp8block_e4m3e4m3_bf16_64x128x128_c1x1_pp_sb128"
 SHAPES = [(1, 256, 256), (37, 384, 528), (64, 2112, 7168), (130, 2128, 1040), (257, 1024, 128), (1000, 1536, 768)]
@@ -51,11 +56,12 @@ def test_m_major_activation_scales_give_the_same_bits(m, n, k):
     assert torch.equal(m_major, k_major)
 
 
-def test_more_tiles_than_sms():
+@pytest.mark.parametrize("variant", ["fp8direct_e4m3e4m3_bf16_64x64x128", "fp8direct_e4m3e4m3_bf16_64x64x128_mc2"])
+def test_more_tiles_than_sms(variant):
     """Each persistent CTA runs ~31 tiles (M = N = 4096 at 64x64: 4096 tiles), the ring's phases wrapping across
-    them."""
+    them (in a cluster, both CTAs' rings, released by each other's warps)."""
     a8, b8, scale_a, scale_b = quantized(4096, 4096, 1024, "normal", (128, 128), seed=5)
-    out = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, variant="fp8direct_e4m3e4m3_bf16_64x64x128")
+    out = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, variant=variant)
     stock = fp8_block.gemm_fp8_block(a8, b8, scale_a, scale_b, variant=STOCK)
     assert torch.equal(out, stock)
 
