@@ -447,7 +447,7 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
   if (warp < 4) {  // producer
     // The weight-gradient form's producer computes each group's k-blocks and copies a scale per column: more
     // registers, taken from two math warpgroups' 232 (its tiles are at most 64 wide: 224 hold them).
-    cutlass::arch::warpgroup_reg_dealloc<T::kColumnScales ? 56 : 40>();
+    cutlass::arch::warpgroup_reg_dealloc<!T::kColumnScales ? 40 : BN < 128 ? 56 : 24>();
     if (warp > 1 || (warp == 0 && lane != 0)) return;
     int stage = 0;
     uint32_t phase = 0;
@@ -500,7 +500,7 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
     return;
   }
 
-  cutlass::arch::warpgroup_reg_alloc<T::kMathGroups == 1 ? 240 : T::kColumnScales ? 224 : 232>();
+  cutlass::arch::warpgroup_reg_alloc<T::kMathGroups == 1 ? 240 : !T::kColumnScales ? 232 : BN < 128 ? 224 : 240>();
   const int group = __shfl_sync(0xffffffff, warp / 4 - 1, 0);  // which 64 rows of the tile (warp-uniform)
   const int w = warp % 4;
   // wgmma's accumulator layout: thread (w, lane) holds rows 16w + lane/4 and that + 8 of its 64, columns
