@@ -172,7 +172,8 @@ __device__ __forceinline__ void promote(typename T::Shared& s, Ring& ring, Pendi
 #pragma unroll
     for (int j = 0; j < T::kAccumulators / 4; ++j) {
       const int col = 8 * j + 2 * (lane % 4);
-      const float b0 = scale_b[col], b1 = scale_b[col + 1];
+      const float2 b = *reinterpret_cast<const float2*>(scale_b + col);  // one 8-byte read: col is even
+      const float b0 = b.x, b1 = b.y;
       total[4 * j] = fmaf(__fmul_rn(current.acc[4 * j], current.scale0), b0, total[4 * j]);
       total[4 * j + 1] = fmaf(__fmul_rn(current.acc[4 * j + 1], current.scale0), b1, total[4 * j + 1]);
       total[4 * j + 2] = fmaf(__fmul_rn(current.acc[4 * j + 2], current.scale1), b0, total[4 * j + 2]);
@@ -267,7 +268,7 @@ template <class Derived, int BN>
 struct RowScaledProblem {
   static constexpr bool kColumnScales = false;
   template <class T>
-  __device__ __forceinline__ void store(typename T::Shared& s, const CUtensorMap* map_d, const float* total,
+  __device__ __forceinline__ void store(typename T::Shared& s, const CUtensorMap* map_d, float* total,
                                         int group, int w, int lane, const TileAt& t, const KRange&) const {
     const Derived& self = static_cast<const Derived&>(*this);
     store_tile<T, BN>(s, map_d, self.output(), total, group, w, lane, t.m0, t.row_end, t.n0);
@@ -376,28 +377,56 @@ struct KGroupedProblem {
                                          const TileAt& t) const {
     cute::SM90_TMA_LOAD_2D::copy(&map, full, kEvictNormal, smem, kb * kBlockK, t.n0);
   }
-  // D_g = C_g + the product (C read first where it is D itself), rounded once as CUTLASS's epilogue does; NaN for
-  // an invalid group.
+  // D_g = C_g + the product, rounded once as CUTLASS's epilogue does; NaN for an invalid group. Every load of C
+  // comes before any store to D: C may be D, so a store between two loads would hold the second back until the
+  // first's round trip ends (64 of them in a row per thread). Pairs of columns go as 8-byte accesses where aligned.
   template <class T>
-  __device__ __forceinline__ void store(typename T::Shared&, const CUtensorMap*, const float* total, int group, int w,
+  __device__ __forceinline__ void store(typename T::Shared&, const CUtensorMap*, float* total, int group, int w,
                                         int lane, const TileAt& t, const KRange& range) const {
     const int row0 = t.m0 + 64 * group + 16 * w + lane / 4;
     float* d = static_cast<float*>(p.d) + t.group * p.d_group_stride;
     const float* c = p.c != nullptr ? static_cast<const float*>(p.c) + t.group * p.d_group_stride : nullptr;
-    const float nan = __int_as_float(0x7fffffff);  // the NaN the GPU's arithmetic gives (the collective's)
+    const bool pairs = p.ldd % 2 == 0 && p.d_group_stride % 2 == 0 && reinterpret_cast<uintptr_t>(p.d) % 8 == 0 &&
+                       reinterpret_cast<uintptr_t>(p.c) % 8 == 0;  // columns start even: 8j + 2 (lane % 4)
+    if (!range.valid) {
+      const float nan = __int_as_float(0x7fffffff);  // the NaN the GPU's arithmetic gives (the collective's)
+#pragma unroll
+      for (int i = 0; i < T::kAccumulators; ++i) total[i] = nan;
+    } else if (c != nullptr) {
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        const int col = t.n0 + 8 * j + 2 * (lane % 4);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row = row0 + 8 * half;
+          float* v = total + 4 * j + 2 * half;
+          if (row >= p.m || col >= p.n) continue;
+          const int64_t at = row * p.ldd + col;
+          if (pairs && col + 1 < p.n) {
+            const float2 from = *reinterpret_cast<const float2*>(c + at);
+            v[0] = __fadd_rn(from.x, v[0]);
+            v[1] = __fadd_rn(from.y, v[1]);
+          } else {
+            v[0] = __fadd_rn(c[at], v[0]);
+            if (col + 1 < p.n) v[1] = __fadd_rn(c[at + 1], v[1]);
+          }
+        }
+      }
+    }
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
       const int col = t.n0 + 8 * j + 2 * (lane % 4);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = row0 + 8 * half;
-        if (row >= p.m) continue;
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          if (col + e >= p.n) continue;
-          const int64_t at = row * p.ldd + col + e;
-          const float product = total[4 * j + 2 * half + e];
-          d[at] = !range.valid ? nan : c != nullptr ? __fadd_rn(c[at], product) : product;
+        const float* v = total + 4 * j + 2 * half;
+        if (row >= p.m || col >= p.n) continue;
+        const int64_t at = row * p.ldd + col;
+        if (pairs && col + 1 < p.n) {
+          *reinterpret_cast<float2*>(d + at) = make_float2(v[0], v[1]);
+        } else {
+          d[at] = v[0];
+          if (col + 1 < p.n) d[at + 1] = v[1];
         }
       }
     }
