@@ -377,41 +377,43 @@ struct KGroupedProblem {
                                          const TileAt& t) const {
     cute::SM90_TMA_LOAD_2D::copy(&map, full, kEvictNormal, smem, kb * kBlockK, t.n0);
   }
-  // D_g = C_g + the product, rounded once as CUTLASS's epilogue does; NaN for an invalid group. Every load of C
-  // comes before any store to D: C may be D, so a store between two loads would hold the second back until the
-  // first's round trip ends (64 of them in a row per thread). Pairs of columns go as 8-byte accesses where aligned.
+  // D_g = C_g + the product, rounded once as CUTLASS's epilogue does; NaN for an invalid group. An interior tile
+  // (every row and column inside D, 8-byte-aligned pairs) loads its C whole before adding, with no branch between
+  // the loads, so they are in flight together (the accumulator sets' registers are free by now); a load followed by
+  // its add one at a time costs a round trip each. Edge tiles go element by element.
   template <class T>
   __device__ __forceinline__ void store(typename T::Shared&, const CUtensorMap*, float* total, int group, int w,
                                         int lane, const TileAt& t, const KRange& range) const {
     const int row0 = t.m0 + 64 * group + 16 * w + lane / 4;
     float* d = static_cast<float*>(p.d) + t.group * p.d_group_stride;
     const float* c = p.c != nullptr ? static_cast<const float*>(p.c) + t.group * p.d_group_stride : nullptr;
-    const bool pairs = p.ldd % 2 == 0 && p.d_group_stride % 2 == 0 && reinterpret_cast<uintptr_t>(p.d) % 8 == 0 &&
-                       reinterpret_cast<uintptr_t>(p.c) % 8 == 0;  // columns start even: 8j + 2 (lane % 4)
     if (!range.valid) {
       const float nan = __int_as_float(0x7fffffff);  // the NaN the GPU's arithmetic gives (the collective's)
 #pragma unroll
       for (int i = 0; i < T::kAccumulators; ++i) total[i] = nan;
-    } else if (c != nullptr) {
+      c = nullptr;
+    }
+    const bool interior = t.m0 + T::kMathGroups * 64 <= p.m && t.n0 + BN <= p.n && p.ldd % 2 == 0 &&
+                          p.d_group_stride % 2 == 0 && reinterpret_cast<uintptr_t>(p.d) % 8 == 0 &&
+                          reinterpret_cast<uintptr_t>(p.c) % 8 == 0;  // columns start even: 8j + 2 (lane % 4)
+    const int64_t first = int64_t(row0) * p.ldd + t.n0 + 2 * (lane % 4);
+    if (interior) {
+      if (c != nullptr) {
+        float2 from[BN / 4];
 #pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        const int col = t.n0 + 8 * j + 2 * (lane % 4);
+        for (int i = 0; i < BN / 4; ++i)  // pair i: column block j = i / 2, row half i % 2
+          from[i] = *reinterpret_cast<const float2*>(c + first + (i % 2) * 8 * p.ldd + (i / 2) * 8);
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = row0 + 8 * half;
-          float* v = total + 4 * j + 2 * half;
-          if (row >= p.m || col >= p.n) continue;
-          const int64_t at = row * p.ldd + col;
-          if (pairs && col + 1 < p.n) {
-            const float2 from = *reinterpret_cast<const float2*>(c + at);
-            v[0] = __fadd_rn(from.x, v[0]);
-            v[1] = __fadd_rn(from.y, v[1]);
-          } else {
-            v[0] = __fadd_rn(c[at], v[0]);
-            if (col + 1 < p.n) v[1] = __fadd_rn(c[at + 1], v[1]);
-          }
+        for (int i = 0; i < BN / 4; ++i) {
+          total[2 * i] = __fadd_rn(from[i].x, total[2 * i]);
+          total[2 * i + 1] = __fadd_rn(from[i].y, total[2 * i + 1]);
         }
       }
+#pragma unroll
+      for (int i = 0; i < BN / 4; ++i)
+        *reinterpret_cast<float2*>(d + first + (i % 2) * 8 * p.ldd + (i / 2) * 8) =
+            make_float2(total[2 * i], total[2 * i + 1]);
+      return;
     }
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
@@ -419,14 +421,12 @@ struct KGroupedProblem {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = row0 + 8 * half;
-        const float* v = total + 4 * j + 2 * half;
-        if (row >= p.m || col >= p.n) continue;
-        const int64_t at = row * p.ldd + col;
-        if (pairs && col + 1 < p.n) {
-          *reinterpret_cast<float2*>(d + at) = make_float2(v[0], v[1]);
-        } else {
-          d[at] = v[0];
-          if (col + 1 < p.n) d[at + 1] = v[1];
+        float* v = total + 4 * j + 2 * half;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (row >= p.m || col + e >= p.n) continue;
+          const int64_t at = row * p.ldd + col + e;
+          d[at] = c != nullptr ? __fadd_rn(c[at], v[e]) : v[e];
         }
       }
     }
