@@ -474,8 +474,9 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
   }
 
   if (warp < 4) {  // producer
-    // The weight-gradient form's producer computes each group's k-blocks and copies a scale per column: more
-    // registers, taken from two math warpgroups' 232 (its tiles are at most 64 wide: 224 hold them).
+    // The weight-gradient form's producer computes each group's k-blocks and copies a scale per column: 56
+    // registers up to 64-wide tiles (math warpgroups 224); a 128-wide tile's two accumulator sets and sums need the
+    // math warpgroups' 240, which leaves the producer 24 (it spills a few values outside its copy loop).
     cutlass::arch::warpgroup_reg_dealloc<!T::kColumnScales ? 40 : BN < 128 ? 56 : 24>();
     if (warp > 1 || (warp == 0 && lane != 0)) return;
     int stage = 0;
