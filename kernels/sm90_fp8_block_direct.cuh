@@ -36,7 +36,7 @@ struct Tiling {
   static_assert(BM == 64 || BM == 128, "a tile is one or two math warpgroups of 64 rows");
   static_assert(BN == 16 || BN == 32 || BN == 64 || BN == 128, "a tile lies inside one 128-row weight-scale block");
   static_assert(Stages >= 2, "a math warpgroup holds two stages at once (one multiplying, one being promoted)");
-  static_assert(!ColumnScales || BN <= 64, "a weight scale per column: tiles at most 64 wide (registers)");
+
   static constexpr int kMathGroups = BM / 64;
   static constexpr int kThreads = kWarpgroup * (1 + kMathGroups);
   static constexpr int kBytesA = BM * kBlockK;

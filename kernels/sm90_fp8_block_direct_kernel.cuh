@@ -172,7 +172,8 @@ __device__ __forceinline__ void promote(typename T::Shared& s, Ring& ring, Pendi
 #pragma unroll
     for (int j = 0; j < T::kAccumulators / 4; ++j) {
       const int col = 8 * j + 2 * (lane % 4);
-      const float b0 = scale_b[col], b1 = scale_b[col + 1];
+      const float2 b = *reinterpret_cast<const float2*>(scale_b + col);  // one 8-byte read: col is even
+      const float b0 = b.x, b1 = b.y;
       total[4 * j] = fmaf(__fmul_rn(current.acc[4 * j], current.scale0), b0, total[4 * j]);
       total[4 * j + 1] = fmaf(__fmul_rn(current.acc[4 * j + 1], current.scale0), b1, total[4 * j + 1]);
       total[4 * j + 2] = fmaf(__fmul_rn(current.acc[4 * j + 2], current.scale1), b0, total[4 * j + 2]);
@@ -267,7 +268,7 @@ template <class Derived, int BN>
 struct RowScaledProblem {
   static constexpr bool kColumnScales = false;
   template <class T>
-  __device__ __forceinline__ void store(typename T::Shared& s, const CUtensorMap* map_d, const float* total,
+  __device__ __forceinline__ void store(typename T::Shared& s, const CUtensorMap* map_d, float* total,
                                         int group, int w, int lane, const TileAt& t, const KRange&) const {
     const Derived& self = static_cast<const Derived&>(*this);
     store_tile<T, BN>(s, map_d, self.output(), total, group, w, lane, t.m0, t.row_end, t.n0);
@@ -376,28 +377,56 @@ struct KGroupedProblem {
                                          const TileAt& t) const {
     cute::SM90_TMA_LOAD_2D::copy(&map, full, kEvictNormal, smem, kb * kBlockK, t.n0);
   }
-  // D_g = C_g + the product (C read first where it is D itself), rounded once as CUTLASS's epilogue does; NaN for
-  // an invalid group.
+  // D_g = C_g + the product, rounded once as CUTLASS's epilogue does; NaN for an invalid group. An interior tile
+  // (every row and column inside D, 8-byte-aligned pairs) loads its C whole before adding, with no branch between
+  // the loads, so they are in flight together (the accumulator sets' registers are free by now); a load followed by
+  // its add one at a time costs a round trip each. Edge tiles go element by element.
   template <class T>
-  __device__ __forceinline__ void store(typename T::Shared&, const CUtensorMap*, const float* total, int group, int w,
+  __device__ __forceinline__ void store(typename T::Shared&, const CUtensorMap*, float* total, int group, int w,
                                         int lane, const TileAt& t, const KRange& range) const {
     const int row0 = t.m0 + 64 * group + 16 * w + lane / 4;
     float* d = static_cast<float*>(p.d) + t.group * p.d_group_stride;
     const float* c = p.c != nullptr ? static_cast<const float*>(p.c) + t.group * p.d_group_stride : nullptr;
-    const float nan = __int_as_float(0x7fffffff);  // the NaN the GPU's arithmetic gives (the collective's)
+    if (!range.valid) {
+      const float nan = __int_as_float(0x7fffffff);  // the NaN the GPU's arithmetic gives (the collective's)
+#pragma unroll
+      for (int i = 0; i < T::kAccumulators; ++i) total[i] = nan;
+      c = nullptr;
+    }
+    const bool interior = t.m0 + T::kMathGroups * 64 <= p.m && t.n0 + BN <= p.n && p.ldd % 2 == 0 &&
+                          p.d_group_stride % 2 == 0 && reinterpret_cast<uintptr_t>(p.d) % 8 == 0 &&
+                          reinterpret_cast<uintptr_t>(p.c) % 8 == 0;  // columns start even: 8j + 2 (lane % 4)
+    const int64_t first = int64_t(row0) * p.ldd + t.n0 + 2 * (lane % 4);
+    if (interior) {
+      if (c != nullptr) {
+        float2 from[BN / 4];
+#pragma unroll
+        for (int i = 0; i < BN / 4; ++i)  // pair i: column block j = i / 2, row half i % 2
+          from[i] = *reinterpret_cast<const float2*>(c + first + (i % 2) * 8 * p.ldd + (i / 2) * 8);
+#pragma unroll
+        for (int i = 0; i < BN / 4; ++i) {
+          total[2 * i] = __fadd_rn(from[i].x, total[2 * i]);
+          total[2 * i + 1] = __fadd_rn(from[i].y, total[2 * i + 1]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < BN / 4; ++i)
+        *reinterpret_cast<float2*>(d + first + (i % 2) * 8 * p.ldd + (i / 2) * 8) =
+            make_float2(total[2 * i], total[2 * i + 1]);
+      return;
+    }
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
       const int col = t.n0 + 8 * j + 2 * (lane % 4);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = row0 + 8 * half;
-        if (row >= p.m) continue;
+        float* v = total + 4 * j + 2 * half;
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          if (col + e >= p.n) continue;
+          if (row >= p.m || col + e >= p.n) continue;
           const int64_t at = row * p.ldd + col + e;
-          const float product = total[4 * j + 2 * half + e];
-          d[at] = !range.valid ? nan : c != nullptr ? __fadd_rn(c[at], product) : product;
+          d[at] = c != nullptr ? __fadd_rn(c[at], v[e]) : v[e];
         }
       }
     }
@@ -445,9 +474,10 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
   }
 
   if (warp < 4) {  // producer
-    // The weight-gradient form's producer computes each group's k-blocks and copies a scale per column: more
-    // registers, taken from two math warpgroups' 232 (its tiles are at most 64 wide: 224 hold them).
-    cutlass::arch::warpgroup_reg_dealloc<T::kColumnScales ? 56 : 40>();
+    // The weight-gradient form's producer computes each group's k-blocks and copies a scale per column: 56
+    // registers up to 64-wide tiles (math warpgroups 224); a 128-wide tile's two accumulator sets and sums need the
+    // math warpgroups' 240, which leaves the producer 24 (it spills a few values outside its copy loop).
+    cutlass::arch::warpgroup_reg_dealloc<!T::kColumnScales ? 40 : BN < 128 ? 56 : 24>();
     if (warp > 1 || (warp == 0 && lane != 0)) return;
     int stage = 0;
     uint32_t phase = 0;
@@ -500,7 +530,7 @@ __device__ __forceinline__ void gemm(const CUtensorMap& map_a, const CUtensorMap
     return;
   }
 
-  cutlass::arch::warpgroup_reg_alloc<T::kMathGroups == 1 ? 240 : T::kColumnScales ? 224 : 232>();
+  cutlass::arch::warpgroup_reg_alloc<T::kMathGroups == 1 ? 240 : !T::kColumnScales ? 232 : BN < 128 ? 224 : 240>();
   const int group = __shfl_sync(0xffffffff, warp / 4 - 1, 0);  // which 64 rows of the tile (warp-uniform)
   const int w = warp % 4;
   // wgmma's accumulator layout: thread (w, lane) holds rows 16w + lane/4 and that + 8 of its 64, columns

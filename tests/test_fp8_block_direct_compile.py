@@ -51,7 +51,6 @@ def test_names_round_trip_through_every_family_lookup(fields, name):
         ({"cluster": 4}, "cluster"),
         ({"grouped": True, "scale_a_major": "m"}, "K-major"),
         ({"k_grouped": True}, "out_dtype"),
-        ({"k_grouped": True, "out_dtype": "fp32", "tile": (128, 128, 128)}, "64 wide"),
         ({"k_grouped": True, "grouped": True, "out_dtype": "fp32"}, "one form"),
     ],
 )

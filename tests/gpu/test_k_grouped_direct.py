@@ -15,7 +15,16 @@ from .test_k_grouped_fp8 import check_groups, offsets_of, operands
 
 pytestmark = pytest.mark.gpu
 
-TILES = [((64, 16, 128), 1), ((64, 64, 128), 1), ((128, 32, 128), 2), ((128, 64, 128), 1), ((128, 64, 128), 2)]
+TILES = [
+    ((64, 16, 128), 1),
+    ((64, 64, 128), 1),
+    ((64, 128, 128), 1),
+    ((128, 32, 128), 2),
+    ((128, 64, 128), 1),
+    ((128, 64, 128), 2),
+    ((128, 128, 128), 1),
+    ((128, 128, 128), 2),
+]
 DIRECT = [Fp8BlockDirectConfig(out_dtype="fp32", tile=t, cluster=c, k_grouped=True) for t, c in TILES]
 # The collective kernel (CUTLASS's blockwise accumulation: total += acc * scale_a * scale_b) whose bits they owe.
 COLLECTIVE = Fp8BlockConfig(out_dtype="fp32", scale_n=1, k_grouped=True, scale_a_major="m")
