@@ -2,7 +2,7 @@
 // it alone): TMA maps, the cubin's kernels loaded by name, grids and the launchers under the ABI's C names.
 #pragma once
 
-#include "cubin_launch.h"
+#include "cubin_library.h"
 #include "library_exports.h"
 
 namespace cutlass_ext::fp8_block_direct {

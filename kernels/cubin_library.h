@@ -1,0 +1,67 @@
+// What every cubin library's host half needs (cubin_launch.h describes the two halves): the embedded cubin, loaded
+// once; driver entry points by name; a kernel's parameter size; CUTLASS's statuses. No CuTe: a family whose
+// launchers need none (the directly written block-scaled kernel) compiles its host half without CuTe's layout
+// algebra, which takes most of a host half's compile time.
+#pragma once
+
+#include "cutlass/cutlass.h"
+
+namespace cutlass_ext {
+// CUTLASS's device adapter's status for its kernel's can_implement.
+inline int implementable(bool can) {
+  return int(can ? cutlass::Status::kSuccess : cutlass::Status::kErrorInvalidProblem);
+}
+}  // namespace cutlass_ext
+
+#ifndef CUTLASS_EXT_DEVICE_CODE
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdio>
+
+extern "C" const char cutlass_ext_device_code[];  // the cubin, embedded by the link (device_code.S)
+
+namespace cutlass_ext {
+namespace {  // internal linkage: an inline function's statics would be one GNU-unique object across all libraries
+
+// This library's cubin, loaded once per process and context-independent: its kernels run on every device.
+cudaLibrary_t device_code(cudaError_t* error) {
+  static cudaError_t load_error = cudaSuccess;
+  static cudaLibrary_t library = [] {
+    cudaLibrary_t handle = nullptr;
+    load_error = cudaLibraryLoadData(&handle, cutlass_ext_device_code, nullptr, nullptr, 0, nullptr, nullptr, 0);
+    return load_error == cudaSuccess ? handle : nullptr;
+  }();
+  *error = load_error;
+  return library;
+}
+
+// A driver entry point by name (the runtime exposes no parameter layouts); null where the driver lacks it.
+void* driver_function(const char* name, int version) {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+  cudaGetDriverEntryPointByVersion(name, &function, version, cudaEnableDefault, &found);
+#else
+  (void)version;
+  cudaGetDriverEntryPoint(name, &function, cudaEnableDefault, &found);
+#endif
+  if (found != cudaDriverEntryPointSuccess) (void)cudaGetLastError();
+  return found == cudaDriverEntryPointSuccess ? function : nullptr;
+}
+
+// The parameter layout the cubin's kernel was compiled with.
+cudaError_t kernel_parameter_size(cudaKernel_t kernel, size_t* size) {
+  using ParamInfo = CUresult (*)(CUkernel, size_t, size_t*, size_t*);
+  static ParamInfo get = reinterpret_cast<ParamInfo>(driver_function("cuKernelGetParamInfo", 12040));
+  if (get == nullptr) return cudaErrorNotSupported;  // a driver older than 12.4: nothing to check against
+  size_t offset = 0;
+  return get(reinterpret_cast<CUkernel>(kernel), 0, &offset, size) == CUDA_SUCCESS ? cudaSuccess : cudaErrorUnknown;
+}
+
+}  // namespace
+}  // namespace cutlass_ext
+
+#endif
