@@ -31,32 +31,20 @@
 namespace cutlass_ext {
 namespace {  // internal linkage (cubin_library.h)
 
-// One variant's kernel, looked up once; its shared-memory allowance is set once per device.
+// One variant's CUTLASS kernel from the cubin, launched as CUTLASS's device adapter launches it.
 template <class Kernel>
 class CubinKernel {
  public:
-  explicit CubinKernel(const char* name) {
-    cudaLibrary_t library = device_code(&error_);
-    if (library != nullptr && (error_ = cudaLibraryGetKernel(&kernel_, library, name)) == cudaSuccess) {
-      size_t size = 0;
-      if (kernel_parameter_size(kernel_, &size) == cudaSuccess && size != sizeof(typename Kernel::Params)) {
-        error_ = cudaErrorInvalidKernelImage;  // the two compilers disagree on Params: never launch it
-      }
-    }
-    if (error_ != cudaSuccess) {  // every call of this variant will fail: say why, once
-      (void)cudaGetLastError();     // and keep the runtime's sticky last error out of later, unrelated calls
-      std::fprintf(stderr, "cutlass_ext: kernel %s cannot be loaded from its library: %s\n", name,
-                   cudaGetErrorString(error_));
-    }
-  }
+  explicit CubinKernel(const char* name) : kernel_(name, sizeof(typename Kernel::Params)) {}
 
   int run(typename Kernel::Arguments const& arguments, void* workspace, cudaStream_t stream, bool programmatic) {
-    if (error_ != cudaSuccess) return int(cutlass::Status::kErrorInternal);
+    if (kernel_.error() != cudaSuccess) return int(cutlass::Status::kErrorInternal);
     cutlass::Status status = Kernel::initialize_workspace(arguments, workspace, stream, nullptr);
     if (status != cutlass::Status::kSuccess) return int(status);
     typename Kernel::Params params = Kernel::to_underlying_arguments(arguments, workspace);
     int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess || !allow_shared_memory(device)) {
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        kernel_.allow_shared_memory(device, int(Kernel::SharedStorageSize)) != cudaSuccess) {
       (void)cudaGetLastError();
       return int(cutlass::Status::kErrorInternal);
     }
@@ -81,7 +69,7 @@ class CubinKernel {
       early.val.programmaticStreamSerializationAllowed = 1;
     }
     void* kernel_arguments[] = {&params};
-    if (cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel_), kernel_arguments) != cudaSuccess) {
+    if (cudaLaunchKernelExC(&config, kernel_.function(), kernel_arguments) != cudaSuccess) {
       (void)cudaGetLastError();  // as CUTLASS's adapter: the failure is this call's status, not the next call's
       return int(cutlass::Status::kErrorInternal);
     }
@@ -89,27 +77,7 @@ class CubinKernel {
   }
 
  private:
-  bool allow_shared_memory(int device) {
-    const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
-    if (bit != 0 && (allowed_.load(std::memory_order_acquire) & bit)) return true;
-    int bytes = int(Kernel::SharedStorageSize);
-    if (bytes >= (48 << 10)) {
-#if CUDART_VERSION >= 12050
-      cudaError_t set = cudaKernelSetAttributeForDevice(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes,
-                                                        device);
-#else  // the current device's, which is `device`
-      cudaError_t set = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel_),
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-#endif
-      if (set != cudaSuccess) return false;
-    }
-    allowed_.fetch_or(bit, std::memory_order_acq_rel);
-    return true;
-  }
-
-  cudaKernel_t kernel_ = nullptr;
-  cudaError_t error_ = cudaSuccess;
-  std::atomic<uint64_t> allowed_{0};  // devices whose shared-memory allowance is set (bit per device, < 64)
+  LibraryKernel kernel_;
 };
 
 }  // namespace

@@ -61,6 +61,52 @@ cudaError_t kernel_parameter_size(cudaKernel_t kernel, size_t* size) {
   return get(reinterpret_cast<CUkernel>(kernel), 0, &offset, size) == CUDA_SUCCESS ? cudaSuccess : cudaErrorUnknown;
 }
 
+// A kernel of this library's cubin, looked up by name once, and its dynamic shared-memory allowance, set once per
+// device. `params`: the size of the launcher's first kernel parameter, checked against the cubin's parameter layout
+// (0: unchecked).
+class LibraryKernel {
+ public:
+  explicit LibraryKernel(const char* name, size_t params = 0) {
+    cudaLibrary_t library = device_code(&error_);
+    if (library != nullptr && (error_ = cudaLibraryGetKernel(&kernel_, library, name)) == cudaSuccess && params) {
+      size_t size = 0;
+      if (kernel_parameter_size(kernel_, &size) == cudaSuccess && size != params) {
+        error_ = cudaErrorInvalidKernelImage;  // the two compilers disagree on the parameters: never launch it
+      }
+    }
+    if (error_ != cudaSuccess) {  // every call of this variant will fail: say why, once
+      (void)cudaGetLastError();     // and keep the runtime's sticky last error out of later, unrelated calls
+      std::fprintf(stderr, "cutlass_ext: kernel %s cannot be loaded from its library: %s\n", name,
+                   cudaGetErrorString(error_));
+    }
+  }
+
+  cudaError_t error() const { return error_; }
+  const void* function() const { return reinterpret_cast<const void*>(kernel_); }
+
+  // Below 48 KB no allowance is needed.
+  cudaError_t allow_shared_memory(int device, int bytes) {
+    const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
+    if (bit != 0 && (allowed_.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+    if (bytes >= (48 << 10)) {
+#if CUDART_VERSION >= 12050
+      cudaError_t error = cudaKernelSetAttributeForDevice(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                          bytes, device);
+#else  // the current device's, which is `device`
+      cudaError_t error = cudaFuncSetAttribute(function(), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+#endif
+      if (error != cudaSuccess) return error;
+    }
+    allowed_.fetch_or(bit, std::memory_order_acq_rel);
+    return cudaSuccess;
+  }
+
+ private:
+  cudaKernel_t kernel_ = nullptr;
+  cudaError_t error_ = cudaSuccess;
+  std::atomic<uint64_t> allowed_{0};  // devices whose allowance is set (bit per device, < 64)
+};
+
 }  // namespace
 }  // namespace cutlass_ext
 

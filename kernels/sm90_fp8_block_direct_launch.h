@@ -60,51 +60,29 @@ inline bool output_map(CUtensorMap* map, void* base, int64_t rows, int64_t cols,
                 CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// One variant's kernel in this library's cubin, looked up once; its shared-memory allowance set once per device.
+// One variant's kernel in this library's cubin (cubin_library.h), launched on persistent clusters.
 class LoadedKernel {
  public:
-  LoadedKernel(const char* name, int shared_bytes) : shared_bytes_(shared_bytes) {
-    cudaLibrary_t library = device_code(&error_);
-    if (library != nullptr) error_ = cudaLibraryGetKernel(&kernel_, library, name);
-    if (error_ != cudaSuccess) {  // every call of this variant will fail: say why, once
-      (void)cudaGetLastError();
-      std::fprintf(stderr, "cutlass_ext: kernel %s cannot be loaded from its library: %s\n", name,
-                   cudaGetErrorString(error_));
-    }
-  }
+  LoadedKernel(const char* name, int shared_bytes) : kernel_(name), shared_bytes_(shared_bytes) {}
 
   // Persistent CTAs in clusters of `cluster` along x: one cluster per unit of work, up to as many as fit at once
   // on the current device (a GPC may leave an SM without a partner: asked of the runtime once per device; else
   // sm_count / cluster).
   cudaError_t launch(int64_t units, int cluster, int threads, int sm_count, cudaStream_t stream, void** arguments) {
-    if (error_ != cudaSuccess) return error_;
+    if (kernel_.error() != cudaSuccess) return kernel_.error();
     int device = 0;
     cudaError_t error = cudaGetDevice(&device);
-    if (error == cudaSuccess) error = allow_shared_memory(device);
+    if (error == cudaSuccess) error = kernel_.allow_shared_memory(device, shared_bytes_);
     if (error != cudaSuccess) return error;
     const int64_t clusters = resident_clusters(device, sm_count, cluster, threads);
     const int grid = int(units < clusters ? units : clusters) * cluster;
     if (grid == 0) return cudaSuccess;
     cudaLaunchAttribute attribute;
     const cudaLaunchConfig_t config = launch_config(grid, cluster, threads, stream, &attribute);
-    return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel_), arguments);
+    return cudaLaunchKernelExC(&config, kernel_.function(), arguments);
   }
 
  private:
-  cudaError_t allow_shared_memory(int device) {
-    const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
-    if (bit != 0 && (allowed_.load(std::memory_order_acquire) & bit)) return cudaSuccess;
-#if CUDART_VERSION >= 12050
-    cudaError_t error = cudaKernelSetAttributeForDevice(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                        shared_bytes_, device);
-#else  // the current device's, which is `device`
-    cudaError_t error = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel_),
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes_);
-#endif
-    if (error == cudaSuccess) allowed_.fetch_or(bit, std::memory_order_acq_rel);
-    return error;
-  }
-
   int64_t resident_clusters(int device, int sm_count, int cluster, int threads) {
     const int64_t fallback = sm_count / cluster > 0 ? sm_count / cluster : 1;
     if (cluster == 1 || device >= kDevices) return fallback;
@@ -112,7 +90,7 @@ class LoadedKernel {
     if (known == 0) {
       cudaLaunchAttribute attribute;
       const cudaLaunchConfig_t config = launch_config(int(fallback) * cluster, cluster, threads, nullptr, &attribute);
-      if (cudaOccupancyMaxActiveClusters(&known, reinterpret_cast<const void*>(kernel_), &config) != cudaSuccess ||
+      if (cudaOccupancyMaxActiveClusters(&known, kernel_.function(), &config) != cudaSuccess ||
           known < 1) {
         (void)cudaGetLastError();
         known = int(fallback);
@@ -142,10 +120,8 @@ class LoadedKernel {
   }
 
   static constexpr int kDevices = 64;
-  cudaKernel_t kernel_ = nullptr;
-  cudaError_t error_ = cudaSuccess;
+  LibraryKernel kernel_;
   int shared_bytes_;
-  std::atomic<uint64_t> allowed_{0};  // devices whose shared-memory allowance is set (bit per device, < 64)
   std::atomic<int> resident_[kDevices] = {};  // clusters resident at once, per device (0: not asked yet)
 };
 
