@@ -4,6 +4,9 @@
 // algebra, which takes most of a host half's compile time.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 #include "cutlass/cutlass.h"
 
 namespace cutlass_ext {
@@ -84,11 +87,12 @@ class LibraryKernel {
   cudaError_t error() const { return error_; }
   const void* function() const { return reinterpret_cast<const void*>(kernel_); }
 
-  // Below 48 KB no allowance is needed.
+  // Up to 48 KB of dynamic shared memory needs no allowance (for the kernels here, which declare no static shared
+  // memory besides).
   cudaError_t allow_shared_memory(int device, int bytes) {
     const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
     if (bit != 0 && (allowed_.load(std::memory_order_acquire) & bit)) return cudaSuccess;
-    if (bytes >= (48 << 10)) {
+    if (bytes > (48 << 10)) {
 #if CUDART_VERSION >= 12050
       cudaError_t error = cudaKernelSetAttributeForDevice(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                           bytes, device);

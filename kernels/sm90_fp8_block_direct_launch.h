@@ -6,6 +6,7 @@
 #include "library_exports.h"
 
 namespace cutlass_ext::fp8_block_direct {
+namespace {  // internal linkage, as cubin_library.h's: each library keeps its own
 
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
@@ -63,7 +64,8 @@ inline bool output_map(CUtensorMap* map, void* base, int64_t rows, int64_t cols,
 // One variant's kernel in this library's cubin (cubin_library.h), launched on persistent clusters.
 class LoadedKernel {
  public:
-  LoadedKernel(const char* name, int shared_bytes) : kernel_(name), shared_bytes_(shared_bytes) {}
+  // The first parameter is A's TMA map: its size is checked against the cubin's.
+  LoadedKernel(const char* name, int shared_bytes) : kernel_(name, sizeof(CUtensorMap)), shared_bytes_(shared_bytes) {}
 
   // Persistent CTAs in clusters of `cluster` along x: one cluster per unit of work, up to as many as fit at once
   // on the current device (a GPC may leave an SM without a partner: asked of the runtime once per device; else
@@ -271,6 +273,7 @@ struct Sm90Fp8KGroupedDirectGemm : DirectLaunchers<BM, BN, true> {
   }
 };
 
+}  // namespace
 }  // namespace cutlass_ext::fp8_block_direct
 
 // One variant's launchers under the block family's C names (library_exports.h), the kernel from the cubin: SUFFIX
