@@ -51,7 +51,8 @@ class Family:
     library is compiled from, side by side, and linked (each rendered with CUTLASS_EXT_LIBRARY_PART = 0…parts−1
     and CUTLASS_EXT_LIBRARY_PARTS defined; the template says what each holds). cubin: the library is built in two
     halves (cutlass_ext/cubin_build.py, kernels/cubin_launch.h): nvcc compiles its kernels alone into a cubin, the
-    host compiler its launchers; its variants export through cubin_launch.h's macros. cubin_nvcc_part: for a
+    host compiler its launchers, which load them from the embedded cubin (kernels/cubin_library.h; CUTLASS
+    kernels through cubin_launch.h's macros). cubin_nvcc_part: for a
     cubin library that also launches small kernels of its own (<<<>>>, which the host compiler cannot compile), the
     macro under which its unit holds only those: nvcc compiles it a third time, side by side with the halves, and
     the link takes that object too. torch_binding: its variants are
