@@ -3,6 +3,7 @@ resumable table; power for each mode's fastest; winners to the tuned table."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from pathlib import Path
@@ -121,7 +122,7 @@ class Sweep:
             return result
 
         for index, shape in enumerate(shapes):
-            problem = self.family.make_problem(*shape)
+            problem = self._make_problem(shape)
             peers = multi_gpu.measures_peers(self.args, index)
             peer_runs = timed("peers", self._measure_peers, problem, shape) if peers else {}
             timed("screening", self._screen, problem, shape)
@@ -131,6 +132,15 @@ class Sweep:
             torch.cuda.empty_cache()
         print("measured in " + ", ".join(f"{phase} {seconds:.0f} s" for phase, seconds in phases.items()))
         return time.perf_counter() - start
+
+    def _make_problem(self, shape):
+        """The family's problem for one shape; told the space's mode where its make_problem takes one (a family
+        whose shapes mean different problems per mode: a grouped [m, n, k, experts] is a mixture-of-experts layer
+        or its weight gradients)."""
+        modes = {config.mode for config in self.runnable}
+        if len(modes) == 1 and "mode" in inspect.signature(self.family.make_problem).parameters:
+            return self.family.make_problem(*shape, mode=modes.pop())
+        return self.family.make_problem(*shape)
 
     def _measure_peers(self, problem, shape) -> dict:
         peer_runs = {}

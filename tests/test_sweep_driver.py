@@ -326,3 +326,23 @@ def test_sm80_rows_time_what_dispatch_runs(monkeypatch):
         assert prepare is None  # nothing done outside the timed call
         run(None, None)
     assert calls == [("halfhalf_gemm", [CONFIGS[2].name]), ("gemm", [CONFIGS[0].name])]
+
+
+def test_a_family_whose_problems_differ_by_mode_is_told_the_spaces_mode():
+    seen = []
+
+    def with_mode(m, n, k, batch, mode=None):
+        seen.append(mode)
+
+    def without_mode(m, n, k, batch):
+        seen.append("no mode")
+
+    sweep = sweep_module.Sweep.__new__(sweep_module.Sweep)
+    sweep.runnable = [argparse.Namespace(mode="fp8_k_grouped")] * 2
+    for make_problem in (with_mode, without_mode):
+        sweep.family = argparse.Namespace(make_problem=make_problem)
+        sweep._make_problem((4096, 7168, 2048, 16))
+    sweep.runnable.append(argparse.Namespace(mode="fp8_grouped"))  # two modes: no one mode to tell
+    sweep.family = argparse.Namespace(make_problem=with_mode)
+    sweep._make_problem((128, 4096, 7168, 8))
+    assert seen == ["fp8_k_grouped", "no mode", None]
