@@ -3,7 +3,6 @@ resumable table; power for each mode's fastest; winners to the tuned table."""
 
 from __future__ import annotations
 
-import inspect
 import os
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from cutlass_ext import benchmark, families, registry, tuned
 
 from . import build_stage, measure, multi_gpu
 from .power import mean_watts
-from .space import family_of
+from .space import family_of, modes_of
 from .table import ResumableTable, config_columns, config_fields
 
 
@@ -61,6 +60,9 @@ class Sweep:
         self.config_fields = config_fields(family)
         self.table = ResumableTable(Path(out) / f"sweep_{Path(args.space).stem}.csv", self.config_fields)
         self.runnable: list = []
+        # the space's one mode (after --mode), which a family's problems may depend on; None where it has several
+        modes = [m for m in modes_of(args.space) if not getattr(args, "mode", None) or m in args.mode]
+        self.problem_mode = modes[0] if len(modes) == 1 else None
 
     def _row(self, config, family, mode, name, problem_shape, measured) -> dict:
         m, n, k, batch = problem_shape
@@ -134,13 +136,7 @@ class Sweep:
         return time.perf_counter() - start
 
     def _make_problem(self, shape):
-        """The family's problem for one shape; told the space's mode where its make_problem takes one (a family
-        whose shapes mean different problems per mode: a grouped [m, n, k, experts] is a mixture-of-experts layer
-        or its weight gradients)."""
-        modes = {config.mode for config in self.runnable}
-        if len(modes) == 1 and "mode" in inspect.signature(self.family.make_problem).parameters:
-            return self.family.make_problem(*shape, mode=modes.pop())
-        return self.family.make_problem(*shape)
+        return measure.make_problem(self.family, shape, self.problem_mode)
 
     def _measure_peers(self, problem, shape) -> dict:
         peer_runs = {}

@@ -80,21 +80,26 @@ def test_the_weight_gradient_winner_runs_for_calls_of_its_types(tmp_path):
     wide = "fp8block_e4m3e4m3_fp32_128x128x128_c2x1_coop_sb1_kgrouped_am"
     direct = "fp8direct_e4m3e4m3_fp32_128x128x128_kgrouped"
     path = tmp_path / "h100.csv"
-    rows = [f"fp8_k_grouped,4096,7168,2048,16,{wide},700.0,H100,d", f"fp8_k_grouped,4096,7168,8192,4,{direct},7,H,d"]
+    rows = [
+        f"fp8_k_grouped,4096,7168,2048,16,{wide},700.0,H100,d",
+        f"fp8_k_grouped,4096,7168,2048,4,{direct},7,H,d",
+        f"fp8_grouped,4096,7168,2048,16,{wide},9.0,H100,d",  # a row of the wrong form: never taken
+    ]
     path.write_text("mode,m,n,k,batch,name,tflops,gpu,date\n" + "\n".join(rows) + "\n")
     tuned.set_tuned_table(path)
     try:
         name, source = api.k_grouped_plan(H100, "e4m3", "e4m3", "fp32", 4096, 7168, 2200, 16)
         assert name == wide and str(path) in source
-        # the experts' count and their tokens pick between rows of one (M, N)
-        assert api.k_grouped_plan(H100, "e4m3", "e4m3", "fp32", 4096, 7168, 8000, 4)[0] == direct
+        # the experts' count picks between rows of one (M, N, tokens per expert)
+        assert api.k_grouped_plan(H100, "e4m3", "e4m3", "fp32", 4096, 7168, 2200, 5)[0] == direct
         # other output types, and the other grouped forms, never take it
         default = api.k_grouped_variant("e4m3", "e4m3", "bf16")
         assert api.k_grouped_plan(H100, "e4m3", "e4m3", "bf16", 4096, 7168, 2048, 16) == (
             default,
             f"default ({source}, measured for e4m3/e4m3/fp32/1)",
         )
-        assert api.grouped_plan(H100, "e4m3", "e4m3", "bf16", 128, 4096, 7168, 2048, 16)[0] != wide
+        name, source = api.grouped_plan(H100, "e4m3", "e4m3", "fp32", 1, 4096, 7168, 2048, 16)
+        assert name == api.grouped_variant("e4m3", "e4m3", "fp32", 1) and "fp8_k_grouped kernel" in source
         assert explain("NVIDIA H100 80GB HBM3", "gemm_fp8", "k_grouped", (4096, 7168, 2048, 16))[2] == f"runs: {wide}"
     finally:
         tuned.set_tuned_table(None)

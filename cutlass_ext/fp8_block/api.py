@@ -171,7 +171,7 @@ def dense_plan(gpu, a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m:
     with M: a few-token tile stretched over more rows reads the weights again per token tile), where the call's
     types are the ones it was measured with; else the default for M."""
     config, source = tuned.resolve(gpu.name, MODE, m, n, k, gpu=gpu, m_buckets_only=True)
-    name, source = _measured_for(config, source, (a_dtype, b_dtype, out_dtype, scale_n))
+    name, source = _measured_for(config, source, (a_dtype, b_dtype, out_dtype, scale_n), MODE)
     if name:
         return name, source
     return dense_variant(a_dtype, b_dtype, out_dtype, scale_n, m), f"default for M = {m} ({source})"
@@ -187,7 +187,7 @@ def grouped_plan(
     GPU needed): the tuned tables' winner for the nearest (tokens per expert, N, K, experts) where the call's types
     are the measured ones, else the default."""
     config, source = tuned.resolve(gpu.name, GROUPED_MODE, m, n, k, gpu=gpu, batch=groups)
-    name, source = _measured_for(config, source, (a_dtype, b_dtype, out_dtype, scale_n))
+    name, source = _measured_for(config, source, (a_dtype, b_dtype, out_dtype, scale_n), GROUPED_MODE)
     if name:
         return name, source
     return grouped_variant(a_dtype, b_dtype, out_dtype, scale_n), f"default ({source})"
@@ -201,17 +201,20 @@ def k_grouped_plan(gpu, a_dtype: str, b_dtype: str, out_dtype: str, m: int, n: i
     (M, N), on `gpu` (no GPU needed): the tuned tables' winner for the nearest (M, N, tokens per expert, experts)
     where the call's types are the measured ones, else the default."""
     config, source = tuned.resolve(gpu.name, K_GROUPED_MODE, m, n, k, gpu=gpu, batch=groups)
-    name, source = _measured_for(config, source, (a_dtype, b_dtype, out_dtype, 1))
+    name, source = _measured_for(config, source, (a_dtype, b_dtype, out_dtype, 1), K_GROUPED_MODE)
     if name:
         return name, source
     return k_grouped_variant(a_dtype, b_dtype, out_dtype), f"default ({source})"
 
 
-def _measured_for(config, source: str, types: tuple) -> tuple[str | None, str]:
-    """(the tuned winner's name, source) where it was measured with the call's types (a_dtype, b_dtype, out_dtype,
+def _measured_for(config, source: str, types: tuple, mode: str) -> tuple[str | None, str]:
+    """(the tuned winner's name, source) where it is a kernel of the call's form (`mode`: a hand-edited row cannot
+    send one form's kernel to another's call) measured with the call's types (a_dtype, b_dtype, out_dtype,
     scale_n); else (None, source saying what it was measured for)."""
     if config is None:
         return None, source
+    if getattr(config, "mode", None) != mode:
+        return None, f"{source}, a {getattr(config, 'mode', '?')} kernel"
     measured = (config.a_dtype, config.b_dtype, config.out_dtype, config.scale_n)
     if measured == types:
         return config.name, source

@@ -21,7 +21,7 @@ import torch
 from .. import benchmark, numerics, peers_fp8
 from ..families.sm80.measure import SEED_RELRES_LIMIT
 from . import measure_k_grouped
-from .api import OUT_DTYPES, gemm_fp8_block, grouped_gemm_fp8, k_grouped_gemm_fp8
+from .api import K_GROUPED_MODE, OUT_DTYPES, gemm_fp8_block, grouped_gemm_fp8, k_grouped_gemm_fp8
 from .config import Fp8BlockConfig
 from .quantize import block_scaled_reference, quantize_block
 
@@ -81,7 +81,7 @@ def make_problem(
     mixture-of-experts layer of `batch` experts with m tokens each (contiguous layout: a (batch·m, K), the experts'
     weights (batch, N, K), their offsets); the reference covers the first rows of every expert. mode
     "fp8_k_grouped": that layer's weight gradients instead, k tokens per expert (measure_k_grouped.py)."""
-    if mode == "fp8_k_grouped":
+    if mode == K_GROUPED_MODE:
         return measure_k_grouped.make_problem(m, n, k, batch, seed)
     generator = torch.Generator(device="cuda").manual_seed(seed * 1_000_003 + m * 31 + n * 17 + k + batch * 7)
     grouped = batch > 1
@@ -123,7 +123,7 @@ def kernel_runner(config: Fp8BlockConfig):
 
         def run_k_grouped(a8, b8, scale_a, scale_b, offsets=None, out=None):
             if out is None:
-                raise ValueError(f"{name} is the weight-gradient form: it measures mode fp8_k_grouped's problems")
+                raise ValueError(f"{name} is the weight-gradient form: it measures mode {K_GROUPED_MODE}'s problems")
             return k_grouped_gemm_fp8(a8, b8, scale_a, scale_b, offsets, out=out, accumulate=True, variant=name)
 
         return run_k_grouped, None
