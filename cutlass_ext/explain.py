@@ -2,7 +2,8 @@
 
 gemm's modes: the corrected and plain Tensor Core modes, `fp32` (cuBLAS SGEMM) and `int8x<moduli>` (Ozaki II).
 gemm_fp8's modes: `fast` and `promoted` (per-tensor or per-row scales), `block` (DeepSeek-V3's 1x128 / 128x128
-block scales), `grouped` (`grouped_gemm_fp8` with those scales; M is the tokens per expert).
+block scales), `grouped` (`grouped_gemm_fp8` with those scales; M is the tokens per expert), `k_grouped`
+(`k_grouped_gemm_fp8`, the weight gradients: MxNxTOKENSxEXPERTS, K the tokens per expert; FP32 output).
 lowbit: `lowbit.matmul`'s kernel (one variant serves every format, chunk and STE; no --mode).
 
 Prints the kernel variant dispatch would run for one product on a GPU, and where the choice came from (a tuned
@@ -23,13 +24,15 @@ from .gemm import KERNEL_MODES
 _SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)(?:x(\d+))?")
 BLOCK_MODE = "block"  # gemm_fp8 with 1x128 activation and 128x128 weight scales
 GROUPED_MODE = "grouped"  # grouped_gemm_fp8 (block scales as above), M: tokens per expert
+K_GROUPED_MODE = "k_grouped"  # k_grouped_gemm_fp8 (1x128 scales on both), K: tokens per expert, FP32 out
+_WITH_EXPERTS = (GROUPED_MODE, K_GROUPED_MODE)
 FP32_MODE = "fp32"  # gemm through cuBLAS SGEMM
 LOWBIT_OP = "lowbit"  # lowbit.matmul: one mode, the variant serves every format
 
 
 def explain(gpu: str, op: str, mode: str, shape: tuple, arch: str | None = None) -> list[str]:
     """The lines `main` prints: GPU and architecture, variants in order of preference, and their source. shape:
-    (m, n, k), or (m, n, k, experts) for the grouped mode (m tokens per expert)."""
+    (m, n, k), or (m, n, k, experts) for the grouped modes (m, or for k_grouped k, tokens per expert)."""
     info = device.named(gpu, arch)
     m, n, k = shape[:3]
     groups = shape[3] if len(shape) > 3 else None
@@ -60,13 +63,15 @@ def explain(gpu: str, op: str, mode: str, shape: tuple, arch: str | None = None)
     else:
         if not info.hopper:
             return lines + [f"gemm_fp8 runs on Hopper (sm90) GPUs only; {info.name} is sm{info.arch or '?'}"]
-        if mode in (BLOCK_MODE, GROUPED_MODE):
-            from .fp8_block.api import dense_plan, grouped_plan
+        if mode in (BLOCK_MODE, *_WITH_EXPERTS):
+            from .fp8_block.api import dense_plan, grouped_plan, k_grouped_plan
 
             if mode == BLOCK_MODE:
                 name, source = dense_plan(info, "e4m3", "e4m3", "bf16", 128, m, n, k)
-            else:
+            elif mode == GROUPED_MODE:
                 name, source = grouped_plan(info, "e4m3", "e4m3", "bf16", 128, m, n, k, groups)
+            else:
+                name, source = k_grouped_plan(info, "e4m3", "e4m3", "fp32", m, n, k, groups or 1)
             return lines + [f"runs: {name}", f"source: {source}"]
         from .fp8 import plan
 
@@ -86,12 +91,15 @@ def _parse_args(argv):
         "--mode",
         help="required for gemm and gemm_fp8 (lowbit has none); gemm: one of "
         f"{', '.join(KERNEL_MODES)}, {FP32_MODE} or int8x<moduli>; gemm_fp8: {', '.join(ACCUMULATIONS)}, "
-        f"{BLOCK_MODE} or {GROUPED_MODE} (grouped_gemm_fp8, M tokens per expert; e4m3 inputs, bf16 output)",
+        f"{BLOCK_MODE}, {GROUPED_MODE} (grouped_gemm_fp8, M tokens per expert; e4m3 inputs, bf16 output) or "
+        f"{K_GROUPED_MODE} (k_grouped_gemm_fp8, K tokens per expert; FP32 output)",
     )
-    parser.add_argument("--shape", required=True, help="MxNxK, e.g. 8192x8192x8192 (grouped: MxNxKxEXPERTS)")
+    parser.add_argument("--shape", required=True, help="MxNxK, e.g. 8192x8192x8192 (grouped, k_grouped: MxNxKxEXPERTS)")
     args = parser.parse_args(argv)
     modes = (
-        (*KERNEL_MODES, FP32_MODE, "int8x<moduli>") if args.op == "gemm" else (*ACCUMULATIONS, BLOCK_MODE, GROUPED_MODE)
+        (*KERNEL_MODES, FP32_MODE, "int8x<moduli>")
+        if args.op == "gemm"
+        else (*ACCUMULATIONS, BLOCK_MODE, *_WITH_EXPERTS)
     )
     if args.op == LOWBIT_OP:
         if args.mode not in (None, LOWBIT_OP):
@@ -107,8 +115,11 @@ def _parse_args(argv):
     elif args.mode not in modes:
         parser.error(f"--mode {args.mode!r} is not one of {list(modes)} for --op {args.op}")
     match = _SHAPE.fullmatch(args.shape)
-    if match is None or (match.group(4) is not None and args.mode != GROUPED_MODE):
-        parser.error(f"--shape {args.shape!r} must look like 8192x8192x8192 (and 128x4096x7168x8 for --mode grouped)")
+    if match is None or (match.group(4) is not None and args.mode not in _WITH_EXPERTS):
+        parser.error(
+            f"--shape {args.shape!r} must look like 8192x8192x8192 (and 128x4096x7168x8 for --mode grouped or "
+            "k_grouped)"
+        )
     if args.arch and args.arch not in device.SHARED_MEMORY_BYTES:
         parser.error(f"--arch {args.arch!r} is not one of {sorted(device.SHARED_MEMORY_BYTES)}")
     return args, tuple(int(v) for v in match.groups() if v is not None)

@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from cutlass_ext import benchmark, families, registry, tuned
 
+from . import measure
 from .power import Sampler
 from .space import load_shapes
 from .sweep import tuned_table_path, write_tuned
@@ -220,7 +221,7 @@ def main(argv=None) -> int:
     table = ResumableTable(out / f"confirm_{Path(args.shapes).stem.removeprefix('shapes_')}.csv", fields)
     for (mode, shape), leaders in tqdm(chosen.items(), desc="confirm", unit="shape"):
         m, n, k, batch = shape
-        problem = families.get(family).plugin("measure").make_problem(m, n, k, batch)
+        problem = measure.make_problem(families.get(family).plugin("measure"), shape, mode)
         for name, measured in confirm(problem, mode, leaders, args.rounds, args.repeats, args.seconds).items():
             row = {"family": family, "mode": mode, "name": name, "m": m, "n": n, "k": k, "batch": batch}
             row |= measured | {key: environment[key] for key in ("gpu", "nvcc", "torch", "date")}

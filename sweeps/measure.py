@@ -5,7 +5,18 @@ the finalists' re-timing. The problems, kernel runners and peers are the familie
 
 from __future__ import annotations
 
+import inspect
+
 from cutlass_ext import benchmark
+
+
+def make_problem(plugin, shape, mode: str | None = None):
+    """The family plug-in's problem for one shape, told `mode` where its make_problem takes one: a family whose
+    shapes mean different problems per mode (the block-scaled family's [m, n, k, experts] is a mixture-of-experts
+    layer or, in mode fp8_k_grouped, that layer's weight gradients)."""
+    if mode is not None and "mode" in inspect.signature(plugin.make_problem).parameters:
+        return plugin.make_problem(*shape, mode=mode)
+    return plugin.make_problem(*shape)
 
 
 def measure(mode: str, run, prepare, problem, repeats: int, warmup: int = 3) -> dict:

@@ -56,6 +56,11 @@ def family_of(path: str | Path) -> str:
     return _read(Path(path)).get("family")
 
 
+def modes_of(path: str | Path) -> list:
+    """The `modes` a space file names (checked by load_space)."""
+    return list(_read(Path(path)).get("modes") or [])
+
+
 def default_shapes(path: str | Path) -> Path | None:
     """The shape file a space names with `shapes: FILE` (relative to the space file), if it names one."""
     path = Path(path)

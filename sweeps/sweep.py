@@ -15,7 +15,7 @@ from cutlass_ext import benchmark, families, registry, tuned
 
 from . import build_stage, measure, multi_gpu
 from .power import mean_watts
-from .space import family_of
+from .space import family_of, modes_of
 from .table import ResumableTable, config_columns, config_fields
 
 
@@ -60,6 +60,9 @@ class Sweep:
         self.config_fields = config_fields(family)
         self.table = ResumableTable(Path(out) / f"sweep_{Path(args.space).stem}.csv", self.config_fields)
         self.runnable: list = []
+        # the space's one mode (after --mode), which a family's problems may depend on; None where it has several
+        modes = [m for m in modes_of(args.space) if not getattr(args, "mode", None) or m in args.mode]
+        self.problem_mode = modes[0] if len(modes) == 1 else None
 
     def _row(self, config, family, mode, name, problem_shape, measured) -> dict:
         m, n, k, batch = problem_shape
@@ -121,7 +124,7 @@ class Sweep:
             return result
 
         for index, shape in enumerate(shapes):
-            problem = self.family.make_problem(*shape)
+            problem = self._make_problem(shape)
             peers = multi_gpu.measures_peers(self.args, index)
             peer_runs = timed("peers", self._measure_peers, problem, shape) if peers else {}
             timed("screening", self._screen, problem, shape)
@@ -131,6 +134,9 @@ class Sweep:
             torch.cuda.empty_cache()
         print("measured in " + ", ".join(f"{phase} {seconds:.0f} s" for phase, seconds in phases.items()))
         return time.perf_counter() - start
+
+    def _make_problem(self, shape):
+        return measure.make_problem(self.family, shape, self.problem_mode)
 
     def _measure_peers(self, problem, shape) -> dict:
         peer_runs = {}

@@ -57,6 +57,54 @@ def test_grouped_space_holds_grouped_kernels_over_moe_shapes(tmp_path):
         _load(tmp_path, {"family": "sm90_fp8_block", "modes": ["fp8_grouped"], "space": {"grouped": [False]}})
 
 
+def test_weight_gradient_spaces_hold_k_grouped_kernels_over_wgrad_shapes(tmp_path):
+    from cutlass_ext.fp8_block import direct, measure_k_grouped
+
+    path = ROOT / "configs" / "sm90_fp8_k_grouped.yaml"
+    document = yaml.safe_load(path.read_text())
+    configs = space.load_space(path, document)
+    assert len(configs) == 8 and all(c.k_grouped and c.mode == api.K_GROUPED_MODE for c in configs)
+    assert Fp8BlockConfig.from_name(api.k_grouped_variant("e4m3", "e4m3", "fp32")) in configs
+    path = ROOT / "configs" / "sm90_fp8_k_grouped_direct.yaml"
+    direct_configs = direct.load_space(path, yaml.safe_load(path.read_text()))
+    assert len(direct_configs) == 8 and all(c.k_grouped and c.mode == api.K_GROUPED_MODE for c in direct_configs)
+    shapes = yaml.safe_load((ROOT / "configs" / document["shapes"]).read_text())["shapes"]
+    assert [4096, 7168, 2048, 16] in shapes and all(len(shape) == 4 and shape[2] % 128 == 0 for shape in shapes)
+    with pytest.raises(ValueError, match="multiple of 128"):  # before any GPU memory
+        measure_k_grouped.make_problem(128, 128, 200, 2)
+    with pytest.raises(SpaceError, match="takes weight-gradient"):
+        _load(tmp_path, {"family": "sm90_fp8_block", "modes": ["fp8_k_grouped"], "space": {"grouped": [True]}})
+
+
+def test_the_weight_gradient_winner_runs_for_calls_of_its_types(tmp_path):
+    wide = "fp8block_e4m3e4m3_fp32_128x128x128_c2x1_coop_sb1_kgrouped_am"
+    direct = "fp8direct_e4m3e4m3_fp32_128x128x128_kgrouped"
+    path = tmp_path / "h100.csv"
+    rows = [
+        f"fp8_k_grouped,4096,7168,2048,16,{wide},700.0,H100,d",
+        f"fp8_k_grouped,4096,7168,2048,4,{direct},7,H,d",
+        f"fp8_grouped,4096,7168,2048,16,{wide},9.0,H100,d",  # a row of the wrong form: never taken
+    ]
+    path.write_text("mode,m,n,k,batch,name,tflops,gpu,date\n" + "\n".join(rows) + "\n")
+    tuned.set_tuned_table(path)
+    try:
+        name, source = api.k_grouped_plan(H100, "e4m3", "e4m3", "fp32", 4096, 7168, 2200, 16)
+        assert name == wide and str(path) in source
+        # the experts' count picks between rows of one (M, N, tokens per expert)
+        assert api.k_grouped_plan(H100, "e4m3", "e4m3", "fp32", 4096, 7168, 2200, 5)[0] == direct
+        # other output types, and the other grouped forms, never take it
+        default = api.k_grouped_variant("e4m3", "e4m3", "bf16")
+        assert api.k_grouped_plan(H100, "e4m3", "e4m3", "bf16", 4096, 7168, 2048, 16) == (
+            default,
+            f"default ({source}, measured for e4m3/e4m3/fp32/1)",
+        )
+        name, source = api.grouped_plan(H100, "e4m3", "e4m3", "fp32", 1, 4096, 7168, 2048, 16)
+        assert name == api.grouped_variant("e4m3", "e4m3", "fp32", 1) and "fp8_k_grouped kernel" in source
+        assert explain("NVIDIA H100 80GB HBM3", "gemm_fp8", "k_grouped", (4096, 7168, 2048, 16))[2] == f"runs: {wide}"
+    finally:
+        tuned.set_tuned_table(None)
+
+
 def test_splits_go_to_split_k_only_and_unknown_fields_are_named(tmp_path):
     configs = _load(
         tmp_path,

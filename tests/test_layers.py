@@ -24,7 +24,7 @@ LAYER_OF = [
     ("tools", ["cutlass_ext.explain", "cutlass_ext.prebuild", "cutlass_ext.benchmark", "cutlass_ext.peers*"]),
     ("families", ["cutlass_ext.families.*.filters", "cutlass_ext.families.*.space"]),
     # sweep plug-ins: measurement anywhere, and a package's own filters and space loader (they may use its API)
-    ("tools", ["cutlass_ext.*.measure", "cutlass_ext.*.filters", "cutlass_ext.*.space"]),
+    ("tools", ["cutlass_ext.*.measure", "cutlass_ext.*.measure_*", "cutlass_ext.*.filters", "cutlass_ext.*.space"]),
     (
         "base",
         [

@@ -326,3 +326,31 @@ def test_sm80_rows_time_what_dispatch_runs(monkeypatch):
         assert prepare is None  # nothing done outside the timed call
         run(None, None)
     assert calls == [("halfhalf_gemm", [CONFIGS[2].name]), ("gemm", [CONFIGS[0].name])]
+
+
+def test_a_family_whose_problems_differ_by_mode_is_told_the_spaces_mode(tmp_path, monkeypatch):
+    from sweeps import measure
+
+    seen = []
+
+    def with_mode(m, n, k, batch, mode=None):
+        seen.append(mode)
+
+    def without_mode(m, n, k, batch):
+        seen.append("no mode")
+
+    for plugin in (argparse.Namespace(make_problem=with_mode), argparse.Namespace(make_problem=without_mode)):
+        measure.make_problem(plugin, (4096, 7168, 2048, 16), "fp8_k_grouped")
+    measure.make_problem(argparse.Namespace(make_problem=with_mode), (128, 4096, 7168, 8))
+    assert seen == ["fp8_k_grouped", "no mode", None]
+    # the sweep takes the mode from its space (one mode, or the one --mode keeps), not from what it built
+    monkeypatch.setattr(sweep_module.benchmark, "environment", lambda: dict(ENVIRONMENT))
+    space = tmp_path / "space.yaml"
+    for modes, kept, expected in (
+        (["fp8_k_grouped"], None, "fp8_k_grouped"),
+        (["halfhalf", "tf32tf32"], None, None),
+        (["halfhalf", "tf32tf32"], ["tf32tf32"], "tf32tf32"),
+    ):
+        space.write_text(f"family: sm90_fp8_block\nmodes: {modes}\n")
+        args = argparse.Namespace(out=tmp_path, space=str(space), mode=kept)
+        assert sweep_module.Sweep(args, argparse.Namespace(arch="90a")).problem_mode == expected

@@ -11,7 +11,8 @@ module that defines `FAMILY = Family(...)`. To add one:
 3. optionally, sweep plug-ins named by module path: `filters` (a module with `RULES`, `cutlass_ext.families.rules`
    `Rule`s), `space` (a module with `load_space(path, document) -> list[config]` for its YAML spaces) and `measure`
    (a module with `make_problem(m, n, k, batch, seed)`, `kernel_runner(config) -> (run, prepare)`,
-   `peers(problem, repeats)`);
+   `peers(problem, repeats)`; make_problem may take `mode=` too, which the sweep then passes: the space's one mode,
+   for a family whose shapes mean different problems per mode);
 4. add one line to `_REGISTERED` below: `"<family>": "<module defining FAMILY>"` (or call `register(family)`).
 
 Entries are module paths, imported when first asked for: the registry imports no family, so a family may use

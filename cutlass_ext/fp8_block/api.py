@@ -171,7 +171,7 @@ def dense_plan(gpu, a_dtype: str, b_dtype: str, out_dtype: str, scale_n: int, m:
     with M: a few-token tile stretched over more rows reads the weights again per token tile), where the call's
     types are the ones it was measured with; else the default for M."""
     config, source = tuned.resolve(gpu.name, MODE, m, n, k, gpu=gpu, m_buckets_only=True)
-    name, source = _measured_for(config, source, (a_dtype, b_dtype, out_dtype, scale_n))
+    name, source = _measured_for(config, source, (a_dtype, b_dtype, out_dtype, scale_n), MODE)
     if name:
         return name, source
     return dense_variant(a_dtype, b_dtype, out_dtype, scale_n, m), f"default for M = {m} ({source})"
@@ -187,17 +187,34 @@ def grouped_plan(
     GPU needed): the tuned tables' winner for the nearest (tokens per expert, N, K, experts) where the call's types
     are the measured ones, else the default."""
     config, source = tuned.resolve(gpu.name, GROUPED_MODE, m, n, k, gpu=gpu, batch=groups)
-    name, source = _measured_for(config, source, (a_dtype, b_dtype, out_dtype, scale_n))
+    name, source = _measured_for(config, source, (a_dtype, b_dtype, out_dtype, scale_n), GROUPED_MODE)
     if name:
         return name, source
     return grouped_variant(a_dtype, b_dtype, out_dtype, scale_n), f"default ({source})"
 
 
-def _measured_for(config, source: str, types: tuple) -> tuple[str | None, str]:
-    """(the tuned winner's name, source) where it was measured with the call's types (a_dtype, b_dtype, out_dtype,
+K_GROUPED_MODE = "fp8_k_grouped"  # the weight-gradient form's (configs/sm90_fp8_k_grouped*.yaml; k: tokens per expert)
+
+
+def k_grouped_plan(gpu, a_dtype: str, b_dtype: str, out_dtype: str, m: int, n: int, k: int, groups: int):
+    """(variant, where it came from) for the weight gradients of `groups` experts of about k tokens each, D_g
+    (M, N), on `gpu` (no GPU needed): the tuned tables' winner for the nearest (M, N, tokens per expert, experts)
+    where the call's types are the measured ones, else the default."""
+    config, source = tuned.resolve(gpu.name, K_GROUPED_MODE, m, n, k, gpu=gpu, batch=groups)
+    name, source = _measured_for(config, source, (a_dtype, b_dtype, out_dtype, 1), K_GROUPED_MODE)
+    if name:
+        return name, source
+    return k_grouped_variant(a_dtype, b_dtype, out_dtype), f"default ({source})"
+
+
+def _measured_for(config, source: str, types: tuple, mode: str) -> tuple[str | None, str]:
+    """(the tuned winner's name, source) where it is a kernel of the call's form (`mode`: a hand-edited row cannot
+    send one form's kernel to another's call) measured with the call's types (a_dtype, b_dtype, out_dtype,
     scale_n); else (None, source saying what it was measured for)."""
     if config is None:
         return None, source
+    if getattr(config, "mode", None) != mode:
+        return None, f"{source}, a {getattr(config, 'mode', '?')} kernel"
     measured = (config.a_dtype, config.b_dtype, config.out_dtype, config.scale_n)
     if measured == types:
         return config.name, source
@@ -209,6 +226,13 @@ def _grouped_planned(index: int, a_dtype: str, b_dtype: str, out_dtype: str, sca
     """The variant a grouped call runs on CUDA device `index` (as `_planned`, for grouped_plan)."""
     variant = grouped_plan(device_info.info(index), a_dtype, b_dtype, out_dtype, scale_n, m, n, k, groups)[0]
     return _loadable(variant, grouped_variant(a_dtype, b_dtype, out_dtype, scale_n), index)
+
+
+@cached_constant(maxsize=4096)
+def _k_grouped_planned(index: int, a_dtype: str, b_dtype: str, out_dtype: str, m, n, k, groups, _table):
+    """The variant a weight-gradient call runs on CUDA device `index` (as `_planned`, for k_grouped_plan)."""
+    variant = k_grouped_plan(device_info.info(index), a_dtype, b_dtype, out_dtype, m, n, k, groups)[0]
+    return _loadable(variant, k_grouped_variant(a_dtype, b_dtype, out_dtype), index)
 
 
 def dispatch_configs() -> list:
@@ -431,7 +455,9 @@ def k_grouped_gemm_fp8(
     must start at a multiple of 128 (pad each expert's tokens to 128, as DeepGEMM asks); one that does not, or whose
     offsets run backwards or past K, comes out NaN; an empty group's D[g] is 0 (or out[g] unchanged when
     accumulating). out: (G, M, N) dense of out_dtype to write, or to add to with accumulate=True (gradient
-    accumulation in place); else a new tensor. Returns D (out when given).
+    accumulation in place); else a new tensor. variant: a `_kgrouped` variant's name (collective or direct) to run
+    instead of the tuned tables' winner for (M, N, mean tokens per expert, G), or where none is, the 128x128
+    collective kernel. Returns D (out when given).
     """
     a_name, b_name, out_name, (m, n, k) = _check_pair(a, b, out_dtype)
     if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int32 or offsets.dim() != 1:
@@ -454,8 +480,13 @@ def k_grouped_gemm_fp8(
     scale_b = _k_major_transposed("scale_b", scale_b, n, k, a.device)
     if not torch.compiler.is_compiling():
         _check_capability(a.device)
-    if variant is None:
+    if variant is None and (k == 0 or groups == 0):
         variant = k_grouped_variant(a_name, b_name, out_name)
+    elif variant is None:
+        index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+        per_expert = -(-k // groups)  # the mean tokens per expert (the sizes live on the device)
+        args = (a_name, b_name, out_name, m, n, per_expert, groups, tuned.generation())
+        variant = _k_grouped_planned(index, *args)
     else:
         _check_variant(variant, a_name, b_name, out_name, 1, grouped=False, k_grouped=True)
     a = a if a.stride(0) % _TMA_BYTES == 0 else a.contiguous()

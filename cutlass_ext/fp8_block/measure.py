@@ -20,7 +20,8 @@ import torch
 
 from .. import benchmark, numerics, peers_fp8
 from ..families.sm80.measure import SEED_RELRES_LIMIT
-from .api import OUT_DTYPES, gemm_fp8_block, grouped_gemm_fp8
+from . import measure_k_grouped
+from .api import K_GROUPED_MODE, OUT_DTYPES, gemm_fp8_block, grouped_gemm_fp8, k_grouped_gemm_fp8
 from .config import Fp8BlockConfig
 from .quantize import block_scaled_reference, quantize_block
 
@@ -73,10 +74,15 @@ def _scaled_mm_relres(a8, b8, scale_a, scale_b, reference) -> float:
     return numerics.relative_residual(out[: reference.shape[0]], reference)
 
 
-def make_problem(m: int, n: int, k: int, batch: int = 1, seed: int = 0, out_dtype: str = "bf16") -> Fp8BlockProblem:
+def make_problem(
+    m: int, n: int, k: int, batch: int = 1, seed: int = 0, out_dtype: str = "bf16", mode: str | None = None
+):
     """Activations from N(0, 1) and weights from N(0, 1/K), block-quantized to e4m3, fresh per shape. batch > 1: a
     mixture-of-experts layer of `batch` experts with m tokens each (contiguous layout: a (batch·m, K), the experts'
-    weights (batch, N, K), their offsets); the reference covers the first rows of every expert."""
+    weights (batch, N, K), their offsets); the reference covers the first rows of every expert. mode
+    "fp8_k_grouped": that layer's weight gradients instead, k tokens per expert (measure_k_grouped.py)."""
+    if mode == K_GROUPED_MODE:
+        return measure_k_grouped.make_problem(m, n, k, batch, seed)
     generator = torch.Generator(device="cuda").manual_seed(seed * 1_000_003 + m * 31 + n * 17 + k + batch * 7)
     grouped = batch > 1
     rows_total = m * batch
@@ -109,14 +115,22 @@ def make_problem(m: int, n: int, k: int, batch: int = 1, seed: int = 0, out_dtyp
 
 
 def kernel_runner(config: Fp8BlockConfig):
-    """(run, prepare): the variant's kernel through gemm_fp8_block (which transposes the scales for `_am` variants)
-    or, grouped, grouped_gemm_fp8 (contiguous layout)."""
+    """(run, prepare): the variant's kernel through gemm_fp8_block (which transposes the scales for `_am` variants),
+    grouped, grouped_gemm_fp8 (contiguous layout), or its weight-gradient form k_grouped_gemm_fp8 (accumulating)."""
     out_dtype = _OUT_DTYPES[config.out_dtype]
     name = config.name
+    if config.k_grouped:
+
+        def run_k_grouped(a8, b8, scale_a, scale_b, offsets=None, out=None):
+            if out is None:
+                raise ValueError(f"{name} is the weight-gradient form: it measures mode {K_GROUPED_MODE}'s problems")
+            return k_grouped_gemm_fp8(a8, b8, scale_a, scale_b, offsets, out=out, accumulate=True, variant=name)
+
+        return run_k_grouped, None
     if config.grouped:
 
-        def run_grouped(a8, b8, scale_a, scale_b, offsets=None):
-            if offsets is None:
+        def run_grouped(a8, b8, scale_a, scale_b, offsets=None, *rest):
+            if offsets is None or rest:
                 raise ValueError(f"{name} is grouped: it measures [tokens per expert, N, K, experts > 1] shapes")
             return grouped_gemm_fp8(a8, b8, scale_a, scale_b, offsets=offsets, out_dtype=out_dtype, variant=name)
 
@@ -132,6 +146,6 @@ def kernel_runner(config: Fp8BlockConfig):
 
 def peers(problem: Fp8BlockProblem, repeats: int):
     """(family, mode, name, run): cuBLAS's blockwise FP8 GEMM (torch._scaled_mm) where this torch runs it; none for
-    grouped problems (torch._scaled_grouped_mm takes no block scales)."""
-    if problem.batch == 1:
+    grouped problems (torch._scaled_grouped_mm takes no block scales) nor weight-gradient ones."""
+    if isinstance(problem, Fp8BlockProblem) and problem.batch == 1:
         yield "cublas", "fp8_block", "torch._scaled_mm block", peers_fp8.scaled_mm_block()

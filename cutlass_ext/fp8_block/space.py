@@ -1,5 +1,7 @@
-"""The sm90_fp8_block family's sweep spaces: Fp8BlockConfig fields of the dense kernels (mode fp8_block) or of the
-grouped mixture-of-experts kernel (mode fp8_grouped, `grouped: [true]`, shapes [tokens per expert, N, K, experts]).
+"""The sm90_fp8_block family's sweep spaces: Fp8BlockConfig fields of the dense kernels (mode fp8_block), of the
+grouped mixture-of-experts kernel (mode fp8_grouped, `grouped: [true]`, shapes [tokens per expert, N, K, experts])
+or of its weight-gradient form (mode fp8_k_grouped, `k_grouped: [true]`, shapes [M, N, tokens per expert,
+experts]).
 
 family: sm90_fp8_block
 modes: [fp8_block]
@@ -28,7 +30,8 @@ from pathlib import Path
 from ..families import spaces
 from .config import FP8_DTYPES, L2_PREFETCHES, OUT_DTYPES, SCALE_A_MAJORS, SCHEDULERS, Fp8BlockConfig
 
-MODES = ("fp8_block", "fp8_grouped")
+MODES = ("fp8_block", "fp8_grouped", "fp8_k_grouped")
+_KINDS = {"fp8_block": "dense", "fp8_grouped": "grouped", "fp8_k_grouped": "weight-gradient (k_grouped)"}
 _CHOICES = {
     "a_dtype": list(FP8_DTYPES),
     "b_dtype": list(FP8_DTYPES),
@@ -37,6 +40,7 @@ _CHOICES = {
     "scale_a_major": list(SCALE_A_MAJORS),
     "swap_ab": [False, True],
     "grouped": [False, True],
+    "k_grouped": [False, True],
     "overlapped": [False, True],
     "programmatic": [False, True],
     "l2_prefetch": list(L2_PREFETCHES),
@@ -64,9 +68,6 @@ def load_space(path: Path, document: dict) -> list[Fp8BlockConfig]:
             except ValueError:
                 continue  # not a kernel: see the module docstring
             if config.mode != mode:
-                raise spaces.SpaceError(
-                    f"{path}: modes [{mode}] takes {'grouped' if mode == 'fp8_grouped' else 'dense'} kernels only; "
-                    f"got {config.name}"
-                )
+                raise spaces.SpaceError(f"{path}: modes [{mode}] takes {_KINDS[mode]} kernels only; got {config.name}")
             configs.append(config)
     return list(dict.fromkeys(configs))
