@@ -243,15 +243,14 @@ def _run_fp8_block(name: str, shape: tuple, generator) -> None:
     blocks = -(-k // 128)
     a = torch.randn(m, k, device=generator.device, generator=generator).to(torch.float8_e4m3fn)
     b = torch.randn(n, k, device=generator.device, generator=generator).to(torch.float8_e4m3fn)
-    # groups along K: a full block, an empty group, a partial last block, one refused (NaN)
-    if getattr(config, "k_grouped", False):
+    if config.k_grouped:  # groups along K: a full block, an empty group, a partial last block, one refused (NaN)
         ends = torch.tensor([128, 128, k, 256], dtype=torch.int32, device=generator.device)
         scale_a = torch.rand(m, blocks, device=generator.device, generator=generator) + 0.5
         scale_b = torch.rand(n, blocks, device=generator.device, generator=generator) + 0.5
         out = torch.randn(4, m, n, device=generator.device, generator=generator)
         api.k_grouped_gemm_fp8(a, b, scale_a, scale_b, ends, out=out, accumulate=True, variant=name)
         return
-    if getattr(config, "grouped", False):  # three experts over the rows: empty, then two uneven ones
+    if config.grouped:  # three experts over the rows: empty, then two uneven ones
         ends = torch.tensor([0, m // 2, m], dtype=torch.int32, device=generator.device)
         experts = torch.randn(3, n, k, device=generator.device, generator=generator).to(torch.float8_e4m3fn)
         scale_a = torch.rand(m, blocks, device=generator.device, generator=generator) + 0.5
@@ -259,7 +258,7 @@ def _run_fp8_block(name: str, shape: tuple, generator) -> None:
         api.grouped_gemm_fp8(a, experts, scale_a, scale_b, offsets=ends, variant=name)
         return
     scale_a = torch.rand(m, blocks, device=generator.device, generator=generator) + 0.5  # 1x128 blocks
-    rows = n if getattr(config, "scale_n", 128) == 1 else -(-n // 128)  # 1x128 or 128x128 blocks of the weights
+    rows = n if config.scale_n == 1 else -(-n // 128)  # 1x128 or 128x128 blocks of the weights
     scale_b = torch.rand(rows, blocks, device=generator.device, generator=generator) + 0.5
     bias = torch.randn(n, device=generator.device, generator=generator).to(torch.bfloat16) if m > 64 else None
     api.gemm_fp8_block(a, b, scale_a, scale_b, torch.bfloat16, bias, variant=name)
