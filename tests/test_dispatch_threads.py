@@ -120,6 +120,16 @@ def test_tuned_lookups_survive_table_resets_from_another_thread(tmp_path):
         "mode,m,n,k,batch,name,tflops,gpu,date\n"
         f"tf32tf32,4096,4096,4096,1,{SM90_DEFAULTS['tf32tf32'].name},1.0,NVIDIA H200,2026-11-26\n"
     )
+    sizes = range(1024, 1024 + 200)
+
+    def answers():
+        return {size: tuned.lookup("NVIDIA H200", "tf32tf32", size, 4096, 4096) for size in sizes}
+
+    tuned.set_tuned_table(table)
+    with_table = answers()
+    tuned.set_tuned_table(None)
+    shipped = answers()
+    assert with_table != shipped  # the two tables answer differently, so a mixed-up answer shows
     stop = threading.Event()
 
     def reset():
@@ -132,8 +142,8 @@ def test_tuned_lookups_survive_table_resets_from_another_thread(tmp_path):
     try:
 
         def work(index):
-            for size in range(1024, 1024 + 200):
-                tuned.lookup("NVIDIA H200", "tf32tf32", size, 4096, 4096)
+            for size in sizes:  # each answer is one table's, whichever was installed
+                assert tuned.lookup("NVIDIA H200", "tf32tf32", size, 4096, 4096) in (with_table[size], shipped[size])
 
         assert run_threads(work) == []
     finally:

@@ -116,9 +116,10 @@ def test_build_times_come_from_the_first_calls_log(timer, tmp_path, monkeypatch)
     assert (row["binding_build_s"], row["kernel_build_s"], row["first_call_s"]) == ("12.6", "16.7", "17.00")
 
 
-def test_out_is_required_and_states_run_cold_first(timer, tmp_path, monkeypatch):
+def test_out_is_required_and_states_run_cold_first(timer, tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit):
         timer.main(["--modes", "tf32"])
+    assert "--out" in capsys.readouterr().err
     seen = {}
     monkeypatch.setattr(timer, "measure", lambda modes, states, out, timeout: seen.update(states=states) or 0)
     assert timer.main(["--out", str(tmp_path / "x.csv"), "--states", "warm", "cold"]) == 0

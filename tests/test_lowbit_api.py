@@ -2,6 +2,7 @@
 errors, torch.compile, and the experiments' --quick mode."""
 
 import csv
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -261,8 +262,25 @@ def test_experiment_quick_mode(tmp_path, script, files):
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    tables = {}
     for name, columns in files.items():
         with open(tmp_path / name) as handle:
             rows = list(csv.DictReader(handle))
         assert rows and columns <= set(rows[0])
+        tables[name] = rows
     assert (tmp_path / script.replace(".py", ".png")).stat().st_size > 0
+    # what each experiment must show even at --quick size (too small to train past chance)
+    if script == "lowbit_accumulation_error.py":
+        errors = tables["lowbit_accumulation_error.csv"]
+        assert all(float(r["relres"]) > float(r["relres_fp32"]) >= 0 for r in errors)  # low-bit sums lose more
+        events = tables["lowbit_accumulation_events.csv"]
+        assert all(int(r[e]) >= 0 for r in events for e in ("overflow", "underflow", "swamping"))
+    elif script == "lowbit_mlp_digits.py":
+        rows = tables["lowbit_mlp_digits.csv"]
+        runs = {r["run"] for r in rows}
+        assert "fp32" in runs and all(any(ste in run for run in runs) for ste in lowbit.STES)
+        assert all(0 <= float(r["test_accuracy"]) <= 1 and math.isfinite(float(r["train_loss"])) for r in rows)
+    else:
+        rows = tables["lowbit_cnn_dual_stage.csv"]
+        assert {"FP32", "LBA zero-shot", "LBA stage 2 (no UF -> UF)"} <= {r["stage"] for r in rows}
+        assert all(0 <= float(r[a]) <= 1 for r in rows for a in ("accuracy_no_uf", "accuracy_uf"))

@@ -67,7 +67,7 @@ def test_lm_precisions_writes_one_row_per_precision_and_curves(scripts, tmp_path
     assert module.summary(runs).loc["fp32", "gap_to_fp32"] == 0.0
 
 
-def test_train_lm_names_the_bad_argument(scripts):
+def test_train_lm_names_the_bad_argument(scripts, capsys):
     train_lm = scripts("train_lm")
     with pytest.raises(ValueError, match="precision='bf8'"):
         train_lm.validate(train_lm.TrainConfig(precision="bf8"))
@@ -75,6 +75,7 @@ def test_train_lm_names_the_bad_argument(scripts):
         train_lm.validate(train_lm.TrainConfig(width=100, heads=3))
     with pytest.raises(SystemExit):
         train_lm.main(["--precision", "fp16"])
+    assert "--precision" in capsys.readouterr().err
 
 
 def test_train_lm_corpus_split_is_fixed(scripts):

@@ -195,7 +195,7 @@ def test_config_names_round_trip():
         OptimConfig(grid="persistant")
 
 
-@pytest.mark.skipif(not have_nvcc, reason="nvcc not installed")
+@pytest.mark.skipif(not have_nvcc and not os.environ.get("CI"), reason="nvcc not installed")
 def test_ctypes_structures_match_the_c_layout(tmp_path):
     """kernel.py's ctypes mirrors of cutlass_ext_optim_tensor and Constants: same size, same field offsets."""
     lines = []
