@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import cutlass_ext as ext
-from cutlass_ext import fp8, numerics, registry
+from cutlass_ext import fp8, numerics, ops, registry
 from cutlass_ext.families.sm90_fp8.config import OUT_DTYPES
 
 from .test_gemm_fp8 import FACTOR, fp8_operands, peer_relres
@@ -58,6 +58,11 @@ def test_tuned_winners_hold_the_bound(m, n, k, accum, granularity, out):
     out_dtype = OUT_DTYPES[out]
     reference = numerics.dequantized_product(a, b, scale_a, scale_b)
     c = ext.gemm_fp8(a, b, scale_a, scale_b, out_dtype=out_dtype, accum=accum)
+    # the winner itself ran (the op falls back to the next variant where one refuses the problem): alone, it
+    # gives the same bits
+    scales = [fp8._scale(s, name, a.device, False) for s, name in ((scale_a, "scale_a"), (scale_b, "scale_b"))]
+    alone = ops.gemm_fp8(a, b, *scales, None, out_dtype, [chosen])
+    assert torch.equal(c, alone), f"{chosen} did not run: the dispatched call's bits differ from its own"
     ours = numerics.relative_residual(c, reference)
     peer = peer_relres(a, b, scale_a, scale_b, None, out_dtype, accum, reference)
     assert ours <= FACTOR * peer, f"{chosen}: relres {ours:.3g} vs torch._scaled_mm {peer:.3g}"
