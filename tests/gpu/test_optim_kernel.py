@@ -155,6 +155,10 @@ def test_same_weights_under_any_launch_shape(update):
         (512, 8, "chunks"),
         (128, 4, "persistent"),
         (256, 2, "prefetch"),
+        # the other launch shapes the bandwidth test times
+        (256, 1, "persistent"),
+        (256, 8, "persistent"),
+        (256, 1, "prefetch"),
     )
     for threads, vectors_per_thread, grid in shapes:
         params = [w.cuda() for w in weights]
