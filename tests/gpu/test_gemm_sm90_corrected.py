@@ -8,6 +8,7 @@ from cutlass_ext import corrected_sm90, device, numerics, ops, tuned
 from cutlass_ext.families.sm90.config import DEFAULTS as DEFAULT_SPLIT
 from cutlass_ext.families.sm90.config import Sm90Config as SplitConfig
 from cutlass_ext.gemm import dispatched_variant, plan
+from cutlass_ext.gemm import gemm as ext_gemm
 
 from .helpers import cublas_precision, operands, poison_allocator, reference
 
@@ -142,5 +143,7 @@ def test_dispatched_variant_names_what_runs_on_hopper():
         name = dispatched_variant(a, a, mode)
         assert SplitConfig.is_name(name), name
         assert name == plan(device.info(a.device.index), mode, 4096, 4096, 4096).variants[0]
+        # and it is what ran: alone it gives the dispatched call's bits
+        assert torch.equal(ext_gemm(a, a, mode=mode), corrected_sm90.product(a, a, mode, [name]))
     assert dispatched_variant(a, a, "fp32") == "cuBLAS"
     assert dispatched_variant(a[:0], a, "tf32tf32") == "none"
