@@ -127,6 +127,38 @@ def test_gemm_fp8_is_within_its_bound(data, m, n, k, accum, seed):
     _check(a, b, scale_a, scale_b, bias, torch.bfloat16, accum, scale_a64, scale_b64)
 
 
+# The componentwise bound above grows with K for fast accumulation (the worst case of every k = 32 instruction's
+# alignment), so at K = 1024 it would pass a kernel that skipped a slice of K. Operands of -1, 0 and 1 close that
+# gap: every product is exact and every partial sum an integer of at most 2^10, well inside the ~13 bits either
+# accumulation keeps, so the FP32 output is the exact integer product for every variant dispatch runs.
+@given(
+    m=M_SIZES,
+    n=st.integers(1, 80).map(lambda v: 4 * v),
+    k=st.integers(1, 64).map(lambda v: 16 * v),
+    accum=st.sampled_from(["promoted", "fast"]),
+    row_scales=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_small_integers_give_the_exact_product(m, n, k, accum, row_scales, seed):
+    row_scales = row_scales and m > 0  # no rows: one value (the forms the reference takes)
+    generator = torch.Generator().manual_seed(seed)
+    a = torch.randint(-1, 2, (m, k), generator=generator).float()
+    b = torch.randint(-1, 2, (n, k), generator=generator).float()
+    # powers of two keep the scaled sums exact in FP32
+    scale_a = 2.0 ** torch.randint(-3, 4, (m, 1), generator=generator).float() if row_scales else torch.tensor(0.5)
+    scale_b = 2.0 ** torch.randint(-3, 4, (n,), generator=generator).float() if row_scales else torch.tensor(4.0)
+    out = ext.gemm_fp8(
+        a.to(FP8["e4m3"]).cuda(),
+        b.to(FP8["e4m3"]).cuda(),
+        scale_a.cuda(),
+        scale_b.cuda(),
+        out_dtype=torch.float32,
+        accum=accum,
+    )
+    exact = (a @ b.T) * scale_a.reshape(-1, 1) * scale_b.reshape(1, -1)
+    assert torch.equal(out.cpu(), exact), f"{(out.cpu() != exact).sum().item()} of {out.numel()} outputs differ"
+
+
 @pytest.mark.parametrize(
     "a_dtype, b_dtype, out_dtype",
     [("e5m2", "e4m3", torch.bfloat16), ("e4m3", "e5m2", torch.float16), ("e5m2", "e5m2", torch.float32)],

@@ -160,26 +160,28 @@ def _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, accum):
 
 
 def peer_relres(a, b, scale_a, scale_b, bias, out_dtype, accum, reference):
-    """torch._scaled_mm's relres with the same scales and accumulation. Where cuBLAS lacks the combination:
-    - FP32 output with row-wise scales: cuBLAS FP8 with unit scales (the same Tensor-Core sums), the scales and
-      bias applied after in FP32;
-    - 16-bit output: cuBLAS SGEMM's on the dequantized inputs rounded to out_dtype (the output's rounding
-      dominates, so promoted accumulation can be held to it; fast cannot: skipped);
-    - otherwise skipped: SGEMM is no bound for Tensor-Core accumulation at FP32 output."""
+    """torch._scaled_mm's relres with the same scales and accumulation. Where cuBLAS lacks the combination (row-wise
+    scales with FP16 or FP32 output): cuBLAS FP8 at FP32 output with unit scales, the same Tensor-Core sums and
+    accumulation, then the scales and bias applied in FP32 and the result rounded to out_dtype. Where cuBLAS has no
+    FP8 GEMM for the input pair either: cuBLAS SGEMM on the dequantized inputs rounded to out_dtype, a bound for
+    promoted accumulation at 16-bit output (the output's rounding dominates); fast accumulation and FP32 output have
+    no such bound there, and the test is skipped, saying so."""
     try:
         c = _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, accum)
     except (RuntimeError, ValueError):  # torch raises either for combinations cuBLAS lacks
         c = None
-    if c is None and out_dtype == torch.float32:
+    if c is None:
         one = torch.ones((), device=a.device)
         try:
             c = _scaled_mm(a, b, one, one, None, torch.float32, accum)
         except (RuntimeError, ValueError):
-            pytest.skip("no cuBLAS FP8 peer for FP32 output of this input pair")
-        c = c * scale_a.reshape(-1, 1) * scale_b.reshape(1, -1) + (0 if bias is None else bias.float())
+            c = None
+        if c is not None:
+            c = c * scale_a.reshape(-1, 1) * scale_b.reshape(1, -1) + (0 if bias is None else bias.float())
+            c = c.to(out_dtype)
     if c is None:
-        if accum == "fast":
-            pytest.skip("no cuBLAS FP8 peer for this combination to hold fast accumulation to")
+        if accum == "fast" or out_dtype == torch.float32:
+            pytest.skip("no cuBLAS FP8 GEMM for this input pair to hold this accumulation and output to")
         dequantized_a = a.float() * scale_a.reshape(-1, 1)
         dequantized_b = b.float() * scale_b.reshape(-1, 1)
         previous = torch.backends.cuda.matmul.fp32_precision
