@@ -17,7 +17,7 @@ constexpr int kRowsPerWarp = kTileRows / (kPassThreads / 32);
 // A kTileRows x kTileK tile of x into shared memory, zero outside the matrix; the threads of a warp read along
 // whichever of row and k is contiguous, so the loads coalesce for x and for its transpose alike. Where that
 // direction's 16-byte groups are aligned and inside the matrix, each thread issues its four float4 loads before
-// storing any (2.35 TB/s with one float in flight per load at 8192²: too few bytes in flight per SM).
+// storing any: four times the bytes in flight of a float per load (design notes §9).
 __device__ __forceinline__ void load_tile(float (&tile)[kTileRows][kTileK + 1],
                                           const cutlass_ext_ozaki_scale_args& args, const float* x, int64_t row0,
                                           int64_t k0) {
