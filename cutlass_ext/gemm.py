@@ -49,6 +49,16 @@ def dispatch_configs(modes=KERNEL_MODES) -> list:
     return list(dict.fromkeys(defaults + [c for c in tuned.shipped_configs() if c.mode in modes]))
 
 
+def check_mode(mode) -> str:
+    """`mode` if `gemm` computes it: one of MODES, or int8x<moduli> (Ozaki scheme II, 3..14 moduli)."""
+    if isinstance(mode, str) and mode in MODES:
+        return mode
+    if ozaki.is_mode(mode):
+        ozaki.mode_moduli(mode)  # a count out of range names the moduli
+        return mode
+    raise ValueError(f"mode={mode!r} is not one of {list(MODES)} or int8x<moduli>")
+
+
 def _check_operands(**operands) -> None:
     """One property at a time over all operands, so the first error names the most basic problem."""
     for name, tensor in operands.items():
@@ -105,6 +115,9 @@ def gemm(
     shapes).
     """
     if mode not in MODES and ozaki.is_mode(mode):
+        if bias is not None or c is not None or out is not None or alpha != 1 or beta != 0:
+            ozaki.check_operands(a, b)  # the operands' types before the epilogue's shapes
+            _check_epilogue(a, b, bias, alpha, beta, c, out)
         return ozaki.gemm_mode(a, b, mode, bias=bias, alpha=alpha, beta=beta, c=c, out=out)
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         _check_operands(a=a, b=b)
@@ -269,8 +282,7 @@ def _source(c, bias, beta) -> tuple:
 
 def _check(mode, a_dtype, b_dtype, a_device, b_device, a_shape, b_shape) -> None:
     """gemm's argument checks, which depend only on the call's signature."""
-    if mode not in MODES:
-        raise ValueError(f"mode={mode!r} is not one of {list(MODES)}")
+    check_mode(mode)
     for name, dtype in (("a", a_dtype), ("b", b_dtype)):
         if dtype != torch.float32:
             raise TypeError(f"{name} must be float32; got {dtype}")

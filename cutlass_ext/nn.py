@@ -12,22 +12,17 @@ from collections.abc import Iterable
 import torch
 
 from .fp8_linear import Fp8Linear
-from .gemm import MODES, gemm
+from .gemm import check_mode, gemm
 
 __all__ = ["Fp8Linear", "Linear", "convert", "unconvert"]
 
 _AUTOCAST_INPUTS = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _checked_mode(mode) -> str:
-    if mode not in MODES:
-        raise ValueError(f"mode={mode!r} is not one of {list(MODES)}")
-    return mode
-
-
 class Linear(torch.nn.Linear):
     """`torch.nn.Linear` (float32) with y = x·Wᵀ + b computed by one `gemm(x, W.T, mode, bias=b)` call (the bias
-    added in the kernels' epilogue), forward and backward; same parameters and state-dict keys.
+    added in the kernels' epilogue; after the product in an int8x<moduli> mode), forward and backward; same
+    parameters and state-dict keys. mode: any of `gemm`'s.
 
     Inside `torch.autocast("cuda")` the layer still computes in FP32 and returns FP32 (a corrected mode is FP32 by
     definition): bfloat16 and float16 inputs are upcast. The weight stays float32.
@@ -37,7 +32,7 @@ class Linear(torch.nn.Linear):
         self, in_features: int, out_features: int, bias: bool = True, mode: str = "tf32tf32", device=None, dtype=None
     ):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
-        self.mode = _checked_mode(mode)
+        self.mode = check_mode(mode)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         autocast = torch.is_autocast_enabled("cuda")
@@ -99,7 +94,7 @@ def convert(model: torch.nn.Module, mode: str = "tf32tf32", skip: Iterable[str] 
     reachable under several names stays if one is skipped).
     Convert before `fully_shard` or parametrizations, which give the layers classes of their own.
     """
-    mode = _checked_mode(mode)
+    mode = check_mode(mode)
     skip = _checked_skip(model, skip)
     named = list(model.named_modules(remove_duplicate=False))
     kept = {id(module) for name, module in named if _skipped(name, skip)}  # a layer under several names: any

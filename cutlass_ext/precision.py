@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode, _pop_mode, _push_mode
 from torch.utils._device import DeviceContext
 
-from .gemm import MODES, gemm
+from .gemm import MODES, check_mode, gemm
 
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)  # subclasses (DTensor, ...) keep their own dispatch
 _AUTOCAST_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -40,10 +40,8 @@ _ELLIPSIS = "..."
 
 def _checked_mode(mode) -> str:
     if not isinstance(mode, str):
-        raise TypeError(f"mode must be a str, one of {list(MODES)}; got {type(mode).__name__}")
-    if mode not in MODES:
-        raise ValueError(f"mode={mode!r} is not one of {list(MODES)}")
-    return mode
+        raise TypeError(f"mode must be a str, one of {list(MODES)} or int8x<moduli>; got {type(mode).__name__}")
+    return check_mode(mode)
 
 
 def _routable(t) -> bool:
@@ -299,7 +297,8 @@ class PrecisionMode(TorchFunctionMode):
 
 def precision(mode: str) -> PrecisionMode:
     """`with ext.precision(mode):` routes the block's float32 CUDA matrix products (this thread's) through
-    `ext.gemm` in `mode`: one of `tf32tf32`, `halfhalf`, `markidis`, `tf32`, `fp32` (see `ext.gemm`)."""
+    `ext.gemm` in `mode`: one of `tf32tf32`, `halfhalf`, `markidis`, `tf32`, `fp32`, `int8x<moduli>` (see
+    `ext.gemm`)."""
     return PrecisionMode(mode)
 
 

@@ -4,6 +4,7 @@ and the op's registration (schema, fake kernel, autograd) as torch.library.opche
 import pytest
 import torch
 
+import cutlass_ext as ext
 from cutlass_ext import ozaki
 from cutlass_ext.ozaki.reference import ozaki_matmul
 
@@ -81,6 +82,39 @@ def test_gemm_mode_shapes_and_epilogue():
     assert ozaki.gemm_mode(a[0], b[:, 0], "int8x7").shape == ()
     out = torch.empty(5, 4)
     assert ozaki.gemm_mode(a, b, "int8x7", out=out) is out and torch.equal(out, product)
+
+
+def test_ext_gemm_in_an_ozaki_mode_names_a_bad_epilogue_argument():
+    a, b = urand(5, 12), urand(12, 4)
+    with pytest.raises(ValueError, match=r"bias must have shape \(4,\)"):
+        ext.gemm(a, b, mode="int8x8", bias=urand(3))
+    with pytest.raises(TypeError, match="bias must be float32"):
+        ext.gemm(a, b, mode="int8x8", bias=urand(4).double())
+    with pytest.raises(ValueError, match="does not broadcast to the result's shape"):
+        ext.gemm(a, b, mode="int8x8", beta=1.0, c=urand(5, 3))
+    with pytest.raises(ValueError, match="beta=0.5 scales c, but no c was given"):
+        ext.gemm(a, b, mode="int8x8", beta=0.5)
+    with pytest.raises(ValueError, match=r"out must have the result's shape \(5, 4\)"):
+        ext.gemm(a, b, mode="int8x8", out=torch.empty(4, 5))
+    with pytest.raises(TypeError, match="alpha must be a real number"):
+        ext.gemm(a, b, mode="int8x8", alpha="2")
+    with pytest.raises(TypeError, match="a must be float32"):
+        ext.gemm(a.int(), b, mode="int8x8", bias=urand(4))
+    with pytest.raises(ValueError, match="moduli=99 must be an integer in 3..14"):
+        ext.gemm(a, b, mode="int8x99")
+    # the epilogue's arguments that are right still give the reference's bits
+    bias = urand(4)
+    assert torch.equal(ext.gemm(a, b, mode="int8x8", bias=bias), ozaki_matmul(a, b, 8) + bias)
+
+
+def test_the_modes_error_lists_the_ozaki_modes():
+    with pytest.raises(ValueError, match=r"mode='int8' is not one of \[.*\] or int8x<moduli>"):
+        ext.gemm(urand(2, 2), urand(2, 2), mode="int8")
+    assert ext.nn.Linear(4, 3, mode="int8x8").mode == "int8x8"
+    model = ext.nn.convert(torch.nn.Sequential(torch.nn.Linear(4, 3)), mode="int8x7")
+    assert model[0].mode == "int8x7"
+    with pytest.raises(ValueError, match="moduli=2 must be an integer in 3..14"):
+        ext.nn.Linear(4, 3, mode="int8x2")
 
 
 def test_the_kernels_are_launched_directly_only_where_nothing_must_see_the_op():

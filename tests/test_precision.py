@@ -337,8 +337,10 @@ def test_modes_are_checked_by_name():
         ext.precision("bf16")
     with pytest.raises(TypeError, match="mode must be a str"):
         ext.set_precision(3)
-    for mode in ("tf32tf32", "halfhalf", "tf32", "fp32", "markidis"):
+    for mode in ("tf32tf32", "halfhalf", "tf32", "fp32", "markidis", "int8x8", "int8x14"):
         assert ext.precision(mode).mode == mode
+    with pytest.raises(ValueError, match="moduli=15 must be an integer in 3..14"):
+        ext.precision("int8x15")
 
 
 def test_set_precision_sits_below_with_blocks_and_comes_off(fake_gemm):

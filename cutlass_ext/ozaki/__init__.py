@@ -33,6 +33,12 @@ def _check_operand(name: str, x, matrix: bool = True) -> None:
         raise ValueError(f"{name} must have at least 2 dimensions; got shape {tuple(x.shape)}")
 
 
+def check_operands(a, b) -> None:
+    """`ext.gemm`'s operands in an int8x<moduli> mode: float32 tensors, 1-D or more."""
+    _check_operand("a", a, matrix=False)
+    _check_operand("b", b, matrix=False)
+
+
 def gemm(
     a: torch.Tensor, b: torch.Tensor, moduli: int = DEFAULT_MODULI, config: OzakiConfig | None = None
 ) -> torch.Tensor:
@@ -99,8 +105,7 @@ def gemm_mode(a, b, mode: str, *, bias=None, alpha=1.0, beta=0.0, c=None, out=No
     """`ext.gemm(a, b, mode="int8x<moduli>", ...)`: torch.matmul's shapes (1-D operands too); the epilogue
     alpha·A·B + beta·C + bias runs in FP32 after the product (not fused); out receives the result."""
     moduli = mode_moduli(mode)
-    _check_operand("a", a, matrix=False)
-    _check_operand("b", b, matrix=False)
+    check_operands(a, b)
     a_matrix = a.unsqueeze(0) if a.dim() == 1 else a
     b_matrix = b.unsqueeze(-1) if b.dim() == 1 else b
     result = gemm(a_matrix, b_matrix, moduli)
@@ -122,6 +127,7 @@ def gemm_mode(a, b, mode: str, *, bias=None, alpha=1.0, beta=0.0, c=None, out=No
 __all__ = [
     "DEFAULT_MODULI",
     "OzakiConfig",
+    "check_operands",
     "gemm",
     "gemm_mode",
     "is_mode",

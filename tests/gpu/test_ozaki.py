@@ -189,6 +189,35 @@ def test_ext_gemm_mode():
     assert _same_bits(ext.gemm(a, b, mode="int8x7"), ozaki.gemm(a, b, moduli=7))
 
 
+def test_linear_layer_in_an_ozaki_mode():
+    import cutlass_ext as ext
+
+    torch.manual_seed(21)
+    layer = ext.nn.Linear(70, 20, mode="int8x8").cuda()
+    x = _draw("urand", (3, 30, 70), 22).requires_grad_()
+    y = layer(x)
+    weight, bias = layer.weight.detach().cpu(), layer.bias.detach().cpu()
+    assert _same_bits(y, ozaki_matmul(x.detach().cpu(), weight.T.contiguous(), 8) + bias)
+    grad = _draw("urand", (3, 30, 20), 23)
+    y.backward(grad)
+    assert _same_bits(x.grad, ozaki_matmul(grad.cpu(), weight, 8))
+    torch.testing.assert_close(layer.bias.grad.cpu(), grad.cpu().sum((0, 1)))  # torch's reduction, any order
+    expected = torch.einsum("bmn,bmk->nk", grad.cpu().double(), x.detach().cpu().double())
+    assert relative_residual(layer.weight.grad.cpu(), expected) < 1e-6
+
+
+def test_precision_switch_in_an_ozaki_mode():
+    import cutlass_ext as ext
+
+    a, b = _draw("urand", (2, 30, 70), 24), _draw("urand", (70, 20), 25)
+    bias = _draw("urand", (20,), 26)
+    with ext.precision("int8x8"):
+        product = a @ b
+        linear = torch.nn.functional.linear(a, b.T, bias)
+    assert _same_bits(product, ozaki.gemm(a, b))
+    assert _same_bits(linear, ozaki.gemm(a, b) + bias)
+
+
 def test_first_call_of_a_batch_size_inside_a_graph_capture():
     ozaki.gemm(_draw("urand", (8, 16), 21), _draw("urand", (16, 8), 22))  # the library, loaded outside the capture
     a, b = _draw("urand", (5, 24, 40), 23), _draw("urand", (5, 40, 12), 24)
