@@ -123,8 +123,8 @@ def test_torch_compile_runs_the_reference_op():
         (lambda: config(dynamic_bias=1), ValueError, "dynamic_bias=1"),
         (lambda: lowbit.LowbitConfig("M7E4"), TypeError, "format must be a LowbitFormat"),
         (lambda: lowbit.Linear(3, 4, config="M7E4"), TypeError, "config must be a LowbitConfig"),
-        (lambda: lowbit.Conv2d(1, 2, 3, padding_mode="reflect", config=config()), ValueError, "padding_mode='reflect'"),
-        (lambda: lowbit.Conv2d(1, 2, 3, padding="same", config=config()), ValueError, "padding='same'"),
+        (lambda: lowbit.Conv2d(1, 2, 3, padding_mode="mirror", config=config()), ValueError, "padding_mode"),
+        (lambda: lowbit.Conv2d(1, 2, 3, padding="full", config=config()), ValueError, "padding"),
         (
             lambda: lowbit.Conv2d(2, 2, 3, config=config())(torch.ones(1, 3, 5, 5)),
             ValueError,
@@ -155,6 +155,37 @@ def test_conv2d_is_unfold_and_the_lowbit_gemm(groups, stride, padding, dilation)
     exact = lowbit.Conv2d(4, 6, 3, stride, padding, dilation, groups, config=config(FP32_LIKE))
     exact.load_state_dict(conv.state_dict())
     torch.testing.assert_close(exact(x), reference, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kernel, padding, dilation, padding_mode",
+    [
+        (3, "same", 1, "zeros"),
+        (4, "same", 1, "zeros"),  # uneven: one more row and column after than before, as torch pads
+        ((2, 5), "same", (2, 1), "zeros"),
+        (3, "valid", 1, "zeros"),
+        (3, 1, 1, "reflect"),
+        (3, (2, 1), 1, "replicate"),
+        (4, "same", 1, "circular"),
+    ],
+)
+def test_conv2d_takes_every_padding_of_torchs_layer(kernel, padding, dilation, padding_mode):
+    torch_conv = torch.nn.Conv2d(3, 5, kernel, padding=padding, dilation=dilation, padding_mode=padding_mode)
+    x = randn(2, 3, 9, 8, seed=17)
+    reference = torch_conv(x)
+    conv = lowbit.convert(torch.nn.Sequential(torch_conv), config(), skip=[])[0]
+    assert isinstance(conv, lowbit.Conv2d)
+    y = conv(x)
+    assert y.shape == reference.shape
+    # the chain sees the input torch's layer pads: the low-bit GEMM of its columns
+    mode = "constant" if padding_mode == "zeros" else padding_mode
+    columns = F.unfold(F.pad(x, torch_conv._reversed_padding_repeated_twice, mode=mode), kernel, dilation)
+    product = lowbit_matmul_fmt(
+        conv.weight.detach().reshape(1, 5, -1), columns.reshape(2, 1, -1, columns.shape[-1]), M7E4
+    )
+    assert same(y.detach(), (product + conv.bias.detach().reshape(1, -1, 1)).reshape(reference.shape))
+    conv.config = config(FP32_LIKE)
+    torch.testing.assert_close(conv(x), reference, rtol=1e-5, atol=1e-5)
 
 
 def small_model() -> torch.nn.Module:

@@ -38,6 +38,10 @@ def _train(optimizer, params, grads):
         ({"update": "round"}, "update"),
         ({"arithmetic": "fp16"}, "arithmetic"),
         ({"lr": -1.0}, "lr"),
+        ({"lr": float("nan")}, "lr=nan"),
+        ({"lr": torch.tensor(float("nan"))}, "lr=nan"),
+        ({"lr": True}, "lr=True"),
+        ({"weight_decay": float("nan")}, "weight_decay=nan"),
         ({"seed": -1}, "seed"),
         ({"seed": 2**64}, "seed"),
     ],
@@ -54,6 +58,12 @@ def test_sgd_and_adamw_specific_errors():
         AdamW(_params(0), betas=(0.9, 1.0))
     with pytest.raises(ValueError, match="eps"):
         AdamW(_params(0), eps=0.0)
+    with pytest.raises(ValueError, match="eps=nan"):
+        AdamW(_params(0), eps=float("nan"))
+    with pytest.raises(ValueError, match="betas"):
+        AdamW(_params(0), betas=(float("nan"), 0.999))
+    with pytest.raises(ValueError, match="momentum=nan"):
+        SGD(_params(0), lr=0.1, momentum=float("nan"))
     with pytest.raises(TypeError, match="params"):
         SGD([torch.nn.Parameter(torch.zeros(3, dtype=torch.complex64))], lr=0.1)
     with pytest.raises(TypeError, match="params"):

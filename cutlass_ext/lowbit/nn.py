@@ -41,7 +41,8 @@ class Conv2d(torch.nn.Conv2d):
     """`torch.nn.Conv2d` as unfold + a low-bit-accumulator GEMM over (C/groups)·kh·kw; bias added in FP32 after.
 
     The reduction index runs over channels, then kernel rows, then kernel columns (`F.unfold`'s order), the order
-    the accumulator chain sees. Zero padding only, with explicit sizes.
+    the accumulator chain sees. Every padding torch's layer takes: sizes, "same", "valid", and each padding_mode
+    (the padded input is what the chain sees; padded zeros add zero products).
     """
 
     def __init__(
@@ -60,10 +61,6 @@ class Conv2d(torch.nn.Conv2d):
         device=None,
         dtype=None,
     ):
-        if padding_mode != "zeros":
-            raise ValueError(f"padding_mode={padding_mode!r}: only 'zeros' is supported")
-        if isinstance(padding, str):
-            raise ValueError(f"padding={padding!r}: give the padding as integers")
         super().__init__(
             in_channels,
             out_channels,
@@ -82,11 +79,16 @@ class Conv2d(torch.nn.Conv2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 4 or x.shape[1] != self.in_channels:
             raise ValueError(f"x must be (N, {self.in_channels}, H, W); got {tuple(x.shape)}")
+        padding = self.padding
+        if isinstance(padding, str) or self.padding_mode != "zeros":  # as torch's layer: pad first ("same" may be
+            mode = "constant" if self.padding_mode == "zeros" else self.padding_mode  # uneven), then none
+            x = F.pad(x, self._reversed_padding_repeated_twice, mode=mode)
+            padding = (0, 0)
         n, _, height, width = x.shape
         kh, kw = self.kernel_size
-        out_h = (height + 2 * self.padding[0] - self.dilation[0] * (kh - 1) - 1) // self.stride[0] + 1
-        out_w = (width + 2 * self.padding[1] - self.dilation[1] * (kw - 1) - 1) // self.stride[1] + 1
-        columns = F.unfold(x, self.kernel_size, self.dilation, self.padding, self.stride)  # (N, C·kh·kw, L)
+        out_h = (height + 2 * padding[0] - self.dilation[0] * (kh - 1) - 1) // self.stride[0] + 1
+        out_w = (width + 2 * padding[1] - self.dilation[1] * (kw - 1) - 1) // self.stride[1] + 1
+        columns = F.unfold(x, self.kernel_size, self.dilation, padding, self.stride)  # (N, C·kh·kw, L)
         g = self.groups
         columns = columns.reshape(n, g, columns.shape[1] // g, columns.shape[2])
         weight = self.weight.reshape(g, self.out_channels // g, -1)

@@ -25,9 +25,9 @@ def _check_nonnegative(name: str, value) -> None:
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise ValueError(f"{name} must be a number or a one-element tensor, got shape {tuple(value.shape)}")
-        if value.device.type == "cpu" and value.item() < 0:
+        if value.device.type == "cpu" and not value.item() >= 0:  # NaN too
             raise ValueError(f"{name}={value.item()} must be non-negative")
-    elif not isinstance(value, (int, float)) or value < 0:
+    elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
         raise ValueError(f"{name}={value!r} must be a non-negative number")
 
 
@@ -251,9 +251,11 @@ class AdamW(_SixteenBitOptimizer):
         seed=0,
         capturable=False,
     ):
-        if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
+        if len(betas) != 2 or not all(
+            isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in betas
+        ):
             raise ValueError(f"betas={betas!r} must be two numbers in [0, 1)")
-        if not isinstance(eps, (int, float)) or eps <= 0:
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:  # NaN too
             raise ValueError(f"eps={eps!r} must be a positive number")
         _check_nonnegative("weight_decay", weight_decay)
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
