@@ -48,7 +48,10 @@ def load_space(path: str | Path) -> list:
     with_spaces = [f.name for f in families.all_families() if f.space is not None]
     if family not in with_spaces:
         raise SpaceError(f"{path}: family: {family!r} is not one of {with_spaces}")
-    return families.get(family).plugin("space").load_space(path, document)
+    configs = families.get(family).plugin("space").load_space(path, document)
+    if not configs:
+        raise SpaceError(f"{path}: space: no combination of its values is a {family} kernel (each was rejected)")
+    return configs
 
 
 def family_of(path: str | Path) -> str:

@@ -57,6 +57,11 @@ GOOD = "family: sm80\nmodes: [tf32tf32]\nspace:\n  threadblock: {m: [128], n: [1
         (GOOD + "extra: 1\n", r"unknown key\(s\) \['extra'\]"),
         ("family: [unclosed\n", "not valid YAML"),
         ("- a list\n", "expected a mapping at the top level"),
+        (
+            "family: lowbit\nmodes: [lowbit]\nspace:\n  block: {m: [32], n: [32], k: [16]}\n"
+            "  thread: {m: [3], n: [4]}\n",  # 3 divides no block
+            "no combination of its values is a lowbit kernel",
+        ),
     ],
 )
 def test_bad_space_files_name_file_key_and_value(tmp_path, text, message):
