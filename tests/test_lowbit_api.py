@@ -199,6 +199,34 @@ def small_model() -> torch.nn.Module:
     )
 
 
+def test_convert_changes_layers_in_place_keeping_hooks_and_shared_layers():
+    shared = torch.nn.Linear(4, 4)
+    calls = []
+    shared.register_forward_hook(lambda module, inputs, output: calls.append(type(module).__name__))
+    model = torch.nn.Sequential(shared, shared, torch.nn.Linear(4, 2))
+    lowbit.convert(model, config())
+    assert model[0] is model[1] is shared and type(shared) is lowbit.Linear
+    model(torch.ones(1, 4))
+    assert calls == ["Linear", "Linear"] and type(model[2]) is torch.nn.Linear
+    other = torch.nn.Linear(4, 4)
+    kept = torch.nn.Sequential(other, torch.nn.Sequential(other), torch.nn.Linear(4, 2))
+    lowbit.convert(kept, config(), skip=["1.0"])  # one of its names skipped: the layer stays exact
+    assert type(other) is torch.nn.Linear and type(kept[2]) is lowbit.Linear
+
+
+def test_convert_checks_everything_before_changing_a_layer():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    with pytest.raises(ValueError, match="skip names modules"):
+        lowbit.convert(model, config(), skip=["0", "nope"])
+    assert type(model[0]) is torch.nn.Linear
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        lowbit.convert([model], config())
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        lowbit.set_underflow(None, True)
+    layer = lowbit.convert(torch.nn.Linear(4, 3), config(), skip=[])  # a layer alone converts too
+    assert type(layer) is lowbit.Linear and layer.config == config()
+
+
 def test_convert_keeps_parameters_and_keys_and_the_last_layer_exact():
     model = small_model()
     parameters = [id(p) for p in model.parameters()]

@@ -101,56 +101,40 @@ class Conv2d(torch.nn.Conv2d):
         return f"{super().extra_repr()}, {_describe(self.config)}"
 
 
-def _lowbit_twin(module: torch.nn.Module, config: LowbitConfig) -> torch.nn.Module:
-    """A low-bit layer sharing `module`'s parameters (so optimizers and state-dict keys stay valid)."""
-    if isinstance(module, torch.nn.Linear):
-        twin = Linear(module.in_features, module.out_features, module.bias is not None, config=config, device="meta")
-    else:
-        twin = Conv2d(
-            module.in_channels,
-            module.out_channels,
-            module.kernel_size,
-            module.stride,
-            module.padding,
-            module.dilation,
-            module.groups,
-            module.bias is not None,
-            module.padding_mode,
-            config=config,
-            device="meta",
-        )
-    twin.weight = module.weight
-    twin.bias = module.bias
-    twin.train(module.training)
-    return twin
+_TWINS = {torch.nn.Linear: Linear, torch.nn.Conv2d: Conv2d}
 
 
-_CONVERTIBLE = (torch.nn.Linear, torch.nn.Conv2d)
+def _checked_model(model) -> torch.nn.Module:
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
+    return model
 
 
 def convert(model: torch.nn.Module, config: LowbitConfig, skip: Iterable[str] | None = None) -> torch.nn.Module:
-    """Replace, in place, every `nn.Linear` and `nn.Conv2d` of `model` by its low-bit twin; returns `model`.
+    """Make every `nn.Linear` and `nn.Conv2d` of `model` (exactly those classes, `model` itself included) its
+    low-bit twin, in place; returns `model`.
 
-    skip: qualified names (as in `model.named_modules()`) left exact. None keeps the last of these layers exact,
-    as the seed does (appendix C.2: the final fully connected layer). Parameters and state-dict keys are unchanged.
+    skip: qualified names (as in `model.named_modules()`) of layers left exact. None keeps the last of these layers
+    exact, as the seed does (appendix C.2: the final fully connected layer). The layers change class where they are
+    (as `ext.nn.convert` does): parameters, state-dict keys, hooks and a layer reachable under several names stay as
+    they were (such a layer stays exact if any of its names is skipped). Everything is checked before any layer
+    changes.
     """
     _checked(config)
-    layers = [name for name, module in model.named_modules() if type(module) in _CONVERTIBLE]
+    named = list(_checked_model(model).named_modules(remove_duplicate=False))
+    layers = [(name, module) for name, module in named if type(module) in _TWINS]
     if skip is None:
-        skip = set(layers[-1:])
+        skip = {layers[-1][0]} if layers else set()
     else:
         skip = {skip} if isinstance(skip, str) else set(skip)
-        unknown = skip - {name for name, _ in model.named_modules()}
+        unknown = skip - {name for name, _ in named}
         if unknown:
             raise ValueError(f"skip names modules that model does not have: {sorted(unknown)}")
-    for name in layers:
-        if name in skip:
-            continue
-        if not name:
-            raise ValueError("model is itself a Linear or Conv2d; convert a module that contains it")
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name)
-        setattr(parent, child, _lowbit_twin(getattr(parent, child), config))
+    kept = {id(module) for name, module in layers if name in skip}
+    chosen = {id(module): module for _, module in layers if id(module) not in kept}  # each layer once
+    for module in chosen.values():
+        module.__class__ = _TWINS[type(module)]
+        module.config = config
     return model
 
 
@@ -159,7 +143,7 @@ def set_underflow(model: torch.nn.Module, on: bool) -> int:
     if not isinstance(on, bool):
         raise ValueError(f"on={on!r} must be True or False")
     count = 0
-    for module in model.modules():
+    for module in _checked_model(model).modules():
         if isinstance(module, (Linear, Conv2d)):
             module.config = module.config.with_underflow(on)
             count += 1
