@@ -223,6 +223,8 @@ def test_convert_checks_everything_before_changing_a_layer():
         lowbit.convert([model], config())
     with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
         lowbit.set_underflow(None, True)
+    with pytest.raises(TypeError, match="skip must be a layer's name or an iterable of names; got 0"):
+        lowbit.convert(model, config(), skip=0)
     layer = lowbit.convert(torch.nn.Linear(4, 3), config(), skip=[])  # a layer alone converts too
     assert type(layer) is lowbit.Linear and layer.config == config()
 

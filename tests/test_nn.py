@@ -107,6 +107,12 @@ def test_convert_again_changes_the_mode():
 def test_convert_checks_its_arguments():
     with pytest.raises(ValueError, match="mode='bf16' is not one of"):
         ext.nn.convert(Model(), mode="bf16")
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module; got list"):
+        ext.nn.convert([Model()])
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module; got str"):
+        ext.nn.unconvert("x")
+    with pytest.raises(TypeError, match="skip must be a module's name or an iterable of names; got 0"):
+        ext.nn.convert(Model(), skip=0)
     with pytest.raises(ValueError, match=r"skip names modules that model does not have: \['decoder'\]"):
         ext.nn.convert(Model(), skip=["head", "decoder"])
 

@@ -115,6 +115,11 @@ def test_the_modes_error_lists_the_ozaki_modes():
     assert model[0].mode == "int8x7"
     with pytest.raises(ValueError, match="moduli=2 must be an integer in 3..14"):
         ext.nn.Linear(4, 3, mode="int8x2")
+    for spelling in ("int8x08", "int8x\u0668"):  # one spelling per count: no leading zero, ASCII digits
+        with pytest.raises(ValueError, match="is not one of"):
+            ext.precision(spelling)
+    with pytest.raises(ValueError, match="a must have at least 1 dimension"):
+        ext.gemm(torch.tensor(1.0), urand(1, 2), mode="int8x8")
 
 
 def test_the_kernels_are_launched_directly_only_where_nothing_must_see_the_op():

@@ -126,7 +126,10 @@ def convert(model: torch.nn.Module, config: LowbitConfig, skip: Iterable[str] | 
     if skip is None:
         skip = {layers[-1][0]} if layers else set()
     else:
-        skip = {skip} if isinstance(skip, str) else set(skip)
+        names = {skip} if isinstance(skip, str) else set(skip) if isinstance(skip, Iterable) else None
+        if names is None or not all(isinstance(name, str) for name in names):
+            raise TypeError(f"skip must be a layer's name or an iterable of names; got {skip!r}")
+        skip = names
         unknown = skip - {name for name, _ in named}
         if unknown:
             raise ValueError(f"skip names modules that model does not have: {sorted(unknown)}")

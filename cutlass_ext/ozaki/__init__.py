@@ -30,7 +30,8 @@ def _check_operand(name: str, x, matrix: bool = True) -> None:
     if x.dtype != torch.float32:
         raise TypeError(f"{name} must be float32; got {x.dtype}")
     if x.dim() < (2 if matrix else 1):
-        raise ValueError(f"{name} must have at least 2 dimensions; got shape {tuple(x.shape)}")
+        least = "2 dimensions" if matrix else "1 dimension"
+        raise ValueError(f"{name} must have at least {least}; got shape {tuple(x.shape)}")
 
 
 def check_operands(a, b) -> None:
@@ -88,7 +89,7 @@ def _untraced(a: torch.Tensor, b: torch.Tensor) -> bool:
     )
 
 
-_MODE = re.compile(r"int8x(?P<moduli>\d+)")
+_MODE = re.compile(r"int8x(?P<moduli>[1-9][0-9]*)", re.ASCII)  # one spelling per count: no 08, no other digits
 
 
 def is_mode(mode) -> bool:
