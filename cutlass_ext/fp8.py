@@ -57,7 +57,10 @@ def quantize_fp8(
         return fp8_block.quantize_block(x, dtype, fp8_block.check_block(block))
     largest = torch.finfo(dtype).max
     magnitude = x.abs().float()
-    amax = magnitude.amax() if granularity == "tensor" else magnitude.amax(dim=1, keepdim=True)
+    if magnitude.numel() == 0:  # no element: the all-zero case (amax has nothing to reduce)
+        amax = magnitude.new_zeros(() if granularity == "tensor" else (x.shape[0], 1))
+    else:
+        amax = magnitude.amax() if granularity == "tensor" else magnitude.amax(dim=1, keepdim=True)
     # a tensor divisor: CUDA divides by a Python scalar as a product with its rounded reciprocal, one ulp off
     # the IEEE quotient the one-pass kernels compute
     scale = (amax / torch.full((), largest, device=amax.device)).clamp_min(torch.finfo(torch.float32).tiny)

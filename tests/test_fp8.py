@@ -209,6 +209,13 @@ def test_quantize_fp8_gives_zero_rows_a_positive_scale():
     assert torch.all(scale > 0) and torch.all(x8.float() == 0)
 
 
+@pytest.mark.parametrize("granularity, shape, scale_shape", [("tensor", (0, 16), ()), ("row", (4, 0), (4, 1))])
+def test_quantize_fp8_of_no_elements_is_the_all_zero_case(granularity, shape, scale_shape):
+    x8, scale = ext.quantize_fp8(torch.zeros(shape), granularity=granularity)
+    assert x8.shape == shape and scale.shape == scale_shape
+    assert torch.all(scale == torch.finfo(torch.float32).tiny)
+
+
 def test_quantize_fp8_rejects_bad_arguments():
     with pytest.raises(TypeError, match="x must be one of"):
         ext.quantize_fp8(torch.ones(4, 4, dtype=torch.float64))

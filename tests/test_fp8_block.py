@@ -87,6 +87,8 @@ def test_quantize_block_takes_empty_inputs(shape, block):
 def test_quantize_block_errors():
     with pytest.raises(ValueError, match="block="):
         ext.quantize_fp8(torch.randn(4, 128), granularity="block", block=(1, 64))
+    with pytest.raises(ValueError, match=r"block=\(1.0, 128.0\)"):
+        ext.quantize_fp8(torch.randn(4, 128), granularity="block", block=(1.0, 128.0))
     with pytest.raises(ValueError, match="at least 2 dimensions"):
         ext.quantize_fp8(torch.randn(128), granularity="block")
     with pytest.raises(ValueError, match="granularity="):
@@ -178,6 +180,11 @@ def test_k_grouped_reference_runs_group_by_group_and_marks_refused_offsets():
 def test_scale_forms_expand_to_blocks():
     m, n, k = 6, 300, 400  # 4 k-blocks, 3 weight row blocks
     cpu = torch.device("cpu")
+    for value in (float("nan"), float("inf")):  # a host value is checked (gemm_fp8, grouped and k-grouped alike)
+        with pytest.raises(ValueError, match="scale_a=.* must be finite"):
+            activation_scales("scale_a", value, m, k, cpu)
+        with pytest.raises(ValueError, match="scale_b=.* must be finite"):
+            weight_scales("scale_b", value, n, k, cpu)
     assert activation_scales("scale_a", 2.0, m, k, cpu).tolist() == [[2.0] * 4] * m
     rows = torch.arange(m, dtype=torch.float32)
     assert torch.equal(activation_scales("scale_a", rows[:, None], m, k, cpu), rows[:, None].expand(m, 4))

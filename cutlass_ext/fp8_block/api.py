@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import warnings
 
 import torch
@@ -39,6 +40,8 @@ def k_blocks(k: int) -> int:
 
 def _check_scale_tensor(name: str, scale, device: torch.device) -> torch.Tensor:
     if isinstance(scale, (int, float)) and not isinstance(scale, bool):
+        if not math.isfinite(scale):  # a host value is checked here; tensors stay unread (no host sync)
+            raise ValueError(f"{name}={scale} must be finite")
         return torch.full((1,), float(scale), dtype=torch.float32, device=device)
     if not isinstance(scale, torch.Tensor):
         raise TypeError(f"{name} must be a float32 tensor or a float; got {type(scale).__name__}")
@@ -460,6 +463,8 @@ def k_grouped_gemm_fp8(
     collective kernel. Returns D (out when given).
     """
     a_name, b_name, out_name, (m, n, k) = _check_pair(a, b, out_dtype)
+    if not isinstance(accumulate, bool):
+        raise TypeError(f"accumulate must be True or False; got {accumulate!r}")
     if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int32 or offsets.dim() != 1:
         raise ValueError(f"offsets must be a (G,) int32 tensor (each group's end along K); got {_describe(offsets)}")
     if offsets.device != a.device:

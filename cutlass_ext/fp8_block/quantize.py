@@ -20,7 +20,7 @@ BLOCKS = ((1, 128), (128, 128))
 
 def check_block(block) -> tuple[int, int]:
     block = tuple(block) if isinstance(block, (tuple, list)) else block
-    if block not in BLOCKS:
+    if block not in BLOCKS or not all(type(size) is int for size in block):  # (1.0, 128.0) equals (1, 128)
         raise ValueError(f"block={block!r} must be one of {list(BLOCKS)}")
     return block
 
