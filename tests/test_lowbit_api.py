@@ -131,6 +131,23 @@ def test_torch_compile_runs_the_reference_op():
             r"x must be \(N, 2, H, W\)",
         ),
         (lambda: lowbit.set_underflow(torch.nn.Linear(2, 2), 1), ValueError, "on=1"),
+        (lambda: lowbit.Conv2d(2, 2, 3, config=config())([1.0]), TypeError, "x must be a floating-point tensor"),
+        (
+            lambda: lowbit.Conv2d(2, 2, 3, config=config())(torch.ones(1, 2, 4, 4, dtype=torch.int64)),
+            TypeError,
+            "x must be a floating-point tensor; got torch.int64",
+        ),
+        (
+            lambda: lowbit.Conv2d(2, 2, 3, config=config())(torch.ones(1, 2, 2, 5)),
+            ValueError,
+            r"x's 2x5 plane, padded by \(0, 0\), is smaller than the 3x3 kernel",
+        ),
+        (lambda: LowbitFormat.make(7, 4, chunk=2**100), ValueError, r"chunk=\d+ must be an integer in 1..2147483647"),
+        (
+            lambda: LowbitFormat.make(7, 8, prod_exp=2),
+            ValueError,
+            "acc_bias=.* is the default, prod_bias .*: pass acc_bias",
+        ),
     ],
 )
 def test_bad_arguments_are_named(call, error, message):

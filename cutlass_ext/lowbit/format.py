@@ -24,6 +24,9 @@ EXPONENT_RANGE = (2, 8)
 PROD_BIAS_SHIFT = 4
 
 
+MAX_CHUNK = 2**31 - 1  # the kernels' chunk is an int64 argument; a chunk past any K is one chunk
+
+
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -103,8 +106,8 @@ class LowbitFormat:
         check_bits("prod_exp", self.prod_exp, EXPONENT_RANGE)
         check_bias("acc_bias", self.acc_bias, self.exp)
         check_bias("prod_bias", self.prod_bias, self.prod_exp)
-        if not _is_int(self.chunk) or self.chunk < 1:
-            raise ValueError(f"chunk={self.chunk!r} must be a positive integer (products per chunk)")
+        if not _is_int(self.chunk) or not 1 <= self.chunk <= MAX_CHUNK:
+            raise ValueError(f"chunk={self.chunk!r} must be an integer in 1..{MAX_CHUNK} (products per chunk)")
         if not isinstance(self.underflow, bool):
             raise ValueError(f"underflow={self.underflow!r} must be True or False")
 
@@ -123,14 +126,20 @@ class LowbitFormat:
         """A validated format; the product format defaults to the accumulator's, biases to the seed's rules."""
         check_bits("man", man, MANTISSA_RANGE)
         check_bits("exp", exp, EXPONENT_RANGE)
-        if not _is_int(chunk) or chunk < 1:
-            raise ValueError(f"chunk={chunk!r} must be a positive integer (products per chunk)")
+        if not _is_int(chunk) or not 1 <= chunk <= MAX_CHUNK:
+            raise ValueError(f"chunk={chunk!r} must be an integer in 1..{MAX_CHUNK} (products per chunk)")
         prod_man = man if prod_man is None else prod_man
         prod_exp = exp if prod_exp is None else prod_exp
         check_bits("prod_exp", prod_exp, EXPONENT_RANGE)
         prod_bias = default_prod_bias(prod_exp) if prod_bias is None else prod_bias
         check_bias("prod_bias", prod_bias, prod_exp)
-        acc_bias = default_acc_bias(prod_bias, chunk) if acc_bias is None else acc_bias
+        if acc_bias is None:
+            acc_bias = default_acc_bias(prod_bias, chunk)
+            try:
+                check_bias("acc_bias", acc_bias, exp)
+            except ValueError as error:  # the user gave no acc_bias: say where this one came from
+                rule = f"the default, prod_bias {prod_bias} − ½·log2(chunk {chunk}) rounded"
+                raise ValueError(f"{error}; acc_bias={acc_bias} is {rule}: pass acc_bias") from None
         return cls(man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow)
 
     def with_underflow(self, on: bool) -> "LowbitFormat":

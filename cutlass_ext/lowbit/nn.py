@@ -77,6 +77,8 @@ class Conv2d(torch.nn.Conv2d):
         self.config = _checked(config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            raise TypeError(f"x must be a floating-point tensor; got {getattr(x, 'dtype', type(x).__name__)}")
         if x.dim() != 4 or x.shape[1] != self.in_channels:
             raise ValueError(f"x must be (N, {self.in_channels}, H, W); got {tuple(x.shape)}")
         padding = self.padding
@@ -88,6 +90,9 @@ class Conv2d(torch.nn.Conv2d):
         kh, kw = self.kernel_size
         out_h = (height + 2 * padding[0] - self.dilation[0] * (kh - 1) - 1) // self.stride[0] + 1
         out_w = (width + 2 * padding[1] - self.dilation[1] * (kw - 1) - 1) // self.stride[1] + 1
+        if out_h < 1 or out_w < 1:
+            reach = f"{kh}x{kw} kernel at dilation {tuple(self.dilation)}"
+            raise ValueError(f"x's {height}x{width} plane, padded by {tuple(padding)}, is smaller than the {reach}")
         columns = F.unfold(x, self.kernel_size, self.dilation, padding, self.stride)  # (N, C·kh·kw, L)
         g = self.groups
         columns = columns.reshape(n, g, columns.shape[1] // g, columns.shape[2])
