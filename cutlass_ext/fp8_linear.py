@@ -57,6 +57,9 @@ class Fp8Linear(torch.nn.Module):
             raise ValueError(f"accum={accum!r}: block scales are applied as each k-block is promoted; use 'promoted'")
         if out_dtype not in OUT_DTYPES.values():
             raise TypeError(f"out_dtype must be one of {list(OUT_DTYPES.values())}; got {out_dtype}")
+        for name, value in (("in_features", in_features), ("out_features", out_features)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive integer")
         if in_features % _ROW_BYTES:
             raise ValueError(f"in_features={in_features} must be a multiple of {_ROW_BYTES} (FP8 rows of K bytes)")
         columns = _ROW_BYTES // out_dtype.itemsize
@@ -86,6 +89,8 @@ class Fp8Linear(torch.nn.Module):
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError(f"linear must be a torch.nn.Linear; got {type(linear).__name__}")
         weight = linear.weight.detach()
+        if not bool(torch.isfinite(weight).all()):  # once, at conversion: a non-finite scale would poison the rows
+            raise ValueError("linear.weight holds Inf or NaN: its FP8 scales would not be finite")
         layer = cls(
             linear.in_features,
             linear.out_features,

@@ -71,6 +71,10 @@ def test_without_bias_and_with_another_output_dtype():
         ({"in_features": 40}, ValueError, "in_features=40 must be a multiple of 16"),
         ({"out_features": 12}, ValueError, "out_features=12 must be a multiple of 8"),
         ({"out_features": 12, "out_dtype": torch.float32}, None, None),
+        ({"in_features": "16"}, ValueError, "in_features='16' must be a positive integer"),
+        ({"in_features": 16.0}, ValueError, "in_features=16.0 must be a positive integer"),
+        ({"out_features": -16}, ValueError, "out_features=-16 must be a positive integer"),
+        ({"in_features": 0}, ValueError, "in_features=0 must be a positive integer"),
     ],
 )
 def test_constructor_arguments_are_named(kwargs, error, message):
@@ -94,6 +98,11 @@ def test_forward_names_bad_inputs():
         layer(torch.ones(2, 64, dtype=torch.bfloat16))
     with pytest.raises(TypeError, match="linear must be a torch.nn.Linear"):
         ext.nn.Fp8Linear.from_linear(torch.nn.Conv1d(4, 4, 1))
+    poisoned = linear()
+    with torch.no_grad():
+        poisoned.weight[3, 5] = float("nan")
+    with pytest.raises(ValueError, match="linear.weight holds Inf or NaN"):
+        ext.nn.Fp8Linear.from_linear(poisoned)
 
 
 def test_a_cast_model_is_reported():
