@@ -24,6 +24,14 @@ class FloatFormat:
     # FP8 conversions on NVIDIA GPUs exist only as `cvt.*.satfinite`: overflow and ±inf clamp to ±max_finite.
     saturates: bool = False
 
+    def __post_init__(self):
+        for name, least in (("exponent_bits", 2), ("mantissa_bits", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name}={value!r} must be an integer of at least {least}")
+        if not (isinstance(self.max_finite, (int, float)) and 0 < self.max_finite < math.inf):
+            raise ValueError(f"max_finite={self.max_finite!r} must be a positive finite number")
+
     @property
     def min_exponent(self) -> int:
         return 2 - 2 ** (self.exponent_bits - 1)
@@ -175,6 +183,9 @@ def emulated_gemm(
       tf32, fp16: the operands rounded once (TF32 RNA as CUTLASS does it, FP16 RN), accumulated inside.
     """
     _lookup(dict.fromkeys(GEMM_SCHEMES), scheme, "scheme")
+    for name, value, least in (("mma_k", mma_k, 1), ("accumulator_bits", accumulator_bits, 1), ("block_k", block_k, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name}={value!r} must be an integer of at least {least}")
     if fold not in ("end", "step", "block"):
         raise ValueError(f"fold={fold!r} is not one of ['end', 'step', 'block']")
     if fold == "block" and (scheme not in SPLIT_SCHEMES or LO_SCALE[scheme] != 1 or block_k % mma_k):

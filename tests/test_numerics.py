@@ -122,6 +122,29 @@ def test_round_to_rejects_unknown_format_and_mode():
         numerics.round_to(f32([1.0]), "fp16", "up")
 
 
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: numerics.FloatFormat(0, 0, 1.0), "exponent_bits=0 must be an integer of at least 2"),
+        (lambda: numerics.FloatFormat(5, "b", 1.0), "mantissa_bits='b' must be an integer"),
+        (lambda: numerics.FloatFormat(5, 10, None), "max_finite=None must be a positive finite number"),
+        (lambda: numerics.emulated_gemm(f32([[1.0]]), f32([[1.0]]), "halfhalf", mma_k=0), "mma_k=0"),
+        (lambda: numerics.emulated_gemm(f32([[1.0]]), f32([[1.0]]), "halfhalf", mma_k=-8), "mma_k=-8"),
+        (
+            lambda: numerics.emulated_gemm(f32([[1.0]]), f32([[1.0]]), "halfhalf", accumulator_bits=0),
+            "accumulator_bits=0",
+        ),
+        (
+            lambda: numerics.emulated_gemm(f32([[1.0]]), f32([[1.0]]), "tf32tf32", fold="block", block_k=-32),
+            "block_k=-32",
+        ),
+    ],
+)
+def test_formats_and_the_emulated_gemm_name_bad_sizes(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
 def bits_kept(x, approximation):
     """Significant bits of x that `approximation` reproduces (24 = exact)."""
     error = (x.double() - approximation).abs() / x.double().abs()
