@@ -44,11 +44,98 @@ def _train(optimizer, params, grads):
         ({"weight_decay": float("nan")}, "weight_decay=nan"),
         ({"seed": -1}, "seed"),
         ({"seed": 2**64}, "seed"),
+        ({"seed": True}, "seed=True"),
+        ({"lr": float("inf")}, "lr=inf"),
+        ({"lr": torch.tensor(float("inf"))}, "lr=inf"),
+        ({"weight_decay": float("inf")}, "weight_decay=inf"),
+        ({"weight_decay": True}, "weight_decay=True"),
     ],
 )
 def test_bad_arguments_name_themselves(make, kwargs, argument):
     with pytest.raises(ValueError, match=argument):
         make(_params(0), **{"lr": 0.1, **kwargs})
+
+
+@pytest.mark.parametrize(
+    "make, kwargs, argument",
+    [
+        (SGD, {"momentum": float("inf")}, "momentum=inf"),
+        (SGD, {"dampening": True}, "dampening=True"),
+        (SGD, {"dampening": float("nan")}, "dampening=nan"),
+        (SGD, {"momentum": 0.9, "nesterov": "no"}, "nesterov='no'"),
+        (SGD, {"momentum": 0.9, "nesterov": 1}, "nesterov=1"),
+        (AdamW, {"eps": float("inf")}, "eps=inf"),
+        (AdamW, {"eps": True}, "eps=True"),
+        (AdamW, {"betas": 0.9}, "betas=0.9"),
+        (AdamW, {"betas": (0.9,)}, "betas"),
+        (AdamW, {"betas": (True, 0.999)}, "betas"),
+    ],
+)
+def test_bad_constructor_arguments_of_one_optimizer(make, kwargs, argument):
+    with pytest.raises(ValueError, match=argument):
+        make(_params(0), **{"lr": 0.1, **kwargs})
+
+
+def test_a_device_tensor_lr_is_not_read():
+    """Only a CPU tensor lr is inspected: reading a CUDA one would wait for its stream (a meta one stands in)."""
+    optimizer = SGD(_params(0), lr=torch.empty((), device="meta"))
+    assert optimizer.param_groups[0]["lr"].device.type == "meta"
+
+
+# group hyperparameters the constructors' checks refuse, and the key each error names
+BAD_GROUPS = [
+    (SGD, {"momentum": -1}, "momentum=-1"),
+    (SGD, {"dampening": 7}, "dampening=7"),
+    (SGD, {"nesterov": True}, "nesterov"),
+    (SGD, {"momentum": 0.9, "nesterov": "yes"}, "nesterov='yes'"),
+    (SGD, {"arithmetic": "bogus"}, "arithmetic='bogus'"),
+    (SGD, {"update": "bogus"}, "update='bogus'"),
+    (SGD, {"seed": -5}, "seed=-5"),
+    (SGD, {"seed": 2**70}, "seed"),
+    (SGD, {"lr": float("inf")}, "lr=inf"),
+    (SGD, {"weight_decay": float("nan")}, "weight_decay=nan"),
+    (SGD, {"capturable": "yes"}, "capturable='yes'"),
+    (AdamW, {"betas": (2.0, 3.0)}, "betas"),
+    (AdamW, {"betas": (0.9,)}, "betas"),
+    (AdamW, {"betas": 0.9}, "betas=0.9"),
+    (AdamW, {"eps": -1}, "eps=-1"),
+    (AdamW, {"eps": 0}, "eps=0"),
+    (AdamW, {"eps": float("nan")}, "eps=nan"),
+    (AdamW, {"weight_decay": float("nan")}, "weight_decay=nan"),
+    (AdamW, {"seed": True}, "seed=True"),
+]
+
+
+@pytest.mark.parametrize("make, group, argument", BAD_GROUPS)
+def test_bad_group_in_the_params_list_names_its_key(make, group, argument):
+    params = _params(0)
+    with pytest.raises(ValueError, match=argument):
+        make([{"params": params[:1]}, {"params": params[1:], **group}], lr=0.1)
+
+
+@pytest.mark.parametrize("make, group, argument", BAD_GROUPS)
+def test_bad_group_added_names_its_key_and_is_not_added(make, group, argument):
+    params = _params(0)
+    optimizer = make(params[:1], lr=0.1)
+    with pytest.raises(ValueError, match=argument):
+        optimizer.add_param_group({"params": params[1:], **group})
+    assert len(optimizer.param_groups) == 1
+
+
+def test_refused_param_group_leaves_param_groups_unchanged():
+    bf16 = torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))
+    fp16 = torch.nn.Parameter(torch.zeros(4, dtype=torch.float16))
+    optimizer = SGD([bf16], lr=0.1)
+    with pytest.raises(TypeError, match="params"):
+        optimizer.add_param_group({"params": [fp16]})
+    assert len(optimizer.param_groups) == 1
+    # the refused group's params are not held: the same group with a good param is accepted
+    other = torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))
+    optimizer.add_param_group({"params": (p for p in [other]), "lr": 0.5})  # an iterator: read once for both checks
+    assert optimizer.param_groups[1]["params"] == [other] and optimizer.param_groups[1]["lr"] == 0.5
+    bf16.grad, other.grad = torch.ones_like(bf16), torch.ones_like(other)
+    optimizer.step()
+    assert torch.all(bf16 == -0.1) and torch.all(other == -0.5)
 
 
 def test_sgd_and_adamw_specific_errors():
@@ -72,13 +159,16 @@ def test_sgd_and_adamw_specific_errors():
         AdamW(_params(0), capturable=True)
 
 
-def test_negative_lr_from_a_scheduler_or_group_edit_is_refused():
+@pytest.mark.parametrize("lr", [-0.1, float("inf"), torch.tensor(float("nan"))])
+def test_bad_lr_from_a_scheduler_or_group_edit_is_refused(lr):
     params = _params(0)
     optimizer = SGD(params, lr=0.1)
-    optimizer.param_groups[0]["lr"] = -0.1
+    optimizer.param_groups[0]["lr"] = lr
     params[0].grad = torch.ones_like(params[0])
+    before = params[0].detach().clone()
     with pytest.raises(ValueError, match="lr"):
         optimizer.step()
+    assert torch.equal(params[0], before)
 
 
 def test_sparse_grads_are_refused():
@@ -133,6 +223,126 @@ def test_state_dict_round_trip(kind, update):
     _train(resumed, resumed_params, grads[3:])
     for a, b in zip(params, resumed_params):
         assert torch.equal(a, b)
+
+
+def _set(where: str, key, value):
+    """A corruption of a state dict: `state_dict[where][key] = value` (where: "state:<index>" or "group:<index>")."""
+
+    def corrupt(state_dict):
+        part, index = where.split(":")
+        entry = state_dict["state" if part == "state" else "param_groups"][int(index)]
+        if value is _DROP:
+            del entry[key]
+        else:
+            entry[key] = value
+
+    return corrupt
+
+
+_DROP = object()
+# a corruption of a saved kahan state dict (3 params, one group), and what the error says
+BAD_STATE_DICTS = {
+    "a missing state tensor": (_set("state:0", "compensation", _DROP), r"state\[0\] lacks keys \['compensation'\]"),
+    "a missing step": (_set("state:2", "step", _DROP), r"state\[2\] lacks keys \['step'\]"),
+    "an extra key": (_set("state:1", "extra", torch.zeros(1)), r"state\[1\] has unexpected keys \['extra'\]"),
+    "a state tensor of another shape": (
+        _set("state:0", "compensation", torch.zeros(3, dtype=torch.bfloat16)),
+        r"state\[0\]\['compensation'\] must be a contiguous torch.bfloat16 tensor of shape \(17, 9\)",
+    ),
+    "a non-contiguous state tensor": (
+        _set("state:0", "compensation", torch.zeros(9, 17, dtype=torch.bfloat16).t()),
+        r"state\[0\]\['compensation'\] .* got a non-contiguous",
+    ),
+    "a state tensor that is no tensor": (_set("state:1", "compensation", 0.0), r"state\[1\]\['compensation'\]"),
+    "a negative step": (_set("state:1", "step", torch.tensor(-1.0)), r"state\[1\]\['step'\]=-1.0"),
+    "a fractional step": (_set("state:1", "step", torch.tensor(1.5)), r"state\[1\]\['step'\]=1.5"),
+    "a step that is no tensor": (_set("state:1", "step", 2), r"state\[1\]\['step'\] must be a one-element"),
+    "a bad rng_key": (_set("state:0", "rng_key", -1), r"state\[0\]\['rng_key'\]=-1"),
+    "a bad element_offset": (_set("state:0", "element_offset", 0.5), r"state\[0\]\['element_offset'\]=0.5"),
+    "a state that is no dict": (lambda sd: sd["state"].update({0: [1.0]}), r"state\[0\] must be a dict"),
+    "state for no held param": (lambda sd: sd["state"].update({99: {}}), "no group holds"),
+    "a group lacking a key": (_set("group:0", "seed", _DROP), r"param_groups\[0\] lacks \['seed'\]"),
+    "a bad group update": (_set("group:0", "update", "bogus"), r"param_groups\[0\]: update='bogus'"),
+    "a non-finite group weight_decay": (
+        _set("group:0", "weight_decay", float("nan")),
+        r"param_groups\[0\]: weight_decay=nan",
+    ),
+    "a capturable group of CPU params": (_set("group:0", "capturable", True), r"param_groups\[0\]: capturable"),
+}
+KIND_BAD_STATE_DICTS = {
+    "sgd": (_set("group:0", "momentum", -1), r"param_groups\[0\]: momentum=-1"),
+    "adamw": (_set("group:0", "betas", (0.9,)), r"param_groups\[0\]: betas"),
+}
+
+
+def _kahan_state_dict(kind, seed=2):
+    params = _params(seed)
+    optimizer = OPTIMIZERS[kind](params, update="kahan", seed=77)
+    _train(optimizer, params, _grads(params, seed + 1, 2))
+    return copy.deepcopy(optimizer.state_dict())
+
+
+def _assert_same_state_dict(a, b):
+    assert a["param_groups"] == b["param_groups"] and a["state"].keys() == b["state"].keys()
+    for index, state in a["state"].items():
+        assert state.keys() == b["state"][index].keys()
+        for key, value in state.items():
+            other = b["state"][index][key]
+            assert torch.equal(value, other) if torch.is_tensor(value) else value == other
+
+
+@pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("corruption", [*BAD_STATE_DICTS, "kind-specific"])
+def test_bad_state_dict_is_refused_and_the_state_kept(kind, corruption):
+    corrupt, message = KIND_BAD_STATE_DICTS[kind] if corruption == "kind-specific" else BAD_STATE_DICTS[corruption]
+    saved = _kahan_state_dict(kind)
+    corrupt(saved)
+    params = _params(2)
+    optimizer = OPTIMIZERS[kind](params, update="kahan", seed=77)
+    _train(optimizer, params, _grads(params, 9, 1))  # a state of its own, which a refused load must keep
+    groups, before = optimizer.param_groups, copy.deepcopy(optimizer.state_dict())
+    with pytest.raises(ValueError, match=message):
+        optimizer.load_state_dict(saved)
+    assert optimizer.param_groups is groups
+    _assert_same_state_dict(optimizer.state_dict(), before)
+    _train(optimizer, params, _grads(params, 10, 1))  # and it still steps
+
+
+@pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
+def test_loaded_step_is_placed_as_a_fresh_one(kind):
+    """A step counter saved as another real dtype or shape (e.g. an integer tensor) loads as the FP32 scalar a
+    first step makes, and training continues as from the original."""
+    params = _params(2)
+    grads = _grads(params, 3, 4)
+    optimizer = OPTIMIZERS[kind](params, update="stochastic", seed=77)
+    _train(optimizer, params, grads[:2])
+    saved = copy.deepcopy(optimizer.state_dict())
+    for state in saved["state"].values():
+        state["step"] = state["step"].to(torch.int64).reshape(1)
+    resumed_params = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    resumed = OPTIMIZERS[kind](resumed_params, update="stochastic", seed=77)
+    resumed.load_state_dict(saved)
+    step = resumed.state[resumed_params[0]]["step"]
+    assert step.dtype == torch.float32 and step.shape == () and step.item() == 2
+    _train(optimizer, params, grads[2:])
+    _train(resumed, resumed_params, grads[2:])
+    for a, b in zip(params, resumed_params):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
+def test_state_dict_before_any_step_loads(kind):
+    """Before a first step a param's state is empty, or the stream set_rng_key gave it."""
+    params = _params(2)
+    optimizer = OPTIMIZERS[kind](params, update="stochastic")
+    optimizer.set_rng_key(params[1], 7, element_offset=100)
+    saved = copy.deepcopy(optimizer.state_dict())
+    resumed_params = _params(2)
+    resumed = OPTIMIZERS[kind](resumed_params, update="stochastic")
+    resumed.load_state_dict(saved)
+    assert resumed.state[resumed_params[1]] == {"rng_key": 7, "element_offset": 100}
+    _train(resumed, resumed_params, _grads(resumed_params, 3, 1))
+    assert resumed.state[resumed_params[1]]["rng_key"] == 7
 
 
 @pytest.mark.parametrize("kind", sorted(OPTIMIZERS))

@@ -7,13 +7,15 @@ FP32 parameters (updated plainly in FP32, the seed's "32-bit weights" ablation),
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from . import kernel, reference, sharding
 from .reference import ARITHMETICS, UPDATES, AdamWConstants, Rounding, SgdConstants
 
-_SEED_LIMIT = 2**64
-_KEY_LIMIT = 2**32
+_SEED_BITS = 64
+_KEY_BITS = 32
 # torch's check that a non-capturable optimizer is not being captured (generalised beyond CUDA in later torch)
 _capture_health_check = (
     getattr(torch.optim.Optimizer, "_accelerator_graph_capture_health_check", None)
@@ -25,38 +27,192 @@ def _check_nonnegative(name: str, value) -> None:
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise ValueError(f"{name} must be a number or a one-element tensor, got shape {tuple(value.shape)}")
-        if value.device.type == "cpu" and not value.item() >= 0:  # NaN too
-            raise ValueError(f"{name}={value.item()} must be non-negative")
-    elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(f"{name}={value!r} must be a non-negative number")
+        # only a CPU tensor is read: reading a CUDA one would wait for its stream (and break graph capture)
+        if value.device.type == "cpu" and not 0 <= value.item() < math.inf:  # NaN too
+            raise ValueError(f"{name}={value.item()} must be a finite non-negative number")
+    elif not _is_number(value) or not 0 <= value < math.inf:
+        raise ValueError(f"{name}={value!r} must be a finite non-negative number")
+
+
+def _is_number(value) -> bool:
+    """A real Python number; not a bool, which is an int to isinstance but a flag to the caller."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_positive(name: str, value) -> None:
+    if not _is_number(value) or not 0 < value < math.inf:  # NaN too
+        raise ValueError(f"{name}={value!r} must be a finite positive number")
+
+
+def _check_fraction(name: str, value) -> None:
+    if not _is_number(value) or not 0 <= value <= 1:
+        raise ValueError(f"{name}={value!r} must be a number in [0, 1]")
+
+
+def _check_flag(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}={value!r} must be a bool")
+
+
+def _check_choice(name: str, value, choices) -> None:
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name}={value!r} is not one of {list(choices)}")
+
+
+def _check_index(name: str, value, bits: int | None = None) -> None:
+    """A non-negative integer, below 2**bits when given: seeds, Philox keys and element offsets."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (bits is not None and value >> bits):
+        bound = "a non-negative integer" if bits is None else f"an integer in [0, 2**{bits})"
+        raise ValueError(f"{name}={value!r} must be {bound}")
+
+
+def _check_nesterov(group: dict) -> None:
+    _check_flag("nesterov", group["nesterov"])
+    if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
+        raise ValueError("nesterov=True needs momentum > 0 and dampening = 0")
+
+
+def _check_betas(betas) -> None:
+    if (
+        not isinstance(betas, (tuple, list))
+        or len(betas) != 2
+        or not all(_is_number(beta) and 0 <= beta < 1 for beta in betas)
+    ):
+        raise ValueError(f"betas={betas!r} must be two numbers in [0, 1)")
+
+
+def _check_param(param: torch.Tensor, capturable: bool) -> None:
+    if param.dtype not in (torch.bfloat16, torch.float32):
+        raise TypeError(f"params must be torch.bfloat16 or torch.float32 tensors, got {param.dtype}")
+    if capturable and param.device.type != "cuda":
+        raise ValueError(f"capturable=True needs CUDA params, got one on {param.device}")
+    if param.dtype == torch.bfloat16 and param.device.type == "cuda" and not param.is_contiguous():
+        raise ValueError("params: BF16 CUDA params must be contiguous (the fused kernels read them flat)")
+
+
+def _group_tensors(params) -> list[torch.Tensor]:
+    """The tensors of a group's `params` as torch's add_param_group reads them: one tensor, or tensors and
+    (name, tensor) pairs; anything else torch refuses with its own error."""
+    params = [params] if isinstance(params, torch.Tensor) else params
+    entries = [entry[1] if isinstance(entry, tuple) and len(entry) == 2 else entry for entry in params]
+    return [entry for entry in entries if isinstance(entry, torch.Tensor)]
+
+
+def _check_state_tensor(name: str, value, param: torch.Tensor) -> None:
+    """A loaded state tensor as `_init_state` makes it: the param's shape, dtype and device, and contiguous (the
+    fused kernels read it flat)."""
+    if not isinstance(value, torch.Tensor):
+        got = type(value).__name__
+    else:
+        layout = "" if sharding.local_tensor(value).is_contiguous() else "non-contiguous "
+        if not layout and (value.shape, value.dtype, value.device) == (param.shape, param.dtype, param.device):
+            return
+        got = f"a {layout}{value.dtype} tensor of shape {tuple(value.shape)} on {value.device}"
+    raise ValueError(
+        f"{name} must be a contiguous {param.dtype} tensor of shape {tuple(param.shape)} on {param.device}, got {got}"
+    )
+
+
+def _check_step(name: str, step, device: torch.device) -> torch.Tensor:
+    """A loaded step counter as `_init_state` makes it: a 0-dim FP32 tensor on `device` (moved there, as torch
+    moves a capturable one, so a checkpoint loaded with map_location still steps)."""
+    if not isinstance(step, torch.Tensor) or step.numel() != 1 or step.is_complex() or step.dtype == torch.bool:
+        raise ValueError(f"{name} must be a one-element real tensor, got {step!r}")
+    value = step.item()
+    if not 0 <= value < math.inf or value != int(value):
+        raise ValueError(f"{name}={value!r} must be a non-negative whole number")
+    return step.reshape(()).to(dtype=torch.float32, device=device)
 
 
 class _SixteenBitOptimizer(torch.optim.Optimizer):
     """What SGD and AdamW share: mode checks, state layout, Philox keys, and the split between kernel and reference."""
 
     _kind = ""
+    # the hyperparameters every group holds (a loaded state dict's groups too)
+    _group_keys = ("lr", "weight_decay", "update", "arithmetic", "seed", "capturable")
 
     def __init__(self, params, defaults: dict, update: str, arithmetic: str, seed: int, capturable: bool):
-        if update not in UPDATES:
-            raise ValueError(f"update={update!r} is not one of {list(UPDATES)}")
-        if arithmetic not in ARITHMETICS:
-            raise ValueError(f"arithmetic={arithmetic!r} is not one of {list(ARITHMETICS)}")
-        if not isinstance(seed, int) or not 0 <= seed < _SEED_LIMIT:
-            raise ValueError(f"seed={seed!r} must be an integer in [0, 2**64)")
-        _check_nonnegative("lr", defaults["lr"])
         defaults = dict(defaults, update=update, arithmetic=arithmetic, seed=seed, capturable=bool(capturable))
+        # the defaults themselves, even those every group overrides, as torch's optimizers do
+        self._check_hyperparameters(defaults)
         super().__init__(params, defaults)
 
+    def _check_hyperparameters(self, group: dict) -> None:
+        """The checks of the constructor's arguments, on the constructor's defaults, on each group (the defaults
+        merged with its own keys) and on each loaded group; errors name the key."""
+        _check_nonnegative("lr", group["lr"])
+        _check_nonnegative("weight_decay", group["weight_decay"])
+        _check_choice("update", group["update"], UPDATES)
+        _check_choice("arithmetic", group["arithmetic"], ARITHMETICS)
+        _check_index("seed", group["seed"], _SEED_BITS)
+        _check_flag("capturable", group["capturable"])
+
+    def _check_group(self, group: dict) -> None:
+        self._check_hyperparameters(group)
+        for param in _group_tensors(group["params"]):
+            _check_param(param, group["capturable"])
+
     def add_param_group(self, param_group: dict) -> None:
+        # checked before torch appends it, so a refused group leaves param_groups as they were
+        if isinstance(param_group, dict) and "params" in param_group:  # torch names other shapes itself
+            if not isinstance(param_group["params"], (torch.Tensor, set)):
+                param_group["params"] = list(param_group["params"])  # an iterator is read once, for both checks
+            self._check_group({**self.defaults, **param_group})
         super().add_param_group(param_group)
-        group = self.param_groups[-1]
-        for param in group["params"]:
-            if param.dtype not in (torch.bfloat16, torch.float32):
-                raise TypeError(f"params must be torch.bfloat16 or torch.float32 tensors, got {param.dtype}")
-            if group["capturable"] and param.device.type != "cuda":
-                raise ValueError(f"capturable=True needs CUDA params, got one on {param.device}")
-            if param.dtype == torch.bfloat16 and param.device.type == "cuda" and not param.is_contiguous():
-                raise ValueError("params: BF16 CUDA params must be contiguous (the fused kernels read them flat)")
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """torch's load, then the loaded groups and states checked as the constructor and `step` need them; a
+        refused state dict raises ValueError naming the group, parameter index or key, and leaves the optimizer's
+        previous state in place."""
+        previous = self.state, self.param_groups
+        super().load_state_dict(state_dict)  # builds new state and group objects: `previous` is untouched
+        try:
+            self._check_loaded()
+        except ValueError as error:
+            self.state, self.param_groups = previous
+            raise ValueError(f"state_dict: {error}") from None
+
+    def _check_loaded(self) -> None:
+        for number, group in enumerate(self.param_groups):
+            missing = [key for key in self._group_keys if key not in group]
+            if missing:
+                raise ValueError(f"param_groups[{number}] lacks {missing}")
+            try:
+                self._check_group(group)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"param_groups[{number}]: {error}") from None
+        held = {id(param) for group in self.param_groups for param in group["params"]}
+        if any(id(key) not in held for key in self.state):
+            raise ValueError("state holds entries for parameters that no group holds")
+        index = 0
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param in self.state:
+                    self._check_param_state(group, param, self.state[param], index)
+                index += 1
+
+    def _check_param_state(self, group: dict, param: torch.Tensor, state, index: int) -> None:
+        """One loaded parameter's state: what `_init_state` and `set_rng_key` make (its step moved into place)."""
+        name = f"state[{index}]"
+        if not isinstance(state, dict):
+            raise ValueError(f"{name} must be a dict, got {type(state).__name__}")
+        stream = {"rng_key", "element_offset"}
+        if state.keys() <= stream:  # not stepped yet: at most the stream set_rng_key gave it
+            tensors = ()
+        else:
+            tensors = self._tensor_state_names(group, param)
+            expected = {"step", *stream, *tensors}
+            if missing := sorted(expected - state.keys(), key=str):
+                raise ValueError(f"{name} lacks keys {missing}")
+            if unexpected := sorted(state.keys() - expected, key=str):
+                raise ValueError(f"{name} has unexpected keys {unexpected}")
+            state["step"] = _check_step(f"{name}['step']", state["step"], self._step_device(group, param))
+        for key in tensors:
+            _check_state_tensor(f"{name}[{key!r}]", state[key], param)
+        if "rng_key" in state:
+            _check_index(f"{name}['rng_key']", state["rng_key"], _KEY_BITS)
+        if "element_offset" in state:
+            _check_index(f"{name}['element_offset']", state["element_offset"])
 
     def set_rng_key(self, param: torch.Tensor, key: int, element_offset: int = 0) -> None:
         """Give `param` an explicit stochastic-rounding stream: its Philox key and the index its first element has
@@ -66,10 +222,8 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
         steps, and its offset 0; both are kept in the state dict. A DTensor param (FSDP2's `fully_shard`) is
         already the whole tensor: `element_offset` places that, and each rank adds its shard's place from the
         DTensor's placements (`sharding`), so every sharding draws the same bits per element."""
-        if not isinstance(key, int) or not 0 <= key < _KEY_LIMIT:
-            raise ValueError(f"key={key!r} must be an integer in [0, 2**32)")
-        if not isinstance(element_offset, int) or element_offset < 0:
-            raise ValueError(f"element_offset={element_offset!r} must be a non-negative integer")
+        _check_index("key", key, _KEY_BITS)
+        _check_index("element_offset", element_offset)
         if not any(param is p for group in self.param_groups for p in group["params"]):
             raise ValueError("param is not one of this optimizer's parameters")
         self.state[param].update(rng_key=key, element_offset=element_offset)
@@ -77,15 +231,21 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
     def _state_names(self, group: dict) -> tuple[str, ...]:
         raise NotImplementedError
 
+    def _tensor_state_names(self, group: dict, param: torch.Tensor) -> tuple[str, ...]:
+        """The state tensors of `param`, each shaped like it: FP32 params round nothing, so need no compensation."""
+        kahan = group["update"] == "kahan" and param.dtype == torch.bfloat16
+        return self._state_names(group) + (("compensation",) if kahan else ())
+
+    @staticmethod
+    def _step_device(group: dict, param: torch.Tensor) -> torch.device:
+        return param.device if group["capturable"] else torch.device("cpu")
+
     def _init_state(self, group: dict, param: torch.Tensor, index: int) -> dict:
         state = self.state[param]
         if "step" not in state:
-            step_device = param.device if group["capturable"] else "cpu"
-            state["step"] = torch.zeros((), dtype=torch.float32, device=step_device)
-            for name in self._state_names(group):
+            state["step"] = torch.zeros((), dtype=torch.float32, device=self._step_device(group, param))
+            for name in self._tensor_state_names(group, param):
                 state[name] = torch.zeros_like(param, memory_format=torch.contiguous_format)
-            if group["update"] == "kahan" and param.dtype == torch.bfloat16:
-                state["compensation"] = torch.zeros_like(param, memory_format=torch.contiguous_format)
             state.setdefault("rng_key", index)
             state.setdefault("element_offset", 0)
         return state
@@ -183,6 +343,7 @@ class SGD(_SixteenBitOptimizer):
     """
 
     _kind = "sgd"
+    _group_keys = _SixteenBitOptimizer._group_keys + ("momentum", "dampening", "nesterov")
 
     def __init__(
         self,
@@ -198,12 +359,6 @@ class SGD(_SixteenBitOptimizer):
         seed=0,
         capturable=False,
     ):
-        _check_nonnegative("momentum", momentum)
-        _check_nonnegative("weight_decay", weight_decay)
-        if not isinstance(dampening, (int, float)) or not 0 <= dampening <= 1:
-            raise ValueError(f"dampening={dampening!r} must be a number in [0, 1]")
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError("nesterov=True needs momentum > 0 and dampening = 0")
         defaults = {
             "lr": lr,
             "momentum": momentum,
@@ -212,6 +367,12 @@ class SGD(_SixteenBitOptimizer):
             "weight_decay": weight_decay,
         }
         super().__init__(params, defaults, update, arithmetic, seed, capturable)
+
+    def _check_hyperparameters(self, group):
+        super()._check_hyperparameters(group)
+        _check_nonnegative("momentum", group["momentum"])
+        _check_fraction("dampening", group["dampening"])
+        _check_nesterov(group)
 
     def _state_names(self, group):
         return ("momentum_buffer",) if group["momentum"] != 0 else ()
@@ -237,6 +398,7 @@ class AdamW(_SixteenBitOptimizer):
     """
 
     _kind = "adamw"
+    _group_keys = _SixteenBitOptimizer._group_keys + ("betas", "eps")
 
     def __init__(
         self,
@@ -251,15 +413,14 @@ class AdamW(_SixteenBitOptimizer):
         seed=0,
         capturable=False,
     ):
-        if len(betas) != 2 or not all(
-            isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in betas
-        ):
-            raise ValueError(f"betas={betas!r} must be two numbers in [0, 1)")
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:  # NaN too
-            raise ValueError(f"eps={eps!r} must be a positive number")
-        _check_nonnegative("weight_decay", weight_decay)
+        _check_betas(betas)  # before tuple() reads it
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
         super().__init__(params, defaults, update, arithmetic, seed, capturable)
+
+    def _check_hyperparameters(self, group):
+        super()._check_hyperparameters(group)
+        _check_betas(group["betas"])
+        _check_positive("eps", group["eps"])
 
     def _state_names(self, group):
         return ("exp_avg", "exp_avg_sq")
