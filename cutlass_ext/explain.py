@@ -8,7 +8,9 @@ lowbit: `lowbit.matmul`'s kernel (one variant serves every format, chunk and STE
 
 Prints the kernel variant dispatch would run for one product on a GPU, and where the choice came from (a tuned
 table and its entry, an architecture fallback table, or the architecture's built-in default). Needs no GPU: the
-GPU is named (its architecture is read from the name, or given with --arch).
+GPU is named (its architecture is read from the name, or given with --arch, which wins over the name's). Shapes
+the call would refuse are refused with its message (gemm_fp8: K a multiple of 16, N of 8; int8x<moduli>: K at
+most 2**17 - 1); an empty product (a dimension 0) runs no kernel where the call says so.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import sys
 from . import device, ozaki
 from .families.sm90_fp8.config import ACCUMULATIONS
 from .gemm import KERNEL_MODES
+from .prebuild import known_arch
 
 _SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)(?:x(\d+))?")
 BLOCK_MODE = "block"  # gemm_fp8 with 1x128 activation and 128x128 weight scales
@@ -30,6 +33,19 @@ FP32_MODE = "fp32"  # gemm through cuBLAS SGEMM
 LOWBIT_OP = "lowbit"  # lowbit.matmul: one mode, the variant serves every format
 
 
+_NO_KERNEL = "runs: none (an empty product: no kernel runs)"
+
+
+def _runs_no_kernel(op: str, mode: str | None, m: int, n: int, k: int) -> bool:
+    """Whether the call returns without launching a kernel: gemm's empty products (its dispatched_variant's
+    `none`), gemm_fp8's fast and promoted ones (K = 0 fills zeros) and lowbit's empty outputs."""
+    if op == "gemm":
+        return not ozaki.is_mode(mode) and 0 in (m, n, k)
+    if op == LOWBIT_OP:
+        return 0 in (m, n)
+    return mode in ACCUMULATIONS and 0 in (m, n, k)
+
+
 def explain(gpu: str, op: str, mode: str, shape: tuple, arch: str | None = None) -> list[str]:
     """The lines `main` prints: GPU and architecture, variants in order of preference, and their source. shape:
     (m, n, k), or (m, n, k, experts) for the grouped modes (m, or for k_grouped k, tokens per expert)."""
@@ -38,6 +54,8 @@ def explain(gpu: str, op: str, mode: str, shape: tuple, arch: str | None = None)
     groups = shape[3] if len(shape) > 3 else None
     problem = " ".join(part for part in (op, mode, "x".join(map(str, shape))) if part)
     lines = [f"gpu: {info.name} (sm{info.arch or '?'})", f"problem: {problem}"]
+    if op != "gemm_fp8" and _runs_no_kernel(op, mode, m, n, k):
+        return lines + [_NO_KERNEL]
     if op == LOWBIT_OP:
         from .lowbit.kernel import plan as lowbit_plan
 
@@ -63,6 +81,8 @@ def explain(gpu: str, op: str, mode: str, shape: tuple, arch: str | None = None)
     else:
         if not info.hopper:
             return lines + [f"gemm_fp8 runs on Hopper (sm90) GPUs only; {info.name} is sm{info.arch or '?'}"]
+        if _runs_no_kernel(op, mode, m, n, k):
+            return lines + [_NO_KERNEL]
         if mode in (BLOCK_MODE, *_WITH_EXPERTS):
             from .fp8_block.api import dense_plan, grouped_plan, k_grouped_plan
 
@@ -80,12 +100,38 @@ def explain(gpu: str, op: str, mode: str, shape: tuple, arch: str | None = None)
     return lines
 
 
+def check_shape(op: str, mode: str | None, shape: tuple) -> None:
+    """The ValueError the call raises for operands of this shape, if it refuses them (as explain's problem: e4m3
+    inputs, bf16 output; k_grouped FP32 output and K tokens per expert)."""
+    m, n, k = shape[:3]
+    if op == "gemm" and ozaki.is_mode(mode) and k > ozaki.MAX_K:
+        raise ValueError(f"K={k} exceeds {ozaki.MAX_K}: INT32 products of INT8 residues would overflow")
+    if op == "gemm_fp8":
+        import torch
+
+        from .fp8_block.api import _check_shapes
+
+        if mode == K_GROUPED_MODE:  # the experts' tokens side by side along K
+            experts = shape[3] if len(shape) > 3 else 1
+            try:
+                _check_shapes("a", k * experts, "b", k * experts, n, torch.float32)
+            except ValueError as error:
+                raise ValueError(f"{error}; K is {k} tokens x {experts} experts") from None
+        else:
+            _check_shapes("a", k, "b", k, n, torch.bfloat16)
+
+
 def _parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="python -m cutlass_ext.explain", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--gpu", required=True, help="the GPU's name as the driver reports it, e.g. 'NVIDIA H200'")
-    parser.add_argument("--arch", help="its architecture if the name does not tell (80, 86, 89, 90a)")
+    parser.add_argument(
+        "--arch",
+        type=known_arch,
+        help="its architecture (80, 86, 87, 89, 90 or 90a): give it where the name does not tell (else the answer is "
+        "for a GPU of unknown architecture, with a note saying so); given, it is used over the name's",
+    )
     parser.add_argument("--op", choices=["gemm", "gemm_fp8", LOWBIT_OP], default="gemm")
     parser.add_argument(
         "--mode",
@@ -120,9 +166,18 @@ def _parse_args(argv):
             f"--shape {args.shape!r} must look like 8192x8192x8192 (and 128x4096x7168x8 for --mode grouped or "
             "k_grouped)"
         )
-    if args.arch and args.arch not in device.SHARED_MEMORY_BYTES:
-        parser.error(f"--arch {args.arch!r} is not one of {sorted(device.SHARED_MEMORY_BYTES)}")
-    return args, tuple(int(v) for v in match.groups() if v is not None)
+    if args.arch is None and device.arch_of_name(args.gpu) is None:  # answered as a GPU of no known arch
+        print(
+            f"note: --gpu {args.gpu!r}: the name does not tell its architecture; answering for an unknown one (the "
+            f"sm80 kernels, no Hopper path): give --arch, one of {sorted(device.SHARED_MEMORY_BYTES)}",
+            file=sys.stderr,
+        )
+    shape = tuple(int(v) for v in match.groups() if v is not None)
+    try:
+        check_shape(args.op, args.mode, shape)
+    except ValueError as error:
+        parser.error(f"--shape {args.shape}: {error}")
+    return args, shape
 
 
 def main(argv=None) -> int:

@@ -12,15 +12,39 @@ import sys
 
 from . import families, fp8, fp8_block
 from .build import build_libraries, load_binding
+from .device import SHARED_MEMORY_BYTES
 from .gemm import KERNEL_MODES, dispatch_configs
 from .lowbit.kernel import dispatch_configs as lowbit_dispatch_configs
 from .toolchain import device_arch
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def known_arch(text: str) -> str:
+    """argparse type: an arch the package knows (device.SHARED_MEMORY_BYTES: 80, 86, 87, 89, 90, 90a), spelled as
+    that table spells it; `sm90a` or `90A` are refused with the spelling to use."""
+    if text in SHARED_MEMORY_BYTES:
+        return text
+    spelled = text.strip().lower().removeprefix("sm").removeprefix("_")
+    hint = f" (write {spelled})" if spelled in SHARED_MEMORY_BYTES else ""
+    raise argparse.ArgumentTypeError(f"{text!r} is not one of {sorted(SHARED_MEMORY_BYTES)}{hint}")
+
+
 def _parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m cutlass_ext.build", description=__doc__)
     parser.add_argument("--prebuild", action="store_true", help="build the default kernels (and the binding) now")
-    parser.add_argument("--arch", action="append", help="target arch, e.g. 80 or 90a (repeatable); default: the GPU's")
+    parser.add_argument(
+        "--arch", action="append", type=known_arch, help="target arch, e.g. 80 or 90a (repeatable); default: the GPU's"
+    )
     parser.add_argument(
         "--modes",
         nargs="+",
@@ -36,7 +60,7 @@ def _parse_args(argv):
         help="build these variants instead of the modes' (e.g. the tuned table's names, to carry the cache to a GPU)",
     )
     parser.add_argument("--no-binding", action="store_true", help="build only the torch-free kernel libraries")
-    parser.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: all cores)")
+    parser.add_argument("--jobs", type=positive_int, default=None, help="parallel compiles (default: all cores)")
     return parser.parse_args(argv)
 
 
@@ -53,27 +77,46 @@ def prebuild_configs(modes: list[str]) -> list:
 def main(argv=None) -> int:
     args = _parse_args(argv)
     if not args.prebuild:
-        print("nothing to do: pass --prebuild", file=sys.stderr)
+        print("error: nothing to do: pass --prebuild", file=sys.stderr)
         return 2
-    archs = args.arch
+    archs = list(dict.fromkeys(args.arch or ()))
     if not archs:
         import torch
 
         if not torch.cuda.is_available():
-            print("no CUDA device: name the target with --arch (e.g. --arch 90a)", file=sys.stderr)
+            print("error: no CUDA device: name the target with --arch (e.g. --arch 90a)", file=sys.stderr)
             return 2
         archs = [device_arch()]
     if args.names:
         try:
             configs = list(dict.fromkeys(families.from_name(name) for name in args.names))
         except ValueError as error:
-            print(f"--names: {error}", file=sys.stderr)
+            print(f"error: --names: {error}", file=sys.stderr)
             return 2
+        for config in configs:  # built for the archs its family builds for; one built for none is a mistake
+            family = families.of(config)
+            if not any(family.builds_for(arch) for arch in archs):
+                only = ", ".join(f"sm_{arch}" for arch in family.archs)
+                asked = ", ".join(f"sm_{arch}" for arch in archs)
+                print(
+                    f"error: --names {config.name}: the {family.name} family builds for {only} only, not {asked}",
+                    file=sys.stderr,
+                )
+                return 2
     else:
         configs = prebuild_configs(args.modes)
+        if not any(families.of(c).builds_for(arch) for c in configs for arch in archs):
+            asked = ", ".join(f"sm_{arch}" for arch in archs)
+            print(f"error: --modes {' '.join(args.modes)}: no variant of these builds for {asked}", file=sys.stderr)
+            return 2
     failed = 0
     for arch in archs:
         arch_configs = [c for c in configs if families.of(c).builds_for(arch)]
+        skipped = [c for c in configs if c not in arch_configs]
+        if args.names and skipped:  # named variants another --arch builds
+            print(f"sm_{arch}: skipped {', '.join(c.name for c in skipped)} (not built for sm_{arch})", file=sys.stderr)
+        elif not arch_configs:
+            print(f"sm_{arch}: no variant of --modes {' '.join(args.modes)} builds for it; skipped", file=sys.stderr)
         for result in build_libraries([(c,) for c in arch_configs], arch, jobs=args.jobs):
             state = "cached" if result.cached else ("built" if result.library else "FAILED")
             print(f"sm_{arch}  {result.configs[0].name:48s} {state}  {result.library or ''}")

@@ -20,7 +20,9 @@ cutlass_ext/tuned/h100.csv` on an H200.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -31,7 +33,8 @@ from cutlass_ext import benchmark, families, registry, tuned
 
 from . import measure
 from .power import Sampler
-from .space import load_shapes
+from .run import positive_int
+from .space import SpaceError, load_shapes
 from .sweep import tuned_table_path, write_tuned
 from .table import ResumableTable, config_columns, config_fields
 
@@ -115,15 +118,37 @@ def confirm(problem, mode: str, names: list, rounds: int, repeats: int, seconds:
     return rows
 
 
+def seconds_or_zero(text: str) -> float:
+    """argparse type: a finite number of seconds >= 0 (0: graph replay, no sustained timing)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds >= 0")
+    return value
+
+
+def existing_file(text: str) -> Path:
+    """argparse type: the path of a file that exists."""
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"{text!r}: no such file")
+    return Path(text)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m sweeps.confirm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--shapes", required=True, help="a shape set YAML file (configs/shapes_*.yaml)")
     parser.add_argument("--modes", nargs="+", default=["fp8_fast", "fp8_promoted"], help="modes to confirm")
-    parser.add_argument("--top", type=int, default=3, help="leaders per shape of the (mode, N, K) group")
+    parser.add_argument("--top", type=positive_int, default=3, help="leaders per shape of the (mode, N, K) group")
     parser.add_argument(
-        "--latest", type=Path, action="append", default=[], help="a sweep table whose own leaders join (repeatable)"
+        "--latest",
+        type=existing_file,
+        action="append",
+        default=[],
+        help="a sweep table whose own leaders join (repeatable)",
     )
     parser.add_argument(
         "--add",
@@ -133,11 +158,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         metavar="NAME",
         help="variants timed at every shape of their mode (repeatable)",
     )
-    parser.add_argument("--rounds", type=int, default=5, help="round-robin passes")
+    parser.add_argument("--rounds", type=positive_int, default=5, help="round-robin passes")
     parser.add_argument(
-        "--seconds", type=float, default=0.0, help="sustained timing: seconds of back-to-back calls per pass"
+        "--seconds", type=seconds_or_zero, default=0.0, help="sustained timing: seconds of back-to-back calls per pass"
     )
-    parser.add_argument("--repeats", type=int, default=10, help="graph replays per pass")
+    parser.add_argument("--repeats", type=positive_int, default=10, help="graph replays per pass")
     parser.add_argument("--out", type=Path, help="results folder (default sweeps/results/<gpu>/)")
     parser.add_argument(
         "--sweeps",
@@ -198,18 +223,47 @@ def sources(args, gpu: str, out: Path) -> tuple:
     return sweeps, latest, pd.read_csv(held) if held.is_file() else None, tuned_path
 
 
+def check_modes(modes, sweeps: pd.DataFrame, latest: list, added, incumbents) -> None:
+    """Each of --modes must be a mode that some row re-timed here has (the sweep rows, the --latest tables', the
+    --add variants' or the incumbents'): a SystemExit naming the first that is none of theirs."""
+    tables = [sweeps, *latest] + ([] if incumbents is None else [incumbents])
+    known = {mode for table in tables if "mode" in table for mode in table["mode"].dropna()}
+    known |= {families.from_name(name).mode for name in added}
+    for mode in modes:
+        if mode not in known:
+            raise SystemExit(f"--modes {mode!r}: no row to re-time has this mode; the rows' modes: {sorted(known)}")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    try:
+        return _confirm(args)
+    except SpaceError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except SystemExit as error:  # a message for the user (read_sweeps, sources, check_modes): one error line
+        if not isinstance(error.code, str):
+            raise
+        print(f"error: {error.code}", file=sys.stderr)
+        return 2
+
+
+def _confirm(args) -> int:
+    shapes = load_shapes(args.shapes)
     if not torch.cuda.is_available():
         raise SystemExit("sweeps.confirm times kernels: it needs a CUDA GPU")
 
     environment = benchmark.environment()
     gpu = environment["gpu"]
     out = args.out or Path("sweeps") / "results" / tuned.gpu_key(gpu)
-    shapes = load_shapes(args.shapes)
     sweeps, latest, incumbents, tuned_path = sources(args, gpu, out)
+    check_modes(args.modes, sweeps, latest, args.add, incumbents)
     chosen = candidates(sweeps, shapes, args.modes, args.top, latest, tuple(args.add), incumbents)
     names = sorted({name for leaders in chosen.values() for name in leaders})
+    if not names:
+        raise SystemExit(
+            f"no candidates: no gated row of --modes {' '.join(args.modes)} at the shapes of {args.shapes}"
+        )
     spanned = {families.from_name(name).family for name in names}
     if len(spanned) != 1:
         raise SystemExit(f"confirm one kernel family at a time; the candidates span {sorted(spanned)}")

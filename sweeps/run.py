@@ -12,6 +12,7 @@ resumes where it stopped. The winners per shape go to the tuned table that `ext.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -20,8 +21,10 @@ from pathlib import Path
 
 from cutlass_ext import families
 from cutlass_ext.families.rules import DeviceLimits, apply_rules
+from cutlass_ext.prebuild import known_arch, positive_int
 
 from . import multi_gpu
+from .power import MIN_SECONDS
 from .space import SpaceError, default_shapes, load_shapes, load_space
 
 DEFAULT_SHAPES = Path(__file__).resolve().parents[1] / "configs" / "shapes_sweep.yaml"
@@ -33,8 +36,42 @@ def _limits(arch: str | None) -> DeviceLimits:
     import torch
 
     if not torch.cuda.is_available():
-        raise SystemExit("no CUDA device: name the target with --arch (e.g. --arch 90a)")
+        print("error: no CUDA device: name the target with --arch (e.g. --arch 90a)", file=sys.stderr)
+        raise SystemExit(2)
     return DeviceLimits.from_device()
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
+    return value
+
+
+def power_seconds(text: str) -> float:
+    """argparse type: a power sampling window, a finite number of seconds, at least power.MIN_SECONDS."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
+    if value < MIN_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r}: the power sampling window is at least {MIN_SECONDS:g} s")
+    return value
+
+
+def part_spec(text: str) -> str:
+    """argparse type: `I/N` with 0 <= I < N (kept as text: multi_gpu reads it)."""
+    try:
+        multi_gpu._parse_part(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("--part ")) from None
+    return text
 
 
 def _first_per_mode(configs, limit: int) -> list:
@@ -69,43 +106,63 @@ def _parse_args(argv):
         "--shapes",
         help="a shape set YAML file (configs/shapes_*.yaml); default: the one the space names, else shapes_sweep.yaml",
     )
-    parser.add_argument("--arch", help="target arch for --dry-run without a GPU, e.g. 80 or 90a")
-    parser.add_argument("--dry-run", action="store_true", help="list what would be built and measured, no GPU")
+    parser.add_argument("--arch", type=known_arch, help="target arch for --dry-run without a GPU, e.g. 80 or 90a")
+    stops = parser.add_mutually_exclusive_group()
+    stops.add_argument("--dry-run", action="store_true", help="list what would be built and measured, no GPU")
     parser.add_argument("--list", action="store_true", help="with --dry-run: print every surviving variant name")
-    parser.add_argument(
+    stops.add_argument(
         "--build-only",
         action="store_true",
         help="build every survivor into the kernel cache and stop (no GPU needed with --arch): compile on a "
         "machine without a GPU, carry the cache, and sweep on the GPU with the same --group-size",
     )
     parser.add_argument("--out", type=Path, help="results folder (default sweeps/results/<gpu>/)")
-    parser.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: all cores)")
+    parser.add_argument("--jobs", type=positive_int, default=None, help="parallel compiles (default: all cores)")
     parser.add_argument(
-        "--group-size", type=int, help="variants per translation unit (default: one unit per core, at most 32)"
+        "--group-size", type=positive_int, help="variants per translation unit (default: one unit per core, at most 32)"
     )
-    parser.add_argument("--screen-repeats", type=int, default=3, help="timed calls per row in the screening pass")
-    parser.add_argument("--finalists", type=int, default=5, help="per mode and shape, how many get --repeats calls")
-    parser.add_argument("--repeats", type=int, default=15, help="timed calls per peer and finalist row (median)")
     parser.add_argument(
-        "--power-top", type=int, default=1, help="per mode and shape, how many of the fastest get power"
+        "--screen-repeats", type=positive_int, default=3, help="timed calls per row in the screening pass"
     )
-    parser.add_argument("--power-seconds", type=float, default=2.0, help="power sampling window (at least 2 s)")
+    parser.add_argument(
+        "--finalists", type=non_negative_int, default=5, help="per mode and shape, how many get --repeats calls"
+    )
+    parser.add_argument(
+        "--repeats", type=positive_int, default=15, help="timed calls per peer and finalist row (median)"
+    )
+    parser.add_argument(
+        "--power-top",
+        type=non_negative_int,
+        default=1,
+        help="per mode and shape, how many of the fastest get power (0: none)",
+    )
+    parser.add_argument(
+        "--power-seconds",
+        type=power_seconds,
+        default=MIN_SECONDS,
+        help=f"power sampling window (at least {MIN_SECONDS:g} s)",
+    )
     parser.add_argument(
         "--tuned-out",
         type=Path,
         help="tuned table to merge the winners into (default: with --out DIR, DIR/tuned_<gpu>.csv; else "
         "cutlass_ext/tuned/<gpu>.csv); rows of other shapes and families are kept",
     )
-    parser.add_argument("--limit", type=int, help="measure only the first N survivors per mode (smoke runs)")
+    parser.add_argument("--limit", type=positive_int, help="measure only the first N survivors per mode (smoke runs)")
     parser.add_argument(
         "--mode",
         action="append",
         help="sweep only this mode of the space's (repeatable), e.g. to re-measure one after its kernel changed",
     )
     parser.add_argument("--no-report", action="store_true", help="skip the ranked table and plots at the end")
-    parser.add_argument("--gpus", type=int, default=1, help="measure on N GPUs, one process each (multi_gpu.py)")
-    parser.add_argument("--part", help=argparse.SUPPRESS)  # I/N: the part a --gpus process measures
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--gpus", type=positive_int, default=1, help="measure on N GPUs, one process each (multi_gpu.py)"
+    )
+    parser.add_argument("--part", type=part_spec, help=argparse.SUPPRESS)  # I/N: the part a --gpus process measures
+    args = parser.parse_args(argv)
+    if args.list and not args.dry_run:
+        parser.error("--list lists what --dry-run would build: pass --dry-run too")
+    return args
 
 
 def main(argv=None) -> int:

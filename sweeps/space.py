@@ -10,7 +10,8 @@ A space file:
       threadblock: {m: [64, 128], n: [64, 128], k: [32]}
     shapes: shapes_square.yaml   # optional: the shape file beside it
 
-A shape file: `shapes: [[m, n, k], [m, n, k, batch], ...]`. Errors name the file, the key and the bad value.
+A shape file: `shapes: [[m, n, k], [m, n, k, batch], ...]` (and an optional `description`), each value a positive
+integer of at most 2**31 - 1. Errors name the file, the key and the bad value.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from cutlass_ext import families
 from cutlass_ext.families.spaces import SpaceError, positive_ints
 
 _TOP_LEVEL_KEYS = {"description", "family", "modes", "space", "shapes"}
+_SHAPE_FILE_KEYS = {"description", "shapes"}
+MAX_DIMENSION = 2**31 - 1  # the kernels index a dimension with a 32-bit int
 
 
 def _read(path: Path) -> dict:
@@ -30,6 +33,8 @@ def _read(path: Path) -> dict:
         document = yaml.safe_load(Path(path).read_text())
     except OSError as error:
         raise SpaceError(f"{path}: cannot read: {error.strerror}") from error
+    except UnicodeDecodeError as error:
+        raise SpaceError(f"{path}: cannot read: not UTF-8 text ({error.reason} at byte {error.start})") from error
     except yaml.YAMLError as error:
         raise SpaceError(f"{path}: not valid YAML: {error}") from error
     if not isinstance(document, dict):
@@ -79,6 +84,9 @@ def load_shapes(path: str | Path) -> list[tuple[int, int, int, int]]:
     """The (m, n, k, batch) problems of a shape file; batch defaults to 1."""
     path = Path(path)
     document = _read(path)
+    unknown = set(document) - _SHAPE_FILE_KEYS
+    if unknown:
+        raise SpaceError(f"{path}: unknown key(s) {sorted(unknown)}; expected {sorted(_SHAPE_FILE_KEYS)}")
     shapes = document.get("shapes")
     if not isinstance(shapes, list) or not shapes:
         raise SpaceError(f"{path}: shapes: expected a non-empty list of [m, n, k] or [m, n, k, batch]")
@@ -87,5 +95,8 @@ def load_shapes(path: str | Path) -> list[tuple[int, int, int, int]]:
         if not isinstance(shape, list) or len(shape) not in (3, 4):
             raise SpaceError(f"{path}: shapes[{index}]: expected [m, n, k] or [m, n, k, batch], got {shape!r}")
         values = positive_ints(path, f"shapes[{index}]", shape)
+        for value in values:
+            if value > MAX_DIMENSION:
+                raise SpaceError(f"{path}: shapes[{index}]: {value} is over the largest dimension, 2**31 - 1")
         problems.append(tuple(values) if len(values) == 4 else (*values, 1))
     return problems

@@ -354,3 +354,143 @@ def test_a_family_whose_problems_differ_by_mode_is_told_the_spaces_mode(tmp_path
         space.write_text(f"family: sm90_fp8_block\nmodes: {modes}\n")
         args = argparse.Namespace(out=tmp_path, space=str(space), mode=kept)
         assert sweep_module.Sweep(args, argparse.Namespace(arch="90a")).problem_mode == expected
+
+
+CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
+SPACE = str(CONFIGS_DIR / "sm80_corrected.yaml")
+SQUARE = str(CONFIGS_DIR / "shapes_square.yaml")
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--arch", "99"], "argument --arch: '99' is not one of ['80', '86', '87', '89', '90', '90a']"),
+        (["--arch", "sm80"], "argument --arch: 'sm80' is not one of"),
+        (["--arch", "90A"], "(write 90a)"),
+        (["--arch", ""], "argument --arch: '' is not one of"),
+        (["--part", "abc"], "argument --part: 'abc' must be I/N (integers)"),
+        (["--part", "3/2"], "argument --part: '3/2': I must be in [0, N)"),
+        (["--group-size", "-3"], "argument --group-size: '-3' is not a positive integer"),
+        (["--limit", "-1"], "argument --limit: '-1' is not a positive integer"),
+        (["--limit", "0"], "argument --limit: '0' is not a positive integer"),
+        (["--gpus", "0"], "argument --gpus: '0' is not a positive integer"),
+        (["--gpus", "-2"], "argument --gpus: '-2' is not a positive integer"),
+        (["--jobs", "0"], "argument --jobs: '0' is not a positive integer"),
+        (["--jobs", "two"], "argument --jobs: 'two' is not an integer"),
+        (["--repeats", "0"], "argument --repeats: '0' is not a positive integer"),
+        (["--screen-repeats", "0"], "argument --screen-repeats: '0' is not a positive integer"),
+        (["--finalists", "-1"], "argument --finalists: '-1' is not an integer >= 0"),
+        (["--power-top", "-1"], "argument --power-top: '-1' is not an integer >= 0"),
+        (["--power-seconds", "nan"], "argument --power-seconds: 'nan' is not a finite number of seconds"),
+        (["--power-seconds", "1.5"], "argument --power-seconds: '1.5': the power sampling window is at least 2 s"),
+        (["--build-only"], "argument --build-only: not allowed with argument --dry-run"),
+    ],
+)
+def test_run_refuses_bad_arguments_naming_the_option_and_value(extra, message, capsys):
+    from sweeps import run as run_module
+
+    with pytest.raises(SystemExit) as exited:
+        run_module.main([SPACE, "--dry-run", "--arch", "80", "--shapes", SQUARE, *extra])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_run_takes_zero_finalists_and_power_rows_and_a_longer_power_window():
+    from sweeps import run as run_module
+
+    args = run_module._parse_args([SPACE, "--finalists", "0", "--power-top", "0", "--power-seconds", "2.5"])
+    assert (args.finalists, args.power_top, args.power_seconds) == (0, 0, 2.5)
+    assert run_module._parse_args([SPACE, "--part", "1/2", "--arch", "90a"]).part == "1/2"
+
+
+def test_run_list_needs_dry_run_and_starts_nothing(monkeypatch, capsys):
+    from sweeps import run as run_module
+
+    monkeypatch.setattr(run_module, "_sweep_space", lambda *a: pytest.fail("a sweep started"))
+    with pytest.raises(SystemExit) as exited:
+        run_module.main([SPACE, "--list", "--arch", "80"])
+    assert (
+        exited.value.code == 2 and "--list lists what --dry-run would build: pass --dry-run" in capsys.readouterr().err
+    )
+
+
+def test_run_names_a_space_or_shape_file_that_is_not_utf8_text(tmp_path, capsys):
+    from sweeps import run as run_module
+
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00shapes")
+    assert run_module.main([SPACE, "--dry-run", "--arch", "80", "--shapes", str(binary)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {binary}: cannot read: not UTF-8 text")
+    assert run_module.main([str(binary), "--dry-run", "--arch", "80"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {binary}: cannot read: not UTF-8 text")
+
+
+def _confirm_folder(tmp_path) -> tuple[Path, Path]:
+    """A results folder with one sweep table (fp8_fast at 16x8192x8192 on an H100) and a shape file."""
+    folder = tmp_path / "results"
+    folder.mkdir()
+    name = "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap_l2pf8"
+    row = {"family": "sm90_fp8", "mode": "fp8_fast", "name": name, "m": 16, "n": 8192, "k": 8192, "batch": 1}
+    pd.DataFrame([row | {"tflops": 80.0, "status": "ok", **ENVIRONMENT}]).to_csv(folder / "sweep_fp8.csv")
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text("shapes: [[16, 8192, 8192]]\n")
+    return folder, shapes
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--top", "0"], "argument --top: '0' is not a positive integer"),
+        (["--rounds", "-1"], "argument --rounds: '-1' is not a positive integer"),
+        (["--repeats", "0"], "argument --repeats: '0' is not a positive integer"),
+        (["--seconds", "nan"], "argument --seconds: 'nan' is not a finite number of seconds >= 0"),
+        (["--seconds", "-1"], "argument --seconds: '-1' is not a finite number of seconds >= 0"),
+        (["--latest", "absent.csv"], "argument --latest: 'absent.csv': no such file"),
+    ],
+)
+def test_confirm_refuses_bad_arguments_naming_the_option_and_value(extra, message, capsys):
+    from sweeps import confirm
+
+    with pytest.raises(SystemExit) as exited:
+        confirm.main(["--shapes", SQUARE, *extra])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_confirm_names_a_bad_shape_file_before_asking_for_a_gpu(tmp_path, monkeypatch, capsys):
+    from sweeps import confirm
+
+    monkeypatch.setattr(confirm.torch.cuda, "is_available", lambda: False)
+    assert confirm.main(["--shapes", str(tmp_path / "absent.yaml")]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'absent.yaml'}: cannot read: No such file or directory\n"
+    (tmp_path / "bad.yaml").write_text("shapes: [[16, 0, 16]]\n")
+    assert confirm.main(["--shapes", str(tmp_path / "bad.yaml")]) == 2
+    assert "shapes[0]: 0 is not a positive integer" in capsys.readouterr().err
+    assert confirm.main(["--shapes", SQUARE]) == 2
+    assert capsys.readouterr().err == "error: sweeps.confirm times kernels: it needs a CUDA GPU\n"
+
+
+def test_confirm_names_a_mode_no_row_has_and_shapes_without_candidates(tmp_path, monkeypatch, capsys):
+    from sweeps import confirm
+
+    folder, shapes = _confirm_folder(tmp_path)
+    monkeypatch.setattr(confirm.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(confirm.benchmark, "environment", lambda: dict(ENVIRONMENT))
+    monkeypatch.setattr(confirm.registry, "ensure_registered", lambda *a: pytest.fail("reached the GPU"))
+    incumbents = tmp_path / "incumbents.csv"
+    pd.DataFrame([{"mode": "fp8_fast", "m": 1, "n": 64, "k": 64, "batch": 1, "name": "x"}]).to_csv(incumbents)
+    base = ["--sweeps", str(folder), "--out", str(tmp_path / "out"), "--incumbents", str(incumbents)]
+    assert confirm.main(["--shapes", str(shapes), *base, "--modes", "fp8_fast", "bogus"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "error: --modes 'bogus': no row to re-time has this mode; the rows' modes: ['fp8_fast']\n"
+    )
+    other = tmp_path / "other.yaml"
+    other.write_text("shapes: [[32, 4096, 4096]]\n")
+    assert confirm.main(["--shapes", str(other), *base, "--modes", "fp8_fast"]) == 2
+    assert (
+        capsys.readouterr().err == f"error: no candidates: no gated row of --modes fp8_fast at the shapes of {other}\n"
+    )
+    with pytest.raises(SystemExit) as exited:
+        confirm.main(["--shapes", str(shapes), "--sweeps", str(folder), "--latest", str(tmp_path / "absent.csv")])
+    assert exited.value.code == 2

@@ -76,13 +76,30 @@ def test_bad_space_files_name_file_key_and_value(tmp_path, text, message):
     [
         ("shapes: [[1024, 1024]]\n", r"shapes\[0\]: expected \[m, n, k\]"),
         ("shapes: [[1024, 0, 16]]\n", r"shapes\[0\]: 0 is not a positive integer"),
-        ("sizes: []\n", "shapes: expected a non-empty list"),
+        ("shapes: []\n", "shapes: expected a non-empty list"),
+        ("sizes: []\n", r"unknown key\(s\) \['sizes'\]; expected \['description', 'shapes'\]"),
+        ("shapes: [[64, 64, 64]]\nshape: [[1, 1, 1]]\n", r"unknown key\(s\) \['shape'\]"),
+        (f"shapes: [[64, {2**31}, 64]]\n", rf"shapes\[0\]: {2**31} is over the largest dimension, 2\*\*31 - 1"),
+        (f"shapes: [[64, 64, 64, {2**40}]]\n", r"shapes\[0\]: 1099511627776 is over the largest dimension"),
     ],
 )
 def test_bad_shape_files_name_file_key_and_value(tmp_path, text, message):
     path = write(tmp_path, text)
     with pytest.raises(SpaceError, match=message):
         load_shapes(path)
+
+
+def test_the_largest_dimension_and_a_description_are_taken(tmp_path):
+    path = write(tmp_path, f"description: one large product\nshapes: [[1, {2**31 - 1}, 16]]\n")
+    assert load_shapes(path) == [(1, 2**31 - 1, 16, 1)]
+
+
+def test_a_file_that_is_not_utf8_text_cannot_be_read(tmp_path):
+    path = tmp_path / "binary.yaml"
+    path.write_bytes(b"\xff\xfe\x00shapes")
+    for load in (load_shapes, load_space):
+        with pytest.raises(SpaceError, match=f"{path}: cannot read: not UTF-8 text"):
+            load(path)
 
 
 def test_missing_file_is_named(tmp_path):

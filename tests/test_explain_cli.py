@@ -1,0 +1,72 @@
+"""`python -m cutlass_ext.explain`: the arguments it refuses, and what it says of a GPU it does not know."""
+
+import pytest
+
+from cutlass_ext import explain
+
+
+def _explain(capsys, *argv) -> tuple[int, str, str]:
+    status = explain.main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--op", "gemm_fp8", "--mode", "fast", "--shape", "8x8x7"], "--shape 8x8x7: K=7 must be a multiple of 16"),
+        (
+            ["--op", "gemm_fp8", "--mode", "block", "--shape", "8x12x16"],
+            "--shape 8x12x16: N=12 must be a multiple of 8",
+        ),
+        (
+            ["--op", "gemm_fp8", "--mode", "k_grouped", "--shape", "8x8x7x2"],
+            "K=14 must be a multiple of 16 (FP8 rows are read by TMA in 16-byte units); K is 7 tokens x 2 experts",
+        ),
+        (
+            ["--mode", "int8x8", "--shape", "8x8x131072"],
+            "--shape 8x8x131072: K=131072 exceeds 131071: INT32 products of INT8 residues would overflow",
+        ),
+        (["--arch", "sm90a", "--mode", "fp32", "--shape", "8x8x8"], "argument --arch: 'sm90a' is not one of"),
+        (["--arch", "99", "--mode", "fp32", "--shape", "8x8x8"], "argument --arch: '99' is not one of"),
+    ],
+)
+def test_shapes_and_archs_the_call_refuses_are_refused(argv, message, capsys):
+    with pytest.raises(SystemExit) as exited:
+        explain.main(["--gpu", "NVIDIA H200", *argv])
+    assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_largest_ozaki_k_and_an_aligned_fp8_shape_are_explained(capsys):
+    status, out, _ = _explain(capsys, "--gpu", "NVIDIA H200", "--mode", "int8x8", "--shape", "8x8x131071")
+    assert status == 0 and "runs: ozaki_int8x8" in out
+    status, out, _ = _explain(capsys, "--gpu", "NVIDIA H200", "--op", "gemm_fp8", "--mode", "fast", "--shape", "8x8x16")
+    assert status == 0 and "runs: fp8_" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--mode", "tf32tf32", "--shape", "0x0x0"],
+        ["--mode", "fp32", "--shape", "0x64x64"],
+        ["--op", "gemm_fp8", "--mode", "fast", "--shape", "16x8192x0"],
+        ["--op", "lowbit", "--shape", "64x0x64"],
+    ],
+)
+def test_an_empty_product_runs_no_kernel(argv, capsys):
+    status, out, _ = _explain(capsys, "--gpu", "NVIDIA H200", *argv)
+    assert status == 0 and out.splitlines()[-1] == "runs: none (an empty product: no kernel runs)"
+
+
+def test_a_gpu_the_name_does_not_place_is_answered_with_a_note_asking_for_arch(capsys):
+    status, out, err = _explain(capsys, "--gpu", "Banana", "--mode", "tf32tf32", "--shape", "64x64x64")
+    assert status == 0 and out.startswith("gpu: Banana (sm?)")
+    assert err.startswith("note: --gpu 'Banana': the name does not tell its architecture") and "give --arch" in err
+    status, out, err = _explain(capsys, "--gpu", "Banana", "--arch", "90a", "--mode", "tf32tf32", "--shape", "64x64x64")
+    assert status == 0 and out.startswith("gpu: Banana (sm90a)") and err == ""
+
+
+def test_arch_wins_over_the_name(capsys):
+    argv = ["--gpu", "NVIDIA H200", "--arch", "80", "--op", "gemm_fp8", "--mode", "fast", "--shape", "16x8192x8192"]
+    status, out, _ = _explain(capsys, *argv)
+    assert status == 0 and out.startswith("gpu: NVIDIA H200 (sm80)") and "Hopper (sm90) GPUs only" in out
