@@ -20,9 +20,9 @@ import re
 import sys
 
 from . import device, ozaki
+from .cli_types import known_arch
 from .families.sm90_fp8.config import ACCUMULATIONS
 from .gemm import KERNEL_MODES
-from .prebuild import known_arch
 
 _SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)(?:x(\d+))?")
 BLOCK_MODE = "block"  # gemm_fp8 with 1x128 activation and 128x128 weight scales

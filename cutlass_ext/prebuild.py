@@ -12,31 +12,10 @@ import sys
 
 from . import families, fp8, fp8_block
 from .build import build_libraries, load_binding
-from .device import SHARED_MEMORY_BYTES
+from .cli_types import known_arch, positive_int
 from .gemm import KERNEL_MODES, dispatch_configs
 from .lowbit.kernel import dispatch_configs as lowbit_dispatch_configs
 from .toolchain import device_arch
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return value
-
-
-def known_arch(text: str) -> str:
-    """argparse type: an arch the package knows (device.SHARED_MEMORY_BYTES: 80, 86, 87, 89, 90, 90a), spelled as
-    that table spells it; `sm90a` or `90A` are refused with the spelling to use."""
-    if text in SHARED_MEMORY_BYTES:
-        return text
-    spelled = text.strip().lower().removeprefix("sm").removeprefix("_")
-    hint = f" (write {spelled})" if spelled in SHARED_MEMORY_BYTES else ""
-    raise argparse.ArgumentTypeError(f"{text!r} is not one of {sorted(SHARED_MEMORY_BYTES)}{hint}")
 
 
 def _parse_args(argv):

@@ -20,7 +20,6 @@ cutlass_ext/tuned/h100.csv` on an H200.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -30,10 +29,10 @@ import torch
 from tqdm import tqdm
 
 from cutlass_ext import benchmark, families, registry, tuned
+from cutlass_ext.cli_types import positive_int, seconds
 
 from . import measure
 from .power import Sampler
-from .run import positive_int
 from .space import SpaceError, load_shapes
 from .sweep import tuned_table_path, write_tuned
 from .table import ResumableTable, config_columns, config_fields
@@ -118,17 +117,6 @@ def confirm(problem, mode: str, names: list, rounds: int, repeats: int, seconds:
     return rows
 
 
-def seconds_or_zero(text: str) -> float:
-    """argparse type: a finite number of seconds >= 0 (0: graph replay, no sustained timing)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds >= 0")
-    return value
-
-
 def existing_file(text: str) -> Path:
     """argparse type: the path of a file that exists."""
     if not Path(text).is_file():
@@ -160,7 +148,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--rounds", type=positive_int, default=5, help="round-robin passes")
     parser.add_argument(
-        "--seconds", type=seconds_or_zero, default=0.0, help="sustained timing: seconds of back-to-back calls per pass"
+        "--seconds",
+        type=seconds(0, " (0: graph replay, no sustained timing)"),
+        default=0.0,
+        help="sustained timing: seconds of back-to-back calls per pass",
     )
     parser.add_argument("--repeats", type=positive_int, default=10, help="graph replays per pass")
     parser.add_argument("--out", type=Path, help="results folder (default sweeps/results/<gpu>/)")

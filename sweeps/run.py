@@ -12,7 +12,6 @@ resumes where it stopped. The winners per shape go to the tuned table that `ext.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -20,8 +19,8 @@ from collections import Counter
 from pathlib import Path
 
 from cutlass_ext import families
+from cutlass_ext.cli_types import known_arch, non_negative_int, positive_int, seconds
 from cutlass_ext.families.rules import DeviceLimits, apply_rules
-from cutlass_ext.prebuild import known_arch, positive_int
 
 from . import multi_gpu
 from .power import MIN_SECONDS
@@ -41,28 +40,7 @@ def _limits(arch: str | None) -> DeviceLimits:
     return DeviceLimits.from_device()
 
 
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
-    return value
-
-
-def power_seconds(text: str) -> float:
-    """argparse type: a power sampling window, a finite number of seconds, at least power.MIN_SECONDS."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
-    if value < MIN_SECONDS:
-        raise argparse.ArgumentTypeError(f"{text!r}: the power sampling window is at least {MIN_SECONDS:g} s")
-    return value
+power_seconds = seconds(MIN_SECONDS, " (the power sampling window)")
 
 
 def part_spec(text: str) -> str:

@@ -382,7 +382,10 @@ SQUARE = str(CONFIGS_DIR / "shapes_square.yaml")
         (["--finalists", "-1"], "argument --finalists: '-1' is not an integer >= 0"),
         (["--power-top", "-1"], "argument --power-top: '-1' is not an integer >= 0"),
         (["--power-seconds", "nan"], "argument --power-seconds: 'nan' is not a finite number of seconds"),
-        (["--power-seconds", "1.5"], "argument --power-seconds: '1.5': the power sampling window is at least 2 s"),
+        (
+            ["--power-seconds", "1.5"],
+            "argument --power-seconds: '1.5' is not a finite number of seconds >= 2 (the power sampling window)",
+        ),
         (["--build-only"], "argument --build-only: not allowed with argument --dry-run"),
     ],
 )
