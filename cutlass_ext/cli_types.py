@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
 from .device import SHARED_MEMORY_BYTES
 
@@ -52,3 +53,13 @@ def known_arch(text: str) -> str:
     spelled = text.strip().lower().removeprefix("sm").removeprefix("_")
     hint = f" (write {spelled})" if spelled in SHARED_MEMORY_BYTES else ""
     raise argparse.ArgumentTypeError(f"{text!r} is not one of {sorted(SHARED_MEMORY_BYTES)}{hint}")
+
+
+def target_arch(text: str) -> str:
+    """Any compute-capability arch nvcc takes (`80`, `90a`, `100a`: the build's, which may target GPUs newer than
+    the table above); `sm90a` or `90A` are refused with the spelling to use."""
+    if re.fullmatch(r"[1-9][0-9]+a?", text):
+        return text
+    spelled = text.strip().lower().removeprefix("sm").removeprefix("_")
+    hint = f" (write {spelled})" if re.fullmatch(r"[1-9][0-9]+a?", spelled) else ""
+    raise argparse.ArgumentTypeError(f"{text!r} is not an arch such as 80 or 90a{hint}")

@@ -20,6 +20,13 @@ _INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _ROW_BYTES = 16  # the FP8 kernels read and write rows in 16-byte units (TMA)
 
 
+def _readable(weight: torch.Tensor) -> bool:
+    """Whether the weight's values exist to be checked (not a meta or fake tensor, as in a model built on `meta`)."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return weight.device.type != "meta" and not is_fake(weight)
+
+
 class Fp8Linear(torch.nn.Module):
     """y ≈ x·Wᵀ + b with W held as e4m3 and a float32 scale, x quantized to e4m3 on each call (per token: one pass,
     `fp8_rows.quantize_fp8_rows`; per tensor: `ext.quantize_fp8`), the product, scales and bias in one
@@ -58,7 +65,7 @@ class Fp8Linear(torch.nn.Module):
         if out_dtype not in OUT_DTYPES.values():
             raise TypeError(f"out_dtype must be one of {list(OUT_DTYPES.values())}; got {out_dtype}")
         for name, value in (("in_features", in_features), ("out_features", out_features)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not hasattr(type(value), "__index__") or value < 1:  # numpy ints too
                 raise ValueError(f"{name}={value!r} must be a positive integer")
         if in_features % _ROW_BYTES:
             raise ValueError(f"in_features={in_features} must be a multiple of {_ROW_BYTES} (FP8 rows of K bytes)")
@@ -89,7 +96,7 @@ class Fp8Linear(torch.nn.Module):
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError(f"linear must be a torch.nn.Linear; got {type(linear).__name__}")
         weight = linear.weight.detach()
-        if not bool(torch.isfinite(weight).all()):  # once, at conversion: a non-finite scale would poison the rows
+        if _readable(weight) and not bool(torch.isfinite(weight).all()):  # once, at conversion
             raise ValueError("linear.weight holds Inf or NaN: its FP8 scales would not be finite")
         layer = cls(
             linear.in_features,

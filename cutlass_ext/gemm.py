@@ -117,7 +117,10 @@ def gemm(
     if mode not in MODES and ozaki.is_mode(mode):
         if bias is not None or c is not None or out is not None or alpha != 1 or beta != 0:
             ozaki.check_operands(a, b)  # the operands' types before the epilogue's shapes
-            _check_epilogue(a, b, bias, alpha, beta, c, out)
+            if c is None and out is None and alpha == 1 and beta == 0 and isinstance(bias, torch.Tensor):
+                _cached_check_bias(bias.dtype, bias.device, bias.shape, a.device, b.shape)  # nn.Linear's call
+            else:
+                _check_epilogue(a, b, bias, alpha, beta, c, out)
         return ozaki.gemm_mode(a, b, mode, bias=bias, alpha=alpha, beta=beta, c=c, out=out)
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         _check_operands(a=a, b=b)

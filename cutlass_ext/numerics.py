@@ -9,6 +9,7 @@ seed texts' own tables and hand-made cases.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -27,9 +28,11 @@ class FloatFormat:
     def __post_init__(self):
         for name, least in (("exponent_bits", 2), ("mantissa_bits", 0)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            if isinstance(value, bool) or not hasattr(type(value), "__index__") or value < least:
                 raise ValueError(f"{name}={value!r} must be an integer of at least {least}")
-        if not (isinstance(self.max_finite, (int, float)) and 0 < self.max_finite < math.inf):
+        if isinstance(self.max_finite, bool) or not (
+            isinstance(self.max_finite, numbers.Real) and 0 < self.max_finite < math.inf
+        ):
             raise ValueError(f"max_finite={self.max_finite!r} must be a positive finite number")
 
     @property
@@ -184,7 +187,7 @@ def emulated_gemm(
     """
     _lookup(dict.fromkeys(GEMM_SCHEMES), scheme, "scheme")
     for name, value, least in (("mma_k", mma_k, 1), ("accumulator_bits", accumulator_bits, 1), ("block_k", block_k, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        if isinstance(value, bool) or not hasattr(type(value), "__index__") or value < least:
             raise ValueError(f"{name}={value!r} must be an integer of at least {least}")
     if fold not in ("end", "step", "block"):
         raise ValueError(f"fold={fold!r} is not one of ['end', 'step', 'block']")

@@ -12,7 +12,7 @@ import sys
 
 from . import families, fp8, fp8_block
 from .build import build_libraries, load_binding
-from .cli_types import known_arch, positive_int
+from .cli_types import positive_int, target_arch
 from .gemm import KERNEL_MODES, dispatch_configs
 from .lowbit.kernel import dispatch_configs as lowbit_dispatch_configs
 from .toolchain import device_arch
@@ -22,7 +22,7 @@ def _parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m cutlass_ext.build", description=__doc__)
     parser.add_argument("--prebuild", action="store_true", help="build the default kernels (and the binding) now")
     parser.add_argument(
-        "--arch", action="append", type=known_arch, help="target arch, e.g. 80 or 90a (repeatable); default: the GPU's"
+        "--arch", action="append", type=target_arch, help="target arch, e.g. 80 or 90a (repeatable); default: the GPU's"
     )
     parser.add_argument(
         "--modes",

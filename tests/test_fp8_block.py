@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 import torch
 
@@ -89,6 +90,8 @@ def test_quantize_block_errors():
         ext.quantize_fp8(torch.randn(4, 128), granularity="block", block=(1, 64))
     with pytest.raises(ValueError, match=r"block=\(1.0, 128.0\)"):
         ext.quantize_fp8(torch.randn(4, 128), granularity="block", block=(1.0, 128.0))
+    numpy_block = (np.int64(128), np.int64(128))  # numpy sizes are sizes
+    assert ext.quantize_fp8(torch.randn(4, 128), granularity="block", block=numpy_block)[1].shape == (1, 1)
     with pytest.raises(ValueError, match="at least 2 dimensions"):
         ext.quantize_fp8(torch.randn(128), granularity="block")
     with pytest.raises(ValueError, match="granularity="):

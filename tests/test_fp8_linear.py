@@ -1,6 +1,7 @@
 """Fp8Linear on the CPU: weights quantized once per output channel, per tensor or per 128x128 block, buffers and keys,
 argument errors (tests/gpu/test_fp8_linear.py runs the layer)."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -103,6 +104,13 @@ def test_forward_names_bad_inputs():
         poisoned.weight[3, 5] = float("nan")
     with pytest.raises(ValueError, match="linear.weight holds Inf or NaN"):
         ext.nn.Fp8Linear.from_linear(poisoned)
+
+
+@pytest.mark.parametrize("scaling", ["row", "tensor", "block"])
+def test_a_model_built_on_the_meta_device_converts(scaling):
+    layer = ext.nn.Fp8Linear.from_linear(torch.nn.Linear(128, 64, device="meta"), scaling=scaling)
+    assert layer.weight.device.type == "meta"
+    assert ext.nn.Fp8Linear(np.int64(128), np.int64(64)).in_features == 128  # numpy sizes, as torch takes them
 
 
 def test_a_cast_model_is_reported():

@@ -3,6 +3,7 @@ reproducible stochastic rounding whatever the grouping, order or sharding of the
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
@@ -431,3 +432,8 @@ def test_compiled_step_matches_eager(kind):
         step()
     for a, b in zip(eager_params, compiled_params):
         assert torch.equal(a, b)
+
+
+def test_betas_in_any_sequence_and_numpy_numbers_are_taken():
+    optimizer = AdamW(_params(0), betas=np.array([0.9, 0.99]), lr=np.float32(0.01))
+    assert optimizer.defaults["betas"] == (0.9, 0.99)

@@ -20,9 +20,12 @@ BLOCKS = ((1, 128), (128, 128))
 
 def check_block(block) -> tuple[int, int]:
     block = tuple(block) if isinstance(block, (tuple, list)) else block
-    if block not in BLOCKS or not all(type(size) is int for size in block):  # (1.0, 128.0) equals (1, 128)
+    integral = isinstance(block, tuple) and all(
+        hasattr(type(v), "__index__") and not isinstance(v, bool) for v in block
+    )
+    if block not in BLOCKS or not integral:  # (1.0, 128.0) equals (1, 128) but is no block size
         raise ValueError(f"block={block!r} must be one of {list(BLOCKS)}")
-    return block
+    return tuple(int(v) for v in block)
 
 
 def quantize_block(x: torch.Tensor, dtype: torch.dtype, block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,7 +24,7 @@ EXPONENT_RANGE = (2, 8)
 PROD_BIAS_SHIFT = 4
 
 
-MAX_CHUNK = 2**31 - 1  # the kernels' chunk is an int64 argument; a chunk past any K is one chunk
+MAX_CHUNK = 2**63 - 1  # the kernels' chunk is an int64 argument; a chunk past any K is one chunk
 
 
 def _is_int(value) -> bool:

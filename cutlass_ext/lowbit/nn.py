@@ -120,7 +120,8 @@ def convert(model: torch.nn.Module, config: LowbitConfig, skip: Iterable[str] | 
     low-bit twin, in place; returns `model`.
 
     skip: qualified names (as in `model.named_modules()`) of layers left exact. None keeps the last of these layers
-    exact, as the seed does (appendix C.2: the final fully connected layer). The layers change class where they are
+    exact, as the seed does (appendix C.2: the final fully connected layer): the layer the last such name reaches,
+    under all its names. The layers change class where they are
     (as `ext.nn.convert` does): parameters, state-dict keys, hooks and a layer reachable under several names stay as
     they were (such a layer stays exact if any of its names is skipped). Everything is checked before any layer
     changes.

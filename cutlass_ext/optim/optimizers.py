@@ -8,6 +8,7 @@ FP32 parameters (updated plainly in FP32, the seed's "32-bit weights" ablation),
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -36,7 +37,7 @@ def _check_nonnegative(name: str, value) -> None:
 
 def _is_number(value) -> bool:
     """A real Python number; not a bool, which is an int to isinstance but a flag to the caller."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _check_positive(name: str, value) -> None:
@@ -73,11 +74,12 @@ def _check_nesterov(group: dict) -> None:
 
 
 def _check_betas(betas) -> None:
-    if (
-        not isinstance(betas, (tuple, list))
-        or len(betas) != 2
-        or not all(_is_number(beta) and 0 <= beta < 1 for beta in betas)
-    ):
+    """Two numbers in [0, 1), in any sequence (a tuple, a list, a numpy array, a config system's list)."""
+    try:
+        values = None if isinstance(betas, (str, bytes)) else tuple(betas)
+    except TypeError:
+        values = None
+    if values is None or len(values) != 2 or not all(_is_number(beta) and 0 <= beta < 1 for beta in values):
         raise ValueError(f"betas={betas!r} must be two numbers in [0, 1)")
 
 
@@ -414,7 +416,7 @@ class AdamW(_SixteenBitOptimizer):
         capturable=False,
     ):
         _check_betas(betas)  # before tuple() reads it
-        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
+        defaults = {"lr": lr, "betas": tuple(float(beta) for beta in betas), "eps": eps, "weight_decay": weight_decay}
         super().__init__(params, defaults, update, arithmetic, seed, capturable)
 
     def _check_hyperparameters(self, group):
