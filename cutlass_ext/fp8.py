@@ -220,6 +220,8 @@ def plan(gpu, a_dtype: str, b_dtype: str, out_dtype: str, accum: str, m: int, n:
     bucket_above = m <= DECODE_M  # decode: a tile tuned for fewer tokens would stream the weights more than once
     config, source = tuned.resolve(gpu.name, f"fp8_{accum}", m, n, k, m_bucket_above=bucket_above, gpu=gpu)
     default = _default_variant(a_dtype, b_dtype, out_dtype, accum)
+    if config is not None and getattr(config, "mode", None) != f"fp8_{accum}":  # a hand-edited row: not this call's
+        config, source = None, f"{source}: a {getattr(config, 'mode', config.family)} kernel, not fp8_{accum}'s"
     if config is not None:
         best = _name_with_dtypes(config.name, a_dtype, b_dtype, out_dtype)
     else:

@@ -445,6 +445,8 @@ def plan(
         layout_a = layout_b = "row"
     defaults = tuple(c.name for c in _configs_for(mode, layout_a, layout_b, gpu.shared_memory_bytes))
     config, source = tuned.resolve(gpu.name, mode, m, n, k, gpu=gpu)
+    if config is not None and getattr(config, "mode", None) != mode:  # a hand-edited row: never another product
+        config, source = None, f"{source}: a {getattr(config, 'mode', config.family)} kernel, not {mode}'s"
     if isinstance(config, SplitConfig) and hopper_ok:
         return Plan("sm90", (config.name,), source)
     if isinstance(config, KernelConfig) and (config.layout_a, config.layout_b) == (layout_a, layout_b):

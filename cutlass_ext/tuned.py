@@ -41,6 +41,7 @@ _chosen: dict[tuple, tuple] = {}  # (gpu, arch, mode, m, n, k, bucket) -> (confi
 _logged: set[tuple] = set()
 _lock = threading.Lock()
 _generation = 0  # counts table changes: callers that cache what lookup answered key their caches with it
+_environment = os.environ.get(TABLE_ENV)  # the variable's value the cached answers were read under
 
 
 def _forget() -> None:
@@ -53,7 +54,13 @@ def _forget() -> None:
 
 
 def generation() -> int:
-    """Changes whenever the table dispatch reads may have changed (set_tuned_table)."""
+    """Changes whenever the table dispatch reads may have changed (set_tuned_table, or CUTLASS_EXT_TUNED_TABLE
+    set to another file while the process runs)."""
+    global _environment
+    named = os.environ.get(TABLE_ENV)
+    if named != _environment:
+        _environment = named
+        _forget()
     return _generation
 
 
@@ -70,7 +77,8 @@ def set_tuned_table(path: str | os.PathLike | None) -> None:
     """Dispatch from this table (None: back to the environment variable or the shipped table)."""
     global _override
     if path is not None and not Path(path).is_file():
-        raise FileNotFoundError(f"tuned table {path} does not exist")
+        what = "is a directory, not a CSV file" if Path(path).is_dir() else "does not exist"
+        raise FileNotFoundError(f"tuned table {path} {what}")
     _override = Path(path) if path is not None else None
     _forget()
 
@@ -168,18 +176,37 @@ def table_chain(gpu: device_info.DeviceInfo) -> list[tuple[Path, str]]:
     return chain
 
 
-def _entries(path: Path) -> list[tuple]:
+def _read_rows(path: Path, reason: str) -> list[dict]:
+    """A table's rows as dicts; a file that cannot be read names the table and why it was asked."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:  # -sig: a spreadsheet's byte-order mark
+            return list(csv.DictReader(handle))
+    except (OSError, UnicodeDecodeError) as error:
+        cause = error.strerror if isinstance(error, OSError) and error.strerror else "not UTF-8 text"
+        raise ValueError(f"tuned table {path} ({reason}) cannot be read: {cause}") from None
+
+
+def _entry(path: Path, line: int, row: dict) -> tuple:
+    try:
+        sizes = [int(row[column]) for column in ("m", "n", "k")] + [int(row.get("batch") or 1)]
+    except (TypeError, ValueError):
+        raise ValueError(f"tuned table {path}, line {line}: m, n, k and batch must be integers; got {row}") from None
+    if not row["mode"] or not row["name"] or min(sizes) < 1:
+        raise ValueError(f"tuned table {path}, line {line}: needs a mode, a name and sizes >= 1; got {row}")
+    return (row["mode"], *sizes[:3], row["name"], sizes[3])
+
+
+def _entries(path: Path, reason: str = "") -> list[tuple]:
     """The (mode, m, n, k, name, batch) rows of a table, read once (a concurrent first read may read it twice: same
     rows); batch 1 where the table has no such column."""
     found = _loaded.get(path)
     if found is None:
         generation_before = _generation
-        with open(path, newline="") as handle:
-            rows = list(csv.DictReader(handle))
+        rows = _read_rows(path, reason)
         missing = [c for c in ("mode", "m", "n", "k", "name") if rows and c not in rows[0]]
         if missing:
             raise ValueError(f"tuned table {path} lacks columns {missing}")
-        found = [(r["mode"], int(r["m"]), int(r["n"]), int(r["k"]), r["name"], int(r.get("batch") or 1)) for r in rows]
+        found = [_entry(path, line, row) for line, row in enumerate(rows, start=2)]
         with _lock:
             if _generation == generation_before:
                 _loaded[path] = found
@@ -231,6 +258,7 @@ def resolve(
     kind with M, so that a winner is not stretched over M it was not measured at). batch: the entries' batch
     column counts in the distance too (the experts of a grouped product); None: it does not."""
     gpu = gpu or device_info.named(gpu_name)
+    generation()  # forget answers read under another CUTLASS_EXT_TUNED_TABLE
     key = (gpu_name, gpu.arch, mode, m, n, k, m_bucket_above, m_buckets_only, batch)
     found = _chosen.get(key)
     if found is None:
@@ -249,10 +277,15 @@ def _resolve(gpu, mode, m, n, k, m_bucket_above, m_buckets_only=False, batch=Non
     of decode winners at M = 16 must not answer M = 64, where the H100's holds an M = 64 winner)."""
     best = None
     for index, (path, reason) in enumerate(table_chain(gpu)):
-        entry = _nearest(_entries(path), mode, m, n, k, m_bucket_above, m_buckets_only, batch)
+        entry = _nearest(_entries(path, reason), mode, m, n, k, m_bucket_above, m_buckets_only, batch)
         if entry is None:
             continue
-        config = families.from_name(entry[4])
+        try:
+            config = families.from_name(entry[4])
+        except ValueError as error:
+            raise ValueError(
+                f"tuned table {path}: entry {entry[0]} {entry[1]}x{entry[2]}x{entry[3]}: {error}"
+            ) from None
         # the mode's operand format is fixed by its pipeline (halfhalf packs): a table for another is not for us
         if isinstance(config, KernelConfig) and config.operands != DEFAULT_OPERANDS.get(mode, "fp32"):
             continue

@@ -327,3 +327,57 @@ def test_device_facts_are_constants_to_torch_compile(monkeypatch):
     assert torch.equal(scaled(torch.ones(3)), torch.full((3,), 2.0))
     assert reads and set(reads) == {0}
     torch._dynamo.reset()
+
+
+def test_a_hand_edited_row_of_another_mode_never_runs(tmp_path):
+    """A table row naming another mode's kernel (halfhalf planes under tf32tf32, fast under promoted accumulation)
+    would compute another product: dispatch takes its default and says why."""
+    halfhalf = DEFAULT_SPLIT["halfhalf"].name
+    fast = "fp8_e4m3e4m3_bf16_64x16x256_c1x1_pp_fast_swap"
+    path = tmp_path / "table.csv"
+    rows = [row("tf32tf32", 4096, 4096, 4096, halfhalf), row("fp8_promoted", 1, 8192, 8192, fast)]
+    pd.DataFrame(rows).to_csv(path, index=False)
+    tuned.set_tuned_table(path)
+    chosen = gemm.plan(H100, "tf32tf32", 4096, 4096, 4096)
+    assert chosen.variants == (DEFAULT_SPLIT["tf32tf32"].name,) and "a halfhalf kernel, not tf32tf32's" in chosen.source
+    names, source = fp8.plan(H100, "e4m3", "e4m3", "bf16", "promoted", 1, 8192, 8192)
+    assert fast not in names and "a fp8_fast kernel, not fp8_promoted's" in source
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("mode,m,n,k,name\ntf32tf32,4k,4096,4096,x\n", r"table.csv, line 2: m, n, k and batch must be integers"),
+        ("mode,m,n,k,name\ntf32tf32,4096,4096,4096\n", r"table.csv, line 2: needs a mode, a name and sizes >= 1"),
+        ("mode,m,n,k,name\ntf32tf32,0,4096,4096,x\n", r"table.csv, line 2: needs a mode, a name and sizes >= 1"),
+        (b"mode,m,n,k,name\ntf32tf32,1,1,1,\xff\n", r"table.csv \(set_tuned_table\) cannot be read: not UTF-8"),
+    ],
+)
+def test_a_bad_table_is_named_with_its_line(tmp_path, text, message):
+    path = tmp_path / "table.csv"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    tuned.set_tuned_table(path)
+    with pytest.raises(ValueError, match=message):
+        gemm.plan(H100, "tf32tf32", 4096, 4096, 4096)
+
+
+def test_a_spreadsheets_byte_order_mark_and_a_directory(tmp_path):
+    path = tmp_path / "table.csv"
+    own = Sm90Config("tf32tf32", (128, 256, 32)).name
+    path.write_text(pd.DataFrame([row("tf32tf32", 4096, 4096, 4096, own)]).to_csv(index=False), encoding="utf-8-sig")
+    tuned.set_tuned_table(path)
+    assert gemm.plan(H100, "tf32tf32", 4096, 4096, 4096).variants == (own,)
+    with pytest.raises(FileNotFoundError, match="is a directory, not a CSV file"):
+        tuned.set_tuned_table(tmp_path)
+
+
+def test_the_environment_variable_changed_while_running_takes_effect(tmp_path, monkeypatch):
+    own = Sm90Config("tf32tf32", (128, 256, 32)).name
+    path = tmp_path / "table.csv"
+    pd.DataFrame([row("tf32tf32", 4096, 4096, 4096, own)]).to_csv(path, index=False)
+    before = gemm.plan(H100, "tf32tf32", 4096, 4096, 4096).variants
+    assert before != (own,)
+    monkeypatch.setenv(tuned.TABLE_ENV, str(path))
+    assert gemm.plan(H100, "tf32tf32", 4096, 4096, 4096).variants == (own,)
+    monkeypatch.delenv(tuned.TABLE_ENV)
+    assert gemm.plan(H100, "tf32tf32", 4096, 4096, 4096).variants == before
