@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import socket
@@ -27,7 +28,15 @@ LIBRARY = "lib.so"
 def cache_root() -> Path:
     # Absolute: builds run ninja in a staging directory, where a relative path would point elsewhere.
     root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "cutlass_ext").expanduser().absolute()
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise PermissionError(13, "not writable")
+    except OSError as error:
+        raise RuntimeError(
+            f"cutlass_ext: the kernel cache {root} cannot be used ({error.strerror or error}); point {CACHE_ENV} at "
+            "a writable directory"
+        ) from None
     return root
 
 
@@ -47,12 +56,23 @@ LOCK_TIMEOUT_ENV = "CUTLASS_EXT_BUILD_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 1800.0  # seconds: longer than any one library's build, shorter than forever
 
 
+def _lock_timeout() -> float:
+    text = os.environ.get(LOCK_TIMEOUT_ENV)
+    try:
+        value = DEFAULT_LOCK_TIMEOUT if text is None else float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:  # a negative timeout is filelock's "wait forever"
+        raise ValueError(f"{LOCK_TIMEOUT_ENV}={text!r} must be a finite number of seconds >= 0")
+    return value
+
+
 @contextlib.contextmanager
 def entry_locks(keys: list[str], what: str, timeout: float | None = None):
     """Hold the build lock of each cache entry in `keys` (one lock per entry: processes building different
     variants do not wait for each other). A lock still held after `timeout` seconds raises an error naming its
     holder (process, host, what it builds, since when). Locks die with their process: a killed build frees them."""
-    timeout = float(os.environ.get(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT)) if timeout is None else timeout
+    timeout = _lock_timeout() if timeout is None else timeout
     folder = cache_root() / "locks"
     folder.mkdir(exist_ok=True)
     with contextlib.ExitStack() as stack:

@@ -277,3 +277,17 @@ def test_variants_registered_together_build_in_one_parallel_call(cache_dir, stub
     assert loaded == [c.name for c in configs]
     registry.ensure_registered(configs, None)  # registered: nothing built or loaded again
     assert len(stub_compiler) == 1 and len(loaded) == 3
+
+
+def test_an_unusable_cache_or_lock_timeout_is_named(tmp_path, monkeypatch):
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    monkeypatch.setenv(cache.CACHE_ENV, str(a_file))
+    with pytest.raises(RuntimeError, match=f"the kernel cache {a_file} cannot be used .*point CUTLASS_EXT_CACHE"):
+        cache.cache_root()
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    for text in ("abc", "-1", "inf"):
+        monkeypatch.setenv(cache.LOCK_TIMEOUT_ENV, text)
+        with pytest.raises(ValueError, match=f"CUTLASS_EXT_BUILD_LOCK_TIMEOUT='{text}' must be a finite number"):
+            with cache.entry_locks(["k"], "a test"):
+                pass
