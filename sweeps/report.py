@@ -13,7 +13,25 @@ from pathlib import Path
 
 import pandas as pd
 
+from cutlass_ext.cli_types import positive_int
+
 PEERS = ("cublas", "triton")
+COLUMNS = ("family", "mode", "name", "m", "n", "k", "tflops", "status", "relres", "watts", "gflops_per_watt")
+
+
+def read_sweep_table(path: Path) -> pd.DataFrame:
+    """A sweep table, or SystemExit(2) with one line saying why it is not one (unreadable, empty, not a sweep
+    table's columns)."""
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, UnicodeDecodeError, pd.errors.EmptyDataError, pd.errors.ParserError) as error:
+        print(f"error: {path}: cannot be read as a CSV table: {error}".splitlines()[0], file=sys.stderr)
+        raise SystemExit(2) from None
+    missing = [column for column in COLUMNS if column not in frame.columns]
+    if missing:
+        print(f"error: {path}: not a sweep table (it lacks {missing})", file=sys.stderr)
+        raise SystemExit(2)
+    return frame
 
 
 def best_per_shape(frame: pd.DataFrame) -> pd.DataFrame:
@@ -78,11 +96,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sweeps.report", description=__doc__)
     parser.add_argument("table", type=Path, help="a sweep CSV (sweeps/results/<gpu>/sweep_*.csv)")
     parser.add_argument("--out", type=Path, help="where the PNGs go (default: beside the table)")
-    parser.add_argument("--top", type=int, default=5, help="rows per (shape, mode) in the ranked table")
+    parser.add_argument("--top", type=positive_int, default=5, help="rows per (shape, mode) in the ranked table")
     parser.add_argument("--no-plots", action="store_true")
     args = parser.parse_args(argv)
-    frame = pd.read_csv(args.table)
+    frame = read_sweep_table(args.table)
     print(f"{args.table}: {len(frame)} rows; status counts: {frame['status'].value_counts().to_dict()}")
+    if not (frame["status"] == "ok").any():
+        print(f"error: {args.table}: no row passed the accuracy gate (status ok): nothing to rank", file=sys.stderr)
+        return 2
     columns = ["m", "n", "k", "family", "mode", "name", "tflops", "relres", "watts", "gflops_per_watt"]
     with pd.option_context("display.width", 220, "display.max_colwidth", 52):
         print(ranked(frame, args.top)[columns].to_string(index=False))

@@ -1,0 +1,36 @@
+"""`python -m sweeps.report` on tables it cannot rank: one error line and exit status 2, never a traceback."""
+
+from pathlib import Path
+
+import pytest
+
+from sweeps import report
+
+ROOT = Path(__file__).resolve().parent.parent
+SWEEP = ROOT / "sweeps" / "results" / "h200" / "sweep_lowbit.csv"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [("", "cannot be read as a CSV table"), ("a,b\n1,2\n", "not a sweep table (it lacks ['family', 'mode'")],
+)
+def test_a_file_that_is_no_sweep_table_is_one_error_line(tmp_path, capsys, text, message):
+    path = tmp_path / "sweep_x.csv"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as exited:
+        report.main([str(path), "--no-plots"])
+    assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_table_without_passing_rows_says_so(tmp_path, capsys):
+    path = tmp_path / "sweep_x.csv"
+    path.write_text(SWEEP.read_text().splitlines()[0] + "\n")  # the header alone
+    assert report.main([str(path), "--no-plots"]) == 2
+    assert "no row passed the accuracy gate" in capsys.readouterr().err
+
+
+def test_a_missing_file_and_a_shipped_table(capsys):
+    with pytest.raises(SystemExit) as exited:
+        report.main(["/nonexistent/sweep.csv", "--no-plots"])
+    assert exited.value.code == 2 and "cannot be read" in capsys.readouterr().err
+    assert report.main([str(SWEEP), "--no-plots"]) == 0
