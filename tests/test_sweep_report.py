@@ -34,3 +34,10 @@ def test_a_missing_file_and_a_shipped_table(capsys):
         report.main(["/nonexistent/sweep.csv", "--no-plots"])
     assert exited.value.code == 2 and "cannot be read" in capsys.readouterr().err
     assert report.main([str(SWEEP), "--no-plots"]) == 0
+
+
+def test_the_tuned_table_of_a_folder_skips_files_that_hold_no_kernels_rows(tmp_path):
+    from sweeps.sweep import write_tuned
+
+    (tmp_path / "sweep_gpus.csv").write_text("gpus,tflops\n2,1.0\n")  # the multi-GPU run's file shares the prefix
+    assert write_tuned(tmp_path, "NVIDIA H100 80GB HBM3", tmp_path / "tuned.csv") is None
