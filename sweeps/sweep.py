@@ -37,7 +37,7 @@ def write_tuned(folder: Path, gpu: str, path: Path) -> Path | None:
     def rows(pattern: str) -> pd.DataFrame:
         tables = [pd.read_csv(table) for table in sorted(Path(folder).glob(pattern))]
         # a file of the pattern that holds no kernels' rows (the multi-GPU run's sweep_gpus.csv) has nothing to add
-        tables = [table for table in tables if {"gpu", "status", "name"} <= set(table.columns)]
+        tables = [table for table in tables if {"gpu", "name"} <= set(table.columns)]
         frame = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=["gpu", "status"])
         return frame[frame["gpu"] == gpu]
 
