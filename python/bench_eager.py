@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from script_device import require_cuda
 
 import cutlass_ext as ext
 from cutlass_ext import benchmark
@@ -80,6 +81,7 @@ def main(argv=None) -> int:
     parser.add_argument("--profile", type=Path, help="folder for cProfile summaries of each mode at 256³")
     parser.add_argument("--trace", type=Path, help="folder for torch.profiler tables (CUDA runtime calls included)")
     args = parser.parse_args(argv)
+    require_cuda("bench_eager")
     rows = []
     for size in args.sizes:
         a = torch.randn(size, size, device="cuda")

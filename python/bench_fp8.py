@@ -35,6 +35,21 @@ DEFAULT_SHAPES = Path(__file__).resolve().parents[1] / "configs" / "shapes_llama
 REFERENCE_ROWS = 64  # relres over the first rows: an FP64 product of all of M=16384 x N=57344 would take 7.5 GB
 
 
+def shape_file(text: str) -> list[tuple[int, int, int]]:
+    """argparse type for --shapes: the file's [m, n, k] rows, or one error line naming the file (read up front, so
+    a bad path is refused before any GPU setup)."""
+    try:
+        rows = yaml.safe_load(Path(text).read_text())["shapes"]
+        shapes = [tuple(int(v) for v in row[:3]) for row in rows]
+    except OSError as error:
+        raise argparse.ArgumentTypeError(f"cannot read shape file {text!r}: {error.strerror}") from None
+    except (yaml.YAMLError, KeyError, TypeError, ValueError):
+        shapes = []
+    if not shapes or any(len(s) != 3 or min(s) < 1 for s in shapes):
+        raise argparse.ArgumentTypeError(f"shape file {text!r} has no list of positive [m, n, k] under `shapes`")
+    return shapes
+
+
 def make_inputs(m: int, n: int, k: int, seed: int = 0):
     """Rotated input sets per scale granularity: (a, b, scale_a, scale_b), e4m3, from normal data."""
     generator = torch.Generator(device="cuda").manual_seed(seed * 7919 + m * 31 + n * 17 + k)
@@ -212,7 +227,9 @@ def build_variants(shapes) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shapes", default=str(DEFAULT_SHAPES), help="shape set YAML ([m, n, k] per shape)")
+    parser.add_argument(
+        "--shapes", type=shape_file, default=str(DEFAULT_SHAPES), help="shape set YAML ([m, n, k] per shape)"
+    )
     parser.add_argument("--m", type=int, nargs="+", help="only these M")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument(
@@ -228,8 +245,10 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--out", type=Path, default=Path("sweeps/results/local/gemm_fp8.csv"))
     args = parser.parse_args(argv)
-    shapes = [tuple(s[:3]) for s in yaml.safe_load(Path(args.shapes).read_text())["shapes"]]
-    shapes = [s for s in shapes if not args.m or s[0] in args.m]
+    from script_device import require_cuda  # here: the tests load this file without python/ on sys.path
+
+    require_cuda("bench_fp8")
+    shapes = [s for s in args.shapes if not args.m or s[0] in args.m]
     environment = {**benchmark.environment(), "command": shlex.join(["python", "python/bench_fp8.py", *sys.argv[1:]])}
     build_variants(shapes)
     rows = []

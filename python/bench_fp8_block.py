@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from script_device import require_cuda
 
 import cutlass_ext as ext
 from cutlass_ext import benchmark, fp8_block, peers_fp8
@@ -427,6 +428,22 @@ def _pairs(text: str) -> list[tuple[int, int]]:
     return [tuple(int(v) for v in pair.split("x")) for pair in text.split(",") if pair]
 
 
+def _variant(kind: str):
+    """argparse type: a variant name of `kind` (dense, grouped or k_grouped), refused by name before GPU setup."""
+
+    def parse(text: str) -> str:
+        try:
+            config = config_of(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+        found = "k_grouped" if config.k_grouped else "grouped" if config.grouped else "dense"
+        if found != kind:
+            raise argparse.ArgumentTypeError(f"{text!r} is a {found} variant, not a {kind} one")
+        return text
+
+    return parse
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="CSV path; the PNG goes beside it")
@@ -435,15 +452,29 @@ def main(argv=None) -> int:
     parser.add_argument("--moe-groups", type=_ints, default=MOE_GROUPS)
     parser.add_argument("--moe-m", type=_ints, default=MOE_M, help="tokens per expert")
     parser.add_argument("--moe-nk", type=_pairs, default=MOE_NK)
-    parser.add_argument("--variants", nargs="*", default=DENSE_VARIANTS, help="dense variant names timed beside ours")
-    parser.add_argument("--grouped-variants", nargs="*", default=GROUPED_VARIANTS, help="grouped ones (contiguous)")
+    parser.add_argument(
+        "--variants",
+        nargs="*",
+        type=_variant("dense"),
+        default=DENSE_VARIANTS,
+        help="dense variant names timed beside ours",
+    )
+    parser.add_argument(
+        "--grouped-variants",
+        nargs="*",
+        type=_variant("grouped"),
+        default=GROUPED_VARIANTS,
+        help="grouped ones (contiguous)",
+    )
     parser.add_argument(
         "--wgrad",
         type=lambda t: [tuple(map(int, c.split("x"))) for c in t.split(",") if c],
         default=WGRAD,
         help="weight-gradient cases GxMxNxTOKENS (mean tokens per expert), comma-separated; '' for none",
     )
-    parser.add_argument("--wgrad-variants", nargs="*", default=[], help="weight-gradient (_kgrouped) variants too")
+    parser.add_argument(
+        "--wgrad-variants", nargs="*", type=_variant("k_grouped"), default=[], help="weight-gradient (_kgrouped) ones"
+    )
     parser.add_argument("--repeats", type=int, default=10, help="graph replays per round (median)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per shape (median of rounds)")
     parser.add_argument("--plot-only", action="store_true", help="draw the PNG from an existing --out CSV")
@@ -454,6 +485,7 @@ def main(argv=None) -> int:
     if args.plot_only:
         plot(pd.read_csv(args.out), args.out.with_suffix(".png"))
         return 0
+    require_cuda("bench_fp8_block")
     environment = {**benchmark.environment(), "command": shlex.join(["python", *sys.argv])}
     build(args.variants + args.grouped_variants + args.wgrad_variants)
     if not args.deepgemm:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from script_device import require_cuda
 
 import cutlass_ext as ext
 from cutlass_ext import benchmark
@@ -74,6 +75,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="graph replays per round (median)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per shape (median of rounds)")
     args = parser.parse_args(argv)
+    require_cuda("bench_fp8_block_layer")
     environment = {**benchmark.environment(), "command": shlex.join(["python", *sys.argv])}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 import torch.nn.functional as F
+from script_device import require_cuda
 
 import cutlass_ext as ext
 from cutlass_ext import benchmark, fp8, registry, tuned
@@ -148,9 +149,12 @@ def main(argv=None) -> pd.DataFrame:
     parser.add_argument("--plot-only", action="store_true", help="draw the PNG from an existing --out CSV")
     args = parser.parse_args(argv)
     if args.plot_only:
+        if args.out is None:
+            parser.error("--plot-only draws from the CSV that --out names")
         frame = pd.read_csv(args.out)
         plot(frame, args.out.with_suffix(".png"))
         return frame
+    require_cuda("bench_fp8_mlp")
     hidden, intermediate = MODELS[args.model]
     out = args.out or Path("sweeps/results") / tuned.gpu_key(torch.cuda.get_device_name()) / "fp8_mlp.csv"
     environment = {

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from script_device import checked, require_cuda
 
 import cutlass_ext as ext
 from cutlass_ext import benchmark, corrected_sm90, numerics, ops, peers, registry, scaling
@@ -36,6 +37,12 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     if len(values) != 3:
         raise argparse.ArgumentTypeError(f"shape {text!r} must be N or MxNxK")
     return tuple(values)
+
+
+def check_variant(name: str) -> None:
+    """A name `contenders` times on its own: a Hopper corrected (split) variant or an sm80-family kernel."""
+    if not SplitConfig.is_name(name):
+        KernelConfig.from_name(name)
 
 
 def contenders(modes, variants, input_sets, repeats):
@@ -143,8 +150,10 @@ def main(argv=None):
         default=[parse_shape(s) for s in DEFAULT_SHAPES],
         help="N (for N x N x N) or MxNxK",
     )
-    parser.add_argument("--modes", nargs="+", default=list(ext.MODES), help="our modes to run")
-    parser.add_argument("--variants", nargs="*", default=[], help="kernel variant names to time on their own")
+    parser.add_argument("--modes", nargs="+", choices=ext.MODES, default=list(ext.MODES), help="our modes to run")
+    parser.add_argument(
+        "--variants", nargs="*", type=checked(check_variant), default=[], help="kernel variant names to time alone"
+    )
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument(
         "--layouts",
@@ -155,6 +164,7 @@ def main(argv=None):
     )
     parser.add_argument("--out", type=Path, help="CSV to write")
     args = parser.parse_args(argv)
+    require_cuda("bench_gemm")
 
     if args.variants:
         registry.ensure_names_registered(args.variants, torch.device("cuda"))

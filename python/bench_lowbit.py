@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 from bench_gemm import parse_shape  # python/ is on sys.path when a script here runs
+from script_device import require_cuda
 
 from cutlass_ext import benchmark, registry
 from cutlass_ext.lowbit import kernel
@@ -236,9 +237,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-authors", action="store_true", help="leave out the authors' kernel (its build)")
     parser.add_argument("--out", type=Path, help="CSV path (default sweeps/results/<gpu>/lowbit_gemm.csv)")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("bench_lowbit needs a CUDA device", file=sys.stderr)
-        return 2
+    require_cuda("bench_lowbit")
     out = args.out or Path("sweeps/results") / gpu_key(torch.cuda.get_device_name()) / "lowbit_gemm.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     base = LowbitFormat.make(args.man, args.exp, chunk=args.chunk)

@@ -1,6 +1,7 @@
 """Speed and memory of one AdamW step on a Llama-like list of parameters: ours beside the peers, in one run.
 
-    python python/bench_optim.py [--params 1e9] [--graph] [--out sweeps/results/h200/]
+    python python/bench_optim.py [--params 1e9] [--graph] [--device cuda] [--out sweeps/results/h200/]
+    python python/bench_optim.py --quick        # CPU, a tiny model (CI smoke test); --device cpu: the full one there
 
 Parameters: Llama layers of width d = 2048 (q, k, v, o: d x d; gate, up: 5632 x d; down: d x 5632; two norms of d),
 embedding and LM head of 32000 x d and a final norm, with as many layers as bring the total nearest `--params`.
@@ -37,6 +38,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from script_device import device_name, require_device
 
 from cutlass_ext import benchmark, optim, tuned
 
@@ -249,7 +251,8 @@ def main(argv=None) -> pd.DataFrame:
     parser.add_argument("--width", type=int, default=2048)
     parser.add_argument("--intermediate", type=int, default=5632)
     parser.add_argument("--vocabulary", type=int, default=32000)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    # cuda even where none is visible: a GPU benchmark does not fall back to a 1e9-parameter run on the CPU unasked
+    parser.add_argument("--device", type=device_name, default="cuda", help="cuda (default) or cpu, named explicitly")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--graph", action="store_true", help="time capturable optimizers by CUDA-graph replay")
@@ -266,6 +269,7 @@ def main(argv=None) -> pd.DataFrame:
         args.device, args.params, args.width, args.intermediate, args.vocabulary = "cpu", 1e5, 64, 176, 256
         args.repeats, args.copy_gib, args.graph = 3, 0.01, False
     device = torch.device(args.device)
+    require_device(device, "bench_optim")
     if args.graph and device.type != "cuda":
         parser.error("--graph needs a CUDA device")
     out = args.out or default_out(device)

@@ -25,6 +25,7 @@ from cutlass_ext import benchmark, numerics, ozaki
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ozaki_gemmul8 import LIBRARY, Gemmul8  # noqa: E402
+from script_device import checked, require_cuda  # noqa: E402
 
 DEFAULT_SIZES = [1024, 2048, 4096, 8192, 16384]
 
@@ -145,19 +146,22 @@ def plot(table: pd.DataFrame, path: Path) -> None:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=DEFAULT_SIZES, help="m = n = k")
-    parser.add_argument("--moduli", type=int, nargs="+", default=[6, 7, 8, 9], help="our moduli counts")
+    moduli = checked(ozaki.check_moduli_count, int)
+    parser.add_argument("--moduli", type=moduli, nargs="+", default=[6, 7, 8, 9], help="our moduli counts")
     parser.add_argument(
         "--variants",
         nargs="*",
+        type=checked(ozaki.OzakiConfig.from_name),
         default=["ozaki_int8x8_128x256x128_c1x1_w8_p32", "ozaki_int8x8_128x256x128_c2x1_w8"],
         help="more of our variants, by name",
     )
     parser.add_argument("--profile", type=int, default=0, help="print each Ozaki contender's kernel times at this size")
     parser.add_argument("--gemmul8-moduli", type=int, nargs="*", default=[7, 8, 9])
-    parser.add_argument("--split-modes", nargs="*", default=["tf32tf32", "halfhalf"])
+    parser.add_argument("--split-modes", nargs="*", choices=ext.MODES, default=["tf32tf32", "halfhalf"])
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--out", type=Path, help="CSV to write (the plot goes beside it, .png)")
     args = parser.parse_args(argv)
+    require_cuda("bench_ozaki")
 
     runners = contenders(args.moduli, args.variants, args.gemmul8_moduli, args.split_modes)
     if args.profile:

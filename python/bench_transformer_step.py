@@ -25,9 +25,11 @@ import torch
 
 import cutlass_ext as ext
 from cutlass_ext import benchmark, numerics
+from cutlass_ext.gemm import check_mode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ozaki_gemmul8 import LIBRARY, Gemmul8  # noqa: E402
+from script_device import checked, require_cuda  # noqa: E402
 
 TOKENS = (512, 2048, 8192)
 MODES = ("tf32tf32", "halfhalf")
@@ -103,9 +105,12 @@ def main(argv=None) -> int:
     parser.add_argument("--mlp", type=int, default=11008, help="MLP width (the up projection is gate and up: 2x)")
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     parser.add_argument("--calls", type=int, default=10)
-    parser.add_argument("--modes", nargs="+", default=list(MODES), help="ext.gemm modes (int8x<moduli> too)")
+    parser.add_argument(
+        "--modes", nargs="+", type=checked(check_mode), default=list(MODES), help="ext.gemm modes (int8x<moduli> too)"
+    )
     parser.add_argument("--peers", nargs="*", default=[], choices=PEERS, help="FP32-accurate peers to time beside")
     args = parser.parse_args(argv)
+    require_cuda("bench_transformer_step")
     chosen = list(contenders(args.modes, args.peers))
     rows = []
     for tokens in args.tokens:

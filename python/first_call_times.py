@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import re
 import shutil
@@ -166,6 +167,17 @@ def run_child(mode: str, cache: Path | None, timeout: float) -> dict:
     return result
 
 
+def require_cuda(timeout: float) -> None:
+    """script_device's check in a fresh process (this one stays torch-free, as the measured ones start), before any
+    process that builds: without a CUDA device, its one line on stderr and exit status 2."""
+    probe = [sys.executable, str(Path(__file__).with_name("script_device.py")), "first_call_times"]
+    done = subprocess.run(probe, capture_output=True, text=True, timeout=timeout)
+    if done.returncode:
+        lines = done.stderr.strip().splitlines()
+        print(lines[-1] if lines else f"the CUDA check exited {done.returncode}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def prebuild(args: tuple[str, ...], cache: Path, timeout: float) -> float:
     """Runs the package's ahead-of-time build into `cache`; its wall time in seconds."""
     start = time.perf_counter()
@@ -216,6 +228,8 @@ def measure(modes, states, out: Path, timeout: float, run=run_child) -> int:
             header = next(csv.reader(file), [])
         if tuple(header) != COLUMNS:
             raise ValueError(f"--out {out} has the columns {header}, not {list(COLUMNS)}: write to a new file")
+    if run is run_child:  # a stand-in `run` (the tests') spawns nothing
+        require_cuda(timeout)
     out.parent.mkdir(parents=True, exist_ok=True)
     failed = 0
     with tempfile.TemporaryDirectory(prefix="cutlass_ext_first_call_") as root, out.open("a", newline="") as file:
@@ -252,12 +266,23 @@ def measure(modes, states, out: Path, timeout: float, run=run_child) -> int:
     return failed
 
 
+def positive_seconds(text: str) -> float:
+    """argparse type for --timeout: subprocess.run takes 0 or less as "time out at once"."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive finite number of seconds")
+    return value
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="CSV to append rows to")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--states", nargs="+", choices=STATES, default=list(STATES))
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed to each process")
+    parser.add_argument("--timeout", type=positive_seconds, default=900.0, help="seconds allowed to each process")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from script_device import require_cuda
 
 import cutlass_ext as ext
 from cutlass_ext import benchmark
@@ -24,6 +25,7 @@ def main(argv=None) -> int:
     parser.add_argument("--bias", action="store_true", help="also time each mode with a bias (N,) in the epilogue")
     parser.add_argument("--out", type=Path, help="CSV to write")
     args = parser.parse_args(argv)
+    require_cuda("gemm_throughput")
     rows = []
     for size in args.sizes:
         input_sets = [

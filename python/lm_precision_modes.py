@@ -11,6 +11,8 @@ weights, batches and optimizer (torch.optim.AdamW) in each. The kernels each mod
 in parallel, and one short warm-up run per precision loads them, so the timed runs see a warm cache.
 Writes lm_precision_modes.csv (per precision: final train and validation loss, gap to fp32, step time without
 validation), lm_precision_modes_curves.csv (validation curves) and lm_precision_modes.png (curves and step times).
+The switched precisions need a CUDA device; `--quick` (the CPU smoke test) runs them there anyway, where
+ext.precision routes nothing: their rows' `products` column says torch fp32, their curves are labelled so.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ def plot(curves: pd.DataFrame, runs: pd.DataFrame, path: Path) -> None:
 
     figure, (losses, times) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [2, 1]})
     for precision, rows in curves.groupby("precision", sort=False):
-        losses.plot(rows["step"], rows["val_loss"], label=precision)
+        unrouted = rows["products"].iloc[0] == train_lm.UNROUTED
+        losses.plot(rows["step"], rows["val_loss"], label=f"{precision} (FP32 products)" if unrouted else precision)
     losses.set_xlabel("step")
     losses.set_ylabel("validation loss (nats per byte)")
     losses.set_title("validation loss")
@@ -79,6 +82,8 @@ def main(argv=None) -> pd.DataFrame:
         train_lm.validate(base)
     except ValueError as error:
         parser.error(str(error))
+    for precision in args.precisions:  # before any build or run: every precision's device, one line if missing
+        train_lm.require_device_for(replace(base, precision=precision), args.quick, "lm_precision_modes")
     out = args.out or train_lm.default_out(torch.device(base.device))
     out.mkdir(parents=True, exist_ok=True)
     command = shlex.join(["python", "python/lm_precision_modes.py", *(argv if argv is not None else sys.argv[1:])])
@@ -98,6 +103,9 @@ def main(argv=None) -> pd.DataFrame:
     plot(curves, runs, out / "lm_precision_modes.png")
     print(f"after {base.steps} steps (seed {base.seed}):")
     print(summary(runs).to_string(float_format=lambda v: f"{v:.4f}"))
+    unrouted = runs.loc[runs["products"] == train_lm.UNROUTED, "precision"].tolist()
+    if unrouted:  # --quick on the CPU: the rows keep their precision's name, the products column says what ran
+        print(f"on the CPU {', '.join(unrouted)} ran their products in torch's FP32 (ext.precision routes nothing)")
     return runs
 
 

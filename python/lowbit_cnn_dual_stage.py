@@ -83,20 +83,21 @@ def plot(table, path, name: str) -> None:
 
 def main(argv=None) -> None:
     parser = common.parser(__doc__)
-    parser.add_argument("--pretrain-epochs", type=int, default=None, help="FP32 training, default 30 (quick: 1)")
-    parser.add_argument("--epochs", type=int, default=None, help="fine-tuning stage one, default 5 (quick: 1)")
+    common.count(parser, "--pretrain-epochs", "FP32 training, default 30 (quick: 1)")
+    common.count(parser, "--epochs", "fine-tuning stage one, default 5 (quick: 1)")
     parser.add_argument("--lr", type=float, default=1e-4, help="fine-tuning learning rate (stage two: lr/10)")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--channels", type=int, default=None, help="first conv's channels, default 16 (quick: 4)")
+    common.count(parser, "--batch", "mini-batch size", default=64)
+    common.count(parser, "--channels", "first conv's channels, default 16 (quick: 4)")
     parser.add_argument("--man", type=int, default=7, help="accumulator and product mantissa bits (Table 2: 7)")
     args = parser.parse_args(argv)
+    fmt = common.lowbit_format(parser, args.man, 4, 10, 12, chunk=16)  # Table 2: M7E4
     args.channels = args.channels or (4 if args.quick else 16)
     args.pretrain_epochs = args.pretrain_epochs or (1 if args.quick else 30)
     args.epochs = args.epochs or (1 if args.quick else 5)
     device = common.device_for(args.quick)
     out = common.out_folder(args.out, device)
     data = common.digits(device, args.seed, limit=32 if args.quick else None, images=True)
-    config = lowbit.LowbitConfig(lowbit.LowbitFormat.make(args.man, 4, 10, 12, chunk=16))  # Table 2: M7E4
+    config = lowbit.LowbitConfig(fmt)
     clock = common.Stopwatch()
     rows: list[dict] = []
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from cutlass_ext import benchmark
+from cutlass_ext import benchmark, lowbit
+from cutlass_ext.cli_types import positive_int
 from cutlass_ext.tuned import gpu_key
 
 
@@ -21,6 +22,19 @@ def parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="a few seconds on CPU with the reference (smoke test)")
     parser.add_argument("--seed", type=int, default=0)
     return parser
+
+
+def count(parser: argparse.ArgumentParser, flag: str, help: str, default=None) -> None:
+    """A positive count (epochs, widths, batch sizes): 0 is refused, not read as "the default" by `or`."""
+    parser.add_argument(flag, type=positive_int, default=default, help=help)
+
+
+def lowbit_format(parser: argparse.ArgumentParser, *args, **kwargs):
+    """LowbitFormat.make(*args, **kwargs), a bad bit count or bias an argparse error rather than a traceback."""
+    try:
+        return lowbit.LowbitFormat.make(*args, **kwargs)
+    except ValueError as error:
+        parser.error(str(error))
 
 
 def device_for(quick: bool) -> torch.device:

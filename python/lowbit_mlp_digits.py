@@ -80,9 +80,9 @@ def plot(table, path) -> None:
 
 def main(argv=None) -> None:
     parser = common.parser(__doc__)
-    parser.add_argument("--epochs", type=int, default=None, help="default 15 (quick: 1)")
-    parser.add_argument("--width", type=int, default=None, help="hidden width, default 1024 (quick: 32)")
-    parser.add_argument("--batch", type=int, default=16)
+    common.count(parser, "--epochs", "default 15 (quick: 1)")
+    common.count(parser, "--width", "hidden width, default 1024 (quick: 32)")
+    common.count(parser, "--batch", "mini-batch size", default=16)
     parser.add_argument("--bias", type=int, default=5, help="exponent bias of product and accumulator")
     parser.add_argument("--chunk", type=int, default=16)
     parser.add_argument("--stes", nargs="+", default=list(lowbit.STES), choices=lowbit.STES)
@@ -96,12 +96,12 @@ def main(argv=None) -> None:
     parser.add_argument("--eps1", type=float, default=1e-12, help="DIFF STE ε1 (eq. 17)")
     parser.add_argument("--eps2", type=float, default=1e-3, help="DIFF STE ε2 (eq. 17)")
     args = parser.parse_args(argv)
+    fmt = common.lowbit_format(parser, 4, 3, args.bias, args.bias, chunk=args.chunk)
     args.epochs = args.epochs or (1 if args.quick else 15)
     args.width = args.width or (32 if args.quick else 1024)
     device = common.device_for(args.quick)
     out = common.out_folder(args.out, device)
     data = common.digits(device, args.seed, limit=96 if args.quick else None)
-    fmt = lowbit.LowbitFormat.make(4, 3, args.bias, args.bias, chunk=args.chunk)
     rows = run("fp32", None, args, data, device)
     for ste in args.stes:
         config = lowbit.LowbitConfig(fmt, ste=ste, eps1=args.eps1, eps2=args.eps2)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from script_device import default_device, device_name, require_device
 
 from cutlass_ext import optim, tuned
 
@@ -134,7 +135,9 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
 
 def main(argv=None) -> pd.DataFrame:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--device", type=device_name, default=default_device(), help="cpu or cuda (default: cuda where visible)"
+    )
     parser.add_argument("--seeds", type=int, default=16, help="independent problems, averaged (at least 1)")
     parser.add_argument("--samples", type=int, default=1000, help="dataset size of each problem")
     parser.add_argument("--steps", type=int, default=3000)
@@ -155,6 +158,7 @@ def main(argv=None) -> pd.DataFrame:
     if args.quick:
         args.device, args.seeds, args.steps = "cpu", 2, 300
     device = torch.device(args.device)
+    require_device(device, "optim_least_squares")
     out = args.out or default_out(device)
     out.mkdir(parents=True, exist_ok=True)
 

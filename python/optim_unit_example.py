@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from script_device import default_device, device_name, require_device
 
 from cutlass_ext import optim, tuned
 
@@ -92,7 +93,9 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
 
 def main(argv=None) -> pd.DataFrame:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--device", type=device_name, default=default_device(), help="cpu or cuda (default: cuda where visible)"
+    )
     parser.add_argument("--elements", type=int, default=4096, help="weights updated side by side")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="results folder (default sweeps/results/<gpu>/)")
@@ -101,6 +104,7 @@ def main(argv=None) -> pd.DataFrame:
     if args.elements < 1:
         parser.error(f"--elements must be at least 1, got {args.elements}")
     device = torch.device("cpu" if args.quick else args.device)
+    require_device(device, "optim_unit_example")
     elements = 256 if args.quick else args.elements
     out = args.out or default_out(device)
     out.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ from cutlass_ext.ozaki.inputs import KINDS, accuracy_inputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ozaki_gemmul8 import LIBRARY, Gemmul8  # noqa: E402
+from script_device import checked, require_cuda  # noqa: E402
 
 TOLERANCE = 1.1  # within 1.1x SGEMM's error
 
@@ -40,10 +41,11 @@ def main(argv=None):
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     parser.add_argument("--ks", type=int, nargs="+", default=[1024, 4096, 16384, 65536])
     parser.add_argument("--size", type=int, default=512, help="m = n")
-    parser.add_argument("--moduli", type=int, nargs="+", default=[6, 7, 8, 9])
+    parser.add_argument("--moduli", type=checked(ozaki.check_moduli_count, int), nargs="+", default=[6, 7, 8, 9])
     parser.add_argument("--seeds", type=int, default=2, help="input draws per (kind, k); the worst ratio counts")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
+    require_cuda("ozaki_accuracy")
 
     peer = Gemmul8() if LIBRARY.is_file() else None
     rows = []

@@ -13,6 +13,7 @@ import functools
 
 import torch
 from bench_gemm import parse_shape
+from script_device import require_cuda
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
@@ -46,6 +47,7 @@ def main(argv=None):
     parser.add_argument("--scales", nargs="+", default=["tensor"], choices=["tensor", "row"])
     parser.add_argument("--calls", type=int, default=20)
     args = parser.parse_args(argv)
+    require_cuda("profile_fp8")
 
     for m, n, k in args.shapes:
         for scales in args.scales:

@@ -13,6 +13,7 @@ import time
 
 import torch
 from bench_gemm import parse_shape
+from script_device import require_cuda
 from torch.profiler import ProfilerActivity, profile
 
 import cutlass_ext as ext
@@ -36,6 +37,7 @@ def main(argv=None):
     parser.add_argument("--shapes", type=parse_shape, nargs="+", default=[parse_shape("8192")])
     parser.add_argument("--calls", type=int, default=10)
     args = parser.parse_args(argv)
+    require_cuda("profile_gemm")
 
     for m, n, k in args.shapes:
         a = torch.randn(m, k, device="cuda")

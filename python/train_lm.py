@@ -17,7 +17,8 @@ Precisions (seed 004 Table 4 and the mixed-precision baseline):
   bf16-kahan       the same with Kahan-compensated updates;
   tf32, tf32tf32,  the FP32 model and optimizer with every linear layer's and matmul's product (forward and
   halfhalf         backward) run by cutlass_ext.gemm in that mode, through `cutlass_ext.precision` (attention
-                   keeps its fused kernel).
+                   keeps its fused kernel). They need a CUDA device; `--quick` runs them on the CPU, where
+                   nothing is routed, its rows' `products` column saying so.
 `--arithmetic bf16` makes the BF16 precisions' optimizer round every operation to BF16 (the seed's 16-bit FPU).
 `--distributed ddp` (DistributedDataParallel) or `fsdp` (FSDP2's fully_shard per block, then the rest) under
 torchrun splits each step's global batch of `--batch` windows across the ranks, so the curve follows one
@@ -42,12 +43,14 @@ from pathlib import Path
 import pandas as pd
 import torch
 import torch.nn.functional as F
+from script_device import default_device, device_name, refuse, require_device
 from torch import nn
 
 from cutlass_ext import optim, precision, tuned
 
 PRECISIONS = ("fp32", "mixed", "bf16-nearest", "bf16-stochastic", "bf16-kahan")  # the BF16-training study's
 SWITCHED = ("tf32", "tf32tf32", "halfhalf")  # FP32 precisions whose products run under ext.precision(<name>)
+UNROUTED = "torch fp32 (cpu: ext.precision routes nothing)"  # the products column of a switched precision off CUDA
 OPTIMIZERS = ("adamw", "sgd")
 ARITHMETICS = ("fp32", "bf16")
 DISTRIBUTED = ("none", "ddp", "fsdp")
@@ -227,6 +230,29 @@ def lr_factor(config: TrainConfig, step: int) -> float:
     return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
 
 
+def routes_nothing(config: TrainConfig) -> bool:
+    """A switched precision off CUDA: ext.precision routes CUDA tensors only, so its products run in torch's FP32."""
+    return config.precision in SWITCHED and torch.device(config.device).type != "cuda"
+
+
+def products(config: TrainConfig) -> str:
+    """What computed the run's products, for its rows: a switched precision's label alone would claim ext.gemm."""
+    if config.precision not in SWITCHED:
+        return "torch"
+    return UNROUTED if routes_nothing(config) else f"ext.gemm {config.precision}"
+
+
+def require_device_for(config: TrainConfig, quick: bool, script: str) -> None:
+    """One line and exit status 2 where the run cannot be what its precision says: a CUDA device that is not there,
+    or a switched precision on the CPU outside --quick (whose smoke test runs it there, its rows saying so)."""
+    require_device(config.device, script)
+    if routes_nothing(config) and not quick:
+        refuse(
+            f"{script}: precision {config.precision} needs a CUDA device (on the CPU ext.precision routes nothing; "
+            "--quick runs it there in FP32 as a smoke test)"
+        )
+
+
 def validate(config: TrainConfig) -> None:
     if config.precision not in PRECISIONS + SWITCHED:
         raise ValueError(f"precision={config.precision!r} is not one of {list(PRECISIONS + SWITCHED)}")
@@ -359,11 +385,14 @@ def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
         "seconds": seconds,
         "step_ms": 1000 * (seconds - sum(evaluation_seconds)) / config.steps,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "products": products(config),
         "python": sysconfig.get_python_version(),
         "torch": torch.__version__,
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
-    frame = pd.DataFrame(curve).assign(precision=config.precision, optimizer=config.optimizer, seed=config.seed)
+    frame = pd.DataFrame(curve).assign(
+        precision=config.precision, optimizer=config.optimizer, seed=config.seed, products=products(config)
+    )
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         ranks = "" if config.distributed == "none" else f"_{config.distributed}{world}"
@@ -384,7 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--steps", type=int, default=defaults.steps)
     parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--device", type=device_name, default=default_device(), help="cpu or cuda (default: cuda where visible)"
+    )
     for name in (
         "layers",
         "width",
@@ -438,6 +469,7 @@ def main(argv=None) -> dict:
         validate(config)
     except ValueError as error:
         build_parser().error(str(error))
+    require_device_for(config, args.quick, "train_lm")
     out = args.out or default_out(torch.device(config.device))
     summary = train(config, out)
     if config.distributed != "none":
