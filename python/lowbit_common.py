@@ -38,8 +38,13 @@ def lowbit_format(parser: argparse.ArgumentParser, *args, **kwargs):
 
 
 def device_for(quick: bool) -> torch.device:
-    if quick or not torch.cuda.is_available():
+    """--quick: the CPU reference, a smoke run; else the GPU kernels (the full experiment on the CPU reference
+    would take hours, so without a GPU it stops here with one line)."""
+    if quick:
         return torch.device("cpu")
+    from script_device import require_cuda  # python/ is on sys.path when a script here runs
+
+    require_cuda(Path(sys.argv[0]).stem or "this experiment")
     return torch.device("cuda")
 
 

@@ -123,3 +123,16 @@ def test_a_switched_precision_on_the_cpu_is_labelled_fp32(monkeypatch):
     fp32 = train_lm.TrainConfig(**{**train_lm.QUICK, "precision": "fp32"})
     assert train_lm.products(fp32) == "torch"
     assert train_lm.products(train_lm.TrainConfig(precision="halfhalf", device="cuda")) == "ext.gemm halfhalf"
+
+
+def test_a_full_low_bit_experiment_without_a_gpu_stops_with_one_line():
+    """Only --quick runs on the CPU reference: the full experiment there would take hours."""
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPTS / "lowbit_mlp_digits.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        check=False,
+    )
+    assert completed.returncode == 2 and completed.stderr.strip() == "lowbit_mlp_digits needs a CUDA device"
