@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from .arguments import is_integer
 from .fp8 import ACCUMULATIONS, OUT_DTYPES, gemm_fp8, quantize_fp8
 from .fp8_rows import quantize_fp8_rows
 
@@ -65,7 +66,7 @@ class Fp8Linear(torch.nn.Module):
         if out_dtype not in OUT_DTYPES.values():
             raise TypeError(f"out_dtype must be one of {list(OUT_DTYPES.values())}; got {out_dtype}")
         for name, value in (("in_features", in_features), ("out_features", out_features)):
-            if isinstance(value, bool) or not hasattr(type(value), "__index__") or value < 1:  # numpy ints too
+            if not is_integer(value) or value < 1:  # numpy ints too
                 raise ValueError(f"{name}={value!r} must be a positive integer")
         if in_features % _ROW_BYTES:
             raise ValueError(f"in_features={in_features} must be a multiple of {_ROW_BYTES} (FP8 rows of K bytes)")

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 import torch
 
+from .arguments import checked_model, checked_names
 from .fp8_linear import Fp8Linear
 from .gemm import check_mode, gemm
 
@@ -68,28 +69,10 @@ class Linear(torch.nn.Linear):
         return f"{super().extra_repr()}, mode={self.mode!r}"
 
 
-def _checked_model(model) -> torch.nn.Module:
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
-    return model
-
-
 def _skipped(name: str, skip: set[str]) -> bool:
     """Whether `name` or a module above it is in `skip`."""
     parts = name.split(".")
     return any(".".join(parts[:length]) in skip for length in range(len(parts) + 1))
-
-
-def _checked_skip(model: torch.nn.Module, skip) -> set[str]:
-    if skip is None:
-        return set()
-    names = {skip} if isinstance(skip, str) else set(skip) if isinstance(skip, Iterable) else None
-    if names is None or not all(isinstance(name, str) for name in names):
-        raise TypeError(f"skip must be a module's name or an iterable of names; got {skip!r}")
-    unknown = names - {name for name, _ in model.named_modules(remove_duplicate=False)}
-    if unknown:
-        raise ValueError(f"skip names modules that model does not have: {sorted(unknown)}")
-    return names
 
 
 def convert(model: torch.nn.Module, mode: str = "tf32tf32", skip: Iterable[str] | str | None = None) -> torch.nn.Module:
@@ -103,7 +86,8 @@ def convert(model: torch.nn.Module, mode: str = "tf32tf32", skip: Iterable[str] 
     Convert before `fully_shard` or parametrizations, which give the layers classes of their own.
     """
     mode = check_mode(mode)
-    skip = _checked_skip(_checked_model(model), skip)
+    checked_model(model)
+    skip = set() if skip is None else checked_names(model, skip, "module")
     named = list(model.named_modules(remove_duplicate=False))
     kept = {id(module) for name, module in named if _skipped(name, skip)}  # a layer under several names: any
     for _, module in named:
@@ -116,7 +100,7 @@ def convert(model: torch.nn.Module, mode: str = "tf32tf32", skip: Iterable[str] 
 def unconvert(model: torch.nn.Module) -> torch.nn.Module:
     """The inverse of `convert`: every `ext.nn.Linear` of `model` becomes a `torch.nn.Linear` again, in place;
     returns `model`."""
-    for module in _checked_model(model).modules():
+    for module in checked_model(model).modules():
         if type(module) is Linear:
             module.__class__ = torch.nn.Linear
             del module.mode

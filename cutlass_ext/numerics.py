@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .arguments import is_integer
+
 
 @dataclass(frozen=True)
 class FloatFormat:
@@ -28,7 +30,7 @@ class FloatFormat:
     def __post_init__(self):
         for name, least in (("exponent_bits", 2), ("mantissa_bits", 0)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not hasattr(type(value), "__index__") or value < least:
+            if not is_integer(value) or value < least:
                 raise ValueError(f"{name}={value!r} must be an integer of at least {least}")
         if isinstance(self.max_finite, bool) or not (
             isinstance(self.max_finite, numbers.Real) and 0 < self.max_finite < math.inf
@@ -187,7 +189,7 @@ def emulated_gemm(
     """
     _lookup(dict.fromkeys(GEMM_SCHEMES), scheme, "scheme")
     for name, value, least in (("mma_k", mma_k, 1), ("accumulator_bits", accumulator_bits, 1), ("block_k", block_k, 1)):
-        if isinstance(value, bool) or not hasattr(type(value), "__index__") or value < least:
+        if not is_integer(value) or value < least:
             raise ValueError(f"{name}={value!r} must be an integer of at least {least}")
     if fold not in ("end", "step", "block"):
         raise ValueError(f"fold={fold!r} is not one of ['end', 'step', 'block']")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..arguments import is_integer
 from ..compiling import custom_op
 from . import quantize_kernel
 
@@ -20,10 +21,8 @@ BLOCKS = ((1, 128), (128, 128))
 
 def check_block(block) -> tuple[int, int]:
     block = tuple(block) if isinstance(block, (tuple, list)) else block
-    integral = isinstance(block, tuple) and all(
-        hasattr(type(v), "__index__") and not isinstance(v, bool) for v in block
-    )
-    if block not in BLOCKS or not integral:  # (1.0, 128.0) equals (1, 128) but is no block size
+    # (1.0, 128.0) equals (1, 128) but is no block size
+    if block not in BLOCKS or not all(is_integer(size) for size in block):
         raise ValueError(f"block={block!r} must be one of {list(BLOCKS)}")
     return tuple(int(v) for v in block)
 

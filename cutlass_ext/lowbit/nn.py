@@ -7,6 +7,7 @@ from collections.abc import Iterable
 import torch
 import torch.nn.functional as F
 
+from ..arguments import checked_model, checked_names
 from . import LowbitConfig, linear, matmul
 
 
@@ -109,12 +110,6 @@ class Conv2d(torch.nn.Conv2d):
 _TWINS = {torch.nn.Linear: Linear, torch.nn.Conv2d: Conv2d}
 
 
-def _checked_model(model) -> torch.nn.Module:
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
-    return model
-
-
 def convert(model: torch.nn.Module, config: LowbitConfig, skip: Iterable[str] | None = None) -> torch.nn.Module:
     """Make every `nn.Linear` and `nn.Conv2d` of `model` (exactly those classes, `model` itself included) its
     low-bit twin, in place; returns `model`.
@@ -127,18 +122,12 @@ def convert(model: torch.nn.Module, config: LowbitConfig, skip: Iterable[str] | 
     changes.
     """
     _checked(config)
-    named = list(_checked_model(model).named_modules(remove_duplicate=False))
+    named = list(checked_model(model).named_modules(remove_duplicate=False))
     layers = [(name, module) for name, module in named if type(module) in _TWINS]
     if skip is None:
         skip = {layers[-1][0]} if layers else set()
     else:
-        names = {skip} if isinstance(skip, str) else set(skip) if isinstance(skip, Iterable) else None
-        if names is None or not all(isinstance(name, str) for name in names):
-            raise TypeError(f"skip must be a layer's name or an iterable of names; got {skip!r}")
-        skip = names
-        unknown = skip - {name for name, _ in named}
-        if unknown:
-            raise ValueError(f"skip names modules that model does not have: {sorted(unknown)}")
+        skip = checked_names(model, skip, "layer")
     kept = {id(module) for name, module in layers if name in skip}
     chosen = {id(module): module for _, module in layers if id(module) not in kept}  # each layer once
     for module in chosen.values():
@@ -152,7 +141,7 @@ def set_underflow(model: torch.nn.Module, on: bool) -> int:
     if not isinstance(on, bool):
         raise ValueError(f"on={on!r} must be True or False")
     count = 0
-    for module in _checked_model(model).modules():
+    for module in checked_model(model).modules():
         if isinstance(module, (Linear, Conv2d)):
             module.config = module.config.with_underflow(on)
             count += 1
