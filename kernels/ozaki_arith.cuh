@@ -39,8 +39,14 @@ OZAKI_HD double pow2(int e) {
 #endif
 }
 
-// reference.row_shifts: s = budget − ⌈e/2⌉ for squares = f·2^e, f in [1/2, 1); budget for an all-zero row.
+// The shift of a row or column holding Inf or NaN (reference.NON_FINITE_SHIFT): residues 0, outputs NaN.
+constexpr int kNonFiniteShift = -2147483647 - 1;
+constexpr uint32_t kNanBits = 0x7fc00000u;  // torch's NaN
+
+// reference.row_shifts: s = budget − ⌈e/2⌉ for squares = f·2^e, f in [1/2, 1); budget for an all-zero row;
+// kNonFiniteShift for a sum of squares that is Inf or NaN.
 OZAKI_HD int shift_from_squares(double squares, int budget) {
+  if (!(squares <= 1.7976931348623157e308)) return kNonFiniteShift;
   if (!(squares > 0.0)) return budget;
   int exponent;
   std::frexp(squares, &exponent);
@@ -258,9 +264,11 @@ OZAKI_HD int64_t crt_wrapped(const int32_t (&products)[kCount]) {
 }
 
 // reference.recombine for one element: float32(C'·2^-(shift_a + shift_b)), C' in FP64 (rounded once for
-// kCount ≤ 8, Horner's rule above).
+// kCount ≤ 8, Horner's rule above); NaN where either shift is kNonFiniteShift (chosen at the end: a branch around
+// the CRT costs registers).
 template <int kCount, bool kBalanced = false>
 OZAKI_HD float recombine(const int32_t (&products)[kCount], int shift_a, int shift_b) {
+  const bool finite = shift_a != kNonFiniteShift && shift_b != kNonFiniteShift;
   double value;
   if constexpr (kCount <= kMaxWrappedModuli) {
     value = double(crt_wrapped<kCount, kBalanced>(products));
@@ -269,12 +277,13 @@ OZAKI_HD float recombine(const int32_t (&products)[kCount], int shift_a, int shi
     Garner<kCount>::digits(products, digits);
     value = horner<kCount>(digits, double(digits[kCount - 1]));
   }
-  value *= pow2(-(shift_a + shift_b));
+  value *= pow2(finite ? -(shift_a + shift_b) : 0);
 #ifdef __CUDA_ARCH__
-  return __double2float_rn(value);
+  const float result = __double2float_rn(value);
 #else
-  return float(value);
+  const float result = float(value);
 #endif
+  return finite ? result : float_bits_as_float(kNanBits);
 }
 
 // The balanced residues of v modulo the first kCount moduli.

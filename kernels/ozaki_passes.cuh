@@ -156,17 +156,21 @@ __global__ void __launch_bounds__(kPassThreads) residue_kernel(const cutlass_ext
     const int row = warp + 8 * j;
     if (row0 + row >= args.rows_pitch) break;  // rows past `rows` were loaded as zeros: their residues are 0
     uint32_t bytes[4][kCount];
+    // A row holding Inf or NaN: its residues are 0 (masked after the arithmetic, which runs on a unit scale).
+    const bool finite = row_shift[row] != kNonFiniteShift;
+    const int shift = finite ? row_shift[row] : 0;
+    const uint32_t keep = finite ? ~0u : 0u;
     if constexpr (kBudget <= 31) {
       // |round(x·2^s)| ≤ 2^kBudget·(1 + 2^-30) + 1/2 < 2^32: an FP32 integer, reduced on the FP32 pipe.
-      const FloatScale scale(row_shift[row]);
+      const FloatScale scale(shift);
 #pragma unroll
       for (int c = 0; c < 4; ++c) residue_bytes<kCount>(scaled_float(tile[row][4 * lane + c], scale), bytes[c]);
     } else {
-      const double scale = pow2(row_shift[row]);
+      const double scale = pow2(shift);
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         int r[kCount];
-        residues<kCount>(scaled_integer(tile[row][4 * lane + c], scale), r);
+        residues<kCount>(scaled_integer(finite ? tile[row][4 * lane + c] : 0.0f, scale), r);  // no Inf to int64
 #pragma unroll
         for (int l = 0; l < kCount; ++l) bytes[c][l] = uint32_t(r[l]) & 255u;
       }
@@ -174,7 +178,7 @@ __global__ void __launch_bounds__(kPassThreads) residue_kernel(const cutlass_ext
     int8_t* out = args.planes + (b * args.rows_pitch + row0 + row) * args.k_pitch + k;
 #pragma unroll
     for (int l = 0; l < kCount; ++l) {
-      const uint32_t packed = bytes[0][l] | (bytes[1][l] << 8) | (bytes[2][l] << 16) | (bytes[3][l] << 24);
+      const uint32_t packed = (bytes[0][l] | (bytes[1][l] << 8) | (bytes[2][l] << 16) | (bytes[3][l] << 24)) & keep;
       *reinterpret_cast<uint32_t*>(out + l * plane_elements) = packed;
     }
   }

@@ -50,6 +50,21 @@ def test_shift_matches_reference(arith_check, generator):
     assert [int(a) for a in answers] == ref.row_shifts(x, 8).tolist()
 
 
+def test_non_finite_sums_of_squares_give_the_marker(arith_check):
+    budget = ref.shift_budget(8)
+    answers = arith_check([f"shift {v} {budget}" for v in ("inf", "nan", "0x1.fffffffffffffp+1023")])
+    assert [int(a) for a in answers[:2]] == [ref.NON_FINITE_SHIFT] * 2
+    assert int(answers[2]) != ref.NON_FINITE_SHIFT
+
+
+@pytest.mark.parametrize("count", [8, 9])
+def test_recombination_of_a_marked_row_or_column_is_nan(arith_check, count):
+    marker, products = ref.NON_FINITE_SHIFT, " ".join(["0"] * count)
+    lines = [f"recombine {count} {balanced} {sa} {sb} {products}" for balanced in (0, 1)
+             for sa, sb in ((marker, 3), (3, marker), (marker, marker))]
+    assert arith_check(lines) == ["7fc00000"] * len(lines)
+
+
 @pytest.mark.parametrize("count", [3, 8, 9, 14])
 def test_residues_match_reference(arith_check, count, generator):
     x = torch.cat([exp_rand((400,), -149 + 23, 127, generator), torch.tensor([0.0, -0.0, 2.0**-149, -(2.0**-149)])])

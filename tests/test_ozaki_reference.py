@@ -157,6 +157,25 @@ def test_transposed_views_give_the_same_bits(generator):
     assert torch.equal(ref.ozaki_matmul(a.T.contiguous().T, b.T.contiguous().T, 8), ref.ozaki_matmul(a, b, 8))
 
 
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+def test_non_finite_rows_and_columns_give_nan_and_leave_the_rest(bad, generator):
+    a, b = urand((7, 40), generator), urand((40, 6), generator)
+    clean = ref.ozaki_matmul(a, b, 8)
+    a[2, 5], b[9, 4] = bad, bad
+    out = ref.ozaki_matmul(a, b, 8)
+    assert ref.row_shifts(a, 8)[2] == ref.NON_FINITE_SHIFT
+    assert torch.all(ref.residues(a, ref.row_shifts(a, 8), 8)[:, 2] == 0)
+    marked = torch.zeros(7, 6, dtype=torch.bool)
+    marked[2, :], marked[:, 4] = True, True
+    assert torch.all(out[marked].view(torch.int32) == 0x7FC00000)  # torch's NaN, whatever the input's sign
+    assert torch.equal(out[~marked], clean[~marked])
+
+
+def test_largest_finite_values_are_not_taken_for_non_finite(generator):
+    a = torch.full((3, 2**17 - 1), torch.finfo(torch.float32).max)
+    assert torch.all(ref.row_shifts(a, 8) != ref.NON_FINITE_SHIFT)
+
+
 def test_argument_errors():
     a, b = torch.ones(4, 8), torch.ones(8, 3)
     with pytest.raises(TypeError, match="a must be float32"):

@@ -45,8 +45,8 @@ def gemm(
 ) -> torch.Tensor:
     """(…, M, K) @ (…, K, N) float32 tensors (any strides; batch dimensions broadcast) by Ozaki scheme II with
     `moduli` INT8 GEMMs; float32 (…, M, N), equal to `reference.ozaki_matmul` bit for bit. `config` picks the
-    GEMM's tiles (its `moduli` must agree). CUDA tensors need sm_90a; CPU tensors run the reference. Inputs must
-    be finite and K < 2^17."""
+    GEMM's tiles (its `moduli` must agree). CUDA tensors need sm_90a; CPU tensors run the reference. K < 2^17;
+    a row of a or column of b holding Inf or NaN makes its row or column of the result NaN."""
     _check_operand("a", a)
     _check_operand("b", b)
     check_moduli_count(moduli)

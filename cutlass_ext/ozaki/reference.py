@@ -17,6 +17,11 @@ arXiv 2504.08009; GEMMul8, arXiv 2508.03984):
 
 Every step is exact or in a fixed order (the norm: FP64 sums of exact squares, k-slices of 1024 in k order, then
 the slices in order), so the kernels equal this reference bit for bit.
+
+Inf and NaN: a row of A (column of B) holding one has a non-finite sum of squares (finite FP32 squares cannot
+overflow FP64 at K < 2^17); it gets the shift NON_FINITE_SHIFT, residues 0, and every output of its row (column) is
+NaN (0x7fc00000, torch's NaN). SGEMM gives ±Inf or NaN there, by the signs and the zeros met; a finite output is
+never made from a non-finite input, and the other outputs keep their bits.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ SHIFT_GUARD_BITS = 30  # the norm's FP64 rounding error (≤ K·2^-53 relative) 
 NORM_SLICE_K = 1024  # k per partial sum of squares (kernels/ozaki_arith.cuh kNormSliceK)
 MAX_WRAPPED_MODULI = 8  # P < 2^64: the kernels rebuild C' exactly in 64-bit integers
 CRT_MARGIN_BITS = 12  # |C'| ≤ (1 − 2^-12)·P/2: the kernels' fixed-point estimate of C'/P rounds to the right k
+NON_FINITE_SHIFT = -(2**31)  # the shift of a row or column holding Inf or NaN (kernels/ozaki_arith.cuh)
 
 
 def _coprime_moduli() -> tuple[int, ...]:
@@ -94,18 +100,23 @@ def _sum_of_squares(x: torch.Tensor) -> torch.Tensor:
 
 def row_shifts(x: torch.Tensor, count: int) -> torch.Tensor:
     """int32 (…, R): s = t − ⌈e/2⌉ per row of x (…, R, K), where S = Σ_k x² in FP64 (`_sum_of_squares`) is
-    f·2^e, f ∈ [½, 1); then 2^s·‖x_row‖₂ < 2^t (1 + 2^-30). An all-zero row gets s = t."""
+    f·2^e, f ∈ [½, 1); then 2^s·‖x_row‖₂ < 2^t (1 + 2^-30). An all-zero row gets s = t, a row holding Inf or NaN
+    NON_FINITE_SHIFT."""
     _check_float32("x", x)
     t = shift_budget(count)
     squares = _sum_of_squares(x)
-    _, exponent = torch.frexp(squares)
+    finite = torch.isfinite(squares)
+    _, exponent = torch.frexp(torch.where(finite, squares, 0.0))
     half_exponent = torch.where(squares > 0, -torch.div(-exponent, 2, rounding_mode="floor"), 0)
-    return (t - half_exponent).to(torch.int32)
+    return torch.where(finite, t - half_exponent, NON_FINITE_SHIFT).to(torch.int32)
 
 
 def scaled_integers(x: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
-    """int64 (…, R, K): round-half-even(x · 2^s) per row (exact in FP64: a power-of-two scale of an FP32 value)."""
-    scaled = torch.ldexp(x.double(), shifts.to(torch.float64).unsqueeze(-1))
+    """int64 (…, R, K): round-half-even(x · 2^s) per row (exact in FP64: a power-of-two scale of an FP32 value);
+    0 in a row whose shift is NON_FINITE_SHIFT."""
+    marked = (shifts == NON_FINITE_SHIFT).unsqueeze(-1)
+    scale = torch.where(marked, 0, shifts.unsqueeze(-1)).to(torch.float64)
+    scaled = torch.ldexp(torch.where(marked, 0.0, x.double()), scale)
     return torch.round(scaled).to(torch.int64)
 
 
@@ -162,16 +173,20 @@ def horner(digits: torch.Tensor, count: int) -> torch.Tensor:
 
 def recombine(products: torch.Tensor, shifts_a: torch.Tensor, shifts_b: torch.Tensor, count: int) -> torch.Tensor:
     """float32 (…, M, N): C = C'·2^-(s_i + s_j) from the per-modulus products (count, …, M, N), rounded once
-    (FP64 → FP32, nearest even); the power-of-two scale is exact in FP64 for every FP32 input."""
+    (FP64 → FP32, nearest even); the power-of-two scale is exact in FP64 for every FP32 input. NaN where a row's
+    or column's shift is NON_FINITE_SHIFT."""
     value = horner(garner_digits(products, count), count)
+    marked = (shifts_a == NON_FINITE_SHIFT).unsqueeze(-1) | (shifts_b == NON_FINITE_SHIFT).unsqueeze(-2)
     scale = -(shifts_a.to(torch.float64).unsqueeze(-1) + shifts_b.to(torch.float64).unsqueeze(-2))
-    return torch.ldexp(value, scale).to(torch.float32)
+    result = torch.ldexp(value, torch.where(marked, 0.0, scale)).to(torch.float32)
+    return torch.where(marked, torch.tensor(float("nan"), dtype=torch.float32), result)
 
 
 def ozaki_matmul(a: torch.Tensor, b: torch.Tensor, moduli_count: int = 8) -> torch.Tensor:
     """(…, M, K) @ (…, K, N) float32 by Ozaki scheme II with `moduli_count` INT8 moduli; float32 (…, M, N).
 
-    The definition of `cutlass_ext.ozaki.gemm`: finite inputs, K < 2^17, batch dimensions broadcast."""
+    The definition of `cutlass_ext.ozaki.gemm`: K < 2^17, batch dimensions broadcast; a row of a or column of b
+    holding Inf or NaN gives NaN in its row or column of the result (the module's docstring)."""
     _check_float32("a", a)
     _check_float32("b", b)
     check_moduli_count(moduli_count)

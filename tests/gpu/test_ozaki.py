@@ -168,6 +168,24 @@ def test_the_largest_value_in_a_partial_last_chunk_sets_the_shift(layout):
     assert _same_bits(ozaki.gemm(a, b), ozaki_matmul(a.cpu(), b.cpu(), 8))
 
 
+@pytest.mark.parametrize("moduli, output", [(8, "residues"), (8, "products"), (9, "residues")])
+@pytest.mark.parametrize("layout", ["nn", "tt"])
+def test_inf_and_nan_give_the_references_nan_rows_and_columns(moduli, output, layout):
+    """A row of A or column of B holding Inf or NaN: NaN in its row or column, the other outputs unchanged (the
+    FP32 residue path at 8 moduli, the integer one at 9)."""
+    a, b = _draw("urand", (70, 300), 21), _draw("urand", (300, 45), 22)
+    a[3, 7], a[40, 299], a[69, 0] = float("inf"), float("-inf"), float("nan")
+    b[0, 2], b[150, 44] = float("nan"), float("inf")
+    if layout == "tt":
+        a, b = a.T.contiguous().T, b.T.contiguous().T
+    config = ozaki.OzakiConfig(moduli=moduli, output=output)
+    out = ozaki.gemm(a, b, moduli=moduli, config=config)
+    expected = ozaki_matmul(a.cpu(), b.cpu(), moduli)
+    assert _same_bits(out, expected)
+    assert torch.isnan(expected[[3, 40, 69]]).all() and torch.isnan(expected[:, [2, 44]]).all()
+    assert torch.isfinite(expected[:3, :2]).all()
+
+
 def test_bad_arguments_raise_clear_errors():
     a, b = _draw("urand", (4, 8), 15), _draw("urand", (8, 3), 16)
     with pytest.raises(TypeError, match="a must be float32"):
