@@ -60,8 +60,11 @@ def test_non_finite_sums_of_squares_give_the_marker(arith_check):
 @pytest.mark.parametrize("count", [8, 9])
 def test_recombination_of_a_marked_row_or_column_is_nan(arith_check, count):
     marker, products = ref.NON_FINITE_SHIFT, " ".join(["0"] * count)
-    lines = [f"recombine {count} {balanced} {sa} {sb} {products}" for balanced in (0, 1)
-             for sa, sb in ((marker, 3), (3, marker), (marker, marker))]
+    lines = [
+        f"recombine {count} {balanced} {sa} {sb} {products}"
+        for balanced in (0, 1)
+        for sa, sb in ((marker, 3), (3, marker), (marker, marker))
+    ]
     assert arith_check(lines) == ["7fc00000"] * len(lines)
 
 
