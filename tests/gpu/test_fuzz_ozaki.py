@@ -1,7 +1,7 @@
 """Property tests of `ext.gemm(mode="int8x8")` (Ozaki scheme II on INT8 Tensor Cores) against its definition,
 `ozaki.reference.ozaki_matmul` on the CPU, bit for bit (the `ozaki.gemm` docstring): random shapes (0, 1, primes,
-tile edges), strides, broadcast batches and finite values of any exponent range (the docstring admits finite
-inputs and K < 2^17), including rows whose magnitudes span FP32's range and subnormals."""
+tile edges), strides, broadcast batches and values of any exponent range, including rows whose magnitudes span
+FP32's range and subnormals, and Inf and NaN anywhere (their rows and columns come out NaN, with torch's NaN bits)."""
 
 import torch
 from hypothesis import given
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import cutlass_ext as ext
 from cutlass_ext.ozaki import reference
 
-from .fuzz_inputs import LAYOUTS, examples, mostly, same_bits, stored, values
+from .fuzz_inputs import LAYOUTS, SPECIALS, examples, mostly, same_bits, stored, values, with_specials
 
 DISTRIBUTIONS = {
     "normal": "normal",
@@ -41,3 +41,24 @@ def test_int8x8_equals_the_reference_bit_for_bit(data, m, n, k, seed):
     assert out.shape == expected.shape and out.dtype == torch.float32
     differ = int((out.view(torch.int32) != expected.view(torch.int32)).sum())
     assert same_bits(out, expected), f"{differ} of {out.numel()} outputs differ from the reference"
+
+
+@given(
+    data=st.data(),
+    m=SIZES,
+    n=SIZES,
+    k=SIZES,
+    specials=st.lists(st.tuples(st.sampled_from("ab"), st.integers(0, 10**6), SPECIALS), min_size=1, max_size=4),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_inf_and_nan_give_the_references_words(data, m, n, k, specials, seed):
+    generator = torch.Generator().manual_seed(seed)
+    a = with_specials(values("normal", (m, k), generator), [(p, v) for o, p, v in specials if o == "a"])
+    b = with_specials(values("normal", (k, n), generator), [(p, v) for o, p, v in specials if o == "b"])
+    expected = reference.ozaki_matmul(a, b, 8)
+    a_gpu = stored(a, data.draw(st.sampled_from(LAYOUTS), label="layout of a"))
+    b_gpu = stored(b, data.draw(st.sampled_from(LAYOUTS), label="layout of b"))
+    out = ext.gemm(a_gpu, b_gpu, mode="int8x8").cpu()
+    assert torch.equal(out.view(torch.int32), expected.view(torch.int32))  # NaN's word too, not any NaN
+    sgemm = a.double() @ b.double()
+    assert torch.isfinite(out).equal(torch.isfinite(sgemm))  # non-finite exactly where SGEMM's are
