@@ -256,6 +256,7 @@ def column_shard_worker(rank: int, world: int, port: int, folder: str, device_ty
                 outcomes[update] = str(error)
         if rank == 0:
             torch.save(outcomes, os.path.join(folder, "results.pt"))
+        dist.barrier()  # no rank tears gloo down while the other still has collectives in flight
     finally:
         dist.destroy_process_group()
 
