@@ -108,7 +108,8 @@ def gemm(
       fp32      IEEE SGEMM (cuBLAS on the FP32 units) in eager, compiled and graph-captured code alike, whatever
                 torch's TF32 setting says, without changing it.
       int8x<N>  Ozaki scheme II on INT8 Tensor Cores with N moduli (`cutlass_ext.ozaki`; int8x8 is within SGEMM's
-                error over FP32's range, sm_90a; finite inputs, K < 2^17; the epilogue runs after the product).
+                error over FP32's range, sm_90a; K < 2^17; the epilogue runs after the product; a row of a or
+                column of b holding Inf or NaN gives NaN in its row or column).
     Any sizes >= 0 and any strides; the first use builds and caches the kernels. Differentiable in a, b, bias and
     c: dA and dB are computed in the same mode. NaN propagates; Inf makes the outputs SGEMM makes Inf non-finite
     (NaN where the finite factor's lo part is zero). Arguments are checked once per signature (dtypes, devices,
