@@ -366,3 +366,10 @@ def test_experiment_quick_mode(tmp_path, script, files):
         rows = tables["lowbit_cnn_dual_stage.csv"]
         assert {"FP32", "LBA zero-shot", "LBA stage 2 (no UF -> UF)"} <= {r["stage"] for r in rows}
         assert all(0 <= float(r[a]) <= 1 for r in rows for a in ("accuracy_no_uf", "accuracy_uf"))
+
+
+def test_linear_of_no_input_features_is_the_bias():
+    config = lowbit.LowbitConfig(lowbit.LowbitFormat.make(7, 4))
+    x, weight, bias = torch.randn(3, 2, 0), torch.randn(4, 0), torch.randn(4)
+    assert torch.equal(lowbit.linear(x, weight, bias, config), F.linear(x, weight, bias))
+    assert torch.equal(lowbit.linear(x, weight, None, config), torch.zeros(3, 2, 4))

@@ -47,14 +47,27 @@ def _same(x, y) -> bool:
 @pytest.mark.parametrize("shape", [(1,), (7, 13), (3, 5, 31)])
 def test_flex_bias_is_round_to_of_the_scaled_tensor(fmt, distribution, shape):
     x = _draw(distribution, shape, seed=len(shape) * 100 + sum(shape))
-    top = math.frexp(float(x.abs().max()))[1] - 1  # the binade of the largest magnitude
-    shift = fmt.top_exponent - top
+    largest = float(x.abs().max())
+    shift = fmt.top_exponent - (math.frexp(largest)[1] - 1)  # the top binade ...
+    if largest * 2.0**shift > fmt.max_finite:
+        shift -= 1  # ... or the one below, where the top binade ends first
     expected = (numerics.round_to(x.double() * 2.0**shift, ROUND_TO_FORMATS[fmt]).double() / 2.0**shift).float()
     got = round_operand_values(x, fmt)
     assert _same(got, expected)
-    # the largest magnitude lands in the format's top binade: nothing overflows, the range is used to the top
-    assert math.frexp(float(got.abs().max()) * 2.0**shift)[1] - 1 in (fmt.top_exponent, fmt.top_exponent + 1)
+    # nothing overflows and the range is used to the top: one more doubling would pass the largest finite value
+    assert largest * 2.0**shift <= fmt.max_finite < largest * 2.0 ** (shift + 1)
     assert float(got.abs().max()) <= fmt.max_finite * 2.0**-shift
+
+
+def test_e4m3_flex_bias_uses_the_binade_up_to_448():
+    """float8_e4m3fn's top exponent code holds finite values (256..448): a largest magnitude of 1 is scaled to 256,
+    so 2^-17 lands on the smallest subnormal 2^-9 rather than below it; one of 1.9 (486 at that scale) goes a
+    binade lower."""
+    assert E4M3.top_exponent == 8 and E4M3.max_finite == 1.75 * 2.0**8
+    got = round_operand_values(torch.tensor([1.0, 2.0**-17]), E4M3)
+    assert got.tolist() == [1.0, 2.0**-17]
+    got = round_operand_values(torch.tensor([1.9, 2.0**-17]), E4M3)
+    assert got.tolist() == [1.875, 0.0]  # scaled by 2^7: 243.2 → 240, 2^-10 flushes below 2^-9's half
 
 
 @pytest.mark.parametrize("fmt, dtype", [(E4M3, torch.float8_e4m3fn), (E5M2, torch.float8_e5m2)])

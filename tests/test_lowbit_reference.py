@@ -382,3 +382,21 @@ def test_events_bounds_on_random_data():
     assert events["prod_underflow"] > 0 and events["acc_underflow"] > 0
     exact = lowbit_matmul_events(a, b, LowbitFormat.make(23, 8, 128, 128, underflow=False))
     assert exact["overflow"] == 0 and exact["swamping"] > 0  # FP32 itself rounds
+
+
+@pytest.mark.parametrize("chunk", [2**31, 2**62, 2**63 - 1])
+def test_a_chunk_past_any_k_is_one_chain(chunk):
+    g = torch.Generator().manual_seed(chunk % 1000)
+    a, b = torch.randn(3, 5, generator=g), torch.randn(5, 4, generator=g)
+    huge, whole = (LowbitFormat.make(7, 4, acc_bias=10, chunk=c) for c in (chunk, 5))
+    assert torch.equal(lowbit_matmul_fmt(a, b, huge), lowbit_matmul_fmt(a, b, whole))
+    assert lowbit_matmul_events(a, b, huge) == lowbit_matmul_events(a, b, whole)
+    assert huge.for_depth(0).chunk == 1 and huge.for_depth(5).chunk == 5 and whole.for_depth(9) is whole
+
+
+def test_numpy_integers_are_sizes_and_stored_as_ints():
+    fmt = LowbitFormat.make(np.int64(7), np.int32(4), acc_bias=np.int64(10), chunk=np.int64(4))
+    assert fmt == LowbitFormat.make(7, 4, acc_bias=10, chunk=4)
+    assert all(type(getattr(fmt, f)) is int for f in ("man", "exp", "acc_bias", "prod_bias", "chunk"))
+    with pytest.raises(ValueError, match="chunk=4.0 must be an integer"):
+        LowbitFormat.make(7, 4, chunk=4.0)

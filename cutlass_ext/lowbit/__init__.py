@@ -142,7 +142,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
         check_operand("bias", bias)
         if bias.shape != (weight.shape[0],):
             raise ValueError(f"bias must have shape ({weight.shape[0]},); got {tuple(bias.shape)}")
-    y = matmul(x.reshape(-1, weight.shape[1]), weight.t(), config)
+    y = matmul(x.reshape(math.prod(x.shape[:-1]), weight.shape[1]), weight.t(), config)  # -1 fails at K = 0
     if bias is not None:
         y = y + bias.float()
     return y.reshape(*x.shape[:-1], weight.shape[0])

@@ -9,7 +9,10 @@ to zero. The product x·w is quantized with (prod_man, prod_exp, prod_bias), eac
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass
+
+from ..arguments import is_integer
 
 FP32_MANTISSA_BITS = 23
 FP32_MAX_EXPONENT = 127  # FP32's largest finite value is 2^127·(2 − 2^−23)
@@ -28,7 +31,13 @@ MAX_CHUNK = 2**63 - 1  # the kernels' chunk is an int64 argument; a chunk past a
 
 
 def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return is_integer(value)
+
+
+def as_int(value):
+    """A Python int for an integer of any kind (numpy's too), so the dataclasses hold what torch.library's schemas
+    and the C structs take; anything else unchanged, for the checks to refuse by name."""
+    return operator.index(value) if is_integer(value) else value
 
 
 def check_bits(name: str, value, allowed: tuple[int, int]) -> None:
@@ -100,6 +109,8 @@ class LowbitFormat:
     underflow: bool = True
 
     def __post_init__(self):
+        for field in ("man", "exp", "acc_bias", "prod_bias", "prod_man", "prod_exp", "chunk"):
+            object.__setattr__(self, field, as_int(getattr(self, field)))
         check_bits("man", self.man, MANTISSA_RANGE)
         check_bits("exp", self.exp, EXPONENT_RANGE)
         check_bits("prod_man", self.prod_man, MANTISSA_RANGE)
@@ -124,6 +135,9 @@ class LowbitFormat:
         prod_exp: int | None = None,
     ) -> "LowbitFormat":
         """A validated format; the product format defaults to the accumulator's, biases to the seed's rules."""
+        man, exp, acc_bias, prod_bias, chunk, prod_man, prod_exp = map(
+            as_int, (man, exp, acc_bias, prod_bias, chunk, prod_man, prod_exp)
+        )
         check_bits("man", man, MANTISSA_RANGE)
         check_bits("exp", exp, EXPONENT_RANGE)
         if not _is_int(chunk) or not 1 <= chunk <= MAX_CHUNK:
@@ -141,6 +155,12 @@ class LowbitFormat:
                 rule = f"the default, prod_bias {prod_bias} − ½·log2(chunk {chunk}) rounded"
                 raise ValueError(f"{error}; acc_bias={acc_bias} is {rule}: pass acc_bias") from None
         return cls(man, exp, acc_bias, prod_bias, prod_man, prod_exp, chunk, underflow)
+
+    def for_depth(self, k: int) -> "LowbitFormat":
+        """The same chain for K = k with chunk at most max(k, 1): a chunk past K is one chunk either way, and the
+        chunk's index arithmetic (k + chunk − 1 in the kernels, strides in the reference) stays within int64."""
+        chunk = min(self.chunk, max(k, 1))
+        return self if chunk == self.chunk else dataclasses.replace(self, chunk=chunk)
 
     def with_underflow(self, on: bool) -> "LowbitFormat":
         """The same format with underflow flushing on or off (dual-stage fine-tuning, Table 2)."""

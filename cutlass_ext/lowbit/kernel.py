@@ -176,8 +176,8 @@ class _GradsArgs(ctypes.Structure):
 _FORMAT_FIELDS = ("man", "exp", "acc_bias", "prod_bias", "prod_man", "prod_exp", "chunk", "underflow")
 
 
-def _format_fields(fmt: LowbitFormat) -> tuple:
-    return tuple(getattr(fmt, field) for field in _FORMAT_FIELDS)
+def _format_fields(fmt: LowbitFormat, k: int) -> tuple:
+    return tuple(getattr(fmt.for_depth(k), field) for field in _FORMAT_FIELDS)
 
 
 def _c_format(fields) -> _Format:
@@ -419,7 +419,7 @@ def matmul(
     count = math.prod(batch)
     a3, b3 = a.reshape(count, m, k), b.reshape(count, k, n)
     variant = "" if config is None else config.name
-    out = LowbitMatmul.apply(a3, b3, _format_fields(fmt), ste, float(eps1), float(eps2), variant)
+    out = LowbitMatmul.apply(a3, b3, _format_fields(fmt, k), ste, float(eps1), float(eps2), variant)
     return out.reshape(*batch, m, n)
 
 

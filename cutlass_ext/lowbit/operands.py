@@ -3,9 +3,10 @@
 The seed fine-tunes ResNets with M4E3 weights and activations "with flex-bias": per tensor, the largest
 exponent is read and the exponent bias is the largest integer that keeps the tensor from overflowing. Here an
 `OperandFormat` (man, exp) rounds to nearest-even with subnormals and saturates at its largest finite value;
-with `flex_bias` the tensor is first scaled by the power of two 2^s that puts its largest finite magnitude in the
-format's top binade (s = e_top − ⌊log2 max|x|⌋), rounded, and scaled back (exact: powers of two). That is the
-format with bias b_fixed + s. The rounding passes the gradient straight through (the seed's quantized training).
+with `flex_bias` the tensor is first scaled by 2^s, s the largest integer with 2^s·max|x| ≤ the largest finite
+value (max|x| over the finite elements; s = e_top − ⌊log2 max|x|⌋, one less where that would pass it), rounded,
+and scaled back (exact: powers of two). That is the format with bias b_fixed + s. The rounding passes the
+gradient straight through (the seed's quantized training).
 
 E4M3 is the hardware `float8_e4m3fn` (largest finite 448: its top code is NaN only); other (man, exp) are
 IEEE-like (top exponent code reserved), e.g. E5M2 (57344) and the seed's M4E3 (15.5).
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .format import check_bits
+from .format import as_int, check_bits
 
 # 8-bit float formats of interest have 1..10 mantissa and 2..8 exponent bits; wider ones are allowed.
 OPERAND_MANTISSA_RANGE = (1, 22)
@@ -33,6 +34,8 @@ class OperandFormat:
     flex_bias: bool = True
 
     def __post_init__(self):
+        object.__setattr__(self, "man", as_int(self.man))
+        object.__setattr__(self, "exp", as_int(self.exp))
         check_bits("man", self.man, OPERAND_MANTISSA_RANGE)
         check_bits("exp", self.exp, OPERAND_EXPONENT_RANGE)
         if not isinstance(self.flex_bias, bool):
@@ -40,8 +43,9 @@ class OperandFormat:
 
     @property
     def top_exponent(self) -> int:
-        """The exponent of the largest finite value (IEEE bias 2^(E−1) − 1, the top code reserved)."""
-        return 2 ** (self.exp - 1) - 1
+        """The exponent of the largest finite value: 8 for E4M3 (float8_e4m3fn uses its top exponent code), else
+        IEEE's 2^(E−1) − 1 (the top code reserved)."""
+        return 8 if (self.man, self.exp) == (3, 4) else 2 ** (self.exp - 1) - 1
 
     @property
     def min_exponent(self) -> int:
@@ -91,10 +95,13 @@ def _round(x64: torch.Tensor, fmt: OperandFormat) -> torch.Tensor:
 
 
 def _flex_shift(x64: torch.Tensor, fmt: OperandFormat) -> torch.Tensor:
-    """s with 2^s·max|x| in [2^e_top, 2^(e_top+1)), from the largest finite magnitude (0-d int tensor, on device)."""
+    """The largest s with 2^s·max|x| ≤ fmt.max_finite, max over the finite magnitudes (0-d int tensor, on
+    device): the top binade, or the one below where the top binade ends before 2^s·max|x| (E4M3's 448; the
+    last ulp below 2^(e_top+1) in IEEE-like formats)."""
     largest = torch.where(torch.isfinite(x64), x64.abs(), 0.0).amax() if x64.numel() else x64.new_zeros(())
     _, exponent = torch.frexp(largest)  # largest = f·2^exponent: its binade is 2^(exponent − 1); 0 gives 0
-    return fmt.top_exponent - (exponent - 1)
+    shift = fmt.top_exponent - (exponent - 1)
+    return shift - (torch.ldexp(largest, shift) > fmt.max_finite).to(shift.dtype)
 
 
 def round_operand_values(x: torch.Tensor, fmt: OperandFormat) -> torch.Tensor:

@@ -179,6 +179,7 @@ def _chain(a: torch.Tensor, b: torch.Tensor, fmt: LowbitFormat, events: _Events 
         raise TypeError(f"fmt must be a LowbitFormat; got {type(fmt).__name__}")
     a, b = _check_operands(a, b)
     k = a.shape[-1]
+    fmt = fmt.for_depth(k)
     bt = b.transpose(-1, -2)
     total = a.new_zeros((*a.shape[:-1], b.shape[-1]))
     chunks = math.ceil(k / fmt.chunk)
