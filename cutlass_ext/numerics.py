@@ -72,7 +72,7 @@ GEMM_SCHEMES = SPLIT_SCHEMES + tuple(PLAIN_SCHEMES)
 
 
 def _lookup(table, key, argument: str):
-    if key not in table:
+    if not isinstance(key, str) or key not in table:
         raise ValueError(f"{argument}={key!r} is not one of {sorted(table)}")
     return table[key]
 
@@ -90,10 +90,14 @@ def round_to(
     saturate (FP8). NaN stays NaN.
     """
     spec = fmt if isinstance(fmt, FloatFormat) else _lookup(FORMATS, fmt, "fmt")
-    if mode not in ROUNDING_MODES:
+    if not isinstance(mode, str) or mode not in ROUNDING_MODES:
         raise ValueError(f"mode={mode!r} is not one of {list(ROUNDING_MODES)}")
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor; got {type(x).__name__}")
     if not torch.is_floating_point(x):
         raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None; got {type(generator).__name__}")
     x64 = x.to(torch.float64)
     _, exponent = torch.frexp(x64)  # x = m * 2^exponent with |m| in [0.5, 1)
     leading = torch.clamp(exponent - 1, min=spec.min_exponent)

@@ -120,6 +120,14 @@ def test_round_to_rejects_unknown_format_and_mode():
         numerics.round_to(f32([1.0]), "fp12", "rn")
     with pytest.raises(ValueError, match="mode="):
         numerics.round_to(f32([1.0]), "fp16", "up")
+    with pytest.raises(ValueError, match=r"fmt=\['fp16'\] is not one of"):
+        numerics.round_to(f32([1.0]), ["fp16"])
+    with pytest.raises(ValueError, match=r"mode=\['rn'\] is not one of"):
+        numerics.round_to(f32([1.0]), "fp16", ["rn"])
+    with pytest.raises(TypeError, match="x must be a torch.Tensor; got list"):
+        numerics.round_to([1.0], "fp16")
+    with pytest.raises(TypeError, match="generator must be a torch.Generator or None; got int"):
+        numerics.round_to(f32([1.0]), "fp16", "sr", generator=5)
 
 
 @pytest.mark.parametrize(
