@@ -110,6 +110,17 @@ def test_recombination_matches_reference(arith_check, count, balanced, generator
     assert arith_check(lines) == wanted
 
 
+def test_recombination_of_an_fp32_tie_near_2_to_62(arith_check):
+    """Where FP64 Horner would round twice: the exact C' rounded once, in the kernels and the reference alike."""
+    a = torch.tensor([[1.3623046875, 1.3623046875, 2.0**-26]])
+    b = torch.tensor([[1.00421142578125], [1.00421142578125], [-3 * 2.0**-28]])
+    shifts_a, shifts_b = ref.row_shifts(a, 8), ref.row_shifts(b.T, 8)
+    products = ref.residue_products(ref.residues(a, shifts_a, 8), ref.residues(b.T, shifts_b, 8).mT)
+    values = " ".join(str(int(p)) for p in products[:, 0, 0])
+    answer = arith_check([f"recombine 8 0 {int(shifts_a[0])} {int(shifts_b[0])} {values}"])
+    assert answer == ["402f1c00"] == [f"{int(ref.recombine(products, shifts_a, shifts_b, 8).view(torch.int32)):08x}"]
+
+
 @pytest.mark.slow  # ~1 minute alone, 5-8 on a shared two-core machine
 @pytest.mark.skipif(not have_nvcc, reason="needs nvcc")
 def test_library_compiles_for_sm90a(tmp_path):

@@ -176,6 +176,33 @@ def test_largest_finite_values_are_not_taken_for_non_finite(generator):
     assert torch.all(ref.row_shifts(a, 8) != ref.NON_FINITE_SHIFT)
 
 
+def _defined(a: torch.Tensor, b: torch.Tensor, count: int) -> torch.Tensor:
+    """The docstring's definition with Python integers: C' = A'·B' exactly, one rounding to FP64, the scale, FP32."""
+    shifts_a, shifts_b = ref.row_shifts(a, count), ref.row_shifts(b.mT, count)
+    ia, ib = ref.scaled_integers(a, shifts_a).tolist(), ref.scaled_integers(b.mT, shifts_b).tolist()
+    out = torch.empty(a.shape[0], b.shape[1], dtype=torch.float64)
+    for i, row in enumerate(ia):
+        for j, column in enumerate(ib):
+            exact = sum(x * y for x, y in zip(row, column))
+            out[i, j] = float(exact) * 2.0 ** -(int(shifts_a[i]) + int(shifts_b[j]))  # float(int): one rounding
+    return out.float()
+
+
+def test_up_to_eight_moduli_c_is_exact_and_rounded_once():
+    """C' near 2^62 at an FP32 tie: Horner's rule in FP64 rounds twice there and lands an ulp off."""
+    a = torch.tensor([[1.3623046875, 1.3623046875, 2.0**-26]])
+    b = torch.tensor([[1.00421142578125], [1.00421142578125], [-3 * 2.0**-28]])
+    out = ref.ozaki_matmul(a, b, 8)
+    assert int(out.view(torch.int32)) == 0x402F1C00
+    assert torch.equal(out.view(torch.int32), _defined(a, b, 8).view(torch.int32))
+
+
+@pytest.mark.parametrize("count", [3, 5, 8])
+def test_recombination_is_the_exact_product_rounded(count, generator):
+    a, b = exp_rand((9, 33), -20, 20, generator), exp_rand((33, 7), -20, 20, generator)
+    assert torch.equal(ref.ozaki_matmul(a, b, count).view(torch.int32), _defined(a, b, count).view(torch.int32))
+
+
 def test_argument_errors():
     a, b = torch.ones(4, 8), torch.ones(8, 3)
     with pytest.raises(TypeError, match="a must be float32"):

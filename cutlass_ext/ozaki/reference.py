@@ -171,11 +171,25 @@ def horner(digits: torch.Tensor, count: int) -> torch.Tensor:
     return value
 
 
+def exact_value(digits: torch.Tensor, count: int) -> torch.Tensor:
+    """int64: C' = Σ_l d_l·∏_{i<l} m_i exactly, for count ≤ MAX_WRAPPED_MODULI (|C'| < P/2 < 2^63; Horner's rule
+    in integers, every partial value a smaller balanced mixed-radix number)."""
+    if count > MAX_WRAPPED_MODULI:
+        raise ValueError(f"count={count}: C' is exact in int64 for at most {MAX_WRAPPED_MODULI} moduli")
+    mods = moduli(count)
+    value = digits[count - 1].to(torch.int64)
+    for j in range(count - 2, -1, -1):
+        value = value * mods[j] + digits[j]
+    return value
+
+
 def recombine(products: torch.Tensor, shifts_a: torch.Tensor, shifts_b: torch.Tensor, count: int) -> torch.Tensor:
     """float32 (…, M, N): C = C'·2^-(s_i + s_j) from the per-modulus products (count, …, M, N), rounded once
-    (FP64 → FP32, nearest even); the power-of-two scale is exact in FP64 for every FP32 input. NaN where a row's
-    or column's shift is NON_FINITE_SHIFT."""
-    value = horner(garner_digits(products, count), count)
+    (FP64 → FP32, nearest even); the power-of-two scale is exact in FP64 for every FP32 input. C' in FP64: exact
+    in integers and rounded once up to 8 moduli, Horner's rule in FP64 above (the module docstring). NaN where a
+    row's or column's shift is NON_FINITE_SHIFT."""
+    digits = garner_digits(products, count)
+    value = exact_value(digits, count).double() if count <= MAX_WRAPPED_MODULI else horner(digits, count)
     marked = (shifts_a == NON_FINITE_SHIFT).unsqueeze(-1) | (shifts_b == NON_FINITE_SHIFT).unsqueeze(-2)
     scale = -(shifts_a.to(torch.float64).unsqueeze(-1) + shifts_b.to(torch.float64).unsqueeze(-2))
     result = torch.ldexp(value, torch.where(marked, 0.0, scale)).to(torch.float32)
