@@ -116,12 +116,16 @@ def gemm(
     shapes).
     """
     if mode not in MODES and ozaki.is_mode(mode):
-        if bias is not None or c is not None or out is not None or alpha != 1 or beta != 0:
-            ozaki.check_operands(a, b)  # the operands' types before the epilogue's shapes
-            if c is None and out is None and alpha == 1 and beta == 0 and isinstance(bias, torch.Tensor):
+        ozaki.check_operands(a, b)  # the operands' types before their shapes and the epilogue's
+        _check_shapes(a.shape, b.shape)
+        scaled = isinstance(alpha, bool) or isinstance(beta, bool) or alpha != 1 or beta != 0
+        if bias is not None or c is not None or out is not None or scaled:
+            if c is None and out is None and not scaled and isinstance(bias, torch.Tensor):
                 _cached_check_bias(bias.dtype, bias.device, bias.shape, a.device, b.shape)  # nn.Linear's call
             else:
                 _check_epilogue(a, b, bias, alpha, beta, c, out)
+            if out is not None:
+                _refuse_out_with_grad(a, b, bias, c if beta != 0 else None)
         return ozaki.gemm_mode(a, b, mode, bias=bias, alpha=alpha, beta=beta, c=c, out=out)
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         _check_operands(a=a, b=b)
@@ -246,6 +250,19 @@ def _kernel_operand(t: torch.Tensor, batch: tuple, count) -> torch.Tensor:
     return t.expand(*batch, *matrix).reshape(count, *matrix)
 
 
+def _records_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _refuse_out_with_grad(*tensors) -> None:
+    """torch's rule for out= arguments: no autograd through them."""
+    if _records_grad(*tensors):
+        raise RuntimeError(
+            "gemm(): functions with out=... arguments don't support automatic differentiation, but one of the "
+            "arguments requires grad."
+        )
+
+
 def _general(a, b, mode, bias, alpha, beta, c, out) -> torch.Tensor:
     """gemm for any operand shapes and epilogue, through the kernels' 2-D and 3-D problems."""
     shape = _check_epilogue(a, b, bias, alpha, beta, c, out)
@@ -259,13 +276,9 @@ def _general(a, b, mode, bias, alpha, beta, c, out) -> torch.Tensor:
     m, n = a_matrix.shape[-2], b_matrix.shape[-1]
     kernel_shape = (m, n) if a_kernel.dim() == 2 and b_kernel.dim() == 2 else (count, m, n)
     c_kernel = c.expand(shape).reshape(kernel_shape) if c is not None and beta != 0 else None
-    tensors = (a, b, c_kernel, bias)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+    if _records_grad(a, b, c_kernel, bias):
         if out is not None:
-            raise RuntimeError(
-                "gemm(): functions with out=... arguments don't support automatic differentiation, but one of the "
-                "arguments requires grad."
-            )
+            _refuse_out_with_grad(a, b, c_kernel, bias)
         result = _Gemm.apply(a_kernel, b_kernel, c_kernel, bias, alpha, beta, mode)
     else:
         source, source_scale = _source(c_kernel, bias, beta)
@@ -298,6 +311,11 @@ def _check(mode, a_dtype, b_dtype, a_device, b_device, a_shape, b_shape) -> None
             raise ValueError(f"{name} must have at least one dimension, as torch.matmul's operands; got a scalar")
     if a_device != b_device:
         raise ValueError(f"a and b must be on one device; got {a_device} and {b_device}")
+    _check_shapes(a_shape, b_shape)
+
+
+def _check_shapes(a_shape, b_shape) -> None:
+    """torch.matmul's rules for operands of at least one dimension: K agrees, the batch dimensions broadcast."""
     inner = "b.shape[-2]" if len(b_shape) > 1 else "b.shape[0]"
     if a_shape[-1] != b_shape[-2 if len(b_shape) > 1 else 0]:
         raise ValueError(f"a is {tuple(a_shape)} and b is {tuple(b_shape)}: a.shape[-1] must equal {inner}")

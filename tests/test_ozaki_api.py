@@ -102,6 +102,16 @@ def test_ext_gemm_in_an_ozaki_mode_names_a_bad_epilogue_argument():
         ext.gemm(a.int(), b, mode="int8x8", bias=urand(4))
     with pytest.raises(ValueError, match="moduli=99 must be an integer in 3..14"):
         ext.gemm(a, b, mode="int8x99")
+    with pytest.raises(TypeError, match="alpha must be a real number; got bool"):
+        ext.gemm(a, b, mode="int8x8", alpha=True)
+    with pytest.raises(ValueError, match=r"a is \(12,\) and b is \(5,\): a.shape\[-1\] must equal b.shape\[0\]"):
+        ext.gemm(urand(12), urand(5), mode="int8x8")  # the shapes given, not the matrices they become
+    with pytest.raises(RuntimeError, match="out=... arguments don't support automatic differentiation"):
+        ext.gemm(a.requires_grad_(), b, mode="int8x8", out=torch.empty(5, 4))  # as torch's out= and the other modes
+    with torch.no_grad():
+        out = torch.empty(5, 4)
+        assert ext.gemm(a, b, mode="int8x8", out=out) is out and torch.equal(out, ozaki_matmul(a.detach(), b, 8))
+    a = a.detach()
     # the epilogue's arguments that are right still give the reference's bits
     bias = urand(4)
     assert torch.equal(ext.gemm(a, b, mode="int8x8", bias=bias), ozaki_matmul(a, b, 8) + bias)

@@ -208,7 +208,12 @@ def ozaki_matmul(a: torch.Tensor, b: torch.Tensor, moduli_count: int = 8) -> tor
         raise ValueError(f"a and b must have at least 2 dimensions; got {tuple(a.shape)} and {tuple(b.shape)}")
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(f"a (…, M, K) and b (…, K, N) must agree on K; got a {tuple(a.shape)}, b {tuple(b.shape)}")
-    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    try:
+        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"a's batch dimensions {tuple(a.shape[:-2])} and b's {tuple(b.shape[:-2])} do not broadcast"
+        ) from None
     a = a.expand(*batch, *a.shape[-2:])
     b_columns = b.expand(*batch, *b.shape[-2:]).mT
     shifts_a = row_shifts(a, moduli_count)
