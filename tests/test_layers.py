@@ -29,6 +29,7 @@ LAYER_OF = [
         "base",
         [
             "cutlass_ext.toolchain",
+            "cutlass_ext.arguments",
             "cutlass_ext.batched",
             "cutlass_ext.cache",
             "cutlass_ext.compiling",
