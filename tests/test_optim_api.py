@@ -160,7 +160,10 @@ def test_sgd_and_adamw_specific_errors():
         AdamW(_params(0), capturable=True)
 
 
-@pytest.mark.parametrize("lr", [-0.1, float("inf"), torch.tensor(float("nan"))])
+@pytest.mark.parametrize(
+    "lr",
+    [-0.1, float("inf"), torch.tensor(float("nan")), 1e39, torch.tensor([[0.1]]), torch.tensor(True), torch.tensor(1j)],
+)
 def test_bad_lr_from_a_scheduler_or_group_edit_is_refused(lr):
     params = _params(0)
     optimizer = SGD(params, lr=0.1)
@@ -437,3 +440,34 @@ def test_compiled_step_matches_eager(kind):
 def test_betas_in_any_sequence_and_numpy_numbers_are_taken():
     optimizer = AdamW(_params(0), betas=np.array([0.9, 0.99]), lr=np.float32(0.01))
     assert optimizer.defaults["betas"] == (0.9, 0.99)
+
+
+@pytest.mark.parametrize("dampening", [0.0, 0.3])
+def test_momentum_turned_on_later_starts_its_buffer_as_torch_does(dampening):
+    """torch.optim.SGD makes the buffer at the first step with momentum and copies the gradient in (no dampening)."""
+    ours, theirs = torch.tensor([1.0, -2.0, 3.0]), torch.tensor([1.0, -2.0, 3.0])
+    optimizers = SGD([ours], lr=0.1, dampening=dampening), torch.optim.SGD([theirs], lr=0.1, dampening=dampening)
+    for step in range(4):
+        for optimizer, param in zip(optimizers, (ours, theirs)):
+            optimizer.param_groups[0]["momentum"] = 0.9 if step >= 2 else 0.0
+            param.grad = torch.tensor([0.5, 0.25, -1.0]) * (step + 1)
+            optimizer.step()
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=0)
+
+
+def test_state_of_settings_changed_since_loads_and_steps():
+    """Momentum set to 0 and Kahan switched on mid-run: the state dict loads into a fresh optimizer and steps on."""
+    param = torch.ones(3, dtype=torch.bfloat16)
+    optimizer = SGD([param], lr=0.1, momentum=0.9)
+    param.grad = torch.ones_like(param)
+    optimizer.step()
+    optimizer.param_groups[0].update(momentum=0.0, update="kahan")
+    optimizer.step()
+    assert {"momentum_buffer", "compensation"} <= optimizer.state[param].keys()
+    fresh_param = param.detach().clone()
+    fresh = SGD([fresh_param], lr=0.1, momentum=0.9)
+    fresh.load_state_dict(copy.deepcopy(optimizer.state_dict()))  # torch shares tensors of equal dtype
+    for opt, p in ((optimizer, param), (fresh, fresh_param)):
+        p.grad = torch.full_like(p, 0.5)
+        opt.step()
+    assert torch.equal(fresh_param, param)

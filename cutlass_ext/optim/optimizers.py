@@ -24,15 +24,20 @@ _capture_health_check = (
 )
 
 
+FP32_MAX = float(torch.finfo(torch.float32).max)  # the kernels take hyperparameters as FP32
+
+
 def _check_nonnegative(name: str, value) -> None:
     if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
+        if value.numel() != 1 or value.dim() > 1:
             raise ValueError(f"{name} must be a number or a one-element tensor, got shape {tuple(value.shape)}")
+        if not value.is_floating_point() and value.dtype in (torch.bool, torch.complex64, torch.complex128):
+            raise ValueError(f"{name} must be a real number; got a {value.dtype} tensor")
         # only a CPU tensor is read: reading a CUDA one would wait for its stream (and break graph capture)
-        if value.device.type == "cpu" and not 0 <= value.item() < math.inf:  # NaN too
-            raise ValueError(f"{name}={value.item()} must be a finite non-negative number")
-    elif not _is_number(value) or not 0 <= value < math.inf:
-        raise ValueError(f"{name}={value!r} must be a finite non-negative number")
+        if value.device.type == "cpu" and not 0 <= value.item() <= FP32_MAX:  # NaN too
+            raise ValueError(f"{name}={value.item()} must be a non-negative number finite in FP32")
+    elif not _is_number(value) or not 0 <= value <= FP32_MAX:
+        raise ValueError(f"{name}={value!r} must be a non-negative number finite in FP32")
 
 
 def _is_number(value) -> bool:
@@ -206,7 +211,9 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
             expected = {"step", *stream, *tensors}
             if missing := sorted(expected - state.keys(), key=str):
                 raise ValueError(f"{name} lacks keys {missing}")
-            if unexpected := sorted(state.keys() - expected, key=str):
+            # buffers of settings changed since (momentum set to 0, Kahan switched off) stay, as in torch.optim
+            tensors = tuple(key for key in self._all_tensor_state_names(param) if key in state)
+            if unexpected := sorted(state.keys() - expected - set(tensors), key=str):
                 raise ValueError(f"{name} has unexpected keys {unexpected}")
             state["step"] = _check_step(f"{name}['step']", state["step"], self._step_device(group, param))
         for key in tensors:
@@ -233,6 +240,10 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
     def _state_names(self, group: dict) -> tuple[str, ...]:
         raise NotImplementedError
 
+    def _all_tensor_state_names(self, param: torch.Tensor) -> tuple[str, ...]:
+        """Every state tensor `param` can hold under some setting of its group."""
+        return self._every_state_name + (("compensation",) if param.dtype == torch.bfloat16 else ())
+
     def _tensor_state_names(self, group: dict, param: torch.Tensor) -> tuple[str, ...]:
         """The state tensors of `param`, each shaped like it: FP32 params round nothing, so need no compensation."""
         kahan = group["update"] == "kahan" and param.dtype == torch.bfloat16
@@ -252,6 +263,17 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
             state.setdefault("element_offset", 0)
         return state
 
+    def _add_missing_state(self, group: dict, param: torch.Tensor, state: dict) -> bool:
+        """Zero buffers for what the group needs now and a stepped param lacks (momentum raised from 0, an update
+        switched to Kahan), as torch.optim.SGD makes its momentum buffer when momentum first turns on. True where
+        that is a momentum buffer: its first step copies the gradient in, as on a param's first step."""
+        restart = False
+        for name in self._tensor_state_names(group, param):
+            if state.get(name) is None:
+                state[name] = torch.zeros_like(param, memory_format=torch.contiguous_format)
+                restart = restart or name == "momentum_buffer"
+        return restart
+
     def _constants(self, group: dict, arithmetic: str):
         raise NotImplementedError
 
@@ -269,7 +291,7 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
         index = 0
         for group in self.param_groups:
             _check_nonnegative("lr", group["lr"])
-            params, grads, states = [], [], []
+            params, grads, states, restarts = [], [], [], []
             for param in group["params"]:
                 index += 1
                 if param.grad is None:
@@ -280,36 +302,42 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
                 if grad.is_complex():
                     raise RuntimeError("grad: complex gradients are not supported by cutlass_ext.optim")
                 state = self._init_state(group, param, index - 1)
+                restarts.append(self._add_missing_state(group, param, state))
                 # a DTensor (FSDP2) steps its local shard; its elements keep their indices in the whole tensor
                 params.append(sharding.local_tensor(param))
                 grads.append(sharding.local_tensor(grad))
                 states.append(sharding.local_state(state, param, group["update"]))
             if params:
-                self._step_group(group, params, grads, states)
+                self._step_group(group, params, grads, states, restarts)
         return loss
 
-    def _step_group(self, group: dict, params, grads, states) -> None:
+    def _step_group(self, group: dict, params, grads, states, restarts) -> None:
         torch._foreach_add_([state["step"] for state in states], 1.0)
         fused, plain = [], []
         for i, param in enumerate(params):
             (fused if param.dtype == torch.bfloat16 and param.device.type == "cuda" else plain).append(i)
         if fused:
-            self._step_fused(group, [params[i] for i in fused], [grads[i] for i in fused], [states[i] for i in fused])
+            self._step_fused(group, *([items[i] for i in fused] for items in (params, grads, states, restarts)))
         for i in plain:
             param, state = params[i], states[i]
             # FP32 params update plainly: FP32 arithmetic, FP32 hyperparameters, no rounding of w - u
             arithmetic = group["arithmetic"] if param.dtype == torch.bfloat16 else "fp32"
-            row = self._scalars(group, [state], arithmetic)[0].to(param.device, non_blocking=True)
+            row = self._scalars(group, [state], arithmetic, [restarts[i]])[0].to(param.device, non_blocking=True)
             rounding = Rounding(group["update"], group["seed"], state["rng_key"], state["element_offset"])
             self._update_reference(
                 param, grads[i], state, row, self._constants(group, arithmetic), rounding, arithmetic
             )
 
-    def _scalars(self, group: dict, states, arithmetic: str) -> torch.Tensor:
+    def _scalars(self, group: dict, states, arithmetic: str, restarts) -> torch.Tensor:
         steps = torch.stack([state["step"] for state in states])
-        return reference.step_scalars(self._kind, group["lr"], steps, group.get("betas"), arithmetic)
+        rows = reference.step_scalars(self._kind, group["lr"], steps, group.get("betas"), arithmetic)
+        return self._restarted(rows, restarts) if any(restarts) else rows
 
-    def _step_fused(self, group, params, grads, states) -> None:
+    def _restarted(self, rows: torch.Tensor, restarts) -> torch.Tensor:
+        """The rows of tensors whose momentum buffer was just made: their step is the buffer's first."""
+        return rows
+
+    def _step_fused(self, group, params, grads, states, restarts) -> None:
         for device in {p.device for p in params}:
             chosen = [i for i, p in enumerate(params) if p.device == device]
             kernel.fused_step(
@@ -318,7 +346,9 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
                 [grads[i] for i in chosen],
                 [[states[i][name] for i in chosen] for name in self._kernel_state_names(group)],
                 # non_blocking: a blocking copy from pageable memory would wait for the whole stream every step
-                self._scalars(group, [states[i] for i in chosen], group["arithmetic"]).to(device, non_blocking=True),
+                self._scalars(
+                    group, [states[i] for i in chosen], group["arithmetic"], [restarts[i] for i in chosen]
+                ).to(device, non_blocking=True),
                 self._constants(group, group["arithmetic"]),
                 group["update"],
                 group["arithmetic"],
@@ -376,8 +406,14 @@ class SGD(_SixteenBitOptimizer):
         _check_fraction("dampening", group["dampening"])
         _check_nesterov(group)
 
+    _every_state_name = ("momentum_buffer",)
+
     def _state_names(self, group):
         return ("momentum_buffer",) if group["momentum"] != 0 else ()
+
+    def _restarted(self, rows, restarts):
+        first = torch.tensor(restarts, device=rows.device) | (rows[:, 2] != 0)  # step_scalars' column 2: first step
+        return torch.cat((rows[:, :2], first.to(rows.dtype).unsqueeze(1), rows[:, 3:]), dim=1)
 
     def _constants(self, group, arithmetic):
         return SgdConstants.from_group(group, arithmetic)
@@ -424,8 +460,10 @@ class AdamW(_SixteenBitOptimizer):
         _check_betas(group["betas"])
         _check_positive("eps", group["eps"])
 
+    _every_state_name = ("exp_avg", "exp_avg_sq")
+
     def _state_names(self, group):
-        return ("exp_avg", "exp_avg_sq")
+        return self._every_state_name
 
     def _constants(self, group, arithmetic):
         return AdamWConstants.from_group(group, arithmetic)
