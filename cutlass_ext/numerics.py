@@ -36,6 +36,8 @@ class FloatFormat:
             isinstance(self.max_finite, numbers.Real) and 0 < self.max_finite < math.inf
         ):
             raise ValueError(f"max_finite={self.max_finite!r} must be a positive finite number")
+        if not isinstance(self.saturates, bool):
+            raise ValueError(f"saturates={self.saturates!r} must be True or False")
 
     @property
     def min_exponent(self) -> int:
@@ -69,6 +71,13 @@ _SPLIT_ROUNDING = {"halfhalf": ("fp16", "rn"), "tf32tf32": ("tf32", "rna"), "mar
 # bits and letting the Tensor Core drop the low 13 (`round_half_ulp_truncate`), which is RNA.
 PLAIN_SCHEMES = {"tf32": ("tf32", "rna"), "fp16": ("fp16", "rn")}
 GEMM_SCHEMES = SPLIT_SCHEMES + tuple(PLAIN_SCHEMES)
+
+
+def _check_real_tensor(name: str, x) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
+    if x.is_complex():
+        raise TypeError(f"{name} must be a real tensor; got {x.dtype}")
 
 
 def _lookup(table, key, argument: str):
@@ -106,12 +115,14 @@ def round_to(
     if mode == "rn":
         integral = torch.round(scaled)
     elif mode == "rna":
-        integral = torch.copysign(torch.floor(scaled.abs() + 0.5), scaled)
+        whole = torch.trunc(scaled)  # |scaled| − |whole| is exact: adding 0.5 to it could round up below a tie
+        integral = whole + torch.copysign(((scaled - whole).abs() >= 0.5).to(scaled.dtype), scaled)
     elif mode == "rz":
         integral = torch.trunc(scaled)
     else:
         uniform = torch.rand(x64.shape, dtype=torch.float64, device=x64.device, generator=generator)
         integral = torch.floor(scaled + uniform)
+        integral = torch.where(integral == 0, torch.copysign(integral, scaled), integral)  # -0.0 as rn gives it
     rounded = integral * quantum
 
     overflow = rounded.abs() > spec.max_finite
@@ -137,6 +148,7 @@ def split(x: torch.Tensor, scheme: str) -> tuple[torch.Tensor, torch.Tensor]:
     The differences are computed in float32, as the kernels compute them in registers.
     """
     fmt, mode = _lookup(_SPLIT_ROUNDING, scheme, "scheme")
+    _check_real_tensor("x", x)
     x32 = x.to(torch.float32)
     hi = round_to(x32, fmt, mode)
     lo = round_to((x32 - hi) * LO_SCALE[scheme], fmt, mode)
@@ -195,12 +207,18 @@ def emulated_gemm(
     for name, value, least in (("mma_k", mma_k, 1), ("accumulator_bits", accumulator_bits, 1), ("block_k", block_k, 1)):
         if not is_integer(value) or value < least:
             raise ValueError(f"{name}={value!r} must be an integer of at least {least}")
-    if fold not in ("end", "step", "block"):
+    if accumulator_bits > 53:
+        raise ValueError(f"accumulator_bits={accumulator_bits!r} must be at most 53 (an FP64 running sum)")
+    if not isinstance(fold, str) or fold not in ("end", "step", "block"):
         raise ValueError(f"fold={fold!r} is not one of ['end', 'step', 'block']")
+    if fold != "end" and scheme not in ("halfhalf", "tf32tf32"):
+        raise ValueError(f"fold={fold!r} applies to halfhalf and tf32tf32 only; {scheme} has no lo terms to fold")
     if fold == "block" and (scheme not in SPLIT_SCHEMES or LO_SCALE[scheme] != 1 or block_k % mma_k):
         raise ValueError(f"fold='block' needs an unscaled split scheme and block_k a multiple of mma_k={mma_k}")
     if accumulate not in ("rn", "rz"):
         raise ValueError(f"accumulate={accumulate!r} is not one of ['rn', 'rz']")
+    _check_real_tensor("a", a)
+    _check_real_tensor("b", b)
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"a and b must be (M,K) and (K,N); got {tuple(a.shape)} and {tuple(b.shape)}")
     m, k = a.shape
@@ -262,6 +280,8 @@ def mantissa_length_expectation(
     the kept length is 23 minus the bit length of the representation error |x - hi - lo| in units of x's ulp.
     """
     ulp = 2.0**-23
+    if samples is not None and (not is_integer(samples) or samples < 1):
+        raise ValueError(f"samples={samples!r} must be None or an integer of at least 1")
     if samples is None:
         mantissas = torch.arange(2**23, dtype=torch.float64)
     else:
@@ -278,8 +298,12 @@ def exp_rand(
     shape, a: int, b: int, generator: torch.Generator | None = None, device: torch.device | str | None = None
 ) -> torch.Tensor:
     """FP32 tensor: exponents uniform in [a, b], mantissas uniform over all 2^23 patterns, random sign (seed eq. 25)"""
-    if not (-126 <= a <= b <= 127):
-        raise ValueError(f"exponent range [a, b] = [{a}, {b}] must satisfy -126 <= a <= b <= 127")
+    if not (is_integer(a) and is_integer(b) and -126 <= a <= b <= 127):
+        raise ValueError(f"exponent range [a, b] = [{a!r}, {b!r}] must be integers with -126 <= a <= b <= 127")
+    if isinstance(shape, int) or is_integer(shape):
+        shape = (int(shape),)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None; got {type(generator).__name__}")
     where = generator.device if generator is not None else device
     exponent = torch.randint(a, b + 1, shape, generator=generator, device=where, dtype=torch.int64)
     mantissa = torch.randint(0, 2**23, shape, generator=generator, device=where, dtype=torch.int64)
@@ -308,12 +332,20 @@ def dequantized_product(
 
 
 def relative_residual(c: torch.Tensor, ref: torch.Tensor) -> float:
-    """‖c − ref‖_F / ‖ref‖_F computed in float64 (seed eq. 7)."""
+    """‖c − ref‖_F / ‖ref‖_F computed in float64 (seed eq. 7), both norms of values scaled by a power of two near
+    ref's largest magnitude (their squares would overflow or vanish in FP64 past ~1e±154)."""
+    _check_real_tensor("c", c)
+    _check_real_tensor("ref", ref)
     if c.shape != ref.shape:
         raise ValueError(f"c and ref must have the same shape; got {tuple(c.shape)} and {tuple(ref.shape)}")
     ref64 = ref.detach().to(torch.float64)
     difference = c.detach().to(device=ref64.device, dtype=torch.float64) - ref64
-    return float(torch.linalg.vector_norm(difference) / torch.linalg.vector_norm(ref64))
+    largest = ref64.abs().amax() if ref64.numel() else ref64.new_zeros(())
+    _, exponent = torch.frexp(torch.where(torch.isfinite(largest) & (largest > 0), largest, 1.0))
+    scale = -exponent.to(torch.float64)  # exact: a power of two
+    return float(
+        torch.linalg.vector_norm(torch.ldexp(difference, scale)) / torch.linalg.vector_norm(torch.ldexp(ref64, scale))
+    )
 
 
 # The low-bit-accumulator GEMM (seed 002) is defined with its format in `lowbit`, which imports nothing from here.

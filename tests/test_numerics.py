@@ -243,3 +243,44 @@ def test_relative_residual_is_the_frobenius_ratio():
     ref = torch.randn(64, 64, dtype=torch.float64)
     assert numerics.relative_residual(ref * (1 + 1e-3), ref) == pytest.approx(1e-3, rel=1e-9)
     assert math.isinf(numerics.relative_residual(torch.full((2, 2), inf), ref[:2, :2]))
+
+
+def test_rna_of_a_value_just_below_a_tie_rounds_down():
+    """float64 input a hair below half the smallest subnormal step: adding 0.5 in FP64 would round it up."""
+    x = torch.tensor([2**-25 - 2**-78, 2**-25, -(2**-25) + 2**-78], dtype=torch.float64)
+    assert numerics.round_to(x, "fp16", "rna").tolist() == [0.0, 2**-24, -0.0]
+
+
+def test_stochastic_rounding_keeps_the_sign_of_zero():
+    out = numerics.round_to(f32([-0.0, -1e-30, 0.0]), "fp16", "sr", generator=torch.Generator().manual_seed(0))
+    assert torch.equal(out.view(torch.int32), f32([-0.0, -0.0, 0.0]).view(torch.int32))
+
+
+@pytest.mark.parametrize("magnitude", [1e-200, 1.0, 1e200])
+def test_relative_residual_of_float64_values_of_any_size(magnitude):
+    ref = torch.randn(10, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) * magnitude
+    assert numerics.relative_residual(ref * (1 + 1e-3), ref) == pytest.approx(1e-3, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: numerics.relative_residual(torch.tensor([1 + 1j]), torch.tensor([1 + 0j])), TypeError, "real"),
+        (lambda: numerics.relative_residual([1.0], f32([1.0])), TypeError, "c must be a torch.Tensor"),
+        (lambda: numerics.emulated_gemm([[1.0]], f32([[1.0]]), "tf32"), TypeError, "a must be a torch.Tensor"),
+        (lambda: numerics.split([3.0], "halfhalf"), TypeError, "x must be a torch.Tensor"),
+        (lambda: numerics.emulated_gemm(f32([[1.0]]), f32([[1.0]]), "tf32", accumulator_bits=1024), ValueError, "53"),
+        (lambda: numerics.emulated_gemm(f32([[1.0]]), f32([[1.0]]), "markidis", fold="block"), ValueError, "fold"),
+        (lambda: numerics.exp_rand((3,), -3.0, 2.0), ValueError, "must be integers"),
+        (lambda: numerics.exp_rand((3,), -3, 2, generator=1), TypeError, "generator"),
+        (lambda: numerics.FloatFormat(5, 2, 57344.0, saturates="no"), ValueError, "saturates"),
+        (lambda: numerics.mantissa_length_expectation(samples=0), ValueError, "samples=0"),
+    ],
+)
+def test_bad_arguments_are_named(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_exp_rand_takes_an_integer_shape():
+    assert numerics.exp_rand(3, -3, 2).shape == (3,)
