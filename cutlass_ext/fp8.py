@@ -39,8 +39,9 @@ def quantize_fp8(
     gets scales (…, ceil(R / block[0]), ceil(K / 128)), the layout gemm_fp8 and grouped_gemm_fp8 read
     (fp8_block/quantize.py: a partial last block's scale covers the elements that exist).
 
-    An all-zero row gets the smallest normal float32 as its scale. Non-finite values of x give non-finite
-    scales; `gemm_fp8(..., check_scales=True)` reports those.
+    Scales are at least the smallest normal float32, 2^-126: an all-zero row gets it, and so does one whose largest
+    magnitude is below max_finite·2^-126 (~5e-36 for e4m3), which then uses fewer of the format's values (under
+    ~1e-45 none). Non-finite values of x give non-finite scales; `gemm_fp8(..., check_scales=True)` reports those.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor; got {type(x).__name__}")
@@ -89,6 +90,8 @@ def gemm_fp8(
     blocks and scale_b (ceil(N / 128), ceil(K / 128)) of 128x128 blocks or (N, ceil(K / 128)) of 1x128 ones (either
     with a per-tensor or per-row other operand) run the block-scaled kernel (cutlass_ext.fp8_block), which
     multiplies each 128-deep k-block's sums by its scales as it promotes them: `accum` does not apply there.
+    Beside block scales of a, a (1, N) scale_b with N = ceil(K / 128) ≤ 128 has the shape of 128x128 block scales
+    and is read as them; pass per-row scales of b as (N, 1) or (N,) there.
     bias: (N,) of out_dtype, added after scaling, or None.
     accum: "promoted" adds the Tensor Core's partial sums into FP32 registers every 128 k elements (as accurate
       as cuBLAS's default); "fast" keeps all of K inside the Tensor Core (torch._scaled_mm's use_fast_accum=True).
@@ -162,7 +165,11 @@ def _scale(scale, name: str, device: torch.device, check: bool) -> torch.Tensor:
     is (its values checked finite too when `check`: a host round trip)."""
     if isinstance(scale, torch.Tensor):
         if scale.is_cuda or scale.numel() != 1:
-            checkable = check and not torch.compiler.is_compiling() and not torch.cuda.is_current_stream_capturing()
+            checkable = (
+                check
+                and not torch.compiler.is_compiling()
+                and not (scale.is_cuda and torch.cuda.is_current_stream_capturing())  # a CPU-only torch lacks it
+            )
             if checkable and not bool(torch.isfinite(scale).all()):
                 raise ValueError(f"{name} holds non-finite values")
             return scale

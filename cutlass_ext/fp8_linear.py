@@ -96,7 +96,7 @@ class Fp8Linear(torch.nn.Module):
         128x128 block for "block"), its bias kept in out_dtype (default: the weight's dtype), on its device."""
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError(f"linear must be a torch.nn.Linear; got {type(linear).__name__}")
-        weight = linear.weight.detach()
+        weight = linear.weight.detach().contiguous()  # the GEMM reads the weight K-major, whatever its layout
         if _readable(weight) and not bool(torch.isfinite(weight).all()):  # once, at conversion
             raise ValueError("linear.weight holds Inf or NaN: its FP8 scales would not be finite")
         layer = cls(
@@ -116,7 +116,7 @@ class Fp8Linear(torch.nn.Module):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         self._check(input)
-        rows = input.reshape(-1, self.in_features)
+        rows = input.reshape(-1, self.in_features).contiguous()  # K-major, as the GEMM reads the activations
         if self.scaling == "row":
             rows_fp8, rows_scale = quantize_fp8_rows(rows, _WEIGHT_DTYPE)  # one pass per token
         else:

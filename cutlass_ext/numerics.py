@@ -323,11 +323,15 @@ def dequantized_product(
     """FP64 reference of an FP8 GEMM: (a · scale_a) @ (b · scale_b)ᵀ + bias with a (M, K) and b (N, K) in any
     FP8 format; a scale is one value or one per row of its operand (any shape holding M or N values)."""
 
-    def dequantized(x, scale):
+    def dequantized(x, scale, name):
         scale = torch.as_tensor(scale, dtype=torch.float64, device=x.device)
-        return x.double() * (scale.reshape(-1, 1) if scale.numel() > 1 else scale.reshape(()))
+        if scale.numel() == 1 and len(x) != 0:
+            return x.double() * scale.reshape(())
+        if scale.numel() != len(x):
+            raise ValueError(f"{name} must hold one value or one per row ({len(x)}); got shape {tuple(scale.shape)}")
+        return x.double() * scale.reshape(-1, 1)
 
-    product = dequantized(a, scale_a) @ dequantized(b, scale_b).T
+    product = dequantized(a, scale_a, "scale_a") @ dequantized(b, scale_b, "scale_b").T
     return product if bias is None else product + bias.double()
 
 

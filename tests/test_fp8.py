@@ -238,6 +238,23 @@ def test_dequantized_product_is_the_fp64_product_of_scaled_inputs():
     torch.testing.assert_close(result, expected.double())
 
 
+def test_dequantized_product_of_no_rows_and_a_wrong_scale_count():
+    a, b = torch.ones(0, 32).to(torch.float8_e4m3fn), torch.ones(8, 32).to(torch.float8_e4m3fn)
+    assert numerics.dequantized_product(a, b, torch.ones(0, 1), torch.ones(8)).shape == (0, 8)
+    with pytest.raises(ValueError, match=r"scale_a must hold one value or one per row \(1\); got shape \(1, 2\)"):
+        numerics.dequantized_product(torch.ones(1, 32).to(torch.float8_e4m3fn), b, torch.ones(1, 2), 1.0)
+
+
+def test_block_given_as_an_array_and_scale_check_without_cuda():
+    import numpy as np
+
+    x = torch.randn(4, 256)
+    assert ext.quantize_fp8(x, granularity="block", block=np.array([1, 128]))[1].shape == (4, 2)
+    a, b = torch.ones(32, 256).to(torch.float8_e4m3fn), torch.ones(64, 256).to(torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="a must be a CUDA tensor"):  # not torch's CUDA stubs on a CPU build
+        ext.gemm_fp8(a, b, torch.ones(32, 2), 1.0, check_scales=True)
+
+
 @pytest.mark.parametrize(
     "a, b, message, error",
     [

@@ -131,3 +131,12 @@ def test_row_quantizer_op_schema_and_fake_on_the_cpu():
     assert torch.equal(x_fp8.float().abs().amax(dim=-1, keepdim=True), torch.full_like(largest, 448.0))
     error = (x_fp8.double() * scale.double() - x.double()).abs()
     assert (error <= 2.0**-4 * x.double().abs() + 2.0**-10 * scale.double()).all()
+
+
+def test_a_weight_stored_transposed_is_quantized_k_major():
+    linear = torch.nn.Linear(32, 16)
+    linear.weight = torch.nn.Parameter(torch.randn(32, 16).T)  # (16, 32) with K's stride 16
+    layer = ext.nn.Fp8Linear.from_linear(linear, "row")
+    assert layer.weight.is_contiguous()
+    expected = ext.quantize_fp8(linear.weight.detach().contiguous(), granularity="row")[0]
+    assert torch.equal(layer.weight.view(torch.uint8), expected.view(torch.uint8))

@@ -20,7 +20,8 @@ BLOCKS = ((1, 128), (128, 128))
 
 
 def check_block(block) -> tuple[int, int]:
-    block = tuple(block) if isinstance(block, (tuple, list)) else block
+    if isinstance(block, (tuple, list)) or (hasattr(block, "tolist") and getattr(block, "ndim", 0) == 1):
+        block = tuple(block.tolist() if hasattr(block, "tolist") else block)  # a numpy array or 1-D tensor too
     # (1.0, 128.0) equals (1, 128) but is no block size
     if block not in BLOCKS or not all(is_integer(size) for size in block):
         raise ValueError(f"block={block!r} must be one of {list(BLOCKS)}")
