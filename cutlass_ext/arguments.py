@@ -28,3 +28,10 @@ def checked_names(model: torch.nn.Module, skip, what: str) -> set[str]:
     if unknown:
         raise ValueError(f"skip names modules that model does not have: {sorted(unknown)}")
     return names
+
+
+def is_skipped(name: str, skip: set[str]) -> bool:
+    """Whether the module named `name` or a module above it (its qualified-name prefixes, the root's "" too) is in
+    `skip`."""
+    parts = name.split(".") if name else []
+    return any(".".join(parts[:length]) in skip for length in range(len(parts) + 1))

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
+from torch.nn.utils import parametrize
 
-from .arguments import checked_model, checked_names
+from .arguments import checked_model, checked_names, is_skipped
 from .fp8_linear import Fp8Linear
 from .gemm import check_mode, gemm
 
@@ -69,12 +70,6 @@ class Linear(torch.nn.Linear):
         return f"{super().extra_repr()}, mode={self.mode!r}"
 
 
-def _skipped(name: str, skip: set[str]) -> bool:
-    """Whether `name` or a module above it is in `skip`."""
-    parts = name.split(".")
-    return any(".".join(parts[:length]) in skip for length in range(len(parts) + 1))
-
-
 def convert(model: torch.nn.Module, mode: str = "tf32tf32", skip: Iterable[str] | str | None = None) -> torch.nn.Module:
     """Make every `torch.nn.Linear` of `model` (exactly that class, `model` itself included) an `ext.nn.Linear` in
     `mode`, in place, and set every `ext.nn.Linear` already there to `mode`; returns `model`.
@@ -83,24 +78,48 @@ def convert(model: torch.nn.Module, mode: str = "tf32tf32", skip: Iterable[str] 
     hooks, optimizers holding the parameters and every other reference to a layer stay valid. skip: qualified
     names (as in `model.named_modules()`) of layers, or of modules whose layers all stay `torch.nn.Linear` (a layer
     reachable under several names stays if one is skipped).
-    Convert before `fully_shard` or parametrizations, which give the layers classes of their own.
+    Convert before `fully_shard` or parametrizations, which give the layers classes of their own: a parametrized
+    `torch.nn.Linear` not skipped is refused (ValueError naming it, the model unchanged); a parametrized
+    `ext.nn.Linear` takes the new mode.
     """
     mode = check_mode(mode)
     checked_model(model)
     skip = set() if skip is None else checked_names(model, skip, "module")
     named = list(model.named_modules(remove_duplicate=False))
-    kept = {id(module) for name, module in named if _skipped(name, skip)}  # a layer under several names: any
+    kept = {id(module) for name, module in named if is_skipped(name, skip)}  # a layer under several names: any
+    for name, module in named:  # all refusals before any change
+        if id(module) not in kept and _parametrized_class(module) is torch.nn.Linear:
+            raise ValueError(
+                f"layer {name!r} has parametrizations, which gave it a class of its own: convert before registering "
+                "them, or skip it"
+            )
     for _, module in named:
-        if type(module) in (torch.nn.Linear, Linear) and id(module) not in kept:
+        if id(module) in kept:
+            continue
+        if type(module) in (torch.nn.Linear, Linear):
             module.__class__ = Linear
+            module.mode = mode
+        elif _parametrized_class(module) is Linear:  # a converted layer parametrized since: its class stays
             module.mode = mode
     return model
 
 
+def _parametrized_class(module: torch.nn.Module) -> type | None:
+    """The class a parametrized module had before `torch.nn.utils.parametrize` gave it its own; None if none."""
+    return parametrize.type_before_parametrizations(module) if parametrize.is_parametrized(module) else None
+
+
 def unconvert(model: torch.nn.Module) -> torch.nn.Module:
     """The inverse of `convert`: every `ext.nn.Linear` of `model` becomes a `torch.nn.Linear` again, in place;
-    returns `model`."""
-    for module in checked_model(model).modules():
+    returns `model`. One with parametrizations is refused (ValueError naming it, the model unchanged)."""
+    modules = list(checked_model(model).named_modules())
+    for name, module in modules:  # all refusals before any change
+        if _parametrized_class(module) is Linear:
+            raise ValueError(
+                f"layer {name!r} has parametrizations, which gave it a class of its own: remove them "
+                "(torch.nn.utils.parametrize.remove_parametrizations) before unconvert"
+            )
+    for _, module in modules:
         if type(module) is Linear:
             module.__class__ = torch.nn.Linear
             del module.mode

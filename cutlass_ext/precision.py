@@ -29,7 +29,6 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode, _pop_mode, _push_mode
-from torch.utils._device import DeviceContext
 
 from .gemm import MODES, check_mode, gemm
 
@@ -309,15 +308,18 @@ def set_precision(mode: str | None) -> None:
     """Route this thread's float32 CUDA matrix products through `ext.gemm` in `mode` from now on (None: stop).
 
     The mode sits at the bottom of the thread's function-mode stack (above `torch.set_default_device`'s), so
-    `with ext.precision(...)` blocks still take precedence inside them."""
+    `with ext.precision(...)` blocks still take precedence inside them. A thread that sets a mode must set None
+    before it ends (or use `with ext.precision(...)`): torch aborts the process at exit over a mode left on a
+    finished thread's stack."""
     switch = None if mode is None else PrecisionMode(mode)
     previous = getattr(_thread, "switch", None)
     stack = [_pop_mode() for _ in range(torch._C._len_torch_function_stack())][::-1]  # bottom first
     stack = [m for m in stack if m is not previous]
     if switch is not None:
-        below = 0  # torch.set_default_device keeps its mode at the very bottom
-        while below < len(stack) and isinstance(stack[below], DeviceContext):
-            below += 1
+        # torch.set_default_device's mode stays under it; a `with torch.device(...)` block's stays above, so that
+        # the block's exit pops its own mode
+        default_device = getattr(getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None), "device_context", None)
+        below = stack.index(default_device) + 1 if any(m is default_device for m in stack) else 0
         stack.insert(below, switch)
     for m in stack:
         _push_mode(m)

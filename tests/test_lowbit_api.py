@@ -244,7 +244,7 @@ def test_convert_checks_everything_before_changing_a_layer():
         lowbit.convert([model], config())
     with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
         lowbit.set_underflow(None, True)
-    with pytest.raises(TypeError, match="skip must be a layer's name or an iterable of names; got 0"):
+    with pytest.raises(TypeError, match="skip must be a module's name or an iterable of names; got 0"):
         lowbit.convert(model, config(), skip=0)
     layer = lowbit.convert(torch.nn.Linear(4, 3), config(), skip=[])  # a layer alone converts too
     assert type(layer) is lowbit.Linear and layer.config == config()
@@ -373,3 +373,17 @@ def test_linear_of_no_input_features_is_the_bias():
     x, weight, bias = torch.randn(3, 2, 0), torch.randn(4, 0), torch.randn(4)
     assert torch.equal(lowbit.linear(x, weight, bias, config), F.linear(x, weight, bias))
     assert torch.equal(lowbit.linear(x, weight, None, config), torch.zeros(3, 2, 4))
+
+
+def test_skip_of_a_container_keeps_its_layers_exact_as_ext_nn_does():
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 8), torch.nn.Sequential(torch.nn.Linear(8, 8)), torch.nn.Linear(8, 3)
+    )
+    lowbit.convert(model, config(), skip=["1"])
+    assert [type(layer) for layer in (model[0], model[1][0], model[2])] == [
+        lowbit.Linear,
+        torch.nn.Linear,
+        lowbit.Linear,
+    ]
+    everything_kept = lowbit.convert(small_model(), config(), skip="")  # the root's name
+    assert not any(isinstance(m, (lowbit.Linear, lowbit.Conv2d)) for m in everything_kept.modules())

@@ -148,3 +148,20 @@ def test_linear_is_one_gemm_call_with_the_bias_fused(monkeypatch):
     ((a, b, mode, bias),) = calls
     assert a is x and mode == "markidis" and bias is layer.bias
     assert b.data_ptr() == layer.weight.data_ptr() and b.shape == (6, 4)  # the transposed view, no copy
+
+
+def test_parametrized_layers_are_refused_or_take_the_mode_never_skipped_silently():
+    from torch.nn.utils import parametrize
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    parametrize.register_parametrization(model[1], "weight", torch.nn.Identity())
+    with pytest.raises(ValueError, match="layer '1' has parametrizations"):
+        ext.nn.convert(model)
+    assert type(model[0]) is torch.nn.Linear  # refused before any change
+    ext.nn.convert(model, "halfhalf", skip="1")
+    parametrize.register_parametrization(model[0], "weight", torch.nn.Identity())
+    ext.nn.convert(model, "fp32", skip="1")
+    assert model[0].mode == "fp32" and isinstance(model[0], ext.nn.Linear)
+    with pytest.raises(ValueError, match="layer '0' has parametrizations.*before unconvert"):
+        ext.nn.unconvert(model)
+    assert isinstance(model[0], ext.nn.Linear)

@@ -429,3 +429,17 @@ def test_compile_of_a_function_that_enters_the_switch(fake_gemm):
     result = torch.compile(step, backend="eager", fullgraph=True)(a, b)
     assert_close_to_fp64(result, torch.einsum("bij,bjk->bik", a.double(), b.double()).sin())
     assert [c["mode"] for c in fake_gemm.calls] == ["markidis"]
+
+
+def test_set_precision_inside_a_device_block_outlives_the_block():
+    """The block's exit pops the block's own device mode, not the switch set inside it."""
+    from torch.overrides import _get_current_function_mode_stack
+
+    try:
+        with torch.device("meta"):
+            ext.set_precision("tf32tf32")
+        assert torch.empty(1).device.type == "cpu"
+        assert [type(m).__name__ for m in _get_current_function_mode_stack()] == ["PrecisionMode"]
+    finally:
+        ext.set_precision(None)
+    assert _get_current_function_mode_stack() == []

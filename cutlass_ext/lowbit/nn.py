@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import torch
 import torch.nn.functional as F
 
-from ..arguments import checked_model, checked_names
+from ..arguments import checked_model, checked_names, is_skipped
 from . import LowbitConfig, linear, matmul
 
 
@@ -114,7 +114,8 @@ def convert(model: torch.nn.Module, config: LowbitConfig, skip: Iterable[str] | 
     """Make every `nn.Linear` and `nn.Conv2d` of `model` (exactly those classes, `model` itself included) its
     low-bit twin, in place; returns `model`.
 
-    skip: qualified names (as in `model.named_modules()`) of layers left exact. None keeps the last of these layers
+    skip: qualified names (as in `model.named_modules()`) of layers left exact, or of modules whose layers all stay
+    exact (as `ext.nn.convert`'s skip). None keeps the last of these layers
     exact, as the seed does (appendix C.2: the final fully connected layer): the layer the last such name reaches,
     under all its names. The layers change class where they are
     (as `ext.nn.convert` does): parameters, state-dict keys, hooks and a layer reachable under several names stay as
@@ -127,8 +128,8 @@ def convert(model: torch.nn.Module, config: LowbitConfig, skip: Iterable[str] | 
     if skip is None:
         skip = {layers[-1][0]} if layers else set()
     else:
-        skip = checked_names(model, skip, "layer")
-    kept = {id(module) for name, module in layers if name in skip}
+        skip = checked_names(model, skip, "module")
+    kept = {id(module) for name, module in layers if is_skipped(name, skip)}
     chosen = {id(module): module for _, module in layers if id(module) not in kept}  # each layer once
     for module in chosen.values():
         module.__class__ = _TWINS[type(module)]
