@@ -117,7 +117,7 @@ def gemm(
     """
     if mode not in MODES and ozaki.is_mode(mode):
         ozaki.check_operands(a, b)  # the operands' types before their shapes and the epilogue's
-        _check_shapes(a.shape, b.shape)
+        _cached_check_shapes(a.shape, b.shape)
         scaled = isinstance(alpha, bool) or isinstance(beta, bool) or alpha != 1 or beta != 0
         if bias is not None or c is not None or out is not None or scaled:
             if c is None and out is None and not scaled and isinstance(bias, torch.Tensor):
@@ -320,6 +320,9 @@ def _check_shapes(a_shape, b_shape) -> None:
     if a_shape[-1] != b_shape[-2 if len(b_shape) > 1 else 0]:
         raise ValueError(f"a is {tuple(a_shape)} and b is {tuple(b_shape)}: a.shape[-1] must equal {inner}")
     _broadcast_batch(a_shape[:-2], b_shape[:-2])
+
+
+_cached_check_shapes = functools.lru_cache(maxsize=1024)(_check_shapes)  # once per signature
 
 
 def _layout_of(shape, stride) -> str:

@@ -212,7 +212,9 @@ def emulated_gemm(
     if not isinstance(fold, str) or fold not in ("end", "step", "block"):
         raise ValueError(f"fold={fold!r} is not one of ['end', 'step', 'block']")
     if fold != "end" and scheme not in ("halfhalf", "tf32tf32"):
-        raise ValueError(f"fold={fold!r} applies to halfhalf and tf32tf32 only; {scheme} has no lo terms to fold")
+        raise ValueError(
+            f"fold={fold!r} applies to halfhalf and tf32tf32 only: {scheme} has no correction accumulated apart to fold"
+        )
     if fold == "block" and (scheme not in SPLIT_SCHEMES or LO_SCALE[scheme] != 1 or block_k % mma_k):
         raise ValueError(f"fold='block' needs an unscaled split scheme and block_k a multiple of mma_k={mma_k}")
     if accumulate not in ("rn", "rz"):
@@ -325,7 +327,7 @@ def dequantized_product(
 
     def dequantized(x, scale, name):
         scale = torch.as_tensor(scale, dtype=torch.float64, device=x.device)
-        if scale.numel() == 1 and len(x) != 0:
+        if scale.numel() == 1:
             return x.double() * scale.reshape(())
         if scale.numel() != len(x):
             raise ValueError(f"{name} must hold one value or one per row ({len(x)}); got shape {tuple(scale.shape)}")

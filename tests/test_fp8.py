@@ -241,6 +241,7 @@ def test_dequantized_product_is_the_fp64_product_of_scaled_inputs():
 def test_dequantized_product_of_no_rows_and_a_wrong_scale_count():
     a, b = torch.ones(0, 32).to(torch.float8_e4m3fn), torch.ones(8, 32).to(torch.float8_e4m3fn)
     assert numerics.dequantized_product(a, b, torch.ones(0, 1), torch.ones(8)).shape == (0, 8)
+    assert numerics.dequantized_product(a, b, 1.0, torch.tensor(2.0)).shape == (0, 8)  # one value: any rows
     with pytest.raises(ValueError, match=r"scale_a must hold one value or one per row \(1\); got shape \(1, 2\)"):
         numerics.dequantized_product(torch.ones(1, 32).to(torch.float8_e4m3fn), b, torch.ones(1, 2), 1.0)
 

@@ -400,3 +400,5 @@ def test_numpy_integers_are_sizes_and_stored_as_ints():
     assert all(type(getattr(fmt, f)) is int for f in ("man", "exp", "acc_bias", "prod_bias", "chunk"))
     with pytest.raises(ValueError, match="chunk=4.0 must be an integer"):
         LowbitFormat.make(7, 4, chunk=4.0)
+    with pytest.raises(ValueError, match=r"chunk=tensor\(16.\) must be an integer"):  # a tensor is no size here
+        LowbitFormat.make(7, 4, chunk=torch.tensor(16.0))

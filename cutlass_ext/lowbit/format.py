@@ -9,10 +9,9 @@ to zero. The product x·w is quantized with (prod_man, prod_exp, prod_bias), eac
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import operator
 from dataclasses import dataclass
-
-from ..arguments import is_integer
 
 FP32_MANTISSA_BITS = 23
 FP32_MAX_EXPONENT = 127  # FP32's largest finite value is 2^127·(2 − 2^−23)
@@ -31,13 +30,14 @@ MAX_CHUNK = 2**63 - 1  # the kernels' chunk is an int64 argument; a chunk past a
 
 
 def _is_int(value) -> bool:
-    return is_integer(value)
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def as_int(value):
-    """A Python int for an integer of any kind (numpy's too), so the dataclasses hold what torch.library's schemas
-    and the C structs take; anything else unchanged, for the checks to refuse by name."""
-    return operator.index(value) if is_integer(value) else value
+    """A Python int for an integer scalar of any kind (numpy's too), so the dataclasses hold what torch.library's
+    schemas and the C structs take; anything else (tensors and arrays included) unchanged, for the checks to refuse
+    by name."""
+    return operator.index(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
 
 
 def check_bits(name: str, value, allowed: tuple[int, int]) -> None:
