@@ -64,12 +64,17 @@ def generation() -> int:
     return _generation
 
 
+# Boards that share a chip's name with another of other clocks and power: each has a table of its own.
+_FORM_FACTORS = ("pcie", "nvl")
+
+
 def gpu_key(gpu_name: str) -> str:
-    """Table name of a GPU: `NVIDIA H100 80GB HBM3` -> `h100`, `NVIDIA A100-SXM4-80GB` -> `a100`."""
+    """Table name of a GPU: `NVIDIA H100 80GB HBM3` -> `h100`, `NVIDIA A100-SXM4-80GB` -> `a100`, `NVIDIA H100
+    PCIe` -> `h100_pcie` (its own table: it reads the SXM board's, h100.csv, as its architecture's until then)."""
     tokens = [t for t in re.split(r"[^a-z0-9]+", gpu_name.lower()) if t and t != "nvidia"]
     for token in tokens:
         if re.fullmatch(r"[a-z]+\d+[a-z]*", token):
-            return token
+            return "_".join([token, *(t for t in _FORM_FACTORS if t in tokens)])
     return "_".join(tokens) or "unknown"
 
 
@@ -139,18 +144,29 @@ def write_table(table, path: Path) -> None:
     _forget()
 
 
-def merge_table(table, path: Path) -> None:
+def merge_table(table, path: Path, measured=None) -> None:
     """Write `table`'s rows into the table at `path`, replacing rows of the same (mode, m, n, k, batch) and keeping
     every other row (other families' and shapes' winners), so a sweep of one space never drops what it did not
-    measure."""
+    measure. measured: a frame of (mode, m, n, k, batch) keys re-measured with no winner (every row failed its
+    gate): their old rows go too. A table without a batch column, or with empty cells, reads as batch 1."""
     import pandas as pd
 
     path = Path(path)
+    table = _with_batch(table)
     if path.is_file():
-        existing = pd.read_csv(path)
-        kept = existing[~existing.set_index(KEY).index.isin(table.set_index(KEY).index)]
+        existing = _with_batch(pd.read_csv(path))
+        replaced = table.set_index(KEY).index
+        if measured is not None and not measured.empty:
+            replaced = replaced.append(_with_batch(measured).set_index(KEY).index)
+        kept = existing[~existing.set_index(KEY).index.isin(replaced)]
         table = pd.concat([kept[COLUMNS], table[COLUMNS]]).sort_values(KEY).reset_index(drop=True)
     write_table(table, path)
+
+
+def _with_batch(frame):
+    frame = frame.copy()
+    frame["batch"] = frame["batch"].fillna(1).astype(int) if "batch" in frame.columns else 1
+    return frame
 
 
 def _shipped() -> dict[str, Path]:
@@ -277,20 +293,14 @@ def _resolve(gpu, mode, m, n, k, m_bucket_above, m_buckets_only=False, batch=Non
     of decode winners at M = 16 must not answer M = 64, where the H100's holds an M = 64 winner)."""
     best = None
     for index, (path, reason) in enumerate(table_chain(gpu)):
-        entry = _nearest(_entries(path, reason), mode, m, n, k, m_bucket_above, m_buckets_only, batch)
-        if entry is None:
+        usable = [
+            (entry, config)
+            for entry in _near(_entries(path, reason), mode, m, n, k, m_buckets_only)
+            if (config := _usable(path, entry, mode, gpu)) is not None
+        ]
+        if not usable:
             continue
-        try:
-            config = families.from_name(entry[4])
-        except ValueError as error:
-            raise ValueError(
-                f"tuned table {path}: entry {entry[0]} {entry[1]}x{entry[2]}x{entry[3]}: {error}"
-            ) from None
-        # the mode's operand format is fixed by its pipeline (halfhalf packs): a table for another is not for us
-        if isinstance(config, KernelConfig) and config.operands != DEFAULT_OPERANDS.get(mode, "fp32"):
-            continue
-        if not runs_on(config, gpu):
-            continue
+        entry, config = min(usable, key=lambda pair: _rank(pair[0], m, n, k, m_bucket_above, batch))
         rank = (_rank(entry, m, n, k, m_bucket_above, batch), index)
         if best is None or rank < best[0]:
             best = (rank, entry, path, reason, config)
@@ -320,14 +330,25 @@ def _rank(entry, m, n, k, m_bucket_above, batch) -> tuple:
     return (below, _distance(entry, m, n, k, batch))
 
 
-def _nearest(
-    entries, mode: str, m: int, n: int, k: int, m_bucket_above: bool = False, m_buckets_only=False, batch=None
-):
+def _near(entries, mode: str, m: int, n: int, k: int, m_buckets_only=False) -> list:
+    """The entries of `mode` within MAX_RATIO of the shape in every dimension (tuned for at least m rows where
+    only those answer)."""
     limit = math.log2(MAX_RATIO)
     near = [e for e in entries if e[0] == mode and max(_gaps(e, m, n, k)) <= limit]
-    if m_buckets_only:
-        near = [e for e in near if e[1] >= m]
-    return min(near, key=lambda e: _rank(e, m, n, k, m_bucket_above, batch)) if near else None
+    return [e for e in near if e[1] >= m] if m_buckets_only else near
+
+
+def _usable(path: Path, entry, mode: str, gpu):
+    """The entry's variant if this GPU can run it for `mode`, else None: a table's nearest entry that cannot
+    (too much shared memory for an sm86, another mode's operands) leaves its other entries to answer."""
+    try:
+        config = families.from_name(entry[4])
+    except ValueError as error:
+        raise ValueError(f"tuned table {path}: entry {entry[0]} {entry[1]}x{entry[2]}x{entry[3]}: {error}") from None
+    # the mode's operand format is fixed by its pipeline (halfhalf packs): a variant for another is not for us
+    if isinstance(config, KernelConfig) and config.operands != DEFAULT_OPERANDS.get(mode, "fp32"):
+        return None
+    return config if runs_on(config, gpu) else None
 
 
 def shipped_configs(gpu=None) -> list:

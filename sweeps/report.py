@@ -36,9 +36,15 @@ def read_sweep_table(path: Path) -> pd.DataFrame:
 
 def best_per_shape(frame: pd.DataFrame) -> pd.DataFrame:
     """Per (shape, family, mode) the fastest row that passed the gate, with its ratios to cuBLAS FP32 and to
-    cuBLAS in the same mode (FP8: torch._scaled_mm with the same accumulation)."""
+    cuBLAS in the same mode (FP8: torch._scaled_mm with the same accumulation). A shape names its batch (the
+    experts of a grouped product) where that is not 1, and its GPU where the table holds several."""
     ok = frame[frame["status"] == "ok"].copy()
     ok["shape"] = ok["m"].astype(str) + "x" + ok["n"].astype(str) + "x" + ok["k"].astype(str)
+    if "batch" in ok.columns:
+        batch = ok["batch"].fillna(1).astype(int)
+        ok["shape"] = ok["shape"] + batch.map(lambda b: "" if b == 1 else f"x{b}")
+    if "gpu" in ok.columns and ok["gpu"].nunique() > 1:
+        ok["shape"] = ok["shape"] + " (" + ok["gpu"].astype(str) + ")"
     best = ok.sort_values("tflops", ascending=False).groupby(["shape", "family", "mode"]).head(1)
     fp32 = best[(best["family"] == "cublas") & (best["mode"] == "fp32")].set_index("shape")["tflops"]
     best["vs_cublas_fp32"] = (best["tflops"] / best["shape"].map(fp32)).round(2)
@@ -51,7 +57,8 @@ def best_per_shape(frame: pd.DataFrame) -> pd.DataFrame:
 
 def ranked(frame: pd.DataFrame, top: int) -> pd.DataFrame:
     ok = frame[frame["status"] == "ok"]
-    return ok.sort_values("tflops", ascending=False).groupby(["m", "n", "k", "mode"]).head(top)
+    keys = ["m", "n", "k", "mode"] + [c for c in ("batch", "gpu") if c in ok.columns]
+    return ok.sort_values("tflops", ascending=False).groupby(keys, dropna=False).head(top)
 
 
 def _label(row) -> str:

@@ -42,11 +42,16 @@ def write_tuned(folder: Path, gpu: str, path: Path) -> Path | None:
         return frame[frame["gpu"] == gpu]
 
     confirmations = rows("confirm_*.csv")
-    winners = tuned.confirmed_winners(rows("sweep_*.csv"), confirmations)
+    sweeps = rows("sweep_*.csv")
+    winners = tuned.confirmed_winners(sweeps, confirmations)
     winners = tuned.pinned_winners(winners, rows("pinned.csv"), confirmations)
-    if winners.empty:
+    # shapes measured where every variant failed its gate: an older winner there must not stay
+    ours = pd.concat([sweeps, confirmations], ignore_index=True)
+    ours = ours[~ours["family"].isin(tuned.PEER_FAMILIES)] if "family" in ours.columns else ours.iloc[:0]
+    measured = ours[[c for c in tuned.KEY if c in ours.columns]].drop_duplicates() if len(ours) else None
+    if winners.empty and (measured is None or not Path(path).is_file()):
         return None
-    tuned.merge_table(winners, path)
+    tuned.merge_table(winners, path, measured)
     return path
 
 

@@ -381,3 +381,40 @@ def test_the_environment_variable_changed_while_running_takes_effect(tmp_path, m
     assert gemm.plan(H100, "tf32tf32", 4096, 4096, 4096).variants == (own,)
     monkeypatch.delenv(tuned.TABLE_ENV)
     assert gemm.plan(H100, "tf32tf32", 4096, 4096, 4096).variants == before
+
+
+def test_a_tables_nearest_entry_the_gpu_cannot_run_leaves_its_next_nearest_to_answer(tmp_path):
+    path = tmp_path / "a100.csv"
+    small, large = "tf32tf32_sm80_64x64x32_32x32x16_s3_a4", "tf32tf32_sm80_128x128x32_64x64x16_s4_a4"
+    assert tuned.runs_on(families.from_name(small), RTX4090)
+    assert not tuned.runs_on(families.from_name(large), RTX4090)  # 128 KB of shared memory for 99
+    pd.DataFrame([row("tf32tf32", 1024, 1024, 1024, small), row("tf32tf32", 4096, 4096, 4096, large)]).to_csv(
+        path, index=False
+    )
+    tuned.set_tuned_table(path)
+    assert tuned.resolve(RTX4090.name, "tf32tf32", 3072, 3072, 3072, gpu=RTX4090)[0].name == small
+    assert tuned.resolve(A100.name, "tf32tf32", 3072, 3072, 3072, gpu=A100)[0].name == large
+
+
+def test_boards_of_one_chip_have_tables_of_their_own():
+    assert [tuned.gpu_key(g) for g in ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100 NVL")] == [
+        "h100",
+        "h100_pcie",
+        "h100_nvl",
+    ]
+    chain = tuned.table_chain(device.named("NVIDIA H100 PCIe"))
+    assert chain[0] == (SHIPPED, "architecture fallback (sm90a: h100's table)")
+
+
+def test_merging_into_a_table_without_batch_and_dropping_shapes_measured_without_a_winner(tmp_path):
+    path = tmp_path / "table.csv"
+    old = "tf32tf32_sm80_64x64x32_32x32x16_s3_a4"
+    existing = pd.DataFrame([row("tf32tf32", 1024, 1024, 1024, old), row("tf32tf32", 2048, 2048, 2048, old)])
+    existing.drop(columns="batch").to_csv(path, index=False)  # the reader takes batch 1 for a missing column
+    new = pd.DataFrame([row("tf32tf32", 1024, 1024, 1024, "tf32tf32_sm80_64x128x32_64x32x16_s3_a4")])
+    failed = pd.DataFrame([{"mode": "tf32tf32", "m": 2048, "n": 2048, "k": 2048}])  # every variant inaccurate there
+    tuned.merge_table(new, path, failed)
+    merged = pd.read_csv(path)
+    assert merged[["m", "batch", "name"]].values.tolist() == [[1024, 1, "tf32tf32_sm80_64x128x32_64x32x16_s3_a4"]]
+    tuned.set_tuned_table(path)
+    assert tuned.resolve(A100.name, "tf32tf32", 1024, 1024, 1024, gpu=A100)[0] is not None  # still readable

@@ -41,3 +41,16 @@ def test_the_tuned_table_of_a_folder_skips_files_that_hold_no_kernels_rows(tmp_p
 
     (tmp_path / "sweep_gpus.csv").write_text("gpus,tflops\n2,1.0\n")  # the multi-GPU run's file shares the prefix
     assert write_tuned(tmp_path, "NVIDIA H100 80GB HBM3", tmp_path / "tuned.csv") is None
+
+
+def test_shapes_of_other_batches_and_gpus_are_reported_apart():
+    import pandas as pd
+
+    def line(batch, gpu, name, tflops):
+        return {"m": 512, "n": 7168, "k": 2048, "batch": batch, "gpu": gpu, "family": "sm90_fp8", "mode": "fp8_block"}
+        | {"name": name, "tflops": tflops, "status": "ok"}
+
+    frame = pd.DataFrame([line(8, "H", "a", 961.6), line(32, "H", "b", 979.2), line(8, "P", "c", 900.0)])
+    best = report.best_per_shape(frame)
+    assert sorted(best["shape"]) == ["512x7168x2048x32 (H)", "512x7168x2048x8 (H)", "512x7168x2048x8 (P)"]
+    assert sorted(report.ranked(frame, 1)["name"]) == ["a", "b", "c"]
