@@ -47,8 +47,8 @@ def test_shapes_of_other_batches_and_gpus_are_reported_apart():
     import pandas as pd
 
     def line(batch, gpu, name, tflops):
-        return {"m": 512, "n": 7168, "k": 2048, "batch": batch, "gpu": gpu, "family": "sm90_fp8", "mode": "fp8_block"}
-        | {"name": name, "tflops": tflops, "status": "ok"}
+        shape = {"m": 512, "n": 7168, "k": 2048, "batch": batch, "gpu": gpu}
+        return shape | {"family": "sm90_fp8", "mode": "fp8_block", "name": name, "tflops": tflops, "status": "ok"}
 
     frame = pd.DataFrame([line(8, "H", "a", 961.6), line(32, "H", "b", 979.2), line(8, "P", "c", 900.0)])
     best = report.best_per_shape(frame)
