@@ -219,7 +219,8 @@ def build_libraries(
         manifest = cache.read_manifest(entry, keys[index])
         if manifest is None:
             return None
-        return LibraryResult(groups[index], entry / manifest["library"], seconds=manifest["build_seconds"], cached=True)
+        seconds = manifest.get("build_seconds", 0.0)  # metadata: an entry without it is still whole
+        return LibraryResult(groups[index], entry / manifest["library"], seconds=seconds, cached=True)
 
     for i in range(len(groups)):
         if (found := cached_result(i)) is not None:

@@ -113,11 +113,20 @@ def _staging_root() -> Path:
     return staging
 
 
+def _owner() -> tuple[str, str, str]:
+    """(host, PID namespace, pid) of this process: a PID means a process only on its host and in its namespace
+    (containers sharing a cache volume and a host name have namespaces of their own)."""
+    try:
+        namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        namespace = "0"
+    return socket.gethostname(), namespace, str(os.getpid())
+
+
 def staging_dir(prefix: str) -> Path:
-    """A fresh staging directory named after its process (`<prefix><host>-<pid>-…`), so that one left behind by a
-    killed build can be told from one in use (`sweep_stale_staging`)."""
-    owner = f"{prefix}{socket.gethostname()}-{os.getpid()}-"
-    return Path(tempfile.mkdtemp(prefix=owner, dir=_staging_root()))
+    """A fresh staging directory named after its process (`<prefix>+<host>+<pid namespace>+<pid>+…`; `+` is in no
+    host name), so that one left behind by a killed build can be told from one in use (`sweep_stale_staging`)."""
+    return Path(tempfile.mkdtemp(prefix="+".join((prefix, *_owner(), "")), dir=_staging_root()))
 
 
 def _process_alive(pid: int) -> bool:
@@ -133,12 +142,13 @@ def _process_alive(pid: int) -> bool:
 def sweep_stale_staging() -> list[Path]:
     """Delete the staging directories of this host's processes that are gone (killed builds), and return them.
     Call it holding a build lock: a directory of a live process, or of another host's, is never touched."""
-    host, removed = socket.gethostname(), []
+    host, namespace, _ = _owner()
+    removed = []
     for path in _staging_root().iterdir():
-        parts = path.name.rsplit("-", 2)  # <prefix><host>, pid, random suffix
-        if len(parts) != 3 or not parts[1].isdigit() or not parts[0].endswith(host):
+        parts = path.name.split("+")  # prefix, host, PID namespace, pid, random suffix
+        if len(parts) != 5 or parts[1] != host or parts[2] != namespace or not parts[3].isdigit():
             continue
-        if not _process_alive(int(parts[1])):
+        if not _process_alive(int(parts[3])):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
@@ -148,8 +158,10 @@ def commit(staged: Path, entry: Path, key: str, metadata: dict, library: str = L
     """Seal `staged` with its manifest and move it to `entry`, replacing a damaged entry if one is there."""
     manifest = {"key": key, "library": library, "sha256": file_sha256(staged / library), **metadata}
     (staged / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    if entry.exists():
+    if entry.is_dir() and not entry.is_symlink():
         shutil.rmtree(entry)
+    elif entry.exists() or entry.is_symlink():
+        entry.unlink()  # a file where the entry belongs: damaged too
     entry.parent.mkdir(parents=True, exist_ok=True)
     os.replace(staged, entry)
     return manifest

@@ -4,7 +4,7 @@ import ast
 import fnmatch
 import os
 import re
-import socket
+import shutil
 import subprocess
 import threading
 import time
@@ -82,6 +82,21 @@ def test_entry_without_a_sound_manifest_is_not_trusted(cache_dir, stub_compiler,
         manifest.write_text(manifest.read_text().replace('"key": "', '"key": "x'))
     build.build_libraries([(CONFIG,)], "90a", verbose=False)
     assert len(stub_compiler) == 2
+
+
+def test_an_entry_that_is_a_file_is_rebuilt_and_one_without_its_build_time_loads(cache_dir, stub_compiler):
+    import json
+
+    entry = build.build_libraries([(CONFIG,)], "90a", verbose=False)[0].library.parent
+    manifest = json.loads((entry / cache.MANIFEST).read_text())
+    del manifest["build_seconds"]  # metadata: the entry is whole without it
+    (entry / cache.MANIFEST).write_text(json.dumps(manifest))
+    again = build.build_libraries([(CONFIG,)], "90a", verbose=False)[0]
+    assert again.cached and len(stub_compiler) == 1
+    shutil.rmtree(entry)
+    entry.write_text("not a directory")
+    rebuilt = build.build_libraries([(CONFIG,)], "90a", verbose=False)[0]
+    assert not rebuilt.cached and rebuilt.library.parent == entry and entry.is_dir()
 
 
 def test_half_written_staging_is_invisible(cache_dir):
@@ -230,13 +245,18 @@ def test_a_killed_build_leaves_no_staging_that_later_builds_trip_over(cache_dir,
     gone.wait()
     staging = cache.cache_root() / "staging"
     staging.mkdir()
-    stale = staging / f"kernels-{socket.gethostname()}-{gone.pid}-x1"
-    live = staging / f"kernels-{socket.gethostname()}-{os.getpid()}-x2"
-    for folder in (stale, live):
+    host, namespace, _ = cache._owner()
+    stale = staging / f"kernels-+{host}+{namespace}+{gone.pid}+x1"
+    live = staging / f"kernels-+{host}+{namespace}+{os.getpid()}+x2"
+    # a dead pid of another host whose name ends in this one's, and of another PID namespace: not ours to judge
+    others = [staging / f"kernels-+x{host}+{namespace}+{gone.pid}+x3", staging / f"kernels-+{host}+1+{gone.pid}+x4"]
+    for folder in (stale, live, *others):
         (folder / "entry0").mkdir(parents=True)
         (folder / "entry0" / "kernel.cu").write_text("half-written")
     build.build_libraries([(CONFIG,)], "90a", verbose=False)
-    assert not stale.exists() and live.exists()
+    assert not stale.exists() and live.exists() and all(folder.exists() for folder in others)
+    for folder in others:
+        shutil.rmtree(folder)
 
     monkeypatch.undo()  # the real _compile, with ninja interrupted
     monkeypatch.setenv(cache.CACHE_ENV, str(cache_dir))
