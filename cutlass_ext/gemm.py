@@ -513,18 +513,18 @@ class _Gemm(torch.autograd.Function):
         grad_a = grad_b = grad_c = grad_bias = None
         if ctx.needs_input_grad[0]:
             if a.dim() == 2 and grad.dim() == 3:  # a shared by every batch: sum its gradient over the batch
-                rows = grad.transpose(0, 1).reshape(grad.shape[1], -1)
-                grad_a = _product(rows, b.mT.reshape(-1, a.shape[1]), mode, None, alpha, 0.0)
+                rows = grad.transpose(0, 1).flatten(1)  # (m, batch·n); flatten: no -1 to infer at size 0
+                grad_a = _product(rows, b.mT.flatten(0, 1), mode, None, alpha, 0.0)
             else:
                 grad_a = _product(grad, b.mT, mode, None, alpha, 0.0)
         if ctx.needs_input_grad[1]:
             if b.dim() == 2 and grad.dim() == 3:
-                rows_a, rows_grad = a.reshape(-1, a.shape[-1]), grad.reshape(-1, grad.shape[-1])
+                rows_a, rows_grad = a.flatten(0, 1), grad.flatten(0, 1)
                 grad_b = _product(rows_a.mT, rows_grad, mode, None, alpha, 0.0)
             else:
                 grad_b = _product(a.mT, grad, mode, None, alpha, 0.0)
         if ctx.needs_input_grad[2]:
             grad_c = grad * ctx.beta
         if ctx.needs_input_grad[3]:
-            grad_bias = grad.reshape(-1, grad.shape[-1]).sum(0)
+            grad_bias = grad.flatten(0, -2).sum(0)
         return grad_a, grad_b, grad_c, grad_bias, None, None, None

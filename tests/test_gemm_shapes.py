@@ -206,3 +206,18 @@ def test_fp32_mode_stays_fp32_under_autocast_and_deterministic_mode(monkeypatch)
         assert gemm_module._launch(("fp32", None), a, b, None, 1.0, 0.0, "fp32") == "the pedantic call"
     finally:
         torch.use_deterministic_algorithms(previous)
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape",
+    [((0, 3), (2, 3, 4)), ((2, 0), (3, 0, 4)), ((2, 3, 0), (0, 4)), ((2, 3, 4), (4, 0)), ((3, 4), (4, 0))],
+)
+def test_gradients_of_empty_operands_are_zero_sized_as_torchs(kernels_on_cpu, a_shape, b_shape):
+    leaves = [torch.randn(a_shape), torch.randn(b_shape), torch.randn(b_shape[-1])]
+    ours = [t.clone().requires_grad_() for t in leaves]
+    theirs = [t.double().requires_grad_() for t in leaves]
+    gemm_module.gemm(ours[0], ours[1], bias=ours[2]).sum().backward()
+    (torch.matmul(theirs[0], theirs[1]) + theirs[2]).sum().backward()
+    for mine, torchs in zip(ours, theirs):
+        assert mine.grad.shape == torchs.grad.shape
+        torch.testing.assert_close(mine.grad.double(), torchs.grad)
