@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -112,7 +114,7 @@ def main(argv=None) -> int:
             )
             row = rows[-1]
             print(f"{size:6d} {name:24s} {row['us_per_call']:10.2f} us ({row['us_min']}-{row['us_max']})", flush=True)
-    frame = pd.DataFrame(rows).assign(**benchmark.environment())
+    frame = pd.DataFrame(rows).assign(**benchmark.environment(), command=shlex.join(["python", *sys.argv]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out, index=False)
     try:
