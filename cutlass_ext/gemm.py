@@ -145,7 +145,7 @@ def gemm(
 
 def _kernel_call(a, b, mode, bias, alpha, beta, plan) -> torch.Tensor:
     """gemm of operands the kernels take as they are, with a bias and alpha at most; `plan` (eager) or None (traced)."""
-    if bias is not None or alpha != 1.0 or beta != 0.0:
+    if bias is not None or alpha != 1.0 or beta != 0.0 or type(alpha) is bool:
         # gemm's default alpha is the int 1 (nn.Linear's call): int and float take the cached check (bool does not)
         if plan is not None and type(alpha) in (int, float) and beta == 0.0 and isinstance(bias, torch.Tensor):
             _cached_check_bias(bias.dtype, bias.device, bias.shape, a.device, b.shape)

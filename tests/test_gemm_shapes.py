@@ -221,3 +221,10 @@ def test_gradients_of_empty_operands_are_zero_sized_as_torchs(kernels_on_cpu, a_
     for mine, torchs in zip(ours, theirs):
         assert mine.grad.shape == torchs.grad.shape
         torch.testing.assert_close(mine.grad.double(), torchs.grad)
+
+
+def test_a_bool_alpha_is_refused_on_every_path(kernels_on_cpu):
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    for kwargs in ({}, {"bias": torch.randn(5)}):
+        with pytest.raises(TypeError, match="alpha must be a real number; got bool"):
+            gemm_module.gemm(a, b, alpha=True, **kwargs)
