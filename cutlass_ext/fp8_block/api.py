@@ -390,7 +390,9 @@ def grouped_gemm_fp8(
     b (G, N, K): the experts' weights, FP8; scale_b: per expert what gemm_fp8 takes for a weight operand, stacked
     ((G, ceil(N / 128), kb), (G, N, kb), (G, N) per row or (G,) per tensor). Two layouts of the tokens:
     contiguous: offsets (G,) int32 on the device, the groups' cumulative ends (group g owns rows
-      offsets[g-1] ... offsets[g] - 1 of a (M, K)); returns (M, N). Groups may be empty or any size.
+      offsets[g-1] ... offsets[g] - 1 of a (M, K)); returns (M, N). Groups may be empty or any size. The ends
+      must not decrease (they are read on the device, unchecked: no host sync): a smaller end empties its group
+      and makes the next one overlap rows an earlier group writes; ends past M are taken as M.
     masked: masked_counts (G,) int32 on the device, a (G, C, K) with C rows of capacity per expert of which the
       first masked_counts[g] are valid; returns (G, C, N).
     Rows no group owns (past the last offset, past a count) are left unspecified. scale_a: as gemm_fp8's for the
