@@ -50,6 +50,8 @@ def relres_rows(grid: dict, device: torch.device, generator: torch.Generator) ->
         for exp in grid["exps"]:
             for man in grid["mans"]:
                 for chunk in grid["chunks"]:
+                    if chunk > k:  # one chunk of K: chunk = K's chain, with a product bias set for a longer chunk
+                        continue
                     for underflow in (True, False):
                         config = config_for(man, exp, chunk, underflow)
                         fmt = lowbit.dynamic_format(a, b, config.format)
