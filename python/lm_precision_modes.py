@@ -76,7 +76,9 @@ def main(argv=None) -> pd.DataFrame:
     parser.description = __doc__.split("\n\n")[0]
     parser.set_defaults(steps=DEFAULT_STEPS)
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS))
-    args = parser.parse_args(argv)
+    args = train_lm.parse(parser, argv)
+    if args.precision != parser.get_default("precision"):
+        parser.error("--precision: this script runs each of --precisions")
     base = train_lm.config_from_args(args)
     try:
         train_lm.validate(base)

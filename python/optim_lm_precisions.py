@@ -61,7 +61,11 @@ def main(argv=None) -> pd.DataFrame:
     parser.description = __doc__.split("\n\n")[0]
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--precisions", nargs="+", choices=train_lm.PRECISIONS, default=list(train_lm.PRECISIONS))
-    args = parser.parse_args(argv)
+    args = train_lm.parse(parser, argv)
+    if args.seed != parser.get_default("seed"):
+        parser.error("--seed: this script runs each of --seeds")
+    if args.precision != parser.get_default("precision"):
+        parser.error("--precision: this script runs each of --precisions")
     base = train_lm.config_from_args(args)
     try:
         train_lm.validate(base)

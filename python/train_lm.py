@@ -345,12 +345,13 @@ def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        lr = scheduler.get_last_lr()[0]  # the rate this step used
         scheduler.step()
         if (step + 1) % config.eval_every == 0 and step + 1 < config.steps:
             curve.append(
                 {
                     "step": step + 1,
-                    "lr": scheduler.get_last_lr()[0],
+                    "lr": lr,
                     "train_loss": global_mean(loss, world).item(),
                     "val_loss": validation_loss(config.eval_batches),
                 }
@@ -367,7 +368,7 @@ def train(config: TrainConfig, out: Path | None = None, log=print) -> dict:
     curve.append(
         {
             "step": config.steps,
-            "lr": scheduler.get_last_lr()[0],
+            "lr": lr if config.steps else scheduler.get_last_lr()[0],
             "train_loss": loss.item(),
             "val_loss": final_validation,
         }
@@ -457,13 +458,22 @@ QUICK = {
 }
 
 
+def parse(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    """The arguments, with --quick's settings as the defaults: a flag given beside --quick still counts."""
+    args = parser.parse_args(argv)
+    if args.quick:
+        parser.set_defaults(**QUICK)
+        args = parser.parse_args(argv)
+    return args
+
+
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     fields = {name: getattr(args, name) for name in TrainConfig.__dataclass_fields__ if hasattr(args, name)}
-    return TrainConfig(**{**fields, **(QUICK if args.quick else {})})
+    return TrainConfig(**fields)
 
 
 def main(argv=None) -> dict:
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     config = config_from_args(args)
     try:
         validate(config)
