@@ -36,25 +36,30 @@ LOWBIT_OP = "lowbit"  # lowbit.matmul: one mode, the variant serves every format
 _NO_KERNEL = "runs: none (an empty product: no kernel runs)"
 
 
-def _runs_no_kernel(op: str, mode: str | None, m: int, n: int, k: int) -> bool:
-    """Whether the call returns without launching a kernel: gemm's empty products (its dispatched_variant's
-    `none`), gemm_fp8's fast and promoted ones (K = 0 fills zeros) and lowbit's empty outputs."""
+def _runs_no_kernel(op: str, mode: str | None, m: int, n: int, k: int, groups: int | None = None) -> bool:
+    """Whether the call returns without launching a kernel: gemm's empty products in every mode (its
+    dispatched_variant's `none`; the Ozaki modes before their sm_90a check), gemm_fp8's (K = 0 fills zeros or the
+    bias), grouped products of no experts, rows or columns, and lowbit's empty outputs."""
     if op == "gemm":
-        return not ozaki.is_mode(mode) and 0 in (m, n, k)
+        return 0 in (m, n, k)
     if op == LOWBIT_OP:
         return 0 in (m, n)
-    return mode in ACCUMULATIONS and 0 in (m, n, k)
+    if mode in _WITH_EXPERTS:
+        return groups == 0 or 0 in (m, n) or (mode == GROUPED_MODE and k == 0)
+    return 0 in (m, n, k)
 
 
 def explain(gpu: str, op: str, mode: str, shape: tuple, arch: str | None = None) -> list[str]:
     """The lines `main` prints: GPU and architecture, variants in order of preference, and their source. shape:
     (m, n, k), or (m, n, k, experts) for the grouped modes (m, or for k_grouped k, tokens per expert)."""
+    if arch is not None and arch.isdigit() and int(arch) >= 90:
+        arch += "a"  # as device.info names a Hopper GPU's arch: its kernels are built for sm_90a
     info = device.named(gpu, arch)
     m, n, k = shape[:3]
     groups = shape[3] if len(shape) > 3 else None
     problem = " ".join(part for part in (op, mode, "x".join(map(str, shape))) if part)
     lines = [f"gpu: {info.name} (sm{info.arch or '?'})", f"problem: {problem}"]
-    if op != "gemm_fp8" and _runs_no_kernel(op, mode, m, n, k):
+    if op != "gemm_fp8" and _runs_no_kernel(op, mode, m, n, k, groups):
         return lines + [_NO_KERNEL]
     if op == LOWBIT_OP:
         from .lowbit.kernel import plan as lowbit_plan
@@ -64,7 +69,9 @@ def explain(gpu: str, op: str, mode: str, shape: tuple, arch: str | None = None)
     if op == "gemm" and mode == FP32_MODE:
         return lines + [
             "path: cuBLAS",
-            "runs: cublasGemmStridedBatchedEx_64, CUBLAS_COMPUTE_32F_PEDANTIC (IEEE SGEMM on the FP32 units)",
+            "runs: torch.matmul's SGEMM (IEEE FP32) while torch's TF32 setting is off; with an epilogue, TF32 on, "
+            "autocast, deterministic mode, compile or graph capture: cublasGemmStridedBatchedEx_64, "
+            "CUBLAS_COMPUTE_32F_PEDANTIC (IEEE SGEMM on the FP32 units)",
             "source: the fp32 mode (nothing to build or tune)",
         ]
     if op == "gemm" and ozaki.is_mode(mode):
@@ -73,16 +80,21 @@ def explain(gpu: str, op: str, mode: str, shape: tuple, arch: str | None = None)
         config = ozaki.OzakiConfig(moduli=ozaki.mode_moduli(mode))
         return lines + ["path: ozaki", f"runs: {config.name}", "source: the Ozaki family's default (no tuned table)"]
     if op == "gemm":
+        from . import corrected_sm90
         from .gemm import plan
 
-        chosen = plan(info, mode, m, n, k)
+        # as an eager call of 2-D operands decides it: the sm90 kernels take N a multiple of 4 only
+        chosen = plan(info, mode, m, n, k, hopper_ok=corrected_sm90.supports_shapes(2, 2, n))
         lines += [f"path: {chosen.path}", f"runs: {chosen.variants[0]}", f"source: {chosen.source}"]
         lines += [f"fallback: {name}" for name in chosen.variants[1:]]
     else:
         if not info.hopper:
             return lines + [f"gemm_fp8 runs on Hopper (sm90) GPUs only; {info.name} is sm{info.arch or '?'}"]
-        if _runs_no_kernel(op, mode, m, n, k):
+        if _runs_no_kernel(op, mode, m, n, k, groups):
             return lines + [_NO_KERNEL]
+        if mode == BLOCK_MODE and not _block_scaled(m, n, k):
+            lines.append("note: with one k-block and N <= 128 these block scales are row scales: the row-scaled kernel")
+            mode = "promoted"
         if mode in (BLOCK_MODE, *_WITH_EXPERTS):
             from .fp8_block.api import dense_plan, grouped_plan, k_grouped_plan
 
@@ -91,7 +103,7 @@ def explain(gpu: str, op: str, mode: str, shape: tuple, arch: str | None = None)
             elif mode == GROUPED_MODE:
                 name, source = grouped_plan(info, "e4m3", "e4m3", "bf16", 128, m, n, k, groups)
             else:
-                name, source = k_grouped_plan(info, "e4m3", "e4m3", "fp32", m, n, k, groups or 1)
+                name, source = k_grouped_plan(info, "e4m3", "e4m3", "fp32", m, n, k, groups)
             return lines + [f"runs: {name}", f"source: {source}"]
         from .fp8 import plan
 
@@ -100,10 +112,23 @@ def explain(gpu: str, op: str, mode: str, shape: tuple, arch: str | None = None)
     return lines
 
 
+def _block_scaled(m: int, n: int, k: int) -> bool:
+    """Whether gemm_fp8 runs the block-scaled kernel for quantize_fp8's 1x128 / 128x128 block scales."""
+    import torch
+
+    from .fp8_block.api import is_block_scaled, k_blocks
+
+    scale_a = torch.empty(m, k_blocks(k), device="meta")
+    scale_b = torch.empty(-(-n // 128), k_blocks(k), device="meta")
+    return is_block_scaled(m, n, k, scale_a, scale_b)
+
+
 def check_shape(op: str, mode: str | None, shape: tuple) -> None:
     """The ValueError the call raises for operands of this shape, if it refuses them (as explain's problem: e4m3
     inputs, bf16 output; k_grouped FP32 output and K tokens per expert)."""
     m, n, k = shape[:3]
+    if op == "gemm_fp8" and mode in _WITH_EXPERTS and len(shape) < 4:
+        raise ValueError(f"--mode {mode} takes MxNxKxEXPERTS: the expert count picks the kernel")
     if op == "gemm" and ozaki.is_mode(mode) and k > ozaki.MAX_K:
         raise ValueError(f"K={k} exceeds {ozaki.MAX_K}: INT32 products of INT8 residues would overflow")
     if op == "gemm_fp8":
@@ -112,7 +137,7 @@ def check_shape(op: str, mode: str | None, shape: tuple) -> None:
         from .fp8_block.api import _check_shapes
 
         if mode == K_GROUPED_MODE:  # the experts' tokens side by side along K
-            experts = shape[3] if len(shape) > 3 else 1
+            experts = shape[3]
             try:
                 _check_shapes("a", k * experts, "b", k * experts, n, torch.float32)
             except ValueError as error:

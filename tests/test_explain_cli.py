@@ -70,3 +70,29 @@ def test_arch_wins_over_the_name(capsys):
     argv = ["--gpu", "NVIDIA H200", "--arch", "80", "--op", "gemm_fp8", "--mode", "fast", "--shape", "16x8192x8192"]
     status, out, _ = _explain(capsys, *argv)
     assert status == 0 and out.startswith("gpu: NVIDIA H200 (sm80)") and "Hopper (sm90) GPUs only" in out
+
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+@pytest.mark.parametrize(
+    "gpu, op, mode, shape, expected",
+    [
+        (H100, "gemm", "tf32tf32", (8192, 8190, 8192), "path: sm80"),  # the sm90 kernels take N % 4 == 0 only
+        (H100, "gemm_fp8", "block", (64, 128, 128), "runs: fp8_e4m3e4m3_bf16_"),  # one k-block: row scales
+        (H100, "gemm_fp8", "block", (0, 4096, 7168), explain._NO_KERNEL),
+        (H100, "gemm_fp8", "grouped", (128, 4096, 7168, 0), explain._NO_KERNEL),
+        (H100, "gemm_fp8", "k_grouped", (4096, 7168, 128, 0), explain._NO_KERNEL),
+        ("NVIDIA A100-SXM4-80GB", "gemm", "int8x8", (0, 1024, 1024), explain._NO_KERNEL),  # before the sm_90a check
+    ],
+)
+def test_explain_says_what_dispatch_does(gpu, op, mode, shape, expected):
+    lines = explain.explain(gpu, op, mode, shape)
+    assert any(line.startswith(expected) for line in lines), lines
+
+
+def test_a_hopper_arch_given_without_its_suffix_is_the_gpus_and_grouped_modes_need_experts(capsys):
+    assert explain.explain(H100, "gemm_fp8", "fast", (64, 4096, 4096), arch="90")[0].endswith("(sm90a)")
+    with pytest.raises(SystemExit):
+        explain.main(["--gpu", H100, "--op", "gemm_fp8", "--mode", "grouped", "--shape", "512x7168x2048"])
+    assert "takes MxNxKxEXPERTS" in capsys.readouterr().err
