@@ -28,7 +28,7 @@ def _stars(kind: str, m: int, k: int, generator) -> torch.Tensor:
             torch.rand(k, 2, generator=generator, dtype=torch.float64),
         )
         return torch.exp(-torch.cdist(x, y) / 0.1)
-    x = torch.rand(m, 1, generator=generator, dtype=torch.float64)  # cauchy: 1 / (x_i - y_j), points interleaved
+    x = torch.rand(m, 1, generator=generator, dtype=torch.float64)  # cauchy: 1 / (x_i - y_j), y shifted
     y = torch.rand(1, k, generator=generator, dtype=torch.float64) + 0.5 / max(m, k)
     return 1.0 / (x - y)
 
