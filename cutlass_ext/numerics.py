@@ -145,13 +145,16 @@ def split(x: torch.Tensor, scheme: str) -> tuple[torch.Tensor, torch.Tensor]:
     halfhalf: hi = FP16 RN(x), lo = FP16 RN((x - hi) * 2^11)   (seed eqs. 19-22)
     tf32tf32: hi = TF32 RNA(x), lo = TF32 RNA(x - hi)           (seed section 3.3)
     markidis: hi = FP16 RN(x), lo = FP16 RN(x - hi)             (seed eqs. 2-5)
-    The differences are computed in float32, as the kernels compute them in registers.
+    The differences are computed in float32, as the kernels compute them in registers; where hi is Inf or NaN
+    (x non-finite, or rounding past the format's range) lo is 0.
     """
     fmt, mode = _lookup(_SPLIT_ROUNDING, scheme, "scheme")
     _check_real_tensor("x", x)
     x32 = x.to(torch.float32)
     hi = round_to(x32, fmt, mode)
-    lo = round_to((x32 - hi) * LO_SCALE[scheme], fmt, mode)
+    # a hi that is Inf or NaN gets lo = 0, as the kernels split (Inf times a finite value stays Inf)
+    remainder = torch.where(torch.isfinite(hi), x32 - hi, 0.0)
+    lo = round_to(remainder * LO_SCALE[scheme], fmt, mode)
     return hi, lo
 
 

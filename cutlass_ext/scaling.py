@@ -24,7 +24,10 @@ def power_of_two(exponent: torch.Tensor) -> torch.Tensor:
 
 def fp16_range_shift(x: torch.Tensor, dim: int) -> torch.Tensor:
     """Per-slice shifts s (int32, reduced along `dim`, kept as size 1) with max|x|·2^s < 2^15."""
-    largest = torch.linalg.vector_norm(x, ord=float("inf"), dim=dim, keepdim=True)  # max |x| in one read
+    if x.shape[dim] == 0:  # no elements to reduce: an all-zero slice's shift
+        largest = torch.zeros_like(x.sum(dim=dim, keepdim=True))
+    else:
+        largest = torch.linalg.vector_norm(x, ord=float("inf"), dim=dim, keepdim=True)  # max |x| in one read
     _, exponent = torch.frexp(largest)  # largest < 2^exponent; 0 for an all-zero slice
     return (_TARGET_EXPONENT - exponent).clamp(-_SHIFT_LIMIT, _SHIFT_LIMIT)
 

@@ -189,10 +189,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def read_sweeps(folder: Path) -> pd.DataFrame:
     """Every sweep table in a folder, or an error naming it (confirm re-times their leaders)."""
-    paths = sorted(folder.glob("sweep_*.csv"))
-    if not paths:
+    tables = [pd.read_csv(path) for path in sorted(folder.glob("sweep_*.csv"))]
+    # a table of the pattern that holds no kernels' rows (the multi-GPU run's sweep_gpus.csv) has no leaders
+    tables = [table for table in tables if {"gpu", "family", "name", "status"} <= set(table.columns)]
+    if not tables:
         raise SystemExit(f"--sweeps {folder}: no sweep_*.csv tables there to take the leaders from")
-    return pd.concat([pd.read_csv(path) for path in paths], ignore_index=True)
+    return pd.concat(tables, ignore_index=True)
 
 
 def sources(args, gpu: str, out: Path) -> tuple:
@@ -263,7 +265,10 @@ def _confirm(args) -> int:
     registry.ensure_registered([families.from_name(name) for name in names], torch.device("cuda"))
 
     fields = config_fields(family)
-    table = ResumableTable(out / f"confirm_{Path(args.shapes).stem.removeprefix('shapes_')}.csv", fields)
+    try:
+        table = ResumableTable(out / f"confirm_{Path(args.shapes).stem.removeprefix('shapes_')}.csv", fields)
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
     for (mode, shape), leaders in tqdm(chosen.items(), desc="confirm", unit="shape"):
         m, n, k, batch = shape
         problem = measure.make_problem(families.get(family).plugin("measure"), shape, mode)

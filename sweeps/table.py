@@ -100,6 +100,7 @@ class ResumableTable:
     def __init__(self, path: Path, config_fields: list[str] = CONFIG_FIELDS):
         self.path = Path(path)
         self.columns = MEASURED + PROVENANCE + list(config_fields)
+        self.header = self.columns  # the file's columns, in its order: rows are written by it
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._done = set()
         if self.path.is_file() and self.path.stat().st_size:
@@ -107,6 +108,9 @@ class ResumableTable:
             missing = [c for c in self.columns if c not in existing.columns]
             if set(missing) - ADDED_LATER:
                 raise ValueError(f"{self.path}: not a sweep table (no columns {missing}); choose another --out")
+            # another family's table may hold more columns: its rows keep them, ours leave them empty
+            if not set(existing.columns) <= set(self.columns):
+                self.header = list(existing.columns) + missing
             if missing:
                 self.rewrite(existing.assign(**dict.fromkeys(missing, "")))
             self._done = {tuple(row) for row in existing[KEY].itertuples(index=False)}
@@ -123,7 +127,7 @@ class ResumableTable:
             raise ValueError(f"unknown columns {sorted(unknown)}")
         with self.path.open("a", newline="") as file:
             csv.writer(file, lineterminator="\n").writerow(
-                ["" if row.get(c) is None else row.get(c) for c in self.columns]
+                ["" if row.get(c) is None else row.get(c) for c in self.header]
             )
             file.flush()
         self._done.add(tuple(str(row[c]) for c in KEY))
@@ -134,5 +138,5 @@ class ResumableTable:
     def rewrite(self, frame: pd.DataFrame) -> None:
         """Replace the file with `frame` (same rows, cells filled in) atomically: a crash keeps one or the other."""
         staging = self.path.with_suffix(".csv.tmp")
-        frame[self.columns].to_csv(staging, index=False)
+        frame[self.header].to_csv(staging, index=False)
         os.replace(staging, self.path)

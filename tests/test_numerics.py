@@ -284,3 +284,11 @@ def test_bad_arguments_are_named(call, error, message):
 
 def test_exp_rand_takes_an_integer_shape():
     assert numerics.exp_rand(3, -3, 2).shape == (3,)
+
+
+@pytest.mark.parametrize("scheme", ["halfhalf", "tf32tf32", "markidis"])
+def test_a_non_finite_hi_has_lo_zero_as_the_kernels_split(scheme):
+    x = f32([math.inf, -math.inf, math.nan, 3.4028235e38, 65520.0, 1.5])
+    hi, lo = numerics.split(x, scheme)
+    assert torch.equal(lo[~torch.isfinite(hi)], torch.zeros(int((~torch.isfinite(hi)).sum())))
+    assert torch.isfinite(lo).all()

@@ -497,3 +497,18 @@ def test_confirm_names_a_mode_no_row_has_and_shapes_without_candidates(tmp_path,
     with pytest.raises(SystemExit) as exited:
         confirm.main(["--shapes", str(shapes), "--sweeps", str(folder), "--latest", str(tmp_path / "absent.csv")])
     assert exited.value.code == 2
+
+
+def test_a_table_of_another_family_takes_rows_under_its_own_header(tmp_path):
+    """A confirm table is named after its shapes only: rows of a family with fewer columns go under the right ones."""
+    import pandas as pd
+
+    from sweeps.table import ResumableTable, config_fields
+
+    path = tmp_path / "confirm_sq.csv"
+    fp8 = ResumableTable(path, config_fields("sm90_fp8"))
+    split = ResumableTable(path, config_fields("sm90"))
+    assert set(split.columns) < set(fp8.columns)
+    split.append({"family": "sm90", "mode": "tf32tf32", "name": "v", "m": 8, "n": 8, "k": 8, "batch": 1, "gpu": "g"})
+    row = pd.read_csv(path, dtype=str, keep_default_na=False).iloc[0]
+    assert (row["family"], row["name"], row["gpu"], row["a_dtype"]) == ("sm90", "v", "g", "")
