@@ -108,7 +108,7 @@ def confirm(problem, mode: str, names: list, rounds: int, repeats: int, seconds:
         rows[name].update(
             time_us=round(time_us, 2),
             tflops=round(problem.flops / time_us / 1e6, 2),
-            repeats=rounds * repeats,
+            repeats=None if seconds else rounds * repeats,  # sustained passes time however many calls fit
             detail=f"median of {rounds} {kind} passes, {min(passes):.2f}-{max(passes):.2f} us",
         )
         if seconds:
