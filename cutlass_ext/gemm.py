@@ -124,8 +124,8 @@ def gemm(
                 _cached_check_bias(bias.dtype, bias.device, bias.shape, a.device, b.shape)  # nn.Linear's call
             else:
                 _check_epilogue(a, b, bias, alpha, beta, c, out)
-            if out is not None:
-                _refuse_out_with_grad(a, b, bias, c if beta != 0 else None)
+            if out is not None and _records_grad(a, b, bias, c if beta != 0 else None):
+                raise RuntimeError(_OUT_WITH_GRAD)
         return ozaki.gemm_mode(a, b, mode, bias=bias, alpha=alpha, beta=beta, c=c, out=out)
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         _check_operands(a=a, b=b)
@@ -254,13 +254,11 @@ def _records_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-def _refuse_out_with_grad(*tensors) -> None:
-    """torch's rule for out= arguments: no autograd through them."""
-    if _records_grad(*tensors):
-        raise RuntimeError(
-            "gemm(): functions with out=... arguments don't support automatic differentiation, but one of the "
-            "arguments requires grad."
-        )
+# torch's rule for out= arguments: no autograd through them
+_OUT_WITH_GRAD = (
+    "gemm(): functions with out=... arguments don't support automatic differentiation, but one of the arguments "
+    "requires grad."
+)
 
 
 def _general(a, b, mode, bias, alpha, beta, c, out) -> torch.Tensor:
@@ -278,7 +276,7 @@ def _general(a, b, mode, bias, alpha, beta, c, out) -> torch.Tensor:
     c_kernel = c.expand(shape).reshape(kernel_shape) if c is not None and beta != 0 else None
     if _records_grad(a, b, c_kernel, bias):
         if out is not None:
-            _refuse_out_with_grad(a, b, c_kernel, bias)
+            raise RuntimeError(_OUT_WITH_GRAD)
         result = _Gemm.apply(a_kernel, b_kernel, c_kernel, bias, alpha, beta, mode)
     else:
         source, source_scale = _source(c_kernel, bias, beta)
