@@ -259,6 +259,9 @@ def column_shard_worker(rank: int, world: int, port: int, folder: str, device_ty
         dist.barrier()  # no rank tears gloo down while the other still has collectives in flight
     finally:
         dist.destroy_process_group()
+    # done: leave without the interpreter's teardown, where a rank whose FSDP2 step raised was seen to abort
+    # ("terminate called without an active exception") about one run in ten
+    os._exit(0)
 
 
 def test_stochastic_rounding_refuses_shards_along_a_later_dim(tmp_path):
