@@ -128,8 +128,10 @@ def test_torch_compile_runs_the_reference_op():
         (
             lambda: lowbit.Conv2d(2, 2, 3, config=config())(torch.ones(1, 3, 5, 5)),
             ValueError,
-            r"x must be \(N, 2, H, W\)",
+            r"x must be \(N, 2, H, W\) or \(2, H, W\)",
         ),
+        (lambda: lowbit.Conv2d(2, 2, 3, config=config())(torch.ones(2, 5, 5)[0]), ValueError, r"got \(5, 5\)"),
+        (lambda: config(eps2=torch.tensor(1e-3)), TypeError, "eps2 must be a real number"),
         (lambda: lowbit.set_underflow(torch.nn.Linear(2, 2), 1), ValueError, "on=1"),
         (lambda: lowbit.Conv2d(2, 2, 3, config=config())([1.0]), TypeError, "x must be a floating-point tensor"),
         (
@@ -387,3 +389,38 @@ def test_skip_of_a_container_keeps_its_layers_exact_as_ext_nn_does():
     ]
     everything_kept = lowbit.convert(small_model(), config(), skip="")  # the root's name
     assert not any(isinstance(m, (lowbit.Linear, lowbit.Conv2d)) for m in everything_kept.modules())
+
+
+def test_layers_return_the_dtype_torchs_layers_do():
+    """A bf16 or float64 model keeps its dtype through converted layers (the exact last layer would refuse float32
+    input), and autocast's dtype is the output's as for torch's layers; the values are the float32 ones rounded."""
+    for dtype in (torch.bfloat16, torch.float16, torch.float64):
+        model = torch.nn.Sequential(torch.nn.Conv2d(2, 3, 3), torch.nn.Flatten(), torch.nn.Linear(12, 2)).to(dtype)
+        x = randn(1, 2, 4, 4, seed=3).to(dtype)
+        twin = lowbit.convert(
+            torch.nn.Sequential(torch.nn.Linear(2, 2).to(dtype), torch.nn.Linear(2, 2).to(dtype)), config()
+        )
+        assert twin(torch.ones(3, 2, dtype=dtype)).dtype == dtype
+        layer = lowbit.convert(model, config())[0]
+        expected = lowbit.Conv2d(2, 3, 3, config=config())
+        expected.load_state_dict({name: value.float() for name, value in layer.state_dict().items()})
+        assert model(x).dtype == dtype
+        assert torch.equal(layer(x), expected(x.float()).to(dtype))
+    linear = lowbit.Linear(4, 2, config=config())
+    with torch.autocast("cpu", torch.bfloat16):
+        assert linear(randn(3, 4, seed=4)).dtype == torch.bfloat16 == torch.nn.Linear(4, 2)(randn(3, 4, seed=4)).dtype
+    assert lowbit.linear(randn(3, 4, seed=5), randn(2, 4, seed=6), None, config()).dtype == torch.float32
+
+
+def test_conv2d_takes_unbatched_input_as_torch_does():
+    layer = lowbit.Conv2d(2, 3, 3, padding=1, config=config())
+    x = randn(2, 5, 4, seed=7)
+    assert torch.equal(layer(x), layer(x.unsqueeze(0))[0])
+    assert layer(x).shape == torch.nn.Conv2d(2, 3, 3, padding=1)(x).shape
+
+
+def test_numpy_scalars_are_taken_as_the_stes_constants():
+    np = pytest.importorskip("numpy")
+    taken = config(eps1=np.float32(1e-6), eps2=np.float64(2e-3))
+    assert (type(taken.eps1), type(taken.eps2)) == (float, float)
+    assert taken.eps1 == float(np.float32(1e-6))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -54,8 +55,11 @@ class LowbitConfig:
             raise ValueError(f"ste={self.ste!r} is not one of {list(STES)}")
         for name in ("eps1", "eps2"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's scalars are Real too
+                raise TypeError(f"{name} must be a real number (int or float); got {type(value).__name__}")
+            if not 0 <= value < math.inf:
                 raise ValueError(f"{name}={value!r} must be a finite number ≥ 0")
+            object.__setattr__(self, name, float(value))  # the ops take a Python float
         if not isinstance(self.dynamic_bias, bool):
             raise ValueError(f"dynamic_bias={self.dynamic_bias!r} must be True or False")
         if self.operands is not None and not isinstance(self.operands, OperandFormat):
@@ -129,7 +133,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: LowbitConfig) -> torch.Tens
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, config: LowbitConfig) -> torch.Tensor:
-    """F.linear(x, weight, bias) = x·weightᵀ + bias with a low-bit accumulator; the bias is added in FP32 after."""
+    """F.linear(x, weight, bias) = x·weightᵀ + bias with a low-bit accumulator; the bias is added in FP32 after,
+    and the result has the dtype F.linear gives (`layer_dtype`: a bf16 model's layers stay bf16)."""
     check_operand("x", x)
     check_operand("weight", weight)
     if weight.dim() != 2:
@@ -145,7 +150,16 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
     y = matmul(x.reshape(math.prod(x.shape[:-1]), weight.shape[1]), weight.t(), config)  # -1 fails at K = 0
     if bias is not None:
         y = y + bias.float()
-    return y.reshape(*x.shape[:-1], weight.shape[0])
+    return y.reshape(*x.shape[:-1], weight.shape[0]).to(layer_dtype(x, weight))
+
+
+def layer_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
+    """The dtype torch's layer would return: autocast's where it is on for x's device, else x's and the weight's
+    promoted dtype (bf16 for a bf16 model). The accumulation is the low-bit chain in FP32 registers either way."""
+    device = x.device.type
+    if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return torch.promote_types(x.dtype, weight.dtype)
 
 
 # ---- the reference path (CPU, or CUDA without the kernel), as an op torch.compile treats as one opaque call
@@ -223,6 +237,7 @@ __all__ = [
     "OperandFormat",
     "convert",
     "dynamic_format",
+    "layer_dtype",
     "linear",
     "lowbit_matmul",
     "lowbit_matmul_events",

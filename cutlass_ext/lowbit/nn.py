@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ..arguments import checked_model, checked_names, is_skipped
-from . import LowbitConfig, linear, matmul
+from . import LowbitConfig, layer_dtype, linear, matmul
 
 
 def _checked(config) -> LowbitConfig:
@@ -23,7 +23,8 @@ def _describe(config: LowbitConfig) -> str:
 
 
 class Linear(torch.nn.Linear):
-    """`torch.nn.Linear` with y = x·Wᵀ accumulated by `config`, then + bias in FP32; same parameters and keys."""
+    """`torch.nn.Linear` with y = x·Wᵀ accumulated by `config`, then + bias in FP32; same parameters and keys, and
+    the output dtype torch's layer gives (`lowbit.layer_dtype`)."""
 
     def __init__(
         self, in_features: int, out_features: int, bias: bool = True, *, config: LowbitConfig, device=None, dtype=None
@@ -43,7 +44,8 @@ class Conv2d(torch.nn.Conv2d):
 
     The reduction index runs over channels, then kernel rows, then kernel columns (`F.unfold`'s order), the order
     the accumulator chain sees. Every padding torch's layer takes: sizes, "same", "valid", and each padding_mode
-    (the padded input is what the chain sees; padded zeros add zero products).
+    (the padded input is what the chain sees; padded zeros add zero products). Unbatched (C, H, W) input and the
+    output dtype as torch's layer (`lowbit.layer_dtype`).
     """
 
     def __init__(
@@ -80,8 +82,11 @@ class Conv2d(torch.nn.Conv2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or not x.is_floating_point():
             raise TypeError(f"x must be a floating-point tensor; got {getattr(x, 'dtype', type(x).__name__)}")
-        if x.dim() != 4 or x.shape[1] != self.in_channels:
-            raise ValueError(f"x must be (N, {self.in_channels}, H, W); got {tuple(x.shape)}")
+        if x.dim() not in (3, 4) or x.shape[-3] != self.in_channels:
+            c = self.in_channels
+            raise ValueError(f"x must be (N, {c}, H, W) or ({c}, H, W); got {tuple(x.shape)}")
+        if x.dim() == 3:  # unbatched, as torch's layer takes it
+            return self.forward(x.unsqueeze(0)).squeeze(0)
         padding = self.padding
         if isinstance(padding, str) or self.padding_mode != "zeros":  # as torch's layer: pad first ("same" may be
             mode = "constant" if self.padding_mode == "zeros" else self.padding_mode  # uneven), then none
@@ -101,7 +106,7 @@ class Conv2d(torch.nn.Conv2d):
         y = matmul(weight, columns, self.config)  # (N, g, O/g, L)
         if self.bias is not None:
             y = y + self.bias.float().reshape(g, -1, 1)
-        return y.reshape(n, self.out_channels, out_h, out_w)
+        return y.reshape(n, self.out_channels, out_h, out_w).to(layer_dtype(x, self.weight))
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, {_describe(self.config)}"
