@@ -279,7 +279,7 @@ def positive_seconds(text: str) -> float:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, help="CSV to append rows to")
+    parser.add_argument("--out", type=Path, metavar="FILE.csv", help="CSV to append rows to (required)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--states", nargs="+", choices=STATES, default=list(STATES))
     parser.add_argument("--timeout", type=positive_seconds, default=900.0, help="seconds allowed to each process")
