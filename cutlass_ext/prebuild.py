@@ -10,12 +10,26 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import families, fp8, fp8_block
+from . import families, fp8, fp8_block, ozaki
 from .build import build_libraries, load_binding
 from .cli_types import positive_int, target_arch
 from .gemm import KERNEL_MODES, dispatch_configs
 from .lowbit.kernel import dispatch_configs as lowbit_dispatch_configs
 from .toolchain import device_arch
+
+PREBUILD_MODES = (*KERNEL_MODES, "fp8_fast", "fp8_promoted", "fp8_block", "lowbit")
+
+
+def _mode(text: str) -> str:
+    if text in PREBUILD_MODES:
+        return text
+    if ozaki.is_mode(text):
+        try:
+            ozaki.mode_moduli(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not one of {list(PREBUILD_MODES)} or int8x<moduli>")
 
 
 def _parse_args(argv):
@@ -28,9 +42,11 @@ def _parse_args(argv):
         "--modes",
         nargs="+",
         default=list(KERNEL_MODES),
-        choices=list(KERNEL_MODES) + ["fp8_fast", "fp8_promoted", "fp8_block", "lowbit"],
+        type=_mode,
+        metavar="{" + ",".join(PREBUILD_MODES) + ",int8x<N>}",
         help="modes whose defaults and tuned winners to build (FP8: e4m3 inputs, bf16 output; fp8_block: "
-        "DeepSeek-V3's block scales, dense kernels; lowbit: the low-bit-accumulator GEMM)",
+        "DeepSeek-V3's block scales, dense kernels; lowbit: the low-bit-accumulator GEMM; int8x<N>: Ozaki scheme "
+        "II with N moduli, 3..14)",
     )
     parser.add_argument(
         "--names",
@@ -45,12 +61,14 @@ def _parse_args(argv):
 
 def prebuild_configs(modes: list[str]) -> list:
     """What `--prebuild` builds for these modes, each variant once: `gemm`'s dispatch variants (the tuned tables'
-    FP8 winners among them), `gemm_fp8`'s defaults, the block-scaled and the low-bit GEMM's variants."""
+    FP8 winners among them), `gemm_fp8`'s defaults, the block-scaled and the low-bit GEMM's variants, and the
+    Ozaki modes' default kernels."""
     accums = [mode.removeprefix("fp8_") for mode in modes if mode in ("fp8_fast", "fp8_promoted")]
     block = fp8_block.dispatch_configs() if "fp8_block" in modes else []
     low_bit = lowbit_dispatch_configs() if "lowbit" in modes else []
     fp8_configs = fp8.dispatch_configs(accums) if accums else []
-    return list(dict.fromkeys(dispatch_configs(modes) + fp8_configs + block + low_bit))
+    int8 = [ozaki.OzakiConfig(moduli=ozaki.mode_moduli(mode)) for mode in modes if ozaki.is_mode(mode)]
+    return list(dict.fromkeys(dispatch_configs(modes) + fp8_configs + block + low_bit + int8))
 
 
 def main(argv=None) -> int:

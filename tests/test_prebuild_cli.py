@@ -28,6 +28,8 @@ def builds(monkeypatch):
         (["--arch", "9x"], "argument --arch: '9x' is not an arch such as 80 or 90a"),
         (["--arch", "90a", "--jobs", "-1"], "argument --jobs: '-1' is not a positive integer"),
         (["--arch", "90a", "--jobs", "0"], "argument --jobs: '0' is not a positive integer"),
+        (["--arch", "90a", "--modes", "int8x2"], "argument --modes: moduli=2 must be an integer in 3..14"),
+        (["--arch", "90a", "--modes", "fp8"], "argument --modes: 'fp8' is not one of"),
     ],
 )
 def test_bad_arguments_are_refused_naming_the_option_and_value(extra, message, builds, capsys):
@@ -80,3 +82,8 @@ def test_the_command_line_refuses_a_misspelt_arch_without_running_nvcc():
     )
     assert completed.returncode == 2 and completed.stdout == ""
     assert "error: argument --arch: 'sm_90a' is not an arch such as 80 or 90a (write 90a)" in completed.stderr
+
+
+def test_ozaki_modes_build_their_default_kernel(builds):
+    assert prebuild.main(["--prebuild", "--no-binding", "--arch", "90a", "--modes", "int8x8", "int8x9", "int8x8"]) == 0
+    assert builds == [("90a", ["ozaki_int8x8_128x256x128_c1x1_w8", "ozaki_int8x9_128x256x128_c1x1_w8"])]
