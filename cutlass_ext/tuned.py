@@ -16,6 +16,7 @@ entry, dispatch uses the architecture's built-in defaults. Which table answered 
 from __future__ import annotations
 
 import csv
+import functools
 import logging
 import math
 import os
@@ -96,12 +97,48 @@ def winners(frame):
 
     if frame.empty:  # e.g. a results folder holding confirmation runs only
         return pd.DataFrame(columns=COLUMNS)
-    ours = frame[~frame["family"].isin(PEER_FAMILIES) & (frame["status"] == "ok")]
+    ours = frame[~frame["family"].isin(PEER_FAMILIES) & (frame["status"] == "ok") & frame["tflops"].notna()]
+    ours = ours[[table_entry(name, mode) for name, mode in zip(ours["name"], ours["mode"])]]
     if ours.empty:
         return pd.DataFrame(columns=COLUMNS)
     order = ours.sort_values(["tflops", "date", "name"], ascending=[False, True, True], kind="stable")
     best = order.groupby(KEY).head(1)
     return best[COLUMNS].sort_values(KEY).reset_index(drop=True)
+
+
+@functools.lru_cache(maxsize=None)
+def table_entry(name: str, mode: str) -> bool:
+    """Whether a swept variant may be its (mode, shape)'s entry. The tables have no layout or operand column, and
+    dispatch takes an sm80 entry only in its mode's operand format and for the caller's layouts: a row-major-only
+    or other-operand winner would push out the one that serves the plain call. Names it cannot parse stay (the
+    lookup names them)."""
+    try:
+        config = families.from_name(name)
+    except ValueError:
+        return True
+    if not isinstance(config, KernelConfig):
+        return True
+    plain = (config.layout_a, config.layout_b) == ("row", "row")
+    return plain and config.operands == DEFAULT_OPERANDS.get(mode, "fp32")
+
+
+def check_output_table(path, option: str) -> None:
+    """Refuse, before a run, a path that a tuned table may not be merged into: a directory, or a file that is not
+    a tuned table (a sweep table would lose its measured columns). A new or empty file is fine."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{option} {path} is a directory, not a CSV file")
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            header = next(csv.reader(handle), [])
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{option} {path} cannot be read: {error}") from None
+    if not set(COLUMNS) - {"batch"} <= set(header) or set(header) - set(COLUMNS):
+        raise ValueError(
+            f"{option} {path} is not a tuned table (columns {header}, not {COLUMNS}): name a tuned table or a new file"
+        )
 
 
 def confirmed_winners(sweeps, confirmations):

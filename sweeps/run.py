@@ -35,7 +35,11 @@ def _limits(arch: str | None) -> DeviceLimits:
     import torch
 
     if not torch.cuda.is_available():
-        print("error: no CUDA device: name the target with --arch (e.g. --arch 90a)", file=sys.stderr)
+        print(
+            "error: no CUDA device: a sweep measures on the GPU it runs on; --dry-run and --build-only run without "
+            "one, given the target with --arch (e.g. --arch 90a)",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
     return DeviceLimits.from_device()
 
@@ -168,7 +172,13 @@ def _sweep_space(args, argv) -> int | None:
     except SpaceError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    limits = _limits(args.arch if args.dry_run or args.build_only or args.arch else None)
+    limits = _limits(args.arch if args.dry_run or args.build_only else None)
+    if args.arch and limits.arch != args.arch and not (args.dry_run or args.build_only):
+        print(
+            f"error: --arch {args.arch}: this GPU is sm_{limits.arch}; a sweep measures the GPU it runs on",
+            file=sys.stderr,
+        )
+        return 2
     family = families.get(configs[0].family)
     if not family.builds_for(limits.arch):
         only = ", ".join(f"sm_{arch}" for arch in family.archs)
@@ -196,6 +206,9 @@ def _sweep_space(args, argv) -> int | None:
         survivors = [c for c in survivors if c.mode in args.mode]
     per_mode = Counter(c.mode for c in survivors)
     print(f"  survivors: {len(survivors)} ({', '.join(f'{m} {n}' for m, n in sorted(per_mode.items()))})")
+    if not survivors:
+        print(f"error: {args.space}: the filters removed every variant: nothing to build or measure", file=sys.stderr)
+        return 2
     if args.limit:
         survivors = _first_per_mode(survivors, args.limit)
         print(f"  --limit {args.limit}: measuring {len(survivors)} of them")
@@ -213,7 +226,11 @@ def _sweep_space(args, argv) -> int | None:
 
     from .sweep import Sweep
 
-    sweep = Sweep(args, limits)
+    try:
+        sweep = Sweep(args, limits)
+    except ValueError as error:  # --out or --tuned-out that a sweep must not write into
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     started = time.perf_counter()
     build_seconds = sweep.build(survivors, shapes)
     measure_seconds = sweep.measure(shapes)

@@ -18,6 +18,8 @@ from .power import mean_watts
 from .space import family_of, modes_of
 from .table import ResumableTable, config_columns, config_fields
 
+RESULTS = Path(__file__).resolve().parent / "results"  # wherever the sweep runs from
+
 
 def tuned_table_path(gpu: str, out: Path | None, tuned_out: Path | None) -> Path:
     """Where a sweep writes its tuned table: `--tuned-out` if given; with `--out DIR`, DIR/tuned_<gpu>.csv (the
@@ -35,7 +37,8 @@ def write_tuned(folder: Path, gpu: str, path: Path) -> Path | None:
     measured are replaced, every other row (other families', other shapes') is kept."""
 
     def rows(pattern: str) -> pd.DataFrame:
-        tables = [pd.read_csv(table) for table in sorted(Path(folder).glob(pattern))]
+        # an empty file (a table created by a run killed before its first row) holds nothing
+        tables = [pd.read_csv(table) for table in sorted(Path(folder).glob(pattern)) if table.stat().st_size]
         # a file of the pattern that holds no kernels' rows (the multi-GPU run's sweep_gpus.csv) has nothing to add
         tables = [table for table in tables if {"gpu", "name"} <= set(table.columns)]
         frame = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=["gpu", "status"])
@@ -45,9 +48,11 @@ def write_tuned(folder: Path, gpu: str, path: Path) -> Path | None:
     sweeps = rows("sweep_*.csv")
     winners = tuned.confirmed_winners(sweeps, confirmations)
     winners = tuned.pinned_winners(winners, rows("pinned.csv"), confirmations)
-    # shapes measured where every variant failed its gate: an older winner there must not stay
+    # shapes measured where every variant failed its gate: an older winner there must not stay (a shape whose
+    # variants failed to build or could not run was not measured: a broken toolchain keeps the old winners)
     ours = pd.concat([sweeps, confirmations], ignore_index=True)
     ours = ours[~ours["family"].isin(tuned.PEER_FAMILIES)] if "family" in ours.columns else ours.iloc[:0]
+    ours = ours[ours["status"].isin(["ok", "inaccurate"])]
     measured = ours[[c for c in tuned.KEY if c in ours.columns]].drop_duplicates() if len(ours) else None
     if winners.empty and (measured is None or not Path(path).is_file()):
         return None
@@ -61,7 +66,10 @@ class Sweep:
         self.arch = limits.arch
         self.environment = benchmark.environment()
         self.gpu = self.environment["gpu"]
-        out = args.out or Path("sweeps") / "results" / tuned.gpu_key(self.gpu)
+        out = Path(args.out or RESULTS / tuned.gpu_key(self.gpu))
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out {out} is a file, not a results folder")
+        tuned.check_output_table(tuned_table_path(self.gpu, args.out, args.tuned_out), "--tuned-out")
         family = family_of(args.space)
         self.family = families.get(family).plugin("measure")  # its problems, kernel runners, peers
         self.config_fields = config_fields(family)

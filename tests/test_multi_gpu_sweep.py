@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cutlass_ext.families.rules import DeviceLimits
 from sweeps import build_stage, multi_gpu
 from sweeps import run as run_module
 from sweeps import sweep as sweep_module
@@ -105,6 +106,7 @@ def sweep_run(tmp_path, monkeypatch):
     monkeypatch.setattr(sweep_module, "Sweep", FakeSweep)
     monkeypatch.setattr(multi_gpu.subprocess, "Popen", FakePopen)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    monkeypatch.setattr(run_module, "_limits", lambda arch: DeviceLimits.for_arch("80"))  # an sm80 GPU
     shapes = tmp_path / "shapes.yaml"
     shapes.write_text("shapes: [[256, 256, 256], [512, 384, 128]]\n")
 

@@ -352,7 +352,7 @@ def test_a_family_whose_problems_differ_by_mode_is_told_the_spaces_mode(tmp_path
         (["halfhalf", "tf32tf32"], ["tf32tf32"], "tf32tf32"),
     ):
         space.write_text(f"family: sm90_fp8_block\nmodes: {modes}\n")
-        args = argparse.Namespace(out=tmp_path, space=str(space), mode=kept)
+        args = argparse.Namespace(out=tmp_path, space=str(space), mode=kept, tuned_out=None)
         assert sweep_module.Sweep(args, argparse.Namespace(arch="90a")).problem_mode == expected
 
 
@@ -512,3 +512,91 @@ def test_a_table_of_another_family_takes_rows_under_its_own_header(tmp_path):
     split.append({"family": "sm90", "mode": "tf32tf32", "name": "v", "m": 8, "n": 8, "k": 8, "batch": 1, "gpu": "g"})
     row = pd.read_csv(path, dtype=str, keep_default_na=False).iloc[0]
     assert (row["family"], row["name"], row["gpu"], row["a_dtype"]) == ("sm90", "v", "g", "")
+
+
+def test_a_winner_dispatch_cannot_take_does_not_push_out_the_one_it_can():
+    """The table has no layout or operand column: a column-major or unpacked halfhalf winner would serve no plain
+    call and hide the plain variant measured beside it."""
+    frame = sweep_frame()
+    faster = frame[(frame["mode"] == "tf32tf32") & (frame["m"] == 1024)].iloc[[0]].copy()
+    faster["name"], faster["tflops"] = dataclasses.replace(CONFIGS[1], layout_a="col").name, 1e6
+    unpacked = frame[(frame["mode"] == "halfhalf") & (frame["m"] == 8192)].iloc[[0]].copy()
+    unpacked["name"], unpacked["tflops"] = dataclasses.replace(CONFIGS[2], operands="fp32").name, 1e6
+    no_time = frame[(frame["mode"] == "tf32tf32") & (frame["m"] == 8192)].iloc[[0]].copy()
+    no_time["name"], no_time["tflops"], no_time["status"] = CONFIGS[1].name, float("nan"), "ok"
+    picked = {(r.mode, r.m): r.name for r in tuned.winners(pd.concat([frame, faster, unpacked, no_time])).itertuples()}
+    assert picked == {
+        ("tf32tf32", 1024): CONFIGS[1].name,
+        ("tf32tf32", 8192): CONFIGS[0].name,
+        ("halfhalf", 8192): CONFIGS[2].name,
+    }
+
+
+def test_shapes_whose_variants_never_ran_keep_their_old_winners(tmp_path):
+    table = tmp_path / "tuned.csv"
+    tuned.write_table(tuned.winners(sweep_frame()), table)
+    before = table.read_text()
+    broken = sweep_frame().assign(status="build_failed", tflops=float("nan"))
+    broken.loc[broken["name"] == CONFIGS[1].name, "status"] = "cannot_run"
+    broken.reindex(columns=COLUMNS).to_csv(tmp_path / "sweep_broken.csv", index=False)
+    (tmp_path / "sweep_killed_at_once.csv").write_text("")  # created, then killed before its first row
+    sweep_module.write_tuned(tmp_path, ENVIRONMENT["gpu"], table)
+    assert table.read_text() == before
+    failed_gate = sweep_frame().assign(status="inaccurate")
+    failed_gate.reindex(columns=COLUMNS).to_csv(tmp_path / "sweep_broken.csv", index=False)
+    sweep_module.write_tuned(tmp_path, ENVIRONMENT["gpu"], table)
+    assert pd.read_csv(table).empty  # every variant measured and failed its gate: no winner stays
+
+
+def test_a_sweep_refuses_to_write_its_tuned_table_over_what_is_not_one(tmp_path, monkeypatch):
+    sweep = make_sweep(tmp_path, monkeypatch, [])
+    sweep.measure(SHAPES[:1])
+    sweep_table = sweep.table.path.read_text()
+    for path, message in (
+        (sweep.table.path, "is not a tuned table"),
+        (tmp_path, "is a directory"),
+    ):
+        args = argparse.Namespace(**{**vars(sweep.args), "tuned_out": path})
+        with pytest.raises(ValueError, match=f"--tuned-out {path} {message}"):
+            sweep_module.Sweep(args, argparse.Namespace(arch="90a"))
+    assert sweep.table.path.read_text() == sweep_table
+    tuned_table = tmp_path / "mine.csv"
+    tuned.write_table(tuned.winners(sweep_frame()), tuned_table)
+    args = argparse.Namespace(**{**vars(sweep.args), "tuned_out": tuned_table})
+    sweep_module.Sweep(args, argparse.Namespace(arch="90a"))  # a tuned table, or a new file, is taken
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    with pytest.raises(ValueError, match="--out .*a_file is a file, not a results folder"):
+        sweep_module.Sweep(argparse.Namespace(**{**vars(sweep.args), "out": a_file}), argparse.Namespace(arch="90a"))
+
+
+def test_the_default_results_folder_is_the_repositorys_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sweep_module, "RESULTS", tmp_path / "repo_results")  # not to touch the real folder
+    monkeypatch.setattr(sweep_module.benchmark, "environment", lambda: dict(ENVIRONMENT))
+    args = argparse.Namespace(out=None, space="configs/sm80_corrected.yaml", mode=None, tuned_out=tmp_path / "t.csv")
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    sweep = sweep_module.Sweep(args, argparse.Namespace(arch="90a"))
+    assert sweep.table.path == tmp_path / "repo_results" / "h100" / "sweep_sm80_corrected.csv"
+    assert Path(sweep_module.RESULTS).is_absolute()
+
+
+def test_run_refuses_a_space_the_filters_empty_and_a_measuring_run_without_its_gpu(tmp_path, monkeypatch, capsys):
+    from sweeps import run as run_module
+
+    space = tmp_path / "too_big.yaml"
+    space.write_text(
+        "family: sm80\nmodes: [tf32tf32]\nspace:\n  threadblock: {m: [256], n: [256], k: [128]}\n"
+        "  warp: {m: [16], n: [16], k: [16]}\n  stages: [8]\n  alignment: [4]\n"
+    )
+    assert run_module.main([str(space), "--dry-run", "--arch", "80", "--shapes", SQUARE]) == 2
+    assert "the filters removed every variant: nothing to build or measure" in capsys.readouterr().err
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exited:  # --arch names a target for building, not the GPU that measures
+        run_module.main([SPACE, "--arch", "80", "--shapes", SQUARE])
+    assert exited.value.code == 2 and "a sweep measures on the GPU it runs on" in capsys.readouterr().err
+    monkeypatch.setattr(run_module, "_limits", lambda arch: run_module.DeviceLimits.for_arch("90a"))
+    assert run_module.main([SPACE, "--arch", "80", "--shapes", SQUARE]) == 2
+    assert "error: --arch 80: this GPU is sm_90a" in capsys.readouterr().err
