@@ -34,7 +34,7 @@ from cutlass_ext.cli_types import positive_int, seconds
 from . import measure
 from .power import Sampler
 from .space import SpaceError, load_shapes
-from .sweep import tuned_table_path, write_tuned
+from .sweep import RESULTS, tuned_table_path, write_tuned
 from .table import ResumableTable, config_columns, config_fields
 
 
@@ -189,7 +189,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def read_sweeps(folder: Path) -> pd.DataFrame:
     """Every sweep table in a folder, or an error naming it (confirm re-times their leaders)."""
-    tables = [pd.read_csv(path) for path in sorted(folder.glob("sweep_*.csv"))]
+    tables = [_read_table(path, "--sweeps") for path in sorted(folder.glob("sweep_*.csv")) if path.stat().st_size]
     # a table of the pattern that holds no kernels' rows (the multi-GPU run's sweep_gpus.csv) has no leaders
     tables = [table for table in tables if {"gpu", "family", "name", "status"} <= set(table.columns)]
     if not tables:
@@ -197,23 +197,40 @@ def read_sweeps(folder: Path) -> pd.DataFrame:
     return pd.concat(tables, ignore_index=True)
 
 
+def _read_table(path: Path, option: str, columns=()) -> pd.DataFrame:
+    """A CSV table, or a SystemExit naming the option and the file: unreadable, or without `columns`."""
+    try:
+        table = pd.read_csv(path)
+    except (OSError, UnicodeDecodeError, pd.errors.EmptyDataError, pd.errors.ParserError) as error:
+        raise SystemExit(f"{option} {path}: cannot be read as a CSV table: {error}".splitlines()[0]) from None
+    missing = [column for column in columns if column not in table.columns]
+    if missing:
+        raise SystemExit(f"{option} {path}: not a table of this kind (it lacks {missing})")
+    return table
+
+
 def sources(args, gpu: str, out: Path) -> tuple:
     """(the sweep rows whose leaders are re-timed, the --latest tables, the incumbents' table or None, the tuned
     table the winners are merged into): this GPU's rows unless --any-gpu; the incumbents from --incumbents, else
     from the table merged into (else the one shipped for this GPU)."""
     sweeps = read_sweeps(args.sweeps or out)
-    latest = [pd.read_csv(path) for path in args.latest]
+    latest = [_read_table(path, "--latest", ["gpu", "family", "mode", "name", "status"]) for path in args.latest]
     if not args.any_gpu:
         sweeps = sweeps[sweeps["gpu"] == gpu]
         latest = [table[table["gpu"] == gpu] for table in latest]
     tuned_path = tuned_table_path(gpu, args.out, args.tuned_out)
+    try:
+        tuned.check_output_table(tuned_path, "--tuned-out")
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
     if args.incumbents is not None:
         if not args.incumbents.is_file():
             raise SystemExit(f"--incumbents {args.incumbents}: no such table")
         held = args.incumbents
     else:
         held = tuned_path if tuned_path.is_file() else tuned.TUNED_DIR / f"{tuned.gpu_key(gpu)}.csv"
-    return sweeps, latest, pd.read_csv(held) if held.is_file() else None, tuned_path
+    incumbents = _read_table(held, "--incumbents", ["mode", "m", "n", "k", "name"]) if held.is_file() else None
+    return sweeps, latest, incumbents, tuned_path
 
 
 def check_modes(modes, sweeps: pd.DataFrame, latest: list, added, incumbents) -> None:
@@ -248,7 +265,7 @@ def _confirm(args) -> int:
 
     environment = benchmark.environment()
     gpu = environment["gpu"]
-    out = args.out or Path("sweeps") / "results" / tuned.gpu_key(gpu)
+    out = Path(args.out or RESULTS / tuned.gpu_key(gpu))
     sweeps, latest, incumbents, tuned_path = sources(args, gpu, out)
     check_modes(args.modes, sweeps, latest, args.add, incumbents)
     chosen = candidates(sweeps, shapes, args.modes, args.top, latest, tuple(args.add), incumbents)
@@ -268,7 +285,7 @@ def _confirm(args) -> int:
     try:
         table = ResumableTable(out / f"confirm_{Path(args.shapes).stem.removeprefix('shapes_')}.csv", fields)
     except ValueError as error:
-        raise SystemExit(f"error: {error}") from None
+        raise SystemExit(str(error)) from None
     for (mode, shape), leaders in tqdm(chosen.items(), desc="confirm", unit="shape"):
         m, n, k, batch = shape
         problem = measure.make_problem(families.get(family).plugin("measure"), shape, mode)

@@ -273,3 +273,22 @@ def test_a_sibling_gpus_leaders_and_winners_are_re_timed_with_any_gpu_and_incumb
     assert SLOW in chosen["fp8_fast", (4, 8192, 8192, 1)]
     with pytest.raises(SystemExit, match="--incumbents"):
         confirm.sources(confirm.parse_args([*base, "--incumbents", str(tmp_path / "none.csv")]), "NVIDIA H200", out)
+
+
+def test_unusable_tables_are_refused_naming_the_option_and_file(tmp_path):
+    SWEEPS.to_csv(tmp_path / "sweep_fp8.csv", index=False)
+    (tmp_path / "sweep_killed_at_once.csv").write_text("")  # a sweep killed before its first row: skipped
+    garbage, empty = tmp_path / "garbage.csv", tmp_path / "empty.csv"
+    garbage.write_text("a,b\n1,2\n")
+    empty.write_text("")
+    out = tmp_path / "h100"
+    base = ["--shapes", "s.yaml", "--sweeps", str(tmp_path), "--out", str(out)]
+    assert len(confirm.sources(confirm.parse_args(base), "NVIDIA H100 80GB HBM3", out)[0]) == len(SWEEPS)
+    for extra, message in (
+        (["--incumbents", str(garbage)], rf"--incumbents {garbage}: not a table of this kind \(it lacks \['mode'"),
+        (["--incumbents", str(empty)], f"--incumbents {empty}: cannot be read as a CSV table"),
+        (["--latest", str(garbage)], rf"--latest {garbage}: not a table of this kind \(it lacks \['gpu'"),
+        (["--tuned-out", str(tmp_path / "sweep_fp8.csv")], "--tuned-out .*sweep_fp8.csv is not a tuned table"),
+    ):
+        with pytest.raises(SystemExit, match=message):
+            confirm.sources(confirm.parse_args([*base, *extra]), "NVIDIA H100 80GB HBM3", out)
