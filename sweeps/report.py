@@ -16,7 +16,8 @@ import pandas as pd
 from cutlass_ext.cli_types import positive_int
 
 PEERS = ("cublas", "triton")
-COLUMNS = ("family", "mode", "name", "m", "n", "k", "tflops", "status", "relres", "watts", "gflops_per_watt")
+COLUMNS = ("family", "mode", "name", "m", "n", "k", "tflops", "status", "relres", "watts", "gflops_per_watt", "gpu")
+NUMERIC = ("m", "n", "k", "tflops", "relres", "watts", "gflops_per_watt")
 
 
 def read_sweep_table(path: Path) -> pd.DataFrame:
@@ -31,7 +32,18 @@ def read_sweep_table(path: Path) -> pd.DataFrame:
     if missing:
         print(f"error: {path}: not a sweep table (it lacks {missing})", file=sys.stderr)
         raise SystemExit(2)
-    return frame
+    for column in NUMERIC:
+        values = pd.to_numeric(frame[column], errors="coerce")
+        bad = frame[column].notna() & values.isna()
+        if bad.any():
+            row = int(bad.idxmax()) + 2  # the file's line: a header, then rows from 1
+            print(
+                f"error: {path}: line {row}: {column} {frame[column][bad].iloc[0]!r} is not a number", file=sys.stderr
+            )
+            raise SystemExit(2)
+        frame[column] = values
+    # a row marked ok without a time was not measured (a run killed between the gate and the timing)
+    return frame.assign(status=frame["status"].where((frame["status"] != "ok") | frame["tflops"].notna(), "untimed"))
 
 
 def best_per_shape(frame: pd.DataFrame) -> pd.DataFrame:
@@ -90,7 +102,7 @@ def plot(best: pd.DataFrame, out: Path, stem: str) -> list[Path]:
         plt.close(figure)
         return path
 
-    title = f"Fastest variant per mode, {best['gpu'].iloc[0]}"
+    title = f"Fastest variant per mode, {', '.join(dict.fromkeys(best['gpu'].astype(str)))}"
     written = [line_plot(best, "tflops", "TFLOP/s", title, "o", out / f"{stem}_throughput.png")]
     powered = best[best["watts"].notna()]
     if not powered.empty:
@@ -112,6 +124,7 @@ def main(argv=None) -> int:
         print(f"error: {args.table}: no row passed the accuracy gate (status ok): nothing to rank", file=sys.stderr)
         return 2
     columns = ["m", "n", "k", "family", "mode", "name", "tflops", "relres", "watts", "gflops_per_watt"]
+    columns += ["gpu"] if frame["gpu"].nunique() > 1 else []
     with pd.option_context("display.width", 220, "display.max_colwidth", 52):
         print(ranked(frame, args.top)[columns].to_string(index=False))
         best = best_per_shape(frame)
@@ -119,10 +132,16 @@ def main(argv=None) -> int:
         columns = ["shape", "family", "mode", "name", "tflops", "vs_cublas_fp32", "vs_cublas", "watts"]
         print(best[columns].to_string(index=False))
     if not args.no_plots:
+        out = args.out or args.table.parent
+        if out.exists() and not out.is_dir():
+            print(f"error: --out {out} is a file, not a folder for the plots", file=sys.stderr)
+            return 2
         try:
-            out = args.out or args.table.parent
             out.mkdir(parents=True, exist_ok=True)
             written = plot(best, out, args.table.stem)
+        except OSError as error:
+            print(f"error: --out {out}: cannot write the plots: {error.strerror or error}", file=sys.stderr)
+            return 2
         except ImportError:
             print("matplotlib is not installed: pip install -e '.[report]' for the plots", file=sys.stderr)
             return 1

@@ -54,3 +54,55 @@ def test_shapes_of_other_batches_and_gpus_are_reported_apart():
     best = report.best_per_shape(frame)
     assert sorted(best["shape"]) == ["512x7168x2048x32 (H)", "512x7168x2048x8 (H)", "512x7168x2048x8 (P)"]
     assert sorted(report.ranked(frame, 1)["name"]) == ["a", "b", "c"]
+
+
+def _table(tmp_path, edit) -> Path:
+    import pandas as pd
+
+    frame = pd.read_csv(SWEEP)
+    path = tmp_path / "sweep_x.csv"
+    edit(frame).to_csv(path, index=False)
+    return path
+
+
+def test_a_cell_that_is_not_a_number_is_named_by_line_and_column(tmp_path, capsys):
+    def garble(frame):
+        frame["tflops"] = frame["tflops"].astype(object)
+        frame.loc[3, "tflops"] = "fast"
+        return frame
+
+    with pytest.raises(SystemExit) as exited:
+        report.main([str(_table(tmp_path, garble)), "--no-plots"])
+    assert exited.value.code == 2 and "line 5: tflops 'fast' is not a number" in capsys.readouterr().err
+
+
+def test_an_ok_row_without_a_time_is_not_ranked(tmp_path):
+    import pandas as pd
+
+    def untime(frame):
+        ours = frame.index[(frame["status"] == "ok") & ~frame["family"].isin(report.PEERS)]
+        frame.loc[ours, "tflops"] = float("nan")
+        frame.loc[ours[0], "name"] = "untimed_variant"
+        return frame
+
+    frame = report.read_sweep_table(_table(tmp_path, untime))
+    assert "untimed_variant" not in set(report.best_per_shape(frame)["name"])
+    assert (frame.loc[frame["name"] == "untimed_variant", "status"] == "untimed").all()
+    assert not pd.isna(report.best_per_shape(frame)["tflops"]).any()
+
+
+def test_plots_into_a_file_are_refused_and_several_gpus_are_named(tmp_path, capsys):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    assert report.main([str(SWEEP), "--out", str(a_file)]) == 2
+    assert f"--out {a_file} is a file" in capsys.readouterr().err
+    pytest.importorskip("matplotlib")
+
+    def two_gpus(frame):
+        import pandas as pd
+
+        return pd.concat([frame, frame.assign(gpu="NVIDIA H100 80GB HBM3")], ignore_index=True)
+
+    assert report.main([str(_table(tmp_path, two_gpus)), "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "NVIDIA H100 80GB HBM3" in printed and "NVIDIA H200" in printed
