@@ -207,7 +207,12 @@ def _parse_args(argv):
 
 def main(argv=None) -> int:
     args, shape = _parse_args(argv)
-    print("\n".join(explain(args.gpu, args.op, args.mode, shape, args.arch)))
+    try:
+        lines = explain(args.gpu, args.op, args.mode, shape, args.arch)
+    except (ValueError, FileNotFoundError) as error:  # a tuned table dispatch would refuse: its own message
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
     return 0
 
 

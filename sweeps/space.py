@@ -28,9 +28,25 @@ _SHAPE_FILE_KEYS = {"description", "shapes"}
 MAX_DIMENSION = 2**31 - 1  # the kernels index a dimension with a 32-bit int
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping (PyYAML keeps the last one silently: a space with
+    `stages: [3]` and later `stages: [4]` would sweep only the second)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def _read(path: Path) -> dict:
     try:
-        document = yaml.safe_load(Path(path).read_text())
+        document = yaml.load(Path(path).read_text(), Loader=_UniqueKeyLoader)
     except OSError as error:
         raise SpaceError(f"{path}: cannot read: {error.strerror}") from error
     except UnicodeDecodeError as error:
@@ -43,7 +59,7 @@ def _read(path: Path) -> dict:
 
 
 def load_space(path: str | Path) -> list:
-    """Every config of the space's Cartesian product, mode by mode, in a stable order."""
+    """Every config of the space's Cartesian product, mode by mode, in a stable order, each once."""
     path = Path(path)
     document = _read(path)
     unknown = set(document) - _TOP_LEVEL_KEYS
@@ -53,7 +69,8 @@ def load_space(path: str | Path) -> list:
     with_spaces = [f.name for f in families.all_families() if f.space is not None]
     if family not in with_spaces:
         raise SpaceError(f"{path}: family: {family!r} is not one of {with_spaces}")
-    configs = families.get(family).plugin("space").load_space(path, document)
+    # a value listed twice in a field gives the same variant twice: built and measured once
+    configs = list(dict.fromkeys(families.get(family).plugin("space").load_space(path, document)))
     if not configs:
         raise SpaceError(f"{path}: space: no combination of its values is a {family} kernel (each was rejected)")
     return configs
@@ -81,7 +98,7 @@ def default_shapes(path: str | Path) -> Path | None:
 
 
 def load_shapes(path: str | Path) -> list[tuple[int, int, int, int]]:
-    """The (m, n, k, batch) problems of a shape file; batch defaults to 1."""
+    """The (m, n, k, batch) problems of a shape file, each once; batch defaults to 1."""
     path = Path(path)
     document = _read(path)
     unknown = set(document) - _SHAPE_FILE_KEYS
@@ -99,4 +116,4 @@ def load_shapes(path: str | Path) -> list[tuple[int, int, int, int]]:
             if value > MAX_DIMENSION:
                 raise SpaceError(f"{path}: shapes[{index}]: {value} is over the largest dimension, 2**31 - 1")
         problems.append(tuple(values) if len(values) == 4 else (*values, 1))
-    return problems
+    return list(dict.fromkeys(problems))  # a shape listed twice is measured once

@@ -96,3 +96,14 @@ def test_a_hopper_arch_given_without_its_suffix_is_the_gpus_and_grouped_modes_ne
     with pytest.raises(SystemExit):
         explain.main(["--gpu", H100, "--op", "gemm_fp8", "--mode", "grouped", "--shape", "512x7168x2048"])
     assert "takes MxNxKxEXPERTS" in capsys.readouterr().err
+
+
+def test_a_tuned_table_dispatch_cannot_read_is_one_error_line(tmp_path, monkeypatch, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("mode,m,n,k,batch,name,tflops,gpu,date\nhalfhalf,1024,1024,1024,1,no_such_variant,1,g,d\n")
+    for table, message in ((tmp_path / "none.csv", "cannot be read"), (bad, "no_such_variant")):
+        monkeypatch.setenv("CUTLASS_EXT_TUNED_TABLE", str(table))
+        argv = ["--gpu", "NVIDIA H200", "--op", "gemm", "--mode", "halfhalf", "--shape", "1024x1024x1024"]
+        assert explain.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: tuned table") and message in err and "Traceback" not in err

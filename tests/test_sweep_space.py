@@ -411,3 +411,19 @@ def test_hopper_corrected_space_loads_and_filters(tmp_path):
     bad.write_text("family: sm90\nmodes: [tf32tf32]\nspace: {schedule: [sideways]}\n")
     with pytest.raises(SpaceError, match="space.schedule"):
         load_space(bad)
+
+
+def test_a_key_given_twice_is_refused_and_repeated_values_and_shapes_count_once(tmp_path):
+    from sweeps.space import SpaceError, load_shapes, load_space
+
+    space = tmp_path / "space.yaml"
+    body = "family: sm80\nmodes: [tf32tf32, tf32tf32]\nspace:\n  threadblock: {m: [128], n: [128], k: [32]}\n"
+    body += "  warp: {m: [64], n: [32], k: [32]}\n  stages: [3, 3]\n  alignment: [4]\n"
+    space.write_text(body)
+    assert [c.name for c in load_space(space)] == ["tf32tf32_sm80_128x128x32_64x32x32_s3_a4"]
+    space.write_text(body + "  stages: [4]\n")
+    with pytest.raises(SpaceError, match="key 'stages' appears twice in one mapping"):
+        load_space(space)
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text("shapes: [[16, 16, 16], [16, 16, 16, 1], [32, 16, 16]]\n")
+    assert load_shapes(shapes) == [(16, 16, 16, 1), (32, 16, 16, 1)]
