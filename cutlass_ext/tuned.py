@@ -6,8 +6,8 @@ order (each offers its nearest entry for the mode; the nearest of those answers,
 1. the one given to `set_tuned_table(path)`, else the file named by the environment variable
    CUTLASS_EXT_TUNED_TABLE; with either set, no other table is asked;
 2. the one shipped for this GPU (cutlass_ext/tuned/<gpu>.csv, e.g. h100.csv);
-3. the shipped tables of other GPUs of the same architecture (an H200 or H100 PCIe reads h100.csv until it has its
-   own; sm80-class GPUs share among 80/86/87/89).
+3. the shipped tables of other GPUs of the same architecture (an H100 PCIe or GH200 reads h100.csv, then h200.csv,
+   until it has its own; sm80-class GPUs share among 80/86/87/89).
 Entries the device cannot run (Hopper-only kernels elsewhere, tiles over its shared memory) are skipped. With no
 entry, dispatch uses the architecture's built-in defaults. Which table answered is logged once per GPU and table
 (logger `cutlass_ext.dispatch`); `python -m cutlass_ext.explain` prints it for a shape.
@@ -189,18 +189,18 @@ def merge_table(table, path: Path, measured=None) -> None:
     import pandas as pd
 
     path = Path(path)
-    table = _with_batch(table)
+    table = with_batch(table)
     if path.is_file():
-        existing = _with_batch(pd.read_csv(path))
+        existing = with_batch(pd.read_csv(path))
         replaced = table.set_index(KEY).index
         if measured is not None and not measured.empty:
-            replaced = replaced.append(_with_batch(measured).set_index(KEY).index)
+            replaced = replaced.append(with_batch(measured).set_index(KEY).index)
         kept = existing[~existing.set_index(KEY).index.isin(replaced)]
         table = pd.concat([kept[COLUMNS], table[COLUMNS]]).sort_values(KEY).reset_index(drop=True)
     write_table(table, path)
 
 
-def _with_batch(frame):
+def with_batch(frame):
     frame = frame.copy()
     frame["batch"] = frame["batch"].fillna(1).astype(int) if "batch" in frame.columns else 1
     return frame

@@ -32,9 +32,10 @@ from cutlass_ext import benchmark, families, registry, tuned
 from cutlass_ext.cli_types import positive_int, seconds
 
 from . import measure
+from .paths import check_outputs, results_folder, tuned_table_path
 from .power import Sampler
 from .space import SpaceError, load_shapes
-from .sweep import RESULTS, tuned_table_path, write_tuned
+from .sweep import write_tuned
 from .table import ResumableTable, config_columns, config_fields
 
 
@@ -187,13 +188,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def read_sweeps(folder: Path) -> pd.DataFrame:
+def read_sweeps(folder: Path, option: str = "--sweeps") -> pd.DataFrame:
     """Every sweep table in a folder, or an error naming it (confirm re-times their leaders)."""
-    tables = [_read_table(path, "--sweeps") for path in sorted(folder.glob("sweep_*.csv")) if path.stat().st_size]
+    tables = [_read_table(path, option) for path in sorted(folder.glob("sweep_*.csv")) if path.stat().st_size]
     # a table of the pattern that holds no kernels' rows (the multi-GPU run's sweep_gpus.csv) has no leaders
     tables = [table for table in tables if {"gpu", "family", "name", "status"} <= set(table.columns)]
     if not tables:
-        raise SystemExit(f"--sweeps {folder}: no sweep_*.csv tables there to take the leaders from")
+        raise SystemExit(f"{option} {folder}: no sweep_*.csv tables there to take the leaders from")
     return pd.concat(tables, ignore_index=True)
 
 
@@ -206,21 +207,22 @@ def _read_table(path: Path, option: str, columns=()) -> pd.DataFrame:
     missing = [column for column in columns if column not in table.columns]
     if missing:
         raise SystemExit(f"{option} {path}: not a table of this kind (it lacks {missing})")
-    return table
+    return tuned.with_batch(table) if {"m", "n", "k"} <= set(columns) else table  # older tables: no batch column
 
 
 def sources(args, gpu: str, out: Path) -> tuple:
     """(the sweep rows whose leaders are re-timed, the --latest tables, the incumbents' table or None, the tuned
     table the winners are merged into): this GPU's rows unless --any-gpu; the incumbents from --incumbents, else
     from the table merged into (else the one shipped for this GPU)."""
-    sweeps = read_sweeps(args.sweeps or out)
-    latest = [_read_table(path, "--latest", ["gpu", "family", "mode", "name", "status"]) for path in args.latest]
+    sweeps = read_sweeps(args.sweeps or out, "--sweeps" if args.sweeps else "the results folder")
+    row_columns = ["gpu", "family", "mode", "name", "m", "n", "k", "tflops", "status"]
+    latest = [_read_table(path, "--latest", row_columns) for path in args.latest]
     if not args.any_gpu:
         sweeps = sweeps[sweeps["gpu"] == gpu]
         latest = [table[table["gpu"] == gpu] for table in latest]
     tuned_path = tuned_table_path(gpu, args.out, args.tuned_out)
     try:
-        tuned.check_output_table(tuned_path, "--tuned-out")
+        check_outputs(args.out, args.tuned_out, gpu)
     except ValueError as error:
         raise SystemExit(str(error)) from None
     if args.incumbents is not None:
@@ -229,7 +231,10 @@ def sources(args, gpu: str, out: Path) -> tuple:
         held = args.incumbents
     else:
         held = tuned_path if tuned_path.is_file() else tuned.TUNED_DIR / f"{tuned.gpu_key(gpu)}.csv"
-    incumbents = _read_table(held, "--incumbents", ["mode", "m", "n", "k", "name"]) if held.is_file() else None
+    option = "--incumbents" if args.incumbents is not None else "the tuned table"
+    # a default tuned table that is empty (a new one) holds no incumbents; an empty --incumbents is a mistake
+    present = held.is_file() and (args.incumbents is not None or held.stat().st_size > 0)
+    incumbents = _read_table(held, option, ["mode", "m", "n", "k", "name"]) if present else None
     return sweeps, latest, incumbents, tuned_path
 
 
@@ -265,7 +270,7 @@ def _confirm(args) -> int:
 
     environment = benchmark.environment()
     gpu = environment["gpu"]
-    out = Path(args.out or RESULTS / tuned.gpu_key(gpu))
+    out = results_folder(gpu, args.out)
     sweeps, latest, incumbents, tuned_path = sources(args, gpu, out)
     check_modes(args.modes, sweeps, latest, args.add, incumbents)
     chosen = candidates(sweeps, shapes, args.modes, args.top, latest, tuple(args.add), incumbents)

@@ -28,6 +28,7 @@ import pandas as pd
 from cutlass_ext import tuned
 
 from . import build_stage
+from .paths import results_folder, tuned_table_path
 from .table import KEY
 
 
@@ -172,7 +173,7 @@ def run(argv: list[str], args, survivors: list) -> int:
     if args.gpus > len(devices):
         print(f"error: --gpus {args.gpus}: {len(devices)} GPUs are visible", file=sys.stderr)
         return 2
-    out = Path(args.out or Path("sweeps") / "results" / tuned.gpu_key(torch.cuda.get_device_name(0)))
+    out = Path(args.out) if args.out is not None else results_folder(torch.cuda.get_device_name(0), None)
     table_name = f"sweep_{Path(args.space).stem}.csv"
     size = group_size(survivors, args)
     jobs = args.jobs or max(1, (os.cpu_count() or 1) // args.gpus)  # the parts build at once: share the cores
@@ -209,7 +210,7 @@ def run(argv: list[str], args, survivors: list) -> int:
     from . import sweep
 
     gpu = rows["gpu"][rows["gpu"] != ""].iloc[0]
-    tuned_path = sweep.write_tuned(out, gpu, sweep.tuned_table_path(gpu, args.out, args.tuned_out))
+    tuned_path = sweep.write_tuned(out, gpu, tuned_table_path(gpu, args.out, args.tuned_out))
     print(f"tuned table {tuned_path}")
     if not args.no_report:
         from . import report

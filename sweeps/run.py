@@ -23,6 +23,7 @@ from cutlass_ext.cli_types import known_arch, non_negative_int, positive_int, se
 from cutlass_ext.families.rules import DeviceLimits, apply_rules
 
 from . import multi_gpu
+from .paths import check_outputs
 from .power import MIN_SECONDS
 from .space import SpaceError, default_shapes, load_shapes, load_space
 
@@ -213,6 +214,12 @@ def _sweep_space(args, argv) -> int | None:
         survivors = _first_per_mode(survivors, args.limit)
         print(f"  --limit {args.limit}: measuring {len(survivors)} of them")
     print(f"{args.shapes}: {len(shapes)} shapes -> {len(survivors) * len(shapes)} (variant, shape) rows")
+    if not (args.dry_run or args.build_only):  # refused before anything is built (the parts write elsewhere)
+        try:
+            check_outputs(args.out, args.tuned_out)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     if args.gpus > 1 and not (args.dry_run or args.build_only):
         return multi_gpu.run(sys.argv[1:] if argv is None else list(argv), args, survivors)
     survivors = multi_gpu.part(survivors, args)

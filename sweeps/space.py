@@ -35,8 +35,14 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: merged keys may be overridden
+                continue
             key = self.construct_object(key_node, deep=deep)
-            if key in seen:
+            try:
+                repeated = key in seen
+            except TypeError:  # a list or mapping as a key: the constructor's own error names it
+                break
+            if repeated:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
                 )

@@ -13,22 +13,10 @@ from tqdm import tqdm
 
 from cutlass_ext import benchmark, families, registry, tuned
 
-from . import build_stage, measure, multi_gpu
+from . import build_stage, measure, multi_gpu, paths
 from .power import mean_watts
 from .space import family_of, modes_of
 from .table import ResumableTable, config_columns, config_fields
-
-RESULTS = Path(__file__).resolve().parent / "results"  # wherever the sweep runs from
-
-
-def tuned_table_path(gpu: str, out: Path | None, tuned_out: Path | None) -> Path:
-    """Where a sweep writes its tuned table: `--tuned-out` if given; with `--out DIR`, DIR/tuned_<gpu>.csv (the
-    shipped tables stay as they are); else the shipped table of this GPU, cutlass_ext/tuned/<gpu>.csv."""
-    if tuned_out is not None:
-        return Path(tuned_out)
-    if out is not None:
-        return Path(out) / f"tuned_{tuned.gpu_key(gpu)}.csv"
-    return tuned.TUNED_DIR / f"{tuned.gpu_key(gpu)}.csv"
 
 
 def write_tuned(folder: Path, gpu: str, path: Path) -> Path | None:
@@ -53,6 +41,9 @@ def write_tuned(folder: Path, gpu: str, path: Path) -> Path | None:
     ours = pd.concat([sweeps, confirmations], ignore_index=True)
     ours = ours[~ours["family"].isin(tuned.PEER_FAMILIES)] if "family" in ours.columns else ours.iloc[:0]
     ours = ours[ours["status"].isin(["ok", "inaccurate"])]
+    ours = (
+        ours[[tuned.table_entry(name, mode) for name, mode in zip(ours["name"], ours["mode"])]] if len(ours) else ours
+    )
     measured = ours[[c for c in tuned.KEY if c in ours.columns]].drop_duplicates() if len(ours) else None
     if winners.empty and (measured is None or not Path(path).is_file()):
         return None
@@ -66,10 +57,8 @@ class Sweep:
         self.arch = limits.arch
         self.environment = benchmark.environment()
         self.gpu = self.environment["gpu"]
-        out = Path(args.out or RESULTS / tuned.gpu_key(self.gpu))
-        if out.exists() and not out.is_dir():
-            raise ValueError(f"--out {out} is a file, not a results folder")
-        tuned.check_output_table(tuned_table_path(self.gpu, args.out, args.tuned_out), "--tuned-out")
+        out = paths.results_folder(self.gpu, args.out)
+        paths.check_outputs(args.out, args.tuned_out, self.gpu)
         family = family_of(args.space)
         self.family = families.get(family).plugin("measure")  # its problems, kernel runners, peers
         self.config_fields = config_fields(family)
@@ -235,7 +224,7 @@ class Sweep:
     def write_tuned(self) -> Path | None:
         """Winners over every sweep table in this table's folder (this GPU's rows): a sweep of one space keeps the
         faster variants that a sweep of another space found; confirmation runs pick where they measured."""
-        path = tuned_table_path(self.gpu, self.args.out, self.args.tuned_out)
+        path = paths.tuned_table_path(self.gpu, self.args.out, self.args.tuned_out)
         return write_tuned(self.table.path.parent, self.gpu, path)
 
     def print_summary(self) -> None:

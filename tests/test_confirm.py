@@ -292,3 +292,18 @@ def test_unusable_tables_are_refused_naming_the_option_and_file(tmp_path):
     ):
         with pytest.raises(SystemExit, match=message):
             confirm.sources(confirm.parse_args([*base, *extra]), "NVIDIA H100 80GB HBM3", out)
+
+
+def test_the_default_tuned_table_is_named_as_such_and_an_empty_one_holds_no_incumbents(tmp_path):
+    SWEEPS.to_csv(tmp_path / "sweep_fp8.csv", index=False)
+    out = tmp_path / "h100"
+    out.mkdir()
+    default = out / "tuned_h100.csv"
+    default.write_text("")
+    args = confirm.parse_args(["--shapes", "s.yaml", "--sweeps", str(tmp_path), "--out", str(out)])
+    assert confirm.sources(args, "NVIDIA H100 80GB HBM3", out)[2] is None
+    SWEEPS.to_csv(default, index=False)  # a sweep table where the tuned table goes
+    with pytest.raises(SystemExit, match=f"the tuned table {default} is not a tuned table"):
+        confirm.sources(args, "NVIDIA H100 80GB HBM3", out)
+    default.write_text("mode,m,n,k,name,tflops,gpu,date\nfp8_fast,4,8192,8192,x,1,g,d\n")  # an older table
+    assert list(confirm.sources(args, "NVIDIA H100 80GB HBM3", out)[2]["batch"]) == [1]

@@ -19,6 +19,7 @@ from cutlass_ext.fp8_block.api import dense_plan, grouped_plan
 from cutlass_ext.lowbit.kernel import DEFAULT_CONFIG as LOWBIT_DEFAULT
 from cutlass_ext.lowbit.kernel import MODE as LOWBIT_MODE
 from cutlass_ext.ozaki import OzakiConfig
+from sweeps import paths
 from sweeps import sweep as sweep_module
 
 H100, H200, A100, RTX4090 = (
@@ -206,12 +207,12 @@ def test_a_sweep_with_out_leaves_the_shipped_tables_as_they_were(tmp_path):
         ]
     )
     sweep.to_csv(tmp_path / "sweep_sm80_corrected.csv", index=False)
-    path = sweep_module.tuned_table_path("NVIDIA H100 80GB HBM3", tmp_path, None)
+    path = paths.tuned_table_path("NVIDIA H100 80GB HBM3", tmp_path, None)
     assert path == tmp_path / "tuned_h100.csv"
     sweep_module.write_tuned(tmp_path, "NVIDIA H100 80GB HBM3", path)
     assert _digests() == before
     assert list(pd.read_csv(path)["name"]) == ["tf32tf32_sm80_64x128x32_64x32x16_s3_a4"]
-    assert sweep_module.tuned_table_path("NVIDIA H100 80GB HBM3", None, None) == SHIPPED
+    assert paths.tuned_table_path("NVIDIA H100 80GB HBM3", None, None) == SHIPPED
 
 
 def test_merging_into_a_table_keeps_the_rows_not_measured(tmp_path):

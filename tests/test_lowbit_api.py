@@ -409,6 +409,10 @@ def test_layers_return_the_dtype_torchs_layers_do():
     linear = lowbit.Linear(4, 2, config=config())
     with torch.autocast("cpu", torch.bfloat16):
         assert linear(randn(3, 4, seed=4)).dtype == torch.bfloat16 == torch.nn.Linear(4, 2)(randn(3, 4, seed=4)).dtype
+    with torch.autocast("cpu", torch.bfloat16):  # autocast leaves float64 alone, as torch's layers see it
+        wide = lowbit.Conv2d(2, 3, 3, config=config(), dtype=torch.float64)
+        assert wide(randn(1, 2, 4, 4, seed=8).double()).dtype == torch.float64
+        assert lowbit.Conv2d(2, 3, 3, config=config())(randn(2, 4, 4, seed=9)).dtype == torch.bfloat16
     assert lowbit.linear(randn(3, 4, seed=5), randn(2, 4, seed=6), None, config()).dtype == torch.float32
 
 

@@ -254,3 +254,19 @@ def test_a_parts_finalists_leave_out_rows_the_other_part_beats(tmp_path, monkeyp
     sweep.args.finalists, sweep.args.repeats, retimed[:] = 1, 30, []  # more repeats: re-timed again
     sweep._finals(None, shape)
     assert retimed == ["tf32tf32_0"]  # the fastest of all (the stale copy of tf32tf32_1 at 60 counted would drop it)
+
+
+def test_a_multi_gpu_run_refuses_outputs_it_must_not_write_before_any_part_starts(sweep_run, tmp_path, capsys):
+    status, _ = sweep_run("first", 2)  # a finished sweep table to point --tuned-out at
+    table = tmp_path / "first" / "sweep_sm80_corrected.csv"
+    before = table.read_text()
+    argv = [SPACE, "--arch", "80", "--shapes", str(tmp_path / "shapes.yaml"), "--gpus", "2", "--no-report"]
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    for extra, message in (
+        (["--out", str(tmp_path / "second"), "--tuned-out", str(table)], "is not a tuned table"),
+        (["--out", str(a_file)], "is a file, not a results folder"),
+    ):
+        assert run_module.main([*argv, *extra]) == 2
+        assert message in capsys.readouterr().err
+    assert table.read_text() == before and not (tmp_path / "second").exists()

@@ -571,14 +571,19 @@ def test_a_sweep_refuses_to_write_its_tuned_table_over_what_is_not_one(tmp_path,
 
 
 def test_the_default_results_folder_is_the_repositorys_from_any_directory(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sweep_module, "RESULTS", tmp_path / "repo_results")  # not to touch the real folder
+    from sweeps import paths
+
+    assert paths.RESULTS == Path(__file__).resolve().parents[1] / "sweeps" / "results"
+    monkeypatch.setattr(paths, "RESULTS", tmp_path / "repo_results")  # not to touch the real folder
     monkeypatch.setattr(sweep_module.benchmark, "environment", lambda: dict(ENVIRONMENT))
-    args = argparse.Namespace(out=None, space="configs/sm80_corrected.yaml", mode=None, tuned_out=tmp_path / "t.csv")
-    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    space = str(Path(__file__).resolve().parents[1] / "configs" / "sm80_corrected.yaml")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    args = argparse.Namespace(out=None, space=space, mode=None, tuned_out=tmp_path / "t.csv")
     sweep = sweep_module.Sweep(args, argparse.Namespace(arch="90a"))
     assert sweep.table.path == tmp_path / "repo_results" / "h100" / "sweep_sm80_corrected.csv"
-    assert Path(sweep_module.RESULTS).is_absolute()
+    assert not (elsewhere / "sweeps").exists()
 
 
 def test_run_refuses_a_space_the_filters_empty_and_a_measuring_run_without_its_gpu(tmp_path, monkeypatch, capsys):
@@ -600,3 +605,27 @@ def test_run_refuses_a_space_the_filters_empty_and_a_measuring_run_without_its_g
     monkeypatch.setattr(run_module, "_limits", lambda arch: run_module.DeviceLimits.for_arch("90a"))
     assert run_module.main([SPACE, "--arch", "80", "--shapes", SQUARE]) == 2
     assert "error: --arch 80: this GPU is sm_90a" in capsys.readouterr().err
+
+
+def test_a_sweep_of_variants_that_cannot_be_entries_leaves_the_tables_entries(tmp_path):
+    table = tmp_path / "tuned.csv"
+    tuned.write_table(tuned.winners(sweep_frame()), table)
+    before = table.read_text()
+    column_major = sweep_frame().assign(name=dataclasses.replace(CONFIGS[1], layout_b="col").name)
+    column_major.reindex(columns=COLUMNS).to_csv(tmp_path / "sweep_layouts.csv", index=False)
+    sweep_module.write_tuned(tmp_path, ENVIRONMENT["gpu"], table)
+    assert table.read_text() == before
+
+
+def test_space_files_keep_yaml_merge_keys_and_name_an_unhashable_key(tmp_path):
+    from sweeps.space import SpaceError, load_space
+
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "family: sm80\nmodes: [tf32tf32]\nspace:\n  threadblock: &tile {m: [128], n: [128], k: [32]}\n"
+        "  warp: {<<: *tile, m: [64], n: [32]}\n  stages: [3]\n  alignment: [4]\n"
+    )
+    assert [c.name for c in load_space(space)] == ["tf32tf32_sm80_128x128x32_64x32x32_s3_a4"]
+    space.write_text("? [a, b]\n: 1\n")
+    with pytest.raises(SpaceError, match="not valid YAML"):
+        load_space(space)
