@@ -85,6 +85,26 @@ def test_conv2d_and_converted_model_cuda_equal_cpu():
     assert same(on_cuda, on_cpu)
 
 
+def test_a_bf16_model_stays_bf16_through_the_kernel_under_compile_and_autocast():
+    """Converted layers return the dtype torch's would (the exact last layer then takes their output), the values
+    the FP32 kernel's rounded; compiled and under CUDA autocast as well."""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).cuda()
+    x = randn(8, 32, seed=15).cuda()
+    lowbit.convert(model, lowbit.LowbitConfig(M7E4))
+    first = model[0]
+    expected = lowbit.linear(x, first.weight, first.bias, first.config)
+    assert expected.dtype == torch.float32
+    with torch.autocast("cuda", torch.bfloat16):
+        y = first(x)
+    assert y.dtype == torch.bfloat16 and same(y, expected.bfloat16())
+    model.bfloat16()
+    assert model(x.bfloat16()).dtype == torch.bfloat16
+    assert torch.compile(model, fullgraph=True)(x.bfloat16()).dtype == torch.bfloat16
+    weight, bias = first.weight.float(), first.bias.float()
+    assert same(first(x.bfloat16()), lowbit.linear(x.bfloat16().float(), weight, bias, first.config).bfloat16())
+
+
 def test_dynamic_bias_cuda_equals_cpu():
     config = lowbit.LowbitConfig(M7E4, dynamic_bias=True)
     a, b = randn(17, 64, seed=10) * 300, randn(64, 9, seed=11)
