@@ -428,3 +428,12 @@ def test_numpy_scalars_are_taken_as_the_stes_constants():
     taken = config(eps1=np.float32(1e-6), eps2=np.float64(2e-3))
     assert (type(taken.eps1), type(taken.eps2)) == (float, float)
     assert taken.eps1 == float(np.float32(1e-6))
+
+
+def test_the_layers_dtype_rule_compiles_into_one_graph():
+    layer = lowbit.Linear(8, 4, config=config())
+    compiled = torch.compile(layer, fullgraph=True, backend="eager")
+    x = randn(3, 8, seed=10)
+    assert same(compiled(x), layer(x))
+    with torch.autocast("cpu", torch.bfloat16):  # guarded: the autocast state recompiles
+        assert compiled(x).dtype == torch.bfloat16
