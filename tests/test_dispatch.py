@@ -419,3 +419,16 @@ def test_merging_into_a_table_without_batch_and_dropping_shapes_measured_without
     assert merged[["m", "batch", "name"]].values.tolist() == [[1024, 1, "tf32tf32_sm80_64x128x32_64x32x16_s3_a4"]]
     tuned.set_tuned_table(path)
     assert tuned.resolve(A100.name, "tf32tf32", 1024, 1024, 1024, gpu=A100)[0] is not None  # still readable
+
+
+def test_a_row_major_winner_leaves_other_layouts_their_defaults():
+    """The 1024^3 tf32tf32 entry is a row-major kernel: a call with A or B column-major takes the defaults that
+    read those layouts (the binding would also run the winner on copies, accurately but slower)."""
+    winner = gemm.plan(H200, "tf32tf32", 1024, 1024, 1024)
+    assert winner.path == "sm80" and "entry tf32tf32 1024x1024x1024" in winner.source
+    assert families.from_name(winner.variants[0]).layout_a == "row"
+    for layouts in (("col", "row"), ("row", "col"), ("col", "col")):
+        chosen = gemm.plan(H200, "tf32tf32", 1024, 1024, 1024, *layouts)
+        first = families.from_name(chosen.variants[0])
+        assert (first.layout_a, first.layout_b) == layouts and "default" in chosen.source
+        assert winner.variants[0] not in chosen.variants

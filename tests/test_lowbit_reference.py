@@ -2,6 +2,7 @@
 
 import math
 import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -229,7 +230,7 @@ def test_chunked_chain_hand_case():
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
 @pytest.mark.parametrize("kind", ["normal", "uniform", "wide", "positive"])
 def test_chain_matches_scalar_definition(fmt, kind):
-    generator = torch.Generator().manual_seed(hash((fmt.name, kind)) % 2**31)
+    generator = torch.Generator().manual_seed(zlib.crc32(f"{fmt.name} {kind}".encode()))  # stable across runs
     for m, k, n in [(3, 37, 2), (1, 1, 1), (2, 16, 3), (2, 70, 1)]:
         a, b = sample(kind, (m, k), generator), sample(kind, (k, n), generator)
         assert same(lowbit_matmul_fmt(a, b, fmt), scalar_chain(a, b, fmt)), (m, k, n)

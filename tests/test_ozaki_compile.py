@@ -4,6 +4,7 @@ equals the reference bit for bit, and the rendered library compiles for sm_90a a
 import os
 import shutil
 import subprocess
+import zlib
 
 import pytest
 import torch
@@ -37,8 +38,9 @@ def arith_check(tmp_path_factory):
 
 
 @pytest.fixture
-def generator():
-    return torch.Generator().manual_seed(torch.seed() % 2**31)
+def generator(request):
+    """Inputs of their own for each test, the same on every run (a failure replays)."""
+    return torch.Generator().manual_seed(zlib.crc32(request.node.nodeid.encode()))
 
 
 def test_shift_matches_reference(arith_check, generator):

@@ -2,6 +2,7 @@
 against FP64 on the seed's matrix types, argument errors."""
 
 import math
+import zlib
 
 import pytest
 import torch
@@ -15,8 +16,9 @@ def urand(shape, generator):
 
 
 @pytest.fixture
-def generator():
-    return torch.Generator().manual_seed(torch.seed() % 2**31)
+def generator(request):
+    """Inputs of their own for each test, the same on every run (a failure replays)."""
+    return torch.Generator().manual_seed(zlib.crc32(request.node.nodeid.encode()))
 
 
 @pytest.mark.parametrize("count", range(ref.MIN_MODULI, ref.MAX_MODULI + 1))

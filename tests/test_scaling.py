@@ -12,8 +12,11 @@ def test_scaled_operands_fit_fp16_and_come_out_row_major():
     a_scaled, b_scaled, row_shift, column_shift = scaling.scaled_operands(a, b)
     assert a_scaled.is_contiguous() and b_scaled.is_contiguous()  # the view is copied in the scaling pass
     assert torch.equal(a_scaled, a * scaling.power_of_two(row_shift))
-    for scaled in (a_scaled, b_scaled):
-        assert scaled.abs().max() < 2**15 and torch.isfinite(scaled.half()).all()
+    assert torch.equal(b_scaled, b * scaling.power_of_two(column_shift))
+    # each row of A and column of B: its largest magnitude in [2^14, 2^15), the top binade under FP16's 65504
+    for largest in (a_scaled.abs().amax(dim=1), b_scaled.abs().amax(dim=0)):
+        assert (largest >= 2**14).all() and (largest < 2**15).all()
+    assert torch.isfinite(a_scaled.half()).all() and torch.isfinite(b_scaled.half()).all()
     assert row_shift.shape == (48, 1) and column_shift.shape == (1, 32)
 
 

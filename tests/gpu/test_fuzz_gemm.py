@@ -16,7 +16,9 @@ Every mode is held to a componentwise worst-case bound, |C − A·B| ≤ E, from
                   product and sum.
 tf32 rounds each operand once to 11 bits (2^-11 each), markidis keeps all four products inside with RZ (its
 operands must fit FP16: the docstring's baseline), fp32 is cuBLAS SGEMM (u = 2^-24). Such a bound cannot fail from
-rounding, yet catches a missing correction (2^-11), a wrong tile edge, a dropped k-block or a stray stride.
+rounding, yet catches a wrong tile edge, a dropped k-block or a stray stride, and a missing correction (2^-11) at
+small K; from K ~ 128 the worst-case γ term outgrows an uncorrected product's typical error, and the relres tests
+(test_gemm.py, test_gemm_corrected.py) are what catch it there.
 
 The corrected kernels also match their `numerics.emulated_gemm` model closely on small shapes (the sm80 kernels'
 accumulation order: tf32tf32 chains its three products per MMA step, halfhalf folds them per step).

@@ -155,7 +155,7 @@ def test_same_weights_under_any_launch_shape(update):
         (512, 8, "chunks"),
         (128, 4, "persistent"),
         (256, 2, "prefetch"),
-        # the other launch shapes the bandwidth test times
+        # persistent and prefetching grids of one and eight vectors a thread
         (256, 1, "persistent"),
         (256, 8, "persistent"),
         (256, 1, "prefetch"),
@@ -333,24 +333,12 @@ def _rates(replay, step_bytes, device_copy, rounds=3):
     return step_bytes / min(steps), copy_bytes / min(copies)
 
 
-# (vectors per thread, grid): one block per chunk at 2 vectors (the first kernels' shape), persistent grids of 1 to
-# 8, and prefetching persistent grids of 1 and 2 (4 spills).
-LAUNCH_SHAPES = (
-    (2, "chunks"),
-    (1, "persistent"),
-    (2, "persistent"),
-    (4, "persistent"),
-    (8, "persistent"),
-    (1, "prefetch"),
-    (2, "prefetch"),
-)
-
-
-@pytest.mark.parametrize("vectors_per_thread, grid", LAUNCH_SHAPES)
 @pytest.mark.parametrize("update", reference.UPDATES)
-def test_kernel_bandwidth(device_copy, update, vectors_per_thread, grid):
-    """AdamW's kernels alone on a ~0.7-billion-parameter Llama-like list, captured and replayed, against a
-    device-to-device copy (printed; run with -s to compare launch shapes). The floor holds for the default shape."""
+def test_kernel_bandwidth(device_copy, update):
+    """AdamW's kernels alone, in the default launch shape, on a ~0.7-billion-parameter Llama-like list, captured
+    and replayed, against a device-to-device copy (printed with -s). Other launch shapes give the same bits
+    (above); their speeds were compared when the default was chosen (docs/design-notes.md, BF16 optimizers)."""
+    default = OptimConfig()
     shapes = _llama_like_shapes(layers=12, hidden=2048, intermediate=5632, vocab=32000)
     params = [torch.randn(shape, device="cuda", dtype=torch.bfloat16) * 0.02 for shape in shapes]
     grads = [torch.randn_like(p) * 1e-3 for p in params]
@@ -372,21 +360,19 @@ def test_kernel_bandwidth(device_copy, update, vectors_per_thread, grid):
             7,
             range(len(params)),
             [0] * len(params),
-            vectors_per_thread=vectors_per_thread,
-            grid=grid,
+            vectors_per_thread=default.vectors_per_thread,
+            grid=default.grid,
         )
     )
     count = sum(p.numel() for p in params)
     step_bytes = count * 2 * (4 + 3 + (2 if update == "kahan" else 0))  # reads w g m v (c), writes w m v (c)
     rate, copy_rate = _rates(replay, step_bytes, device_copy)
     print(
-        f"\nAdamW kernel {update} v{vectors_per_thread} {grid}: "
+        f"\nAdamW kernel {update} v{default.vectors_per_thread} {default.grid}: "
         f"{count / 1e9:.2f} B params, {rate / 1e12:.2f} TB/s = {rate / copy_rate:.1%} of copy "
         f"({copy_rate / 1e12:.2f} TB/s)"
     )
-    default = OptimConfig()
-    is_default = (vectors_per_thread, grid) == (default.vectors_per_thread, default.grid)
-    assert rate >= BANDWIDTH_FLOOR * copy_rate or not is_default
+    assert rate >= BANDWIDTH_FLOOR * copy_rate
 
 
 @pytest.mark.parametrize("update", reference.UPDATES)

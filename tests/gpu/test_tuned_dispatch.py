@@ -1,11 +1,13 @@
 """ext.gemm dispatches from the tuned table: the nearest shape's winner, built at first use."""
 
+import importlib
+
 import pandas as pd
 import pytest
 import torch
 
 import cutlass_ext as ext
-from cutlass_ext import numerics, ops, registry
+from cutlass_ext import device, numerics, ops, registry
 from cutlass_ext.families.sm80.config import KernelConfig
 
 from .helpers import operands, reference
@@ -45,3 +47,6 @@ def test_transposed_operands_keep_the_defaults_when_the_winner_reads_row_major(t
     a, b = operands("urand(-1,1)", 512, 512, 512, seed=32)
     c = ext.gemm(a.t().contiguous().t(), b, mode="tf32tf32")
     assert numerics.relative_residual(c, reference(a, b)) < 1e-6
+    gpu = device.info(torch.cuda.current_device())
+    chosen = importlib.import_module("cutlass_ext.gemm").plan(gpu, "tf32tf32", 512, 512, 512, "col", "row")
+    assert TUNED["tf32tf32"].name not in chosen.variants and "default" in chosen.source
