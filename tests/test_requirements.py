@@ -5,7 +5,6 @@ import re
 
 import pytest
 
-import cutlass_ext
 from cutlass_ext import requirements, toolchain
 
 NVCC_13 = """nvcc: NVIDIA (R) Cuda compiler driver
@@ -31,7 +30,6 @@ def test_torch_below_the_floor_names_the_version_found(version):
 
 def test_the_installed_torch_passes_at_import():
     requirements.check_torch()
-    assert cutlass_ext.requirements is requirements
 
 
 def test_nvcc_release_is_read_from_either_line():
