@@ -427,3 +427,15 @@ def test_a_key_given_twice_is_refused_and_repeated_values_and_shapes_count_once(
     shapes = tmp_path / "shapes.yaml"
     shapes.write_text("shapes: [[16, 16, 16], [16, 16, 16, 1], [32, 16, 16]]\n")
     assert load_shapes(shapes) == [(16, 16, 16, 1), (32, 16, 16, 1)]
+
+
+def test_a_single_stage_is_refused_naming_the_value(tmp_path):
+    from sweeps.space import SpaceError, load_space
+
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "family: sm80\nmodes: [tf32tf32]\nspace:\n  threadblock: {m: [128], n: [128], k: [32]}\n"
+        "  warp: {m: [64], n: [32], k: [32]}\n  stages: [1]\n  alignment: [4]\n"
+    )
+    with pytest.raises(SpaceError, match=r"stages=1 must be an integer of at least 2"):
+        load_space(space)

@@ -88,6 +88,8 @@ class KernelConfig(VariantFields):
         if self.family not in FAMILIES:
             raise ValueError(f"family={self.family!r} is not one of {list(FAMILIES)}")
         self._check_extents(threadblock="mnk", warp="mnk")
+        if isinstance(self.stages, bool) or not isinstance(self.stages, int) or self.stages < 2:
+            raise ValueError(f"stages={self.stages!r} must be an integer of at least 2 (CUTLASS's pipelined mainloops)")
         if self.alignment not in (1, 2, 4):
             raise ValueError(f"alignment={self.alignment!r} must be 1, 2 or 4")
         for field in ("layout_a", "layout_b"):
