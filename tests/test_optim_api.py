@@ -471,3 +471,60 @@ def test_state_of_settings_changed_since_loads_and_steps():
         p.grad = torch.full_like(p, 0.5)
         opt.step()
     assert torch.equal(fresh_param, param)
+
+
+@pytest.mark.parametrize(
+    "make, option",
+    [
+        (lambda group: AdamW([group], lr=0.1), {"maximize": True}),
+        (lambda group: AdamW([group], lr=0.1), {"amsgrad": True}),
+        (lambda group: AdamW([group], lr=0.1), {"decoupled_weight_decay": False}),
+        (lambda group: SGD([group], lr=0.1), {"maximize": True}),
+        (lambda group: SGD([group], lr=0.1), {"differentiable": True}),
+    ],
+)
+def test_torch_options_not_offered_are_refused_in_a_group_and_by_hand(make, option):
+    """torch honours these per group: stepping without them would train otherwise, silently."""
+    (key, value), param = next(iter(option.items())), torch.nn.Parameter(torch.zeros(3))
+    with pytest.raises(ValueError, match=f"{key}={value!r}: cutlass_ext.optim.* does not offer it"):
+        make({"params": [param], **option})
+    optimizer = make({"params": [param], key: not value, "foreach": True})  # the value that means "off" is taken
+    optimizer.param_groups[0][key] = value
+    param.grad = torch.ones(3)
+    with pytest.raises(ValueError, match=f"{key}={value!r}"):
+        optimizer.step()
+    assert torch.equal(param, torch.zeros(3))
+
+
+def test_sgd_takes_torchs_positional_order_and_default_lr():
+    param = torch.nn.Parameter(torch.zeros(3))
+    group = SGD([param], 0.1, 0.9, 0.0, 1e-4).param_groups[0]  # lr, momentum, dampening, weight_decay as torch's
+    assert (group["weight_decay"], group["nesterov"]) == (1e-4, False)
+    assert SGD([param]).param_groups[0]["lr"] == torch.optim.SGD([param]).param_groups[0]["lr"]
+
+
+def test_a_hand_edited_update_is_named_at_the_step():
+    param = torch.nn.Parameter(torch.zeros(3, dtype=torch.bfloat16))
+    param.grad = torch.ones(3, dtype=torch.bfloat16)
+    optimizer = AdamW([param])
+    optimizer.param_groups[0]["update"] = "Kahan"
+    with pytest.raises(ValueError, match="update='Kahan' is not one of"):
+        optimizer.step()
+
+
+def test_cycled_betas_keep_few_tables_and_an_optimizer_holds_its_own():
+    from cutlass_ext.optim import reference
+
+    param = torch.nn.Parameter(torch.zeros(3))
+    optimizer = AdamW([param], lr=0.01)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=400)
+    for _ in range(300):  # beta1 cycles: a new table each step
+        param.grad = torch.ones(3)
+        optimizer.step()
+        scheduler.step()
+    assert len(reference._SQUARES) <= reference._SQUARES_KEPT
+    param.grad = torch.ones(3)
+    optimizer.step()  # with the betas the scheduler set last
+    (held,) = optimizer._beta_tables.values()
+    betas = tuple(float(b) for b in optimizer.param_groups[0]["betas"])
+    assert held is reference.squares_table(betas, param.device)

@@ -144,9 +144,20 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
         self._check_hyperparameters(defaults)
         super().__init__(params, defaults)
 
+    # torch's options a group may carry that these optimizers do not implement, with the value that means "off"
+    _torch_options = {"maximize": False, "differentiable": False}
+
+    def _check_torch_options(self, group: dict) -> None:
+        """A group asking for a torch option these optimizers lack (set in the group or by hand) is refused by name:
+        stepping without it would silently train otherwise."""
+        for key, off in self._torch_options.items():
+            if key in group and group[key] != off and group[key] is not None:
+                raise ValueError(f"{key}={group[key]!r}: cutlass_ext.optim.{type(self).__name__} does not offer it")
+
     def _check_hyperparameters(self, group: dict) -> None:
         """The checks of the constructor's arguments, on the constructor's defaults, on each group (the defaults
         merged with its own keys) and on each loaded group; errors name the key."""
+        self._check_torch_options(group)
         _check_nonnegative("lr", group["lr"])
         _check_nonnegative("weight_decay", group["weight_decay"])
         _check_choice("update", group["update"], UPDATES)
@@ -290,7 +301,10 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
                 loss = closure()
         index = 0
         for group in self.param_groups:
+            # what a training loop or scheduler may edit by hand between steps
             _check_nonnegative("lr", group["lr"])
+            _check_choice("update", group["update"], UPDATES)
+            self._check_torch_options(group)
             params, grads, states, restarts = [], [], [], []
             for param in group["params"]:
                 index += 1
@@ -372,6 +386,8 @@ class SGD(_SixteenBitOptimizer):
     buffer per parameter). The momentum buffer is always rounded to nearest. arithmetic: `"fp32"` computes the
     update in FP32; `"bf16"` rounds every operation to BF16 (the seed's 16-bit FPU). FP32 parameters update plainly
     in FP32. capturable: step counters on the device and `lr` may be a CUDA tensor, for CUDA-graph capture.
+    The positional arguments are torch's, in torch's order; its `maximize` and `differentiable` are not offered
+    (refused, in a group too).
     """
 
     _kind = "sgd"
@@ -380,11 +396,11 @@ class SGD(_SixteenBitOptimizer):
     def __init__(
         self,
         params,
-        lr,
+        lr=1e-3,
         momentum=0.0,
         dampening=0.0,
-        nesterov=False,
         weight_decay=0.0,
+        nesterov=False,
         *,
         update="nearest",
         arithmetic="fp32",
@@ -426,7 +442,8 @@ class SGD(_SixteenBitOptimizer):
 
 class AdamW(_SixteenBitOptimizer):
     """AdamW with decoupled weight decay (u = lr·m̂/(√v̂ + eps) + lr·weight_decay·w) on BF16 weights and BF16
-    moments (seed 004 Algorithms 4 and 5); amsgrad is not offered.
+    moments (seed 004 Algorithms 4 and 5); torch's `amsgrad`, `maximize`, `differentiable` and coupled weight decay
+    (`decoupled_weight_decay=False`) are not offered (refused, in a group too).
 
     update: how the weight update w <- w - u is rounded to BF16: `"nearest"`, `"stochastic"` (reproducible: Philox
     keyed by `seed`, the step, the parameter and the element; see `reference`), or `"kahan"` (a BF16 compensation
@@ -437,6 +454,7 @@ class AdamW(_SixteenBitOptimizer):
 
     _kind = "adamw"
     _group_keys = _SixteenBitOptimizer._group_keys + ("betas", "eps")
+    _torch_options = {**_SixteenBitOptimizer._torch_options, "amsgrad": False, "decoupled_weight_decay": True}
 
     def __init__(
         self,
@@ -467,6 +485,15 @@ class AdamW(_SixteenBitOptimizer):
 
     def _constants(self, group, arithmetic):
         return AdamWConstants.from_group(group, arithmetic)
+
+    def _scalars(self, group, states, arithmetic, restarts):
+        rows = super()._scalars(group, states, arithmetic, restarts)
+        # the beta table the rows were made from, held while this optimizer lives: a captured step reads it on
+        # every replay, and the shared cache keeps only the most recent tables
+        held = self.__dict__.setdefault("_beta_tables", {})
+        device = states[0]["step"].device
+        held[id(group), device] = reference.squares_table(tuple(float(b) for b in group["betas"]), device)
+        return rows
 
     def _update_reference(self, param, grad, state, row, constants, rounding, arithmetic):
         reference.adamw_update(

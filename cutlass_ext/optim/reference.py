@@ -25,6 +25,8 @@ Each function here mirrors the kernels' operation order (kernels/optim_update.cu
 
 from __future__ import annotations
 
+import collections
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -129,22 +131,33 @@ _STEP_BITS = 32
 
 
 # (betas, device) -> the table of beta^(2^k): the first step of a group uploads it, so a captured step copies
-# nothing from the host.
-_SQUARES: dict = {}
+# nothing from the host. The most recent few are kept: a scheduler that cycles the betas (OneCycleLR) makes a new
+# one every step. An optimizer holds the tables its groups last read (a captured step reads its table on replay).
+_SQUARES: collections.OrderedDict = collections.OrderedDict()
+_SQUARES_KEPT = 64
+_SQUARES_LOCK = threading.Lock()
 
 
-def _squares(betas: tuple, device: torch.device) -> torch.Tensor:
+def squares_table(betas: tuple, device: torch.device) -> torch.Tensor:
     """(len(betas), _STEP_BITS) FP64 table of beta^(2^k) by repeated squaring in Python floats (IEEE FP64
     multiplications), kept per device."""
-    table = _SQUARES.get((betas, device))
-    if table is None:
-        rows = []
-        for beta in betas:
-            row = [float(beta)]
-            for _ in range(_STEP_BITS - 1):
-                row.append(row[-1] * row[-1])
-            rows.append(row)
-        table = _SQUARES[(betas, device)] = torch.tensor(rows, dtype=torch.float64).to(device)
+    key = (betas, device)
+    with _SQUARES_LOCK:
+        table = _SQUARES.get(key)
+        if table is not None:
+            _SQUARES.move_to_end(key)
+            return table
+    rows = []
+    for beta in betas:
+        row = [float(beta)]
+        for _ in range(_STEP_BITS - 1):
+            row.append(row[-1] * row[-1])
+        rows.append(row)
+    table = torch.tensor(rows, dtype=torch.float64).to(device)
+    with _SQUARES_LOCK:
+        table = _SQUARES.setdefault(key, table)
+        while len(_SQUARES) > _SQUARES_KEPT:
+            _SQUARES.popitem(last=False)
     return table
 
 
@@ -156,7 +169,7 @@ def beta_powers(betas, steps: torch.Tensor) -> torch.Tensor:
     Here beta^step is the product of beta^(2^k) over the set bits k of step, multiplied in a fixed binary tree:
     only IEEE FP64 multiplications, which round alike on CPU and GPU.
     """
-    table = _squares(tuple(float(beta) for beta in betas), steps.device)
+    table = squares_table(tuple(float(beta) for beta in betas), steps.device)
     shifts = torch.arange(_STEP_BITS, device=steps.device)
     bits = (steps.to(torch.int64).unsqueeze(-1) >> shifts) & 1
     factors = torch.where(bits.unsqueeze(1) == 1, table, 1.0)
