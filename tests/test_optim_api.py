@@ -528,3 +528,14 @@ def test_cycled_betas_keep_few_tables_and_an_optimizer_holds_its_own():
     (held,) = optimizer._beta_tables.values()
     betas = tuple(float(b) for b in optimizer.param_groups[0]["betas"])
     assert held is reference.squares_table(betas, param.device)
+
+
+def test_load_post_hooks_run_only_for_a_load_that_is_kept():
+    param = torch.nn.Parameter(torch.zeros(3))
+    optimizer, seen = AdamW([param]), []
+    optimizer.register_load_state_dict_post_hook(lambda opt: seen.append(opt))
+    with pytest.raises(ValueError, match="state_dict: param_groups"):
+        optimizer.load_state_dict(torch.optim.AdamW([param]).state_dict())
+    assert seen == []
+    optimizer.load_state_dict(AdamW([param]).state_dict())
+    assert seen == [optimizer]

@@ -7,6 +7,7 @@ FP32 parameters (updated plainly in FP32, the seed's "32-bit weights" ablation),
 
 from __future__ import annotations
 
+import collections
 import math
 import numbers
 
@@ -183,12 +184,22 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
         refused state dict raises ValueError naming the group, parameter index or key, and leaves the optimizer's
         previous state in place."""
         previous = self.state, self.param_groups
-        super().load_state_dict(state_dict)  # builds new state and group objects: `previous` is untouched
+        # torch runs the post-hooks inside its load: they wait until the loaded state has passed the checks
+        post_hooks = self.__dict__.get("_optimizer_load_state_dict_post_hooks")
+        if post_hooks is not None:
+            self._optimizer_load_state_dict_post_hooks = collections.OrderedDict()
+        try:
+            super().load_state_dict(state_dict)  # builds new state and group objects: `previous` is untouched
+        finally:
+            if post_hooks is not None:
+                self._optimizer_load_state_dict_post_hooks = post_hooks
         try:
             self._check_loaded()
         except ValueError as error:
             self.state, self.param_groups = previous
             raise ValueError(f"state_dict: {error}") from None
+        for hook in list((post_hooks or {}).values()):
+            hook(self)
 
     def _check_loaded(self) -> None:
         for number, group in enumerate(self.param_groups):
