@@ -512,6 +512,46 @@ def test_a_hand_edited_update_is_named_at_the_step():
         optimizer.step()
 
 
+def test_a_step_refused_in_a_later_group_changes_no_group():
+    first, second = torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(3))
+    optimizer = AdamW([{"params": [first]}, {"params": [second]}], lr=0.1)
+    optimizer.param_groups[1]["maximize"] = True
+    first.grad, second.grad = torch.ones(3), torch.ones(3)
+    with pytest.raises(ValueError, match="maximize=True"):
+        optimizer.step()
+    assert torch.equal(first, torch.zeros(3)) and first not in optimizer.state
+
+
+def test_a_groups_table_is_uploaded_once_whatever_other_optimizers_cycle(monkeypatch):
+    """A captured step must copy nothing from the host: the table an optimizer holds is the one its steps read,
+    though the shared cache has moved on (another optimizer's OneCycleLR, or more groups than it keeps)."""
+    from cutlass_ext.optim import reference
+
+    groups = [{"params": [torch.nn.Parameter(torch.zeros(2))], "betas": (0.9, 0.99 - i * 1e-4)} for i in range(70)]
+    optimizer = AdamW(groups, lr=0.01)
+
+    def step():
+        for group in optimizer.param_groups:
+            group["params"][0].grad = torch.ones(2)
+        optimizer.step()
+
+    step()
+    built = []
+    make = reference.squares_table
+    monkeypatch.setattr(reference, "squares_table", lambda *args: built.append(args) or make(*args))
+    other = torch.nn.Parameter(torch.zeros(2))
+    cycling = AdamW([other], lr=0.01)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(cycling, max_lr=0.1, total_steps=100)
+    for _ in range(70):
+        other.grad = torch.ones(2)
+        cycling.step()
+        scheduler.step()
+    built.clear()
+    step()
+    step()
+    assert built == []
+
+
 def test_cycled_betas_keep_few_tables_and_an_optimizer_holds_its_own():
     from cutlass_ext.optim import reference
 
@@ -525,8 +565,8 @@ def test_cycled_betas_keep_few_tables_and_an_optimizer_holds_its_own():
     assert len(reference._SQUARES) <= reference._SQUARES_KEPT
     param.grad = torch.ones(3)
     optimizer.step()  # with the betas the scheduler set last
-    (held,) = optimizer._beta_tables.values()
-    betas = tuple(float(b) for b in optimizer.param_groups[0]["betas"])
+    ((betas, held),) = optimizer._beta_tables.values()
+    assert betas == tuple(float(b) for b in optimizer.param_groups[0]["betas"])
     assert held is reference.squares_table(betas, param.device)
 
 

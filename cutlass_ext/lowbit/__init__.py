@@ -153,13 +153,17 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
     return y.reshape(*x.shape[:-1], weight.shape[0]).to(layer_dtype(x, weight))
 
 
+_AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps", "hpu")
+
+
 def layer_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
     """The dtype torch's layer would return: autocast's where it is on for x's device and would cast these
     operands (it leaves float64 alone), else x's and the weight's promoted dtype (bf16 for a bf16 model). The
     accumulation is the low-bit chain in FP32 registers either way."""
-    device = x.device.type  # the layers run on the CPU or CUDA (both have autocast; Dynamo traces these calls)
+    device = x.device.type
     castable = torch.float64 not in (x.dtype, weight.dtype)
-    if castable and device in ("cpu", "cuda") and torch.is_autocast_enabled(device):
+    # devices with autocast, named: torch.amp.is_autocast_available is not traceable by torch 2.11's Dynamo
+    if castable and device in _AUTOCAST_DEVICES and torch.is_autocast_enabled(device):
         return torch.get_autocast_dtype(device)
     return torch.promote_types(x.dtype, weight.dtype)
 

@@ -186,19 +186,22 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
         previous = self.state, self.param_groups
         # torch runs the post-hooks inside its load: they wait until the loaded state has passed the checks
         post_hooks = self.__dict__.get("_optimizer_load_state_dict_post_hooks")
+        deferred = list((post_hooks or {}).values())
         if post_hooks is not None:
             self._optimizer_load_state_dict_post_hooks = collections.OrderedDict()
         try:
             super().load_state_dict(state_dict)  # builds new state and group objects: `previous` is untouched
         finally:
             if post_hooks is not None:
+                post_hooks.update(self._optimizer_load_state_dict_post_hooks)  # any a pre-hook registered (ran)
                 self._optimizer_load_state_dict_post_hooks = post_hooks
         try:
             self._check_loaded()
         except ValueError as error:
             self.state, self.param_groups = previous
             raise ValueError(f"state_dict: {error}") from None
-        for hook in list((post_hooks or {}).values()):
+        self.__dict__.pop("_beta_tables", None)  # the loaded groups are new objects
+        for hook in deferred:
             hook(self)
 
     def _check_loaded(self) -> None:
@@ -310,12 +313,13 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        index = 0
-        for group in self.param_groups:
+        for group in self.param_groups:  # every group before any steps: a refused step changes nothing
             # what a training loop or scheduler may edit by hand between steps
             _check_nonnegative("lr", group["lr"])
             _check_choice("update", group["update"], UPDATES)
             self._check_torch_options(group)
+        index = 0
+        for group in self.param_groups:
             params, grads, states, restarts = [], [], [], []
             for param in group["params"]:
                 index += 1
@@ -498,13 +502,20 @@ class AdamW(_SixteenBitOptimizer):
         return AdamWConstants.from_group(group, arithmetic)
 
     def _scalars(self, group, states, arithmetic, restarts):
-        rows = super()._scalars(group, states, arithmetic, restarts)
-        # the beta table the rows were made from, held while this optimizer lives: a captured step reads it on
-        # every replay, and the shared cache keeps only the most recent tables
+        steps = torch.stack([state["step"] for state in states])
+        table = self._beta_table(group, steps.device)
+        return reference.step_scalars(self._kind, group["lr"], steps, group["betas"], arithmetic, table)
+
+    def _beta_table(self, group: dict, device: torch.device) -> torch.Tensor:
+        """The group's table of beta^(2^k) on `device`, held while the optimizer lives and its betas stay: a
+        captured step reads it on every replay, and no step after the first uploads one (the shared cache keeps
+        only the most recent tables, and a scheduler may cycle the betas)."""
+        betas = tuple(float(beta) for beta in group["betas"])
         held = self.__dict__.setdefault("_beta_tables", {})
-        device = states[0]["step"].device
-        held[id(group), device] = reference.squares_table(tuple(float(b) for b in group["betas"]), device)
-        return rows
+        found = held.get((id(group), device))
+        if found is None or found[0] != betas:
+            found = held[id(group), device] = (betas, reference.squares_table(betas, device))
+        return found[1]
 
     def _update_reference(self, param, grad, state, row, constants, rounding, arithmetic):
         reference.adamw_update(

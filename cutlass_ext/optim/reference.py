@@ -130,9 +130,9 @@ class AdamWConstants:
 _STEP_BITS = 32
 
 
-# (betas, device) -> the table of beta^(2^k): the first step of a group uploads it, so a captured step copies
-# nothing from the host. The most recent few are kept: a scheduler that cycles the betas (OneCycleLR) makes a new
-# one every step. An optimizer holds the tables its groups last read (a captured step reads its table on replay).
+# (betas, device) -> the table of beta^(2^k), for callers that hold none of their own (an optimizer holds its
+# groups' tables: the first step of a group uploads one, so a captured step copies nothing from the host and reads
+# it on every replay). The most recent few are kept: a scheduler that cycles the betas makes a new one a step.
 _SQUARES: collections.OrderedDict = collections.OrderedDict()
 _SQUARES_KEPT = 64
 _SQUARES_LOCK = threading.Lock()
@@ -161,7 +161,7 @@ def squares_table(betas: tuple, device: torch.device) -> torch.Tensor:
     return table
 
 
-def beta_powers(betas, steps: torch.Tensor) -> torch.Tensor:
+def beta_powers(betas, steps: torch.Tensor, table: torch.Tensor | None = None) -> torch.Tensor:
     """(n, len(betas)) FP64 beta^step for the n integer `steps`, the same bits on every device.
 
     torch.pow is not: its vectorised CPU path (Sleef), its scalar CPU path (libm) and CUDA's pow differ in the last
@@ -169,7 +169,8 @@ def beta_powers(betas, steps: torch.Tensor) -> torch.Tensor:
     Here beta^step is the product of beta^(2^k) over the set bits k of step, multiplied in a fixed binary tree:
     only IEEE FP64 multiplications, which round alike on CPU and GPU.
     """
-    table = squares_table(tuple(float(beta) for beta in betas), steps.device)
+    if table is None:  # `squares_table` of these betas on steps' device, where the caller holds it
+        table = squares_table(tuple(float(beta) for beta in betas), steps.device)
     shifts = torch.arange(_STEP_BITS, device=steps.device)
     bits = (steps.to(torch.int64).unsqueeze(-1) >> shifts) & 1
     factors = torch.where(bits.unsqueeze(1) == 1, table, 1.0)
@@ -178,7 +179,7 @@ def beta_powers(betas, steps: torch.Tensor) -> torch.Tensor:
     return factors[..., 0]
 
 
-def step_scalars(kind: str, lr, steps: torch.Tensor, betas, arithmetic: str) -> torch.Tensor:
+def step_scalars(kind: str, lr, steps: torch.Tensor, betas, arithmetic: str, table=None) -> torch.Tensor:
     """The (n, 4) FP32 rows the kernels read per tensor, for n tensors at `steps` (FP32, already incremented).
 
     SGD: (lr, step, 1 if this is the tensor's first step else 0, 0); AdamW: (lr, step, 1 / (1 - beta1^step),
@@ -192,7 +193,7 @@ def step_scalars(kind: str, lr, steps: torch.Tensor, betas, arithmetic: str) -> 
     if kind == "sgd":
         first = (steps == 1).to(torch.float32)
         return torch.stack((lr, steps, first, torch.zeros_like(steps)), dim=1)
-    corrections = q(torch.reciprocal(1.0 - beta_powers(betas, steps)).to(torch.float32))
+    corrections = q(torch.reciprocal(1.0 - beta_powers(betas, steps, table)).to(torch.float32))
     return torch.stack((lr, steps, corrections[:, 0], corrections[:, 1]), dim=1)
 
 
