@@ -97,8 +97,9 @@ def winners(frame):
 
     if frame.empty:  # e.g. a results folder holding confirmation runs only
         return pd.DataFrame(columns=COLUMNS)
-    ours = frame[~frame["family"].isin(PEER_FAMILIES) & (frame["status"] == "ok") & frame["tflops"].notna()]
-    ours = ours[[table_entry(name, mode) for name, mode in zip(ours["name"], ours["mode"])]]
+    ours = entries_only(
+        frame[~frame["family"].isin(PEER_FAMILIES) & (frame["status"] == "ok") & frame["tflops"].notna()]
+    )
     if ours.empty:
         return pd.DataFrame(columns=COLUMNS)
     order = ours.sort_values(["tflops", "date", "name"], ascending=[False, True, True], kind="stable")
@@ -116,10 +117,18 @@ def table_entry(name: str, mode: str) -> bool:
         config = families.from_name(name)
     except ValueError:
         return True
-    if not isinstance(config, KernelConfig):
-        return True
-    plain = (config.layout_a, config.layout_b) == ("row", "row")
-    return plain and config.operands == DEFAULT_OPERANDS.get(mode, "fp32")
+    plain = not isinstance(config, KernelConfig) or (config.layout_a, config.layout_b) == ("row", "row")
+    return plain and _in_mode_operands(config, mode)
+
+
+def entries_only(frame):
+    """The rows of a sweep frame whose variant may be a table's entry (`table_entry`)."""
+    return frame[[table_entry(name, mode) for name, mode in zip(frame["name"], frame["mode"])]] if len(frame) else frame
+
+
+def _in_mode_operands(config, mode: str) -> bool:
+    """The mode's operand format is fixed by its pipeline (halfhalf packs): an sm80 variant for another is not its."""
+    return not isinstance(config, KernelConfig) or config.operands == DEFAULT_OPERANDS.get(mode, "fp32")
 
 
 def check_output_table(path, option: str) -> None:
@@ -382,10 +391,7 @@ def _usable(path: Path, entry, mode: str, gpu):
         config = families.from_name(entry[4])
     except ValueError as error:
         raise ValueError(f"tuned table {path}: entry {entry[0]} {entry[1]}x{entry[2]}x{entry[3]}: {error}") from None
-    # the mode's operand format is fixed by its pipeline (halfhalf packs): a variant for another is not for us
-    if isinstance(config, KernelConfig) and config.operands != DEFAULT_OPERANDS.get(mode, "fp32"):
-        return None
-    return config if runs_on(config, gpu) else None
+    return config if _in_mode_operands(config, mode) and runs_on(config, gpu) else None
 
 
 def shipped_configs(gpu=None) -> list:

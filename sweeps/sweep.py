@@ -41,9 +41,7 @@ def write_tuned(folder: Path, gpu: str, path: Path) -> Path | None:
     ours = pd.concat([sweeps, confirmations], ignore_index=True)
     ours = ours[~ours["family"].isin(tuned.PEER_FAMILIES)] if "family" in ours.columns else ours.iloc[:0]
     ours = ours[ours["status"].isin(["ok", "inaccurate"])]
-    ours = (
-        ours[[tuned.table_entry(name, mode) for name, mode in zip(ours["name"], ours["mode"])]] if len(ours) else ours
-    )
+    ours = tuned.entries_only(ours)
     measured = ours[[c for c in tuned.KEY if c in ours.columns]].drop_duplicates() if len(ours) else None
     if winners.empty and (measured is None or not Path(path).is_file()):
         return None
