@@ -359,8 +359,20 @@ class _SixteenBitOptimizer(torch.optim.Optimizer):
 
     def _scalars(self, group: dict, states, arithmetic: str, restarts) -> torch.Tensor:
         steps = torch.stack([state["step"] for state in states])
-        rows = reference.step_scalars(self._kind, group["lr"], steps, group.get("betas"), arithmetic)
+        table = self._beta_table(group, steps.device) if "betas" in group else None
+        rows = reference.step_scalars(self._kind, group["lr"], steps, group.get("betas"), arithmetic, table)
         return self._restarted(rows, restarts) if any(restarts) else rows
+
+    def _beta_table(self, group: dict, device: torch.device) -> torch.Tensor:
+        """The group's table of beta^(2^k) on `device`, held while the optimizer lives and its betas stay: a
+        captured step reads it on every replay, and no step after the first uploads one (a scheduler that cycles
+        the betas replaces it)."""
+        betas = tuple(float(beta) for beta in group["betas"])
+        held = self.__dict__.setdefault("_beta_tables", {})
+        found = held.get((id(group), device))
+        if found is None or found[0] != betas:
+            found = held[id(group), device] = (betas, reference.squares_table(betas, device))
+        return found[1]
 
     def _restarted(self, rows: torch.Tensor, restarts) -> torch.Tensor:
         """The rows of tensors whose momentum buffer was just made: their step is the buffer's first."""
@@ -500,22 +512,6 @@ class AdamW(_SixteenBitOptimizer):
 
     def _constants(self, group, arithmetic):
         return AdamWConstants.from_group(group, arithmetic)
-
-    def _scalars(self, group, states, arithmetic, restarts):
-        steps = torch.stack([state["step"] for state in states])
-        table = self._beta_table(group, steps.device)
-        return reference.step_scalars(self._kind, group["lr"], steps, group["betas"], arithmetic, table)
-
-    def _beta_table(self, group: dict, device: torch.device) -> torch.Tensor:
-        """The group's table of beta^(2^k) on `device`, held while the optimizer lives and its betas stay: a
-        captured step reads it on every replay, and no step after the first uploads one (the shared cache keeps
-        only the most recent tables, and a scheduler may cycle the betas)."""
-        betas = tuple(float(beta) for beta in group["betas"])
-        held = self.__dict__.setdefault("_beta_tables", {})
-        found = held.get((id(group), device))
-        if found is None or found[0] != betas:
-            found = held[id(group), device] = (betas, reference.squares_table(betas, device))
-        return found[1]
 
     def _update_reference(self, param, grad, state, row, constants, rounding, arithmetic):
         reference.adamw_update(

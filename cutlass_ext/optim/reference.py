@@ -25,8 +25,6 @@ Each function here mirrors the kernels' operation order (kernels/optim_update.cu
 
 from __future__ import annotations
 
-import collections
-import threading
 from dataclasses import dataclass
 
 import torch
@@ -130,35 +128,17 @@ class AdamWConstants:
 _STEP_BITS = 32
 
 
-# (betas, device) -> the table of beta^(2^k), for callers that hold none of their own (an optimizer holds its
-# groups' tables: the first step of a group uploads one, so a captured step copies nothing from the host and reads
-# it on every replay). The most recent few are kept: a scheduler that cycles the betas makes a new one a step.
-_SQUARES: collections.OrderedDict = collections.OrderedDict()
-_SQUARES_KEPT = 64
-_SQUARES_LOCK = threading.Lock()
-
-
 def squares_table(betas: tuple, device: torch.device) -> torch.Tensor:
     """(len(betas), _STEP_BITS) FP64 table of beta^(2^k) by repeated squaring in Python floats (IEEE FP64
-    multiplications), kept per device."""
-    key = (betas, device)
-    with _SQUARES_LOCK:
-        table = _SQUARES.get(key)
-        if table is not None:
-            _SQUARES.move_to_end(key)
-            return table
+    multiplications), on `device`. An optimizer makes one per group and holds it: a captured step then uploads
+    nothing and reads it on every replay."""
     rows = []
     for beta in betas:
         row = [float(beta)]
         for _ in range(_STEP_BITS - 1):
             row.append(row[-1] * row[-1])
         rows.append(row)
-    table = torch.tensor(rows, dtype=torch.float64).to(device)
-    with _SQUARES_LOCK:
-        table = _SQUARES.setdefault(key, table)
-        while len(_SQUARES) > _SQUARES_KEPT:
-            _SQUARES.popitem(last=False)
-    return table
+    return torch.tensor(rows, dtype=torch.float64).to(device)
 
 
 def beta_powers(betas, steps: torch.Tensor, table: torch.Tensor | None = None) -> torch.Tensor:
@@ -169,7 +149,7 @@ def beta_powers(betas, steps: torch.Tensor, table: torch.Tensor | None = None) -
     Here beta^step is the product of beta^(2^k) over the set bits k of step, multiplied in a fixed binary tree:
     only IEEE FP64 multiplications, which round alike on CPU and GPU.
     """
-    if table is None:  # `squares_table` of these betas on steps' device, where the caller holds it
+    if table is None:  # `squares_table` of these betas on steps' device, where the caller holds none
         table = squares_table(tuple(float(beta) for beta in betas), steps.device)
     shifts = torch.arange(_STEP_BITS, device=steps.device)
     bits = (steps.to(torch.int64).unsqueeze(-1) >> shifts) & 1
