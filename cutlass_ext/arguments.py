@@ -1,8 +1,9 @@
-"""Checks of argument values the API's modules share: an integer size (numpy's too, never a bool), a model, and
-the module names a conversion's `skip` gives."""
+"""Checks of argument values the API's modules share: an integer size (numpy's too, never a bool), a real number,
+a model, and the module names a conversion's `skip` gives."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable
 
 import torch
@@ -11,6 +12,11 @@ import torch
 def is_integer(value) -> bool:
     """An integer as torch takes sizes (Python's or numpy's: anything with __index__), not a bool or a float."""
     return hasattr(type(value), "__index__") and not isinstance(value, bool)
+
+
+def is_real(value) -> bool:
+    """A real number (Python's or numpy's); not a bool, which is an int to isinstance but a flag to the caller."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def checked_model(model) -> torch.nn.Module:

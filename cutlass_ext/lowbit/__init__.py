@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from dataclasses import dataclass
 
 import torch
 
+from ..arguments import is_real
 from ..compiling import custom_op
 from .format import LowbitFormat, bias_range
 from .operands import E4M3, E5M2, M4E3, OperandFormat, check_operand, round_operand
@@ -55,7 +55,7 @@ class LowbitConfig:
             raise ValueError(f"ste={self.ste!r} is not one of {list(STES)}")
         for name in ("eps1", "eps2"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's scalars are Real too
+            if not is_real(value):
                 raise TypeError(f"{name} must be a real number (int or float); got {type(value).__name__}")
             if not 0 <= value < math.inf:
                 raise ValueError(f"{name}={value!r} must be a finite number ≥ 0")

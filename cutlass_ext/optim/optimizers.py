@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import collections
 import math
-import numbers
 
 import torch
 
+from ..arguments import is_real
 from . import kernel, reference, sharding
 from .reference import ARITHMETICS, UPDATES, AdamWConstants, Rounding, SgdConstants
 
@@ -37,22 +37,17 @@ def _check_nonnegative(name: str, value) -> None:
         # only a CPU tensor is read: reading a CUDA one would wait for its stream (and break graph capture)
         if value.device.type == "cpu" and not 0 <= value.item() <= FP32_MAX:  # NaN too
             raise ValueError(f"{name}={value.item()} must be a non-negative number finite in FP32")
-    elif not _is_number(value) or not 0 <= value <= FP32_MAX:
+    elif not is_real(value) or not 0 <= value <= FP32_MAX:
         raise ValueError(f"{name}={value!r} must be a non-negative number finite in FP32")
 
 
-def _is_number(value) -> bool:
-    """A real Python number; not a bool, which is an int to isinstance but a flag to the caller."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
 def _check_positive(name: str, value) -> None:
-    if not _is_number(value) or not 0 < value < math.inf:  # NaN too
+    if not is_real(value) or not 0 < value < math.inf:  # NaN too
         raise ValueError(f"{name}={value!r} must be a finite positive number")
 
 
 def _check_fraction(name: str, value) -> None:
-    if not _is_number(value) or not 0 <= value <= 1:
+    if not is_real(value) or not 0 <= value <= 1:
         raise ValueError(f"{name}={value!r} must be a number in [0, 1]")
 
 
@@ -85,7 +80,7 @@ def _check_betas(betas) -> None:
         values = None if isinstance(betas, (str, bytes)) else tuple(betas)
     except TypeError:
         values = None
-    if values is None or len(values) != 2 or not all(_is_number(beta) and 0 <= beta < 1 for beta in values):
+    if values is None or len(values) != 2 or not all(is_real(beta) and 0 <= beta < 1 for beta in values):
         raise ValueError(f"betas={betas!r} must be two numbers in [0, 1)")
 
 
